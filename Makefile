@@ -1,0 +1,35 @@
+# memlib: the two quick-start commands are `make demo` and `make test`.
+# Both bootstrap the environment first (Debian 12, as root): graph-tool from apt,
+# a venv that can see it, and the pinned Python dependencies.
+SHELL := /bin/bash
+VENV  := .venv
+PY    := $(VENV)/bin/python
+STAMP := $(VENV)/.memlib-installed
+INPUT ?= memlib/data/sample_conversations.jsonl
+FORMAT ?= jsonl
+STORE ?= demo-store
+export RAY_AUTH_MODE ?= disabled
+export RAY_USAGE_STATS_ENABLED ?= 0
+export HF_HUB_OFFLINE ?= 1
+
+.PHONY: setup demo test test-all bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	@bash cluster/bootstrap.sh
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m memlib build --input $(INPUT) --format $(FORMAT) --out $(STORE)
+	$(PY) -m memlib demo-report --store $(STORE) --input $(INPUT) --format $(FORMAT)
+
+test: $(STAMP)
+	$(PY) -m memlib check-env
+	$(PY) -m pytest -q -ra
+
+test-all: $(STAMP)
+	$(PY) -m pytest -q -ra -m ""
+
+clean:
+	rm -rf $(STORE) .pytest_cache

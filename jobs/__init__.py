@@ -1,0 +1,1 @@
+"""Job entrypoints: build, nightly, eval, serve, submit."""

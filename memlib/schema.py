@@ -1,0 +1,219 @@
+"""Arrow schemas of every memlib table, in one place.
+
+Every stage returns a table that conforms to one of these schemas; ``conform`` casts
+and orders columns and fails loudly on a missing one. Tables are plain Parquet/Lance
+and can be read by polars or duckdb without memlib.
+
+Conventions
+-----------
+* ``node_id`` values are deterministic content hashes (see :mod:`memlib.ids`) of the
+  form ``"<kind>:<hex>"``.
+* ``provenance`` columns hold *turn node ids* (``turn:<hex>``); the ``turns`` table maps
+  them back to the source ``turn_id`` (e.g. ``D1:3``), session and time.
+* Times are UTC timestamps in microseconds.
+"""
+from __future__ import annotations
+
+from enum import Enum
+
+import pyarrow as pa
+
+TS = pa.timestamp("us", tz="UTC")
+DEFAULT_EMBED_DIM = 384
+
+
+class NodeKind(str, Enum):
+    TURN = "turn"
+    SEGMENT = "segment"
+    SESSION = "session"
+    CLUE = "clue"
+    CONCEPT = "concept"
+    FACT = "fact"
+    REFLECTION = "reflection"
+    ENTITY = "entity"
+    EVENT = "event"
+    TRIPLET = "triplet"
+
+
+class EdgeKind(str, Enum):
+    NEXT = "NEXT"                        # turn -> next turn in its session
+    IN_SEGMENT = "IN_SEGMENT"            # turn -> segment
+    IN_SESSION = "IN_SESSION"            # turn/segment -> session
+    HAS_CLUE = "HAS_CLUE"                # session/segment -> clue
+    HAS_CONCEPT = "HAS_CONCEPT"          # turn -> concept
+    ABOUT_CONCEPT = "ABOUT_CONCEPT"      # fact -> concept
+    DERIVED_FROM = "DERIVED_FROM"        # fact/event/triplet -> turn
+    DERIVED_FROM_FACT = "DERIVED_FROM_FACT"  # reflection -> fact
+    MENTIONS = "MENTIONS"                # turn/fact -> entity
+    RELATION = "RELATION"                # entity -> entity (labelled)
+    SIMILAR = "SIMILAR"                  # clue<->clue, turn<->turn
+    CAUSES = "CAUSES"                    # event -> event
+    SUPERSEDES = "SUPERSEDES"            # new fact -> outdated fact
+
+
+class Role(str, Enum):
+    USER = "user"
+    ASSISTANT = "assistant"
+    OTHER = "other"
+
+
+class Source(str, Enum):
+    HEURISTIC = "heuristic"
+    HEURISTIC_FALLBACK = "heuristic-fallback"
+    INPUT = "input"
+
+
+TURNS = pa.schema([
+    pa.field("tenant_id", pa.string(), nullable=False),
+    pa.field("conversation_id", pa.string(), nullable=False),
+    pa.field("session_id", pa.string(), nullable=False),
+    pa.field("session_index", pa.int32(), nullable=False),
+    pa.field("session_time", TS),
+    pa.field("turn_id", pa.string(), nullable=False),
+    pa.field("turn_index", pa.int32(), nullable=False),
+    pa.field("node_id", pa.string(), nullable=False),
+    pa.field("speaker", pa.string()),
+    pa.field("role", pa.string(), nullable=False),
+    pa.field("text", pa.string(), nullable=False),
+    pa.field("content_hash", pa.string(), nullable=False),
+    pa.field("extras", pa.string()),  # JSON object as a string (e.g. image captions)
+])
+
+SEGMENTS = pa.schema([
+    pa.field("segment_id", pa.string(), nullable=False),
+    pa.field("tenant_id", pa.string(), nullable=False),
+    pa.field("conversation_id", pa.string(), nullable=False),
+    pa.field("session_id", pa.string(), nullable=False),
+    pa.field("segment_index", pa.int32(), nullable=False),
+    pa.field("turn_ids", pa.list_(pa.string())),       # turn node ids, in order
+    pa.field("kept_turn_ids", pa.list_(pa.string())),  # passed the memory gate
+    pa.field("summary", pa.string()),
+    pa.field("session_time", TS),
+])
+
+
+def nodes_schema(dim: int = DEFAULT_EMBED_DIM) -> pa.Schema:
+    return pa.schema([
+        pa.field("node_id", pa.string(), nullable=False),
+        pa.field("tenant_id", pa.string(), nullable=False),
+        pa.field("conversation_id", pa.string()),
+        pa.field("kind", pa.string(), nullable=False),
+        pa.field("text", pa.string(), nullable=False),
+        pa.field("time", TS),
+        pa.field("valid_from", TS),
+        pa.field("valid_to", TS),
+        pa.field("session_id", pa.string()),
+        pa.field("belief", pa.float32()),
+        pa.field("importance", pa.float32()),
+        pa.field("source", pa.string()),
+        pa.field("prompt_version", pa.string()),
+        pa.field("provenance", pa.list_(pa.string())),  # turn node ids
+        pa.field("attributes", pa.string()),             # JSON object as a string
+        pa.field("embedding", pa.list_(pa.float32(), dim)),
+    ])
+
+
+NODES = nodes_schema()
+# nodes before the embedding stage
+NODES_NO_EMBEDDING = pa.schema([f for f in NODES if f.name != "embedding"])
+
+EDGES = pa.schema([
+    pa.field("tenant_id", pa.string(), nullable=False),
+    pa.field("src", pa.string(), nullable=False),
+    pa.field("dst", pa.string(), nullable=False),
+    pa.field("kind", pa.string(), nullable=False),
+    pa.field("weight", pa.float32()),
+    pa.field("relation", pa.string()),
+    pa.field("provenance", pa.list_(pa.string())),  # turn node ids
+])
+
+QUARANTINE = pa.schema([
+    pa.field("tenant_id", pa.string()),
+    pa.field("conversation_id", pa.string()),
+    pa.field("record_id", pa.string()),
+    pa.field("source", pa.string()),     # file path
+    pa.field("location", pa.string()),   # e.g. "line 17" or "sample[2].session_3[4]"
+    pa.field("reason_code", pa.string(), nullable=False),
+    pa.field("reason", pa.string(), nullable=False),
+    pa.field("raw", pa.string()),        # the offending record, truncated
+])
+
+QUESTIONS = pa.schema([
+    pa.field("tenant_id", pa.string(), nullable=False),
+    pa.field("question_id", pa.string(), nullable=False),
+    pa.field("question", pa.string(), nullable=False),
+    pa.field("answer", pa.string()),
+    pa.field("category", pa.string()),
+    pa.field("evidence", pa.list_(pa.string())),          # source turn ids (e.g. D1:3)
+    pa.field("evidence_sessions", pa.list_(pa.string())),  # session ids
+    pa.field("question_time", TS),
+])
+
+LLM_CALLS = pa.schema([
+    pa.field("call_id", pa.string(), nullable=False),
+    pa.field("tenant_id", pa.string()),
+    pa.field("task", pa.string(), nullable=False),
+    pa.field("unit_id", pa.string()),
+    pa.field("model", pa.string()),
+    pa.field("prompt_hash", pa.string()),
+    pa.field("cache_key", pa.string()),
+    pa.field("status", pa.string(), nullable=False),  # ok | cached | error
+    pa.field("prompt_tokens", pa.int64()),
+    pa.field("completion_tokens", pa.int64()),
+    pa.field("latency_ms", pa.float64()),
+    pa.field("attempts", pa.int32()),
+    pa.field("error", pa.string()),
+    pa.field("created_at", TS),
+])
+
+TABLES: dict[str, pa.Schema] = {
+    "turns": TURNS,
+    "segments": SEGMENTS,
+    "nodes": NODES,
+    "edges": EDGES,
+    "quarantine": QUARANTINE,
+    "questions": QUESTIONS,
+    "llm_calls": LLM_CALLS,
+}
+
+
+class SchemaError(ValueError):
+    pass
+
+
+def empty(schema: pa.Schema) -> pa.Table:
+    return schema.empty_table()
+
+
+def conform(table: pa.Table, schema: pa.Schema, *, name: str = "table") -> pa.Table:
+    """Select, order and cast ``table``'s columns to ``schema``.
+
+    Missing nullable columns are filled with nulls; a missing non-nullable column or a
+    null in a non-nullable column raises :class:`SchemaError` naming the table and column.
+    """
+    cols = []
+    n = table.num_rows
+    for field in schema:
+        if field.name in table.column_names:
+            col = table.column(field.name)
+            if not col.type.equals(field.type):
+                try:
+                    col = col.cast(field.type)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                    raise SchemaError(f"{name}.{field.name}: cannot cast {col.type} to {field.type}: {exc}") from exc
+            if not field.nullable and col.null_count:
+                raise SchemaError(f"{name}.{field.name}: {col.null_count} null value(s) in a required column")
+        elif field.nullable:
+            col = pa.nulls(n, field.type)
+        else:
+            raise SchemaError(f"{name}: required column {field.name!r} is missing")
+        cols.append(col)
+    return pa.Table.from_arrays(cols, schema=schema)
+
+
+def check(table: pa.Table, schema: pa.Schema, *, name: str = "table") -> None:
+    """Raise :class:`SchemaError` unless ``table`` has exactly ``schema``'s names and types."""
+    got = [(f.name, f.type) for f in table.schema]
+    want = [(f.name, f.type) for f in schema]
+    if got != want:
+        raise SchemaError(f"{name}: schema mismatch\n got:  {got}\n want: {want}")

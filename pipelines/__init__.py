@@ -1,0 +1,1 @@
+"""Ray Data stages wrapping memlib functions."""

@@ -1,0 +1,39 @@
+"""Shared test fixtures. Area-specific fixtures live in tests/<area>/conftest.py."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("MEMLIB_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """../shared/data (LoCoMo dev3, LongMemEval samples); skipped where it is absent."""
+    if not (SHARED_DATA / "MANIFEST.json").exists():
+        pytest.skip(f"shared data not found at {SHARED_DATA}")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def locomo_path(shared_data: Path) -> Path:
+    return shared_data / "locomo_dev3.json"
+
+
+@pytest.fixture(scope="session")
+def ray_local():
+    """One local Ray instance (2 CPUs, no dashboard) for every test marked ``ray``."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(address="local", num_cpus=2, include_dashboard=False,
+                 log_to_driver=False, configure_logging=False)
+    yield ray
+    ray.shutdown()
