@@ -1,0 +1,300 @@
+"""The memory store on disk: versioned Parquet tables, one Lance ``nodes`` table, graphs,
+and an atomically swapped ``manifest.json``.
+
+Layout of a store directory::
+
+    STORE/
+      manifest.json                 the published version (atomic swap; readers start here)
+      manifests/v000003.json        every published manifest, for rollback
+      lance/nodes.lance             all tenants' nodes (vector + full-text + tenant index)
+      versions/v000003/
+        turns/<tenant>.parquet      one file per tenant and table: unchanged tenants of an
+        segments/<tenant>.parquet   incremental build are hard-linked from the previous version
+        edges/<tenant>.parquet
+        questions/<tenant>.parquet
+        quarantine/<name>.parquet
+        llm_calls/<name>.parquet
+        graphs/<tenant>.gt
+      cache/                        LLM response cache and other reusable work
+
+A reader pins the Lance version recorded in the manifest, so a build in progress (new
+Lance versions, a new ``versions/`` directory) is never visible until ``publish`` swaps
+the manifest. Tables are plain Parquet/Lance: ``polars.read_parquet(STORE/versions/v*/turns)``
+or duckdb read them without memlib.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from memlib import schema
+
+MANIFEST = "manifest.json"
+NODES_TABLE = "nodes"
+PARQUET_TABLES = ("turns", "segments", "edges", "questions", "quarantine", "llm_calls")
+_VERSION_RE = re.compile(r"^v(\d{6})$")
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+class StoreError(RuntimeError):
+    pass
+
+
+def version_name(n: int) -> str:
+    return f"v{n:06d}"
+
+
+def sql_str(value: str) -> str:
+    """A SQL string literal for Lance filters."""
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def _safe(name: str) -> str:
+    if not _SAFE_NAME.match(name):
+        raise StoreError(f"unsafe file name for a store partition: {name!r}")
+    return name
+
+
+def atomic_write_json(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=2, sort_keys=True, default=str)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def read_manifest(store: str | Path) -> dict[str, Any] | None:
+    p = Path(store) / MANIFEST
+    if not p.exists():
+        return None
+    return json.loads(p.read_text(encoding="utf-8"))
+
+
+def _connect(store: Path):
+    import lancedb  # imported lazily: lancedb start-up is not free
+
+    return lancedb.connect(str(store / "lance"))
+
+
+def _read_parquet_dir(directory: Path, names: Iterable[str] | None, columns, schema_: pa.Schema | None):
+    if names is None:
+        files = sorted(directory.glob("*.parquet")) if directory.exists() else []
+    else:
+        files = [directory / f"{_safe(n)}.parquet" for n in names]
+        files = [f for f in files if f.exists()]
+    tables = [pq.read_table(f, columns=columns) for f in files]
+    if not tables:
+        if schema_ is None:
+            return pa.table({})
+        sch = schema_ if columns is None else pa.schema([schema_.field(c) for c in columns])
+        return sch.empty_table()
+    return pa.concat_tables(tables, promote_options="permissive")
+
+
+class StoreReader:
+    """Read-only view of the published version of a store."""
+
+    def __init__(self, path: str | Path, manifest: dict[str, Any] | None = None):
+        self.path = Path(path)
+        self.manifest = manifest if manifest is not None else read_manifest(self.path)
+        if self.manifest is None:
+            raise StoreError(f"{self.path} is not a memlib store (no {MANIFEST}); run `memlib build` first")
+        self.version: str = self.manifest["version"]
+        self.lance_version: int | None = self.manifest.get("lance_version")
+        self.dim: int = int(self.manifest.get("embedding_dim", schema.DEFAULT_EMBED_DIM))
+        self._nodes_tbl = None
+
+    @property
+    def version_dir(self) -> Path:
+        return self.path / "versions" / self.version
+
+    def tenants(self) -> list[str]:
+        return sorted(self.manifest.get("tenants", {}))
+
+    def table(self, name: str, tenant: str | None = None, columns: list[str] | None = None) -> pa.Table:
+        if name not in PARQUET_TABLES:
+            raise StoreError(f"unknown table {name!r}; expected one of {PARQUET_TABLES}")
+        names = None if tenant is None else [tenant]
+        return _read_parquet_dir(self.version_dir / name, names, columns, schema.TABLES.get(name))
+
+    def nodes_table(self):
+        """The lancedb table pinned to the published version (for vector/FTS search)."""
+        if self._nodes_tbl is None:
+            tbl = _connect(self.path).open_table(NODES_TABLE)
+            if self.lance_version is not None:
+                tbl.checkout(self.lance_version)
+            self._nodes_tbl = tbl
+        return self._nodes_tbl
+
+    def nodes(self, tenant: str | None = None, columns: list[str] | None = None,
+              kinds: Iterable[str] | None = None) -> pa.Table:
+        filters = []
+        if tenant is not None:
+            filters.append(f"tenant_id = {sql_str(tenant)}")
+        if kinds is not None:
+            filters.append("kind IN (" + ", ".join(sql_str(k) for k in kinds) + ")")
+        q = self.nodes_table().search()
+        if filters:
+            q = q.where(" AND ".join(filters))
+        if columns is not None:
+            q = q.select(list(columns))
+        return q.limit(None).to_arrow()
+
+    def edges(self, tenant: str | None = None) -> pa.Table:
+        return self.table("edges", tenant)
+
+    def graph_path(self, tenant: str) -> Path:
+        return self.version_dir / "graphs" / f"{_safe(tenant)}.gt"
+
+
+class StoreWriter:
+    """Writes a new version of a store; nothing is visible to readers until :meth:`publish`."""
+
+    def __init__(self, path: str | Path, *, dim: int = schema.DEFAULT_EMBED_DIM):
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.dim = dim
+        self.base = StoreReader(self.path) if read_manifest(self.path) else None
+        self.number = self._next_number()
+        self.version = version_name(self.number)
+        self.version_dir = self.path / "versions" / self.version
+        if self.version_dir.exists():  # left over from a crashed, unpublished build
+            shutil.rmtree(self.version_dir)
+        self.version_dir.mkdir(parents=True)
+
+    def _next_number(self) -> int:
+        nums = [0]
+        for d in (self.path / "versions", self.path / "manifests"):
+            if d.exists():
+                for p in d.iterdir():
+                    m = _VERSION_RE.match(p.stem)
+                    if m:
+                        nums.append(int(m.group(1)))
+        if self.base is not None:
+            nums.append(int(self.base.version[1:]))
+        return max(nums) + 1
+
+    # -- Parquet tables -------------------------------------------------------------------
+    def table_path(self, name: str, part: str) -> Path:
+        if name not in PARQUET_TABLES:
+            raise StoreError(f"unknown table {name!r}")
+        return self.version_dir / name / f"{_safe(part)}.parquet"
+
+    def write_table(self, name: str, part: str, table: pa.Table) -> Path:
+        """Write one partition (usually a tenant) of a Parquet table, conformed to its schema."""
+        table = schema.conform(table, schema.TABLES[name], name=name)
+        out = self.table_path(name, part)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(".parquet.tmp")
+        pq.write_table(table, tmp, compression="zstd")
+        os.replace(tmp, out)
+        return out
+
+    def carry_over(self, tenant: str) -> None:
+        """Link an unchanged tenant's files from the published version (no recomputation)."""
+        if self.base is None:
+            raise StoreError(f"cannot carry over tenant {tenant!r}: the store has no published version")
+        for name in PARQUET_TABLES:
+            src = self.base.version_dir / name / f"{_safe(tenant)}.parquet"
+            if src.exists():
+                dst = self.table_path(name, tenant)
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                _link_or_copy(src, dst)
+        src = self.base.graph_path(tenant)
+        if src.exists():
+            _link_or_copy(src, self.graph_path(tenant))
+
+    def graph_path(self, tenant: str) -> Path:
+        p = self.version_dir / "graphs" / f"{_safe(tenant)}.gt"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        return p
+
+    # -- Lance nodes ----------------------------------------------------------------------
+    @property
+    def nodes_uri(self) -> str:
+        return str(self.path / "lance" / f"{NODES_TABLE}.lance")
+
+    def open_nodes(self):
+        db = _connect(self.path)
+        if NODES_TABLE in db.list_tables().tables:
+            return db.open_table(NODES_TABLE)
+        return db.create_table(NODES_TABLE, schema=schema.nodes_schema(self.dim))
+
+    def replace_tenant_nodes(self, tenants: Iterable[str], nodes: pa.Table | None) -> int:
+        """Delete these tenants' nodes and add ``nodes`` (a new Lance version). Returns the version."""
+        tbl = self.open_nodes()
+        tenants = sorted(set(tenants))
+        if tenants:
+            tbl.delete("tenant_id IN (" + ", ".join(sql_str(t) for t in tenants) + ")")
+        if nodes is not None and nodes.num_rows:
+            tbl.add(schema.conform(nodes, schema.nodes_schema(self.dim), name="nodes"))
+        return tbl.version
+
+    def index_nodes(self, *, min_rows_for_ann: int = 5_000) -> int:
+        """(Re)build the full-text, tenant/kind and vector indexes; returns the Lance version.
+
+        Below ``min_rows_for_ann`` rows the vector index is skipped: a flat scan is exact and
+        as fast. IVF_FLAT partitions grow with the table (about sqrt(n))."""
+        tbl = self.open_nodes()
+        n = tbl.count_rows()
+        if n == 0:
+            return tbl.version
+        from lancedb.index import FTS, Bitmap, IvfFlat
+
+        tbl.create_index("text", config=FTS(with_position=False, stem=True, remove_stop_words=False),
+                         replace=True)
+        tbl.create_index("tenant_id", config=Bitmap(), replace=True)
+        tbl.create_index("kind", config=Bitmap(), replace=True)
+        if n >= min_rows_for_ann:
+            parts = max(8, int(n ** 0.5))
+            tbl.create_index("embedding", config=IvfFlat(distance_type="cosine", num_partitions=parts),
+                             replace=True)
+        return tbl.version
+
+    # -- publish --------------------------------------------------------------------------
+    def publish(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        """Atomically make this version the one readers see."""
+        tbl = self.open_nodes()
+        data = dict(manifest)
+        data.update(version=self.version, lance_version=tbl.version, embedding_dim=self.dim)
+        atomic_write_json(self.path / "manifests" / f"{self.version}.json", data)
+        atomic_write_json(self.path / MANIFEST, data)
+        return data
+
+
+def rollback(store: str | Path, version: str) -> dict[str, Any]:
+    """Publish an earlier manifest again (its Lance version and Parquet files are kept)."""
+    store = Path(store)
+    src = store / "manifests" / f"{version}.json"
+    if not src.exists():
+        known = sorted(p.stem for p in (store / "manifests").glob("v*.json"))
+        raise StoreError(f"no published version {version!r} in {store}; known: {', '.join(known) or 'none'}")
+    data = json.loads(src.read_text(encoding="utf-8"))
+    if not (store / "versions" / version).exists():
+        raise StoreError(f"version {version} was published but its files are gone")
+    atomic_write_json(store / MANIFEST, data)
+    return data
+
+
+def published_versions(store: str | Path) -> list[str]:
+    d = Path(store) / "manifests"
+    return sorted(p.stem for p in d.glob("v*.json")) if d.exists() else []
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    if dst.exists():
+        dst.unlink()
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
