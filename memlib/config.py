@@ -41,8 +41,10 @@ class EmbedConfig(_Section):
     batch_size: int = 64
     query_prefix: str = "query: "
     passage_prefix: str = "passage: "
-    base_url: str | None = None
+    base_url: str | None = Field(None, description="OpenAI-compatible endpoint for backend=openai, e.g. http://host:8000/v1")
     api_key: SecretStr | None = None
+    threads: int | None = Field(None, ge=1, description="CPU threads for local backends (None: library default)")
+    timeout_s: float = Field(60.0, description="request timeout of the openai backend")
 
 
 class SegmentConfig(_Section):

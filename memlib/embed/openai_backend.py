@@ -1,0 +1,51 @@
+"""Any OpenAI-compatible ``/v1/embeddings`` endpoint through the openai client.
+
+``base_url``, ``api_key`` (SecretStr, never logged or shown in errors), ``model`` and the
+query/passage prefixes come from EmbedConfig. The vector size must equal ``cfg.dim``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from memlib.embed.base import Embedder, EmbedError, TextKind
+
+# local OpenAI-compatible servers often ignore the key but the client requires one
+NO_KEY = "not-needed"
+
+
+class OpenAIEmbedder(Embedder):
+    name = "openai"
+
+    def __init__(self, base_url: str | None, api_key: str | None, model: str, dim: int,
+                 batch_size: int = 64, query_prefix: str = "", passage_prefix: str = "",
+                 timeout_s: float = 60.0) -> None:
+        super().__init__(batch_size)
+        if not base_url:
+            raise EmbedError("embed.backend=openai needs embed.base_url (e.g. http://localhost:8000/v1)")
+        from openai import OpenAI
+
+        self.dim = dim
+        self.model = model
+        self._prefix = {TextKind.QUERY: query_prefix, TextKind.PASSAGE: passage_prefix}
+        self._client = OpenAI(base_url=base_url, api_key=api_key or NO_KEY, timeout=timeout_s, max_retries=3)
+        self._base_url = base_url
+
+    def _encode(self, texts: list[str], kind: TextKind) -> np.ndarray:
+        from openai import OpenAIError
+
+        prefix = self._prefix[kind]
+        try:
+            response = self._client.embeddings.create(model=self.model, input=[prefix + t for t in texts],
+                                                      encoding_format="float")
+        except OpenAIError as exc:
+            raise EmbedError(f"embedding request to {self._base_url} (model {self.model}) failed: "
+                             f"{type(exc).__name__}: {exc}") from exc
+        rows = sorted(response.data, key=lambda d: d.index)
+        if len(rows) != len(texts):
+            raise EmbedError(f"{self._base_url} returned {len(rows)} embeddings for {len(texts)} inputs")
+        vectors = np.asarray([r.embedding for r in rows], dtype=np.float32)
+        if vectors.ndim != 2 or vectors.shape[1] != self.dim:
+            raise EmbedError(f"model {self.model} at {self._base_url} returns vectors of size "
+                             f"{vectors.shape[-1] if vectors.ndim == 2 else '?'}, but embed.dim={self.dim}; "
+                             "set embed.dim to the model's size")
+        return vectors
