@@ -1,0 +1,112 @@
+"""openai backend through the real openai client against a tiny local HTTP server."""
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+import pytest
+
+from memlib.config import EmbedConfig
+from memlib.embed import EmbedError, get_embedder
+
+SERVER_DIM = 8
+SECRET = "sk-test-secret-123"
+
+
+def fake_vector(text: str, dim: int = SERVER_DIM) -> list[float]:
+    """Deterministic, unnormalized vector derived from the text."""
+    digest = hashlib.sha256(text.encode("utf-8")).digest()
+    return [b - 127.5 for b in digest[:dim]]
+
+
+class _Handler(BaseHTTPRequestHandler):
+    requests: list[dict] = []
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
+        if self.path != "/v1/embeddings":
+            return self._send(404, {"error": {"message": "not found"}})
+        inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        data = [{"object": "embedding", "index": i, "embedding": fake_vector(t)} for i, t in enumerate(inputs)]
+        data.reverse()  # the client must order by index, not by position
+        self._send(200, {"object": "list", "data": data, "model": body["model"],
+                         "usage": {"prompt_tokens": 1, "total_tokens": 1}})
+
+    def _send(self, code: int, obj: dict) -> None:
+        raw = json.dumps(obj).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+
+@pytest.fixture(scope="module")
+def server_url():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+    server.server_close()
+
+
+def _cfg(url: str, **kw) -> EmbedConfig:
+    base = dict(backend="openai", base_url=url, api_key=SECRET, model="fake-embed", dim=SERVER_DIM,
+                batch_size=2, query_prefix="query: ", passage_prefix="passage: ")
+    return EmbedConfig(**(base | kw))
+
+
+def test_embed_openai_vectors_prefixes_and_batches(server_url):
+    _Handler.requests.clear()
+    embedder = get_embedder(_cfg(server_url))
+    texts = ["alpha", "beta", "gamma"]
+    vectors = embedder.embed_passages(texts)
+    expected = np.array([fake_vector("passage: " + t) for t in texts], dtype=np.float32)
+    expected /= np.linalg.norm(expected, axis=1, keepdims=True)
+    assert vectors.shape == (3, SERVER_DIM) and vectors.dtype == np.float32
+    np.testing.assert_allclose(vectors, expected, atol=1e-6)
+    assert [r["body"]["input"] for r in _Handler.requests] == [["passage: alpha", "passage: beta"], ["passage: gamma"]]
+    assert all(r["auth"] == f"Bearer {SECRET}" and r["body"]["model"] == "fake-embed" for r in _Handler.requests)
+
+    query = embedder.embed_queries(["alpha"])
+    assert _Handler.requests[-1]["body"]["input"] == ["query: alpha"]
+    assert not np.allclose(query[0], vectors[0])
+    assert embedder.embed_queries([]).shape == (0, SERVER_DIM)
+
+
+def test_embed_openai_deterministic(server_url):
+    embedder = get_embedder(_cfg(server_url))
+    np.testing.assert_array_equal(embedder.embed_passages(["same"]), embedder.embed_passages(["same"]))
+
+
+def test_embed_openai_dim_mismatch(server_url):
+    embedder = get_embedder(_cfg(server_url, dim=16))
+    with pytest.raises(EmbedError, match="size 8.*embed.dim=16") as info:
+        embedder.embed_passages(["x"])
+    assert SECRET not in str(info.value)
+
+
+def test_embed_openai_http_error_is_clear_and_hides_key(server_url):
+    embedder = get_embedder(_cfg(server_url.removesuffix("/v1") + "/missing"))
+    with pytest.raises(EmbedError, match="failed") as info:
+        embedder.embed_passages(["x"])
+    assert SECRET not in str(info.value) and SECRET not in repr(embedder)
+
+
+def test_embed_openai_needs_base_url():
+    with pytest.raises(EmbedError, match="base_url"):
+        get_embedder(EmbedConfig(backend="openai", base_url=None))
+
+
+def test_embed_config_masks_api_key():
+    cfg = EmbedConfig(backend="openai", api_key=SECRET)
+    assert SECRET not in repr(cfg) and SECRET not in json.dumps(cfg.model_dump(mode="json"))
