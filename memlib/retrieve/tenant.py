@@ -1,0 +1,217 @@
+"""Everything a strategy needs for one tenant, loaded once and cached.
+
+:class:`TenantIndex` holds the tenant's nodes as columns (ids, kinds, texts, times,
+provenance, an L2-normalized embedding matrix), the turn map (turn node id -> source
+turn id, session, time, text), the pinned lancedb table, the query embedder and a lazily
+loaded graph. :class:`TenantCache` keeps the most recently used tenants of one published
+store version; a server replica holds one and calls :meth:`TenantCache.refresh` to pick
+up a newly published version.
+"""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Iterable, Protocol, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from memlib.io.store import StoreReader, read_manifest, sql_str
+
+NODE_COLUMNS = ["node_id", "kind", "text", "time", "session_id", "provenance", "attributes",
+                "importance", "embedding"]
+TURN_COLUMNS = ["node_id", "turn_id", "session_id", "session_index", "session_time", "turn_index",
+                "speaker", "text"]
+
+
+class QueryEmbedder(Protocol):
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        ...
+
+
+@dataclass(frozen=True)
+class TurnInfo:
+    node_id: str
+    turn_id: str
+    session_id: str
+    time: datetime | None
+    text: str
+    speaker: str | None
+
+
+def _embedding_matrix(col: pa.ChunkedArray, dim: int) -> np.ndarray:
+    """FixedSizeList column -> (n, dim) float32, rows L2-normalized, null rows zero."""
+    n = len(col)
+    if n == 0:
+        return np.zeros((0, dim), dtype=np.float32)
+    arr = col.combine_chunks()
+    valid = np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    mat = np.zeros((n, dim), dtype=np.float32)
+    if valid.any():
+        dense = arr.filter(pa.array(valid))
+        mat[valid] = dense.flatten().to_numpy(zero_copy_only=False).reshape(-1, dim)
+    norms = np.linalg.norm(mat, axis=1, keepdims=True)
+    return mat / np.maximum(norms, 1e-12)
+
+
+class TenantIndex:
+    """One tenant's retrieval view over a pinned store version."""
+
+    def __init__(self, reader: StoreReader, tenant: str, embedder: QueryEmbedder | None = None):
+        if tenant not in reader.tenants():
+            raise KeyError(f"unknown tenant {tenant!r} in store {reader.path} "
+                           f"(version {reader.version}); known: {', '.join(reader.tenants()[:20])}")
+        self.reader = reader
+        self.tenant = tenant
+        self.embedder = embedder
+        self._lock = threading.Lock()
+        self._load_nodes()
+        self._load_turns()
+
+    # -- loading ------------------------------------------------------------------------
+    def _load_nodes(self) -> None:
+        tbl = self.reader.nodes(self.tenant, columns=NODE_COLUMNS)
+        self.node_ids: list[str] = tbl.column("node_id").to_pylist()
+        self.kinds = np.asarray(tbl.column("kind").to_pylist(), dtype=object)
+        self.texts: list[str] = tbl.column("text").to_pylist()
+        self.times: list[datetime | None] = tbl.column("time").to_pylist()
+        self.session_ids: list[str | None] = tbl.column("session_id").to_pylist()
+        self.provenance: list[list[str]] = [p or [] for p in tbl.column("provenance").to_pylist()]
+        self.attributes: list[str | None] = tbl.column("attributes").to_pylist()
+        self.importance = np.nan_to_num(
+            np.asarray(tbl.column("importance").to_numpy(zero_copy_only=False), dtype=np.float32))
+        self.embeddings = _embedding_matrix(tbl.column("embedding"), self.reader.dim)
+        self.row_of: dict[str, int] = {nid: i for i, nid in enumerate(self.node_ids)}
+
+    def _load_turns(self) -> None:
+        tbl = self.reader.table("turns", self.tenant, columns=TURN_COLUMNS)
+        tbl = tbl.sort_by([("session_index", "ascending"), ("turn_index", "ascending")])
+        cols = {c: tbl.column(c).to_pylist() for c in ("node_id", "turn_id", "session_id", "session_time",
+                                                       "text", "speaker")}
+        self.turns: dict[str, TurnInfo] = {
+            nid: TurnInfo(nid, tid, sid, st, txt, spk)
+            for nid, tid, sid, st, txt, spk in zip(cols["node_id"], cols["turn_id"], cols["session_id"],
+                                                   cols["session_time"], cols["text"], cols["speaker"])
+        }
+        self.turn_order: list[str] = cols["node_id"]  # turns in conversation order
+        self.turn_by_source: dict[str, str] = {t.turn_id: nid for nid, t in self.turns.items()}
+
+    # -- lookups ------------------------------------------------------------------------
+    @property
+    def version(self) -> str:
+        return self.reader.version
+
+    @property
+    def n_nodes(self) -> int:
+        return len(self.node_ids)
+
+    def rows_of_kind(self, kinds: Iterable[str] | None) -> np.ndarray:
+        """Row indexes of nodes whose kind is in ``kinds`` (all rows for None)."""
+        if kinds is None:
+            return np.arange(self.n_nodes)
+        wanted = [getattr(k, "value", k) for k in kinds]
+        return np.flatnonzero(np.isin(self.kinds, wanted))
+
+    def turns_of(self, node_id: str) -> list[str]:
+        """Source turn node ids of a node: a turn is itself, others through provenance."""
+        if node_id in self.turns:
+            return [node_id]
+        row = self.row_of.get(node_id)
+        if row is None:
+            return []
+        return [t for t in self.provenance[row] if t in self.turns]
+
+    def where(self, kinds: Iterable[str] | None = None) -> str:
+        """Lance filter for this tenant (and kinds)."""
+        clause = f"tenant_id = {sql_str(self.tenant)}"
+        if kinds is not None:
+            clause += " AND kind IN (" + ", ".join(sql_str(getattr(k, "value", k)) for k in kinds) + ")"
+        return clause
+
+    @property
+    def table(self):
+        """The lancedb nodes table pinned to this store version."""
+        return self.reader.nodes_table()
+
+    # -- query embedding and graph -------------------------------------------------------
+    def embed_query(self, query: str) -> np.ndarray:
+        if self.embedder is None:
+            raise RuntimeError("this TenantIndex has no query embedder; pass one (memlib.embed.get_embedder)")
+        return np.asarray(self.embedder.embed_queries([query])[0], dtype=np.float32)
+
+    @property
+    def graph_path(self) -> Path:
+        return self.reader.graph_path(self.tenant)
+
+    @cached_property
+    def graph(self) -> Any:
+        """The tenant graph via memlib.graph.load (loaded on first use, then kept)."""
+        with self._lock:
+            from memlib import graph as graph_mod
+
+            loader = getattr(graph_mod, "load", None)
+            if loader is None:
+                raise RuntimeError("memlib.graph.load is not available in this build")
+            if not self.graph_path.exists():
+                raise FileNotFoundError(f"no graph for tenant {self.tenant!r} at {self.graph_path}")
+            return loader(self.graph_path)
+
+
+@dataclass
+class TenantCache:
+    """LRU of :class:`TenantIndex` objects for one published version of a store.
+
+    ``get`` is thread-safe; ``refresh`` re-reads the manifest and drops every cached
+    tenant when a new version has been published."""
+
+    store: Path
+    embedder: QueryEmbedder | None = None
+    max_tenants: int = 64
+    _reader: StoreReader | None = field(default=None, repr=False)
+    _items: "OrderedDict[str, TenantIndex]" = field(default_factory=OrderedDict, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def __post_init__(self) -> None:
+        self.store = Path(self.store)
+
+    @property
+    def reader(self) -> StoreReader:
+        if self._reader is None:
+            self._reader = StoreReader(self.store)
+        return self._reader
+
+    @property
+    def version(self) -> str:
+        return self.reader.version
+
+    def tenants(self) -> list[str]:
+        return self.reader.tenants()
+
+    def refresh(self) -> bool:
+        """Switch to the currently published version; True when it changed."""
+        manifest = read_manifest(self.store)
+        if manifest is None or (self._reader is not None and manifest["version"] == self._reader.version):
+            return False
+        with self._lock:
+            self._reader = StoreReader(self.store, manifest)
+            self._items.clear()
+        return True
+
+    def get(self, tenant: str) -> TenantIndex:
+        with self._lock:
+            idx = self._items.get(tenant)
+            if idx is not None:
+                self._items.move_to_end(tenant)
+                return idx
+            idx = TenantIndex(self.reader, tenant, self.embedder)
+            self._items[tenant] = idx
+            while len(self._items) > self.max_tenants:
+                self._items.popitem(last=False)
+            return idx
+
+    def __len__(self) -> int:
+        return len(self._items)
