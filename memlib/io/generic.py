@@ -1,0 +1,131 @@
+"""Generic JSONL reader (format in FORMAT.md) and the record dispatch shared with Parquet.
+
+Streaming by tenant: a first pass reads the file line by line and records, per tenant,
+the byte ranges ("runs") of its consecutive lines, plus a sha256 per run. A second pass
+seeks to each tenant's runs, so rows of one tenant may be spread across the file and memory
+holds one tenant's records plus the run index (one entry per tenant when the file is
+grouped by tenant, the recommended layout; at worst one entry per line). Lines whose
+tenant cannot be read (bad JSON, bad UTF-8, a missing or invalid tenant_id) belong to the
+run they appear in, so they are quarantined with that tenant's records.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from memlib.config import IOConfig
+from memlib.io.builder import TenantBuilder
+from memlib.io.jsonarray import open_checked
+from memlib.io.result import ReadResult
+from memlib.io.validate import ReasonCode, parse_iso_time, validate_tenant_id
+
+TURN_KIND, QUESTION_KIND = "turn", "question"
+
+
+@dataclass
+class _Run:
+    start: int
+    first_line: int
+    end: int = 0
+    sha: Any = field(default_factory=hashlib.sha256)
+
+
+def _line_tenant(line: bytes) -> str | None:
+    try:
+        obj = json.loads(line)
+    except ValueError:
+        return None
+    tenant = obj.get("tenant_id") if isinstance(obj, dict) else None
+    return tenant if validate_tenant_id(tenant) is None else None
+
+
+def index_runs(path: str | Path) -> dict[str | None, list[_Run]]:
+    """First pass: tenant -> its runs of consecutive lines (byte ranges), in file order."""
+    runs: dict[str | None, list[_Run]] = {}
+    run, owner, offset = None, None, 0
+    with open_checked(path) as fh:
+        for lineno, line in enumerate(fh, 1):
+            tenant = _line_tenant(line) if line.strip() else None
+            if run is None or (tenant is not None and owner is not None and tenant != owner):
+                run, owner = _Run(start=offset, first_line=lineno), tenant
+                if owner is not None:
+                    runs.setdefault(owner, []).append(run)
+            elif owner is None and tenant is not None:  # leading tenant-less lines join the first tenant
+                owner = tenant
+                runs.setdefault(owner, []).append(run)
+            run.sha.update(line)
+            offset += len(line)
+            run.end = offset
+    if run is not None and owner is None:
+        runs[None] = [run]
+    return runs
+
+
+def question_record(obj: dict[str, Any]) -> dict[str, Any]:
+    return {k: obj.get(k) for k in ("tenant_id", "question_id", "question", "answer", "category",
+                                    "evidence", "evidence_sessions", "question_time")}
+
+
+def add_object(b: TenantBuilder, obj: Any, where: str, raw: Any) -> None:
+    """Dispatch one decoded record (turn or question) to the builder."""
+    if not isinstance(obj, dict):
+        b.reject((ReasonCode.NOT_OBJECT, f"record is a JSON {type(obj).__name__}, not an object"), where, raw)
+        return
+    kind = obj.get("kind") or TURN_KIND
+    if kind == TURN_KIND:
+        b.add_turn(obj, where, raw)
+    elif kind == QUESTION_KIND:
+        b.add_question(question_record(obj), where, raw)
+    else:
+        b.reject((ReasonCode.UNKNOWN_KIND, f"kind {str(kind)[:40]!r} is not 'turn' or 'question'"),
+                 where, raw, obj)
+
+
+def _add_line(b: TenantBuilder, line: bytes, where: str) -> None:
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        b.reject((ReasonCode.BAD_UTF8, f"invalid UTF-8 byte at position {exc.start}"), where, line)
+        return
+    if not text.strip():
+        return
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        b.reject((ReasonCode.BAD_JSON, f"not JSON: {exc.msg} at column {exc.colno}"), where, text)
+        return
+    add_object(b, obj, where, text.rstrip("\n"))
+
+
+def _tenant_result(fh, runs: list[_Run], source: str, cfg: IOConfig) -> ReadResult:
+    b = TenantBuilder(source, cfg, parse_iso_time, require_time=False)
+    for run in runs:
+        fh.seek(run.start)
+        offset, lineno = run.start, run.first_line
+        while offset < run.end:
+            line = fh.readline()
+            _add_line(b, line, f"line {lineno}")
+            offset += len(line)
+            lineno += 1
+    return b.result()
+
+
+def iter_tenants(path: str | Path, cfg: IOConfig) -> Iterator[ReadResult]:
+    runs = index_runs(path)
+    with open_checked(path) as fh:
+        for tenant_runs in runs.values():
+            yield _tenant_result(fh, tenant_runs, str(path), cfg)
+
+
+def fingerprints(path: str | Path) -> dict[str, str]:
+    out = {}
+    for tenant, tenant_runs in index_runs(path).items():
+        h = hashlib.sha256()
+        for run in tenant_runs:
+            h.update(run.sha.digest())
+        out[tenant if tenant is not None else ""] = h.hexdigest()
+    return out

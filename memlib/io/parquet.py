@@ -1,0 +1,66 @@
+"""Generic Parquet reader: the JSONL columns as a table, one row per turn or question.
+
+Each tenant is read with a polars lazy scan filtered on ``tenant_id`` (predicate pushdown
+skips row groups of other tenants when the file is sorted by tenant, the recommended
+layout), so memory holds one tenant at a time.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from memlib.config import IOConfig
+from memlib.io.builder import TenantBuilder
+from memlib.io.errors import InputError
+from memlib.io.generic import add_object
+from memlib.io.jsonarray import record_hash
+from memlib.io.result import ReadResult
+from memlib.io.validate import parse_iso_time
+
+_ROW = "_row"
+
+
+def _scan(path: str | Path) -> pl.LazyFrame:
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(p, "file not found")
+    try:
+        names = pq.read_schema(p).names
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise InputError(p, f"not a Parquet file: {str(exc).splitlines()[0][:200]}") from exc
+    if "tenant_id" not in names:
+        raise InputError(p, "Parquet file has no tenant_id column")
+    return pl.scan_parquet(p).with_row_index(_ROW, offset=1)
+
+
+def _tenants(lf: pl.LazyFrame) -> list[str | None]:
+    return lf.select(pl.col("tenant_id").unique(maintain_order=True)).collect().get_column("tenant_id").to_list()
+
+
+def _frame(lf: pl.LazyFrame, tenant: str | None) -> pl.DataFrame:
+    cond = pl.col("tenant_id").is_null() if tenant is None else pl.col("tenant_id") == tenant
+    return lf.filter(cond).collect()
+
+
+def _tenant_result(df: pl.DataFrame, source: str, cfg: IOConfig) -> ReadResult:
+    b = TenantBuilder(source, cfg, parse_iso_time, require_time=False)
+    for row in df.to_dicts():
+        where = f"row {row.pop(_ROW)}"
+        add_object(b, row, where, row)
+    return b.result()
+
+
+def iter_tenants(path: str | Path, cfg: IOConfig) -> Iterator[ReadResult]:
+    lf = _scan(path)
+    for tenant in _tenants(lf):
+        yield _tenant_result(_frame(lf, tenant), str(path), cfg)
+
+
+def fingerprints(path: str | Path) -> dict[str, str]:
+    lf = _scan(path)
+    return {tenant if tenant is not None else "": record_hash(_frame(lf, tenant).drop(_ROW).to_dicts())
+            for tenant in _tenants(lf)}
