@@ -1,0 +1,107 @@
+"""Run retrieval strategies over a store's questions, in-process, and score them."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import polars as pl
+import pyarrow as pa
+
+from memlib.config import MemlibConfig
+from memlib.eval import metrics as M
+from memlib.eval.questions import Dataset, Group, QuestionSet, select_questions
+from memlib.retrieve.kernels import run_search
+from memlib.retrieve.registry import get_strategy, parse_strategies
+from memlib.retrieve.tenant import QueryEmbedder, TenantCache
+
+RANKED_DEPTH = 20  # ranked_turn_ids kept per question in per_question.parquet
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass
+class EvalRun:
+    metrics: dict[str, Any]
+    per_question: pl.DataFrame
+
+
+def default_embedder(cfg: MemlibConfig) -> QueryEmbedder:
+    from memlib.embed import get_embedder
+
+    return get_embedder(cfg.embed)
+
+
+def _search_rows(cache: TenantCache, name: str, cfg: MemlibConfig, qs: pl.DataFrame, depth: int,
+                 progress: Progress | None) -> list[dict[str, Any]]:
+    strategy = get_strategy(name, cfg)
+    rows: list[dict[str, Any]] = []
+    warmed = False
+    for i, q in enumerate(qs.iter_rows(named=True)):
+        idx = cache.get(q["tenant_id"])
+        if not warmed:  # first call loads models and opens indexes: not part of latency
+            run_search(idx, strategy, q["question"], depth)
+            warmed = True
+        res = run_search(idx, strategy, q["question"], depth)
+        rows.append({"strategy": name, "tenant_id": q["tenant_id"], "question_id": q["question_id"],
+                     "ranked_turn_ids": res.turn_ids, "ranked_session_ids": res.session_ids,
+                     "latency_ms": res.latency_ms, "n_nodes": len(res.nodes), "context": res.context})
+        if progress is not None:
+            progress(name, i + 1, qs.height)
+    return rows
+
+
+def _score(qs: pl.DataFrame, hits: list[dict[str, Any]], ks: Sequence[int]) -> pl.DataFrame:
+    res = pl.DataFrame(hits, schema_overrides={"ranked_turn_ids": pl.List(pl.Utf8),
+                                               "ranked_session_ids": pl.List(pl.Utf8)})
+    frame = qs.join(res, on=["tenant_id", "question_id"], how="inner", maintain_order="left")
+    scores = M.score_questions(frame.get_column("ranked_turn_ids").to_list(), frame.get_column("evidence").to_list(),
+                               frame.get_column("ranked_session_ids").to_list(),
+                               frame.get_column("evidence_sessions").to_list(), ks)
+    frame = frame.with_columns([pl.Series(k, v) for k, v in scores.items()])
+    return frame.with_columns(pl.col("ranked_turn_ids").list.head(RANKED_DEPTH),
+                              pl.col("ranked_session_ids").list.head(RANKED_DEPTH))
+
+
+def strategy_metrics(frame: pl.DataFrame) -> dict[str, Any]:
+    overall = frame.filter(pl.col("group") == Group.OVERALL.value)
+    out: dict[str, Any] = M.summarize(overall)
+    out["by_category"] = M.by_category(overall)
+    adversarial = frame.filter(pl.col("group") == Group.ADVERSARIAL.value)
+    if adversarial.height:
+        out["adversarial"] = M.summarize(adversarial)
+    return out
+
+
+def evaluate(store: str | Path, questions: QuestionSet | pa.Table | pl.DataFrame, strategies: Sequence[str] | str,
+             ks: Sequence[int], cfg: MemlibConfig, *, dataset: Dataset = Dataset.STORE,
+             embedder: QueryEmbedder | None = None, progress: Progress | None = None) -> EvalRun:
+    """Every strategy over every selected question; per-question rows and aggregated metrics."""
+    names = parse_strategies(strategies)
+    ks = sorted(set(int(k) for k in ks))
+    cache = TenantCache(Path(store), embedder=embedder if embedder is not None else default_embedder(cfg),
+                        max_tenants=max(8, cfg.serve.replicas))
+    qset = questions if isinstance(questions, QuestionSet) else select_questions(questions, cache.reader, dataset)
+    qs = qset.frame.sort(["tenant_id", "question_id"])  # tenant-contiguous: one index load each
+    depth = max(max(ks), RANKED_DEPTH)
+    frames = [_score(qs, _search_rows(cache, n, cfg, qs, depth, progress), ks) for n in names]
+    per_question = pl.concat(frames) if frames else pl.DataFrame()
+    metrics: dict[str, Any] = {
+        "dataset": qset.dataset.value, "store": str(store), "store_version": cache.version, "ks": ks,
+        "n_questions": qset.group(Group.OVERALL).height,
+        "n_adversarial": qset.group(Group.ADVERSARIAL).height, **qset.counts(),
+        "strategies": {n: strategy_metrics(per_question.filter(pl.col("strategy") == n)) for n in names},
+    }
+    return EvalRun(metrics, per_question)
+
+
+def run_eval(store: str | Path, questions: QuestionSet | pa.Table | pl.DataFrame, strategies: Sequence[str] | str,
+             ks: Sequence[int], cfg: MemlibConfig, *, dataset: Dataset = Dataset.STORE,
+             embedder: QueryEmbedder | None = None, out: str | Path | None = None,
+             progress: Progress | None = None) -> dict[str, Any]:
+    """:func:`evaluate`, and write metrics.json, per_question.parquet, report.md and plots to ``out``."""
+    run = evaluate(store, questions, strategies, ks, cfg, dataset=dataset, embedder=embedder, progress=progress)
+    if out is not None:
+        from memlib.eval.report import write_report
+
+        write_report(run, Path(out))
+    return run.metrics

@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+
+from memlib.config import MemlibConfig
+from memlib.eval.questions import Dataset, select_questions
+from memlib.eval.report import format_table
+from memlib.eval.runner import run_eval
+from memlib.io.store import StoreReader
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def test_malformed_evidence_excluded_and_counted(tiny_store):
+    reader = StoreReader(tiny_store)
+    qset = select_questions(reader.table("questions"), reader, Dataset.LOCOMO)
+    assert qset.n_input == 4 and qset.n_excluded_malformed == 1
+    assert sorted(qset.frame.get_column("question_id")) == ["q1", "q2", "q3"]
+    groups = dict(zip(qset.frame.get_column("question_id"), qset.frame.get_column("group")))
+    assert groups["q3"] == "adversarial" and groups["q1"] == "overall"
+    sess = dict(zip(qset.frame.get_column("question_id"), qset.frame.get_column("evidence_sessions").to_list()))
+    assert sess["q1"] == ["S1"]
+
+
+def test_run_eval_writes_report_and_plots(tiny_store, hash_embedder, tmp_path):
+    reader = StoreReader(tiny_store)
+    out = tmp_path / "eval"
+    metrics = run_eval(tiny_store, reader.table("questions"), "bm25,dense,hybrid", [1, 3, 5], MemlibConfig(),
+                       dataset=Dataset.LOCOMO, embedder=hash_embedder, out=out)
+    assert metrics["n_questions"] == 2 and metrics["n_adversarial"] == 1 and metrics["n_excluded_malformed"] == 1
+    bm25 = metrics["strategies"]["bm25"]
+    assert set(bm25["by_category"]) == {"1", "4"}
+    assert 0.0 <= bm25["turn_recall@5"] <= 1.0 and bm25["latency_ms_p95"] >= bm25["latency_ms_p50"] > 0
+    assert bm25["adversarial"]["n_questions"] == 1
+    saved = json.loads((out / "metrics.json").read_text())
+    assert saved["strategies"]["hybrid"]["turn_recall@5"] == metrics["strategies"]["hybrid"]["turn_recall@5"]
+    pq = pl.read_parquet(out / "per_question.parquet")
+    assert pq.height == 3 * 3 and {"ranked_turn_ids", "turn_recall@5", "latency_ms", "evidence"} <= set(pq.columns)
+    assert pq.filter(pl.col("question_id") == "q1").get_column("ranked_turn_ids").list.len().min() > 0
+    for png in ("recall_at_k.png", "by_category.png"):
+        data = (out / png).read_bytes()
+        assert data.startswith(PNG) and len(data) > 2000
+    report = (out / "report.md").read_text()
+    assert "| bm25 |" in report and "Adversarial" in report
+    assert "turn_recall@5" in format_table(metrics)
+
+
+def test_bm25_finds_lexical_evidence(tiny_store, hash_embedder):
+    reader = StoreReader(tiny_store)
+    metrics = run_eval(tiny_store, reader.table("questions"), ["bm25"], [5], MemlibConfig(),
+                       dataset=Dataset.LOCOMO, embedder=hash_embedder)
+    assert metrics["strategies"]["bm25"]["turn_recall@5"] == pytest.approx(1.0)
