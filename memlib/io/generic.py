@@ -19,6 +19,7 @@ from typing import Any
 
 from memlib.config import IOConfig
 from memlib.io.builder import TenantBuilder
+from memlib.io.errors import InputError
 from memlib.io.jsonarray import open_checked
 from memlib.io.result import ReadResult
 from memlib.io.validate import ReasonCode, parse_iso_time, validate_tenant_id
@@ -34,22 +35,26 @@ class _Run:
     sha: Any = field(default_factory=hashlib.sha256)
 
 
-def _line_tenant(line: bytes) -> str | None:
+def _line_tenant(line: bytes) -> tuple[bool, str | None]:
+    """(line is a JSON object, its valid tenant id or None)."""
     try:
         obj = json.loads(line)
     except ValueError:
-        return None
-    tenant = obj.get("tenant_id") if isinstance(obj, dict) else None
-    return tenant if validate_tenant_id(tenant) is None else None
+        return False, None
+    if not isinstance(obj, dict):
+        return False, None
+    tenant = obj.get("tenant_id")
+    return True, (tenant if validate_tenant_id(tenant) is None else None)
 
 
 def index_runs(path: str | Path) -> dict[str | None, list[_Run]]:
     """First pass: tenant -> its runs of consecutive lines (byte ranges), in file order."""
     runs: dict[str | None, list[_Run]] = {}
-    run, owner, offset = None, None, 0
+    run, owner, offset, any_object = None, None, 0, False
     with open_checked(path) as fh:
         for lineno, line in enumerate(fh, 1):
-            tenant = _line_tenant(line) if line.strip() else None
+            is_object, tenant = _line_tenant(line) if line.strip() else (False, None)
+            any_object = any_object or is_object
             if run is None or (tenant is not None and owner is not None and tenant != owner):
                 run, owner = _Run(start=offset, first_line=lineno), tenant
                 if owner is not None:
@@ -61,6 +66,8 @@ def index_runs(path: str | Path) -> dict[str | None, list[_Run]]:
             offset += len(line)
             run.end = offset
     if run is not None and owner is None:
+        if not any_object:
+            raise InputError(path, "no line is a JSON object: not a JSONL file")
         runs[None] = [run]
     return runs
 

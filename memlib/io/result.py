@@ -53,3 +53,19 @@ class ReadResult:
             "quarantined_by_reason": dict(zip(by_reason.get_column("reason_code").to_list(),
                                               by_reason.get_column("len").to_list())),
         }
+
+
+def combine_summaries(summaries: list[dict[str, Any]]) -> dict[str, Any]:
+    """Total of per-tenant :meth:`ReadResult.summary` dicts (tenants are disjoint)."""
+    counts = ("tenants", "conversations", "sessions", "turns", "questions", "quarantined")
+    total: dict[str, Any] = {k: sum(s[k] for s in summaries) for k in counts}
+    firsts = [s["first_session_time"] for s in summaries if s["first_session_time"]]
+    lasts = [s["last_session_time"] for s in summaries if s["last_session_time"]]
+    total["first_session_time"] = min(firsts) if firsts else None
+    total["last_session_time"] = max(lasts) if lasts else None
+    reasons: dict[str, int] = {}
+    for s in summaries:
+        for code, n in s["quarantined_by_reason"].items():
+            reasons[code] = reasons.get(code, 0) + n
+    total["quarantined_by_reason"] = dict(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])))
+    return total
