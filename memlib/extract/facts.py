@@ -15,6 +15,7 @@ import polars as pl
 from memlib.config import Backend
 from memlib.extract.base import ExtractionContext, ExtractResult, Stage, register
 from memlib.extract.concepts import canonicalize, concept_labels
+from memlib.extract.entities import ENTITY_LABELS
 from memlib.extract.events import pick_event_time
 from memlib.extract.parse import ParsedTurn, parsed_turns
 from memlib.extract.person import rewrite_speaker
@@ -23,7 +24,6 @@ from memlib.ids import make_id
 from memlib.schema import EdgeKind, NodeKind
 from memlib.text.dates import resolve_dates, rewrite_relative
 
-ENTITY_LABELS = frozenset({"PERSON", "ORG", "GPE", "LOC", "EVENT", "WORK_OF_ART", "PRODUCT", "NORP", "FAC"})
 _MAX_FACT_CHARS = 400
 
 

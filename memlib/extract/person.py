@@ -69,7 +69,7 @@ def _replacement(tok: Any, speaker: str, other: str | None, group: str) -> tuple
     if low in _GROUP:
         return group, False
     if low in _POSS_GROUP:
-        return f"{group}'s", False
+        return (f"{group}'" if group.endswith("s") else f"{group}'s"), False
     if other and tok.pos_ == "PRON" and not _is_generic_you(tok):
         if low in _YOU:
             return other, subj

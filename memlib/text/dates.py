@@ -128,6 +128,17 @@ def _is_relative(match: re.Match[str]) -> bool:
     return any(match.group(f"r{i}") for i in range(len(_RELATIVE)))
 
 
+def _period_start(day: date, gran: Granularity) -> date:
+    """Normalize a resolved date to the start of its period (Monday, 1st of month, 1 January)."""
+    if gran is Granularity.WEEK:
+        return day - timedelta(days=day.weekday())
+    if gran is Granularity.MONTH:
+        return day.replace(day=1)
+    if gran is Granularity.YEAR:
+        return day.replace(month=1, day=1)
+    return day
+
+
 def _as_datetime(day: date, anchor: datetime) -> datetime:
     return datetime(day.year, day.month, day.day, tzinfo=anchor.tzinfo)
 
@@ -144,6 +155,7 @@ def resolve_dates(text: str, anchor: datetime) -> list[DateMention]:
         if parsed is None:
             continue
         day, gran = parsed
+        day = _period_start(day, gran)
         out.append(DateMention(m.start(), m.end(), expr, _as_datetime(day, anchor), gran, _is_relative(m)))
     return out
 
@@ -154,8 +166,7 @@ def format_mention(mention: DateMention) -> str:
     if mention.granularity is Granularity.DAY:
         return f"on {d.day} {d:%B} {d.year}"
     if mention.granularity is Granularity.WEEK:
-        monday = d.date() - timedelta(days=d.weekday())
-        return f"in the week of {monday.day} {monday:%B} {monday.year}"
+        return f"in the week of {d.day} {d:%B} {d.year}"
     if mention.granularity is Granularity.MONTH:
         return f"in {d:%B} {d.year}"
     return f"in {d.year}"

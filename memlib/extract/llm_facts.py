@@ -1,0 +1,101 @@
+"""LLM facts + concepts (GAAMA), with outdated-fact detection (PersonalAI).
+
+Each unit's prompt shows the turns, recent existing facts and concepts of the conversation
+and the turns just before the unit. After extraction, facts of later sessions are checked
+against lexically related facts of earlier sessions; a fact that replaces an old one gets a
+SUPERSEDES edge (new -> old) and closes the old fact's ``valid_to``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from memlib.config import Backend
+from memlib.extract.base import ExtractionContext, ExtractResult, Stage, register
+from memlib.extract.concepts import token_key
+from memlib.extract.llm_common import Unit, numbered, run_stage
+from memlib.extract.llm_outdated import supersede
+from memlib.extract.tables import edge_table, node_table
+from memlib.ids import make_id
+from memlib.llm.models import FactsOut, Task
+from memlib.schema import EdgeKind, NodeKind
+
+EXISTING_FACTS = 8
+EXISTING_CONCEPTS = 25
+
+
+def _existing(ctx: ExtractionContext) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """Per conversation: the most recent existing fact texts and concept labels."""
+    if ctx.facts is None or ctx.facts.num_rows == 0:
+        return {}, {}
+    df = pl.from_arrow(ctx.facts.select(["conversation_id", "tenant_id", "kind", "text", "time"]))
+    facts = (df.filter(pl.col("kind") == NodeKind.FACT.value).sort("time", nulls_last=False)
+             .group_by("conversation_id").agg(pl.col("text").tail(EXISTING_FACTS)))
+    concepts = (df.filter(pl.col("kind") == NodeKind.CONCEPT.value)
+                .group_by("tenant_id").agg(pl.col("text").head(EXISTING_CONCEPTS)))
+    return (dict(zip(facts["conversation_id"], facts["text"])),
+            dict(zip(concepts["tenant_id"], concepts["text"])))
+
+
+def _previous_lines(ctx: ExtractionContext) -> dict[str, str]:
+    """unit's first turn node id -> the two turns before it in its session (related episodes)."""
+    df = (pl.from_arrow(ctx.turns.select(["conversation_id", "session_id", "session_index", "turn_index",
+                                          "node_id", "speaker", "text"]))
+          .sort(["conversation_id", "session_index", "turn_index"])
+          .with_columns((pl.col("speaker").fill_null("?") + ": " + pl.col("text").str.slice(0, 200))
+                        .alias("line")))
+    prev = df.with_columns(
+        pl.concat_str([pl.col("line").shift(2).over("session_id"), pl.col("line").shift(1).over("session_id")],
+                      separator="\n", ignore_nulls=True).alias("prev"))
+    return dict(zip(prev["node_id"], prev["prev"]))
+
+
+def convert(unit: Unit, out: FactsOut, model: str) -> ExtractResult:
+    nodes: list[dict[str, Any]] = []
+    edges: list[dict[str, Any]] = []
+    for item in out.facts:
+        prov = unit.turns_at(item.turns)
+        if not prov:
+            continue
+        fid = make_id(NodeKind.FACT, unit.tenant_id, unit.conversation_id, " ".join(item.text.split()))
+        labels = [token_key(c) for c in item.concepts if c.strip()][:3]
+        cids = [make_id("concept", unit.tenant_id, lab) for lab in labels]
+        nodes.append({"node_id": fid, "tenant_id": unit.tenant_id, "conversation_id": unit.conversation_id,
+                      "kind": NodeKind.FACT.value, "text": item.text, "time": unit.session_time,
+                      "valid_from": unit.session_time, "session_id": unit.session_id, "belief": 1.0,
+                      "provenance": prov, "attributes": {"concepts": labels, "concept_ids": cids}})
+        edges += [{"tenant_id": unit.tenant_id, "src": fid, "dst": t, "kind": EdgeKind.DERIVED_FROM,
+                   "provenance": [t]} for t in prov]
+        for cid, lab in zip(cids, labels):
+            nodes.append({"node_id": cid, "tenant_id": unit.tenant_id, "kind": NodeKind.CONCEPT.value,
+                          "text": lab.replace("_", " "), "provenance": prov, "attributes": {"label": lab}})
+            edges.append({"tenant_id": unit.tenant_id, "src": fid, "dst": cid, "kind": EdgeKind.ABOUT_CONCEPT,
+                          "provenance": prov})
+            edges += [{"tenant_id": unit.tenant_id, "src": t, "dst": cid, "kind": EdgeKind.HAS_CONCEPT,
+                       "provenance": [t]} for t in prov]
+    return ExtractResult(node_table(nodes), edge_table(edges))
+
+
+def variables_for(ctx: ExtractionContext):
+    facts, concepts = _existing(ctx)
+    prev = _previous_lines(ctx)
+
+    def variables(u: Unit) -> dict[str, str]:
+        return {"turns": u.lines, "session_date": u.session_date,
+                "existing_facts": numbered(facts.get(u.conversation_id, [])),
+                "existing_concepts": ", ".join(c.replace(" ", "_") for c in concepts.get(u.tenant_id, []))
+                or "(none)",
+                "related_episodes": prev.get(u.turn_node_ids[0]) or "(none)"}
+    return variables
+
+
+@register
+class LLMFacts:
+    name = Stage.FACTS
+    backend = Backend.LLM
+
+    def run(self, ctx: ExtractionContext) -> ExtractResult:
+        res = run_stage(ctx, Stage.FACTS, Task.FACTS, variables_for(ctx), convert)
+        return supersede(ctx, res)
+

@@ -1,0 +1,90 @@
+"""GAAMA reflections (heuristic backend): recurring (speaker, concept) themes per tenant.
+
+A reflection is written for every (tenant, speaker, concept) with at least ``min_facts``
+facts spanning at least ``min_sessions`` sessions, e.g. "Caroline repeatedly talks about
+pottery class (4 facts, May–Aug 2023)". It links to its facts (DERIVED_FROM_FACT) and to
+the concept (ABOUT_CONCEPT); provenance is the union of those facts' turns.
+"""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import polars as pl
+
+from memlib.config import Backend
+from memlib.extract.base import ExtractionContext, ExtractResult, Stage, register
+from memlib.extract.tables import edge_table, node_table
+from memlib.ids import make_id
+from memlib.schema import EdgeKind, NodeKind
+
+
+def span_label(start: datetime | None, end: datetime | None) -> str:
+    """'May–Aug 2023', 'Dec 2022–Feb 2023', 'May 2023' or '' for unknown times."""
+    if start is None or end is None:
+        return ""
+    if (start.year, start.month) == (end.year, end.month):
+        return f"{start:%b %Y}"
+    if start.year == end.year:
+        return f"{start:%b}–{end:%b %Y}"
+    return f"{start:%b %Y}–{end:%b %Y}"
+
+
+def _fact_concepts(facts: Any) -> pl.DataFrame:
+    attrs = pl.col("attributes")
+    return (pl.from_arrow(facts.select(["node_id", "tenant_id", "kind", "session_id", "time", "provenance",
+                                        "attributes"]))
+            .filter(pl.col("kind") == NodeKind.FACT.value)
+            .with_columns(attrs.str.json_path_match("$.speaker").alias("speaker"),
+                          attrs.str.json_path_match("$.concept_ids").fill_null("[]")
+                          .str.json_decode(pl.List(pl.Utf8)).alias("concept_id"),
+                          attrs.str.json_path_match("$.concepts").fill_null("[]")
+                          .str.json_decode(pl.List(pl.Utf8)).alias("concept"))
+            .drop_nulls("speaker")
+            .explode(["concept_id", "concept"]).drop_nulls("concept_id"))
+
+
+def themes(facts: Any, min_facts: int, min_sessions: int) -> pl.DataFrame:
+    """One row per qualifying (tenant, speaker, concept) with its facts, turns and time span."""
+    return (_fact_concepts(facts)
+            .sort(["tenant_id", "speaker", "concept_id", "time", "node_id"])
+            .group_by(["tenant_id", "speaker", "concept_id"], maintain_order=True)
+            .agg(pl.col("concept").first(), pl.col("node_id").alias("facts"),
+                 pl.col("provenance").list.explode(keep_nulls=False, empty_as_null=False).unique().sort().alias("turns"),
+                 pl.col("session_id").n_unique().alias("sessions"),
+                 pl.col("time").min().alias("start"), pl.col("time").max().alias("end"))
+            .filter((pl.col("facts").list.len() >= min_facts) & (pl.col("sessions") >= min_sessions)))
+
+
+def _rows(theme: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    t, n = theme["tenant_id"], len(theme["facts"])
+    rid = make_id(NodeKind.REFLECTION, t, theme["speaker"], theme["concept_id"])
+    when = span_label(theme["start"], theme["end"])
+    label = theme["concept"].replace("_", " ")
+    text = f"{theme['speaker']} repeatedly talks about {label} ({n} facts" + (f", {when})" if when else ")")
+    node = {"node_id": rid, "tenant_id": t, "kind": NodeKind.REFLECTION.value, "text": text,
+            "time": theme["end"], "valid_from": theme["start"], "provenance": theme["turns"],
+            "attributes": {"speaker": theme["speaker"], "concept": theme["concept"],
+                           "concept_id": theme["concept_id"], "n_facts": n, "sessions": theme["sessions"]}}
+    edges = [{"tenant_id": t, "src": rid, "dst": f, "kind": EdgeKind.DERIVED_FROM_FACT, "provenance": theme["turns"]}
+             for f in theme["facts"]]
+    edges.append({"tenant_id": t, "src": rid, "dst": theme["concept_id"], "kind": EdgeKind.ABOUT_CONCEPT,
+                  "provenance": theme["turns"]})
+    return node, edges
+
+
+@register
+class HeuristicReflections:
+    name = Stage.REFLECTIONS
+    backend = Backend.HEURISTIC
+
+    def run(self, ctx: ExtractionContext) -> ExtractResult:
+        cfg = ctx.config.reflections
+        if not cfg.enabled or ctx.facts is None or ctx.facts.num_rows == 0:
+            return ExtractResult()
+        nodes, edges = [], []
+        for theme in themes(ctx.facts, cfg.min_facts, cfg.min_sessions).iter_rows(named=True):
+            node, es = _rows(theme)
+            nodes.append(node)
+            edges += es
+        return ExtractResult(node_table(nodes), edge_table(edges))
