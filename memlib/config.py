@@ -58,6 +58,7 @@ class SegmentConfig(_Section):
 class GateConfig(_Section):
     backend: Backend = Backend.HEURISTIC
     min_content_words: int = 2
+    min_score: float = Field(0.45, description="keep non-phatic turns whose memory_score reaches this")
     summary_sentences: int = 3
 
 
@@ -134,6 +135,8 @@ class LLMConfig(_Section):
     concurrency: int = 4
     turns_per_call: int = 12
     cache_version: str = "1"
+    prompts_dir: str | None = Field(None, description="prompt files directory (None: the repo's prompts/)")
+    chars_per_token: float = Field(3.6, description="dry-run estimate: characters per prompt token (calibrated)")
     price_per_million: dict[str, dict[str, float]] = Field(default_factory=lambda: {
         "gpt-4o-mini": {"input": 0.15, "output": 0.60},
         "gpt-4o": {"input": 2.50, "output": 10.0},

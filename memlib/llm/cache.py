@@ -1,0 +1,52 @@
+"""Response cache on the store's filesystem: one JSON file per key.
+
+The key is the sha256 of the model, messages, output schema, sampling parameters, prompt
+version and cache version. Credentials and the endpoint address never enter the key or the
+files, so a cache can be shared between endpoints serving the same model.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def cache_key(*, model: str, messages: list[dict[str, str]], schema: dict[str, Any],
+              sampling: dict[str, Any], prompt_version: str, cache_version: str) -> str:
+    payload = {"model": model, "messages": messages, "schema": schema, "sampling": sampling,
+               "prompt_version": prompt_version, "cache_version": cache_version}
+    blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+class ResponseCache:
+    """``<root>/<key[:2]>/<key>.json`` files written atomically (temp file + rename)."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+
+    def _path(self, key: str) -> Path:
+        return self.root / key[:2] / f"{key}.json"
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        path = self._path(key)
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return None  # a torn or foreign file is a miss; the next put replaces it
+
+    def put(self, key: str, entry: dict[str, Any]) -> None:
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(entry, fh, ensure_ascii=False)
+        os.replace(tmp, path)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self.root.glob("*/*.json")) if self.root.exists() else 0
