@@ -103,7 +103,7 @@ def _add_line(b: TenantBuilder, line: bytes, where: str) -> None:
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as exc:
-        b.reject((ReasonCode.BAD_JSON, f"not JSON: {exc.msg} at column {exc.colno}"), where, text)
+        b.reject((ReasonCode.BAD_JSON, f"not JSON: {exc.msg} (column {exc.colno})"), where, text)
         return
     add_object(b, obj, where, text.rstrip("\n"))
 
