@@ -1,0 +1,37 @@
+from datetime import datetime, timezone
+
+from memlib.text.dates import Granularity, resolve_dates, rewrite_relative
+
+A = datetime(2023, 5, 8, 13, 56, tzinfo=timezone.utc)
+
+
+def _one(text):
+    ms = resolve_dates(text, A)
+    assert len(ms) == 1, ms
+    return ms[0]
+
+
+def test_relative_expressions_resolve_against_anchor():
+    assert _one("I went there yesterday").resolved.date().isoformat() == "2023-05-07"
+    assert _one("two days ago it rained").resolved.date().isoformat() == "2023-05-06"
+    assert _one("last Saturday we ran").resolved.date().isoformat() == "2023-05-06"
+    m = _one("we will move next month")
+    assert (m.resolved.year, m.resolved.month, m.granularity) == (2023, 6, Granularity.MONTH)
+    m = _one("I went camping last week")
+    assert m.granularity is Granularity.WEEK and m.resolved.date().isoformat() == "2023-05-01"
+
+
+def test_absolute_expressions():
+    m = _one("I graduated in 2022")
+    assert m.resolved.year == 2022 and m.granularity is Granularity.YEAR and not m.relative
+    assert _one("the show is on 8 May").resolved.date().isoformat() == "2023-05-08"
+
+
+def test_future_tense_prefers_future():
+    assert _one("I'm going to the beach on Saturday").resolved.date().isoformat() == "2023-05-13"
+
+
+def test_rewrite_relative():
+    assert rewrite_relative("Yesterday I went out.", A) == "On 7 May 2023 I went out."
+    assert rewrite_relative("I graduated in 2022.", A) == "I graduated in 2022."
+    assert resolve_dates("no dates here at all", A) == []
