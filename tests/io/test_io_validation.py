@@ -90,3 +90,20 @@ def test_unreadable_file_is_input_error(tmp_path, content, fmt, message):
                                        (".hidden", False), ("", False), (5, False), ("a b", False)])
 def test_validate_tenant_id(value, ok):
     assert (validate_tenant_id(value) is None) is ok
+
+
+def test_structural_reason_codes(tmp_path):
+    base = {"tenant_id": "t", "conversation_id": "c", "session_id": "s", "turn_id": "1", "role": "user", "text": "ok"}
+    lines = [json.dumps(base), "[1, 2]", json.dumps({**base, "turn_id": "2", "extras": [1]}),
+             json.dumps({"kind": "question", "tenant_id": "t", "question_id": "q"}),
+             json.dumps({**base, "turn_id": "3", "kind": "memo"}),
+             json.dumps({"kind": "question", "tenant_id": "t", "question_id": "q2", "question": "ok?",
+                         "evidence": ["1"], "question_time": "2024-05-01"})]
+    path = tmp_path / "s.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    result = read_input(path, "jsonl")
+    assert result.quarantine.column("reason_code").to_pylist() == \
+        ["not_object", "bad_extras", "bad_question", "unknown_kind"]
+    assert result.turns.num_rows == 1
+    q = result.questions.to_pylist()[0]
+    assert q["evidence_sessions"] == ["s"] and q["question_time"].isoformat() == "2024-05-01T00:00:00+00:00"
