@@ -1,0 +1,243 @@
+"""AssoMem clues: one topic clue per session, merged across sessions, plus SIMILAR edges.
+
+A session's clue text is ``"Speaker A & Speaker B: phrase, phrase, ..."`` built from the
+keyphrases of its kept turns (all turns when the gate kept none), with IDF taken over all
+sessions passed in so each clue names what is specific to its session. ``merge_clues``
+unions clues of one tenant whose embeddings have cosine above delta (connected components
+of the thresholded similarity graph); ``similar_edges`` adds SIMILAR edges above gamma.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
+
+from memlib import ids, schema
+from memlib.config import ClueConfig
+from memlib.schema import EdgeKind, NodeKind, Source
+from memlib.text.keyphrases import keyphrases
+from memlib.text.structure import SESSION_KEYS, index_texts, sort_turns
+
+BLOCK = 1024
+
+
+def _session_docs(turns: pa.Table, segments: pa.Table | None) -> pl.DataFrame:
+    """Per session: turn ids in order, speakers, and the text of its kept turns."""
+    df = sort_turns(pl.from_arrow(turns).with_columns(
+        pl.Series("text_idx", index_texts(turns, with_caption=True)),
+        pl.Series("bare", turns.column("text"))))
+    if segments is not None and segments.num_rows:
+        kept = pl.from_arrow(segments.select(["kept_turn_ids"])).explode("kept_turn_ids")
+        kept_ids = set(kept["kept_turn_ids"].drop_nulls().to_list())
+    else:
+        kept_ids = set(df["node_id"].to_list())
+    df = df.with_columns(pl.col("node_id").is_in(list(kept_ids)).alias("kept"))
+    return df.group_by(SESSION_KEYS, maintain_order=True).agg(
+        pl.col("node_id").alias("turn_ids"),
+        pl.col("session_time").first(),
+        pl.col("speaker").drop_nulls().unique(maintain_order=True).alias("speakers"),
+        pl.when(pl.col("kept").any())
+        .then(pl.col("bare").filter(pl.col("kept")).str.join(" "))
+        .otherwise(pl.col("bare").str.join(" ")).first().alias("doc"),
+    )
+
+
+def clue_text(speakers: list[str], phrases: list[str]) -> str:
+    who = " & ".join(speakers)
+    body = ", ".join(phrases)
+    return f"{who}: {body}" if who else body
+
+
+def session_clues(turns: pa.Table, segments: pa.Table | None = None,
+                  cfg: ClueConfig | None = None) -> tuple[pa.Table, pa.Table]:
+    """One ``clue`` node per session, HAS_CLUE session->clue and segment->clue edges."""
+    cfg = cfg or ClueConfig()
+    docs = _session_docs(turns, segments)
+    speakers = docs["speakers"].to_list()
+    banned = {w.lower() for names in speakers for name in names for w in name.split()}
+    phrases = keyphrases(docs["doc"].to_list(), cfg.keyphrases, exclude=banned)
+    keys = docs.select(SESSION_KEYS).rows()
+    docs = docs.with_columns(
+        pl.Series("node_id", [ids.make_id(NodeKind.CLUE.value, *k) for k in keys], dtype=pl.String),
+        pl.Series("session_node_id", [ids.session_node_id(*k) for k in keys], dtype=pl.String),
+        pl.Series("text", [clue_text(s, p) for s, p in zip(speakers, phrases)], dtype=pl.String),
+        pl.Series("attributes", [json.dumps({"keyphrases": p, "speakers": s, "session_node_ids": [sid]})
+                                 for p, s, sid in zip(phrases, speakers,
+                                                      [ids.session_node_id(*k) for k in keys])],
+                  dtype=pl.String),
+    )
+    nodes = docs.select(
+        "node_id", "tenant_id", "conversation_id", pl.lit(NodeKind.CLUE.value).alias("kind"), "text",
+        pl.col("session_time").alias("time"), pl.col("session_time").alias("valid_from"), "session_id",
+        pl.lit(1.0, dtype=pl.Float32).alias("belief"), pl.lit(Source.HEURISTIC.value).alias("source"),
+        pl.col("turn_ids").alias("provenance"), "attributes")
+    edges = [docs.select("tenant_id", pl.col("session_node_id").alias("src"), pl.col("node_id").alias("dst"),
+                         pl.col("turn_ids").alias("provenance"))]
+    if segments is not None and segments.num_rows:
+        seg = pl.from_arrow(segments.select(SESSION_KEYS + ["segment_id", "turn_ids"]))
+        edges.append(seg.join(docs.select(SESSION_KEYS + ["node_id"]), on=SESSION_KEYS, how="inner").select(
+            "tenant_id", pl.col("segment_id").alias("src"), pl.col("node_id").alias("dst"),
+            pl.col("turn_ids").alias("provenance")))
+    edge_df = pl.concat(edges).with_columns(pl.lit(EdgeKind.HAS_CLUE.value).alias("kind"),
+                                            pl.lit(1.0, dtype=pl.Float32).alias("weight"))
+    return (schema.conform(nodes.to_arrow(), schema.NODES_NO_EMBEDDING, name="clue_nodes"),
+            schema.conform(edge_df.to_arrow(), schema.EDGES, name="clue_edges"))
+
+
+def _normalize(vectors: np.ndarray) -> np.ndarray:
+    v = np.asarray(vectors, dtype=np.float32)
+    return v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
+
+
+def _pairs_above(v: np.ndarray, threshold: float, top_k: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(i, j, cos) with i < j and cos > threshold, from blockwise matmul; top_k per row if given."""
+    rows, cols, sims = [], [], []
+    n = len(v)
+    for start in range(0, n, BLOCK):
+        block = v[start:start + BLOCK] @ v.T
+        idx = np.arange(start, min(start + BLOCK, n))
+        block[np.arange(len(idx)), idx] = -np.inf  # no self pairs
+        if top_k is not None and top_k < n - 1:
+            part = np.argpartition(-block, top_k, axis=1)[:, :top_k]
+            mask = np.zeros_like(block, dtype=bool)
+            np.put_along_axis(mask, part, True, axis=1)
+            block = np.where(mask, block, -np.inf)
+        r, c = np.nonzero(block > threshold)
+        rows.append(idx[r])
+        cols.append(c)
+        sims.append(block[r, c])
+    if not rows:
+        return np.zeros(0, int), np.zeros(0, int), np.zeros(0, np.float32)
+    i, j, s = np.concatenate(rows), np.concatenate(cols), np.concatenate(sims)
+    lo, hi = np.minimum(i, j), np.maximum(i, j)
+    _, keep = np.unique(lo.astype(np.int64) * n + hi, return_index=True)
+    return lo[keep], hi[keep], s[keep].astype(np.float32)
+
+
+def similar_edges(node_ids: list[str] | pa.Array, tenant_ids: list[str] | pa.Array, vectors: np.ndarray,
+                  threshold: float, top_k: int = 5) -> pa.Table:
+    """SIMILAR edges (weight = cosine) between nodes of the same tenant above ``threshold``.
+
+    Each node contributes its ``top_k`` nearest neighbours; every unordered pair is emitted
+    once, with ``src`` the lexicographically smaller id.
+    """
+    node_ids = np.asarray(pa.array(node_ids).to_pylist(), dtype=object)
+    tenants = np.asarray(pa.array(tenant_ids).to_pylist(), dtype=object)
+    v = _normalize(vectors)
+    parts = []
+    for tenant in dict.fromkeys(tenants.tolist()):
+        members = np.flatnonzero(tenants == tenant)
+        i, j, s = _pairs_above(v[members], threshold, top_k)
+        a, b = node_ids[members[i]], node_ids[members[j]]
+        src, dst = np.where(a < b, a, b), np.where(a < b, b, a)
+        parts.append(pl.DataFrame({"tenant_id": [tenant] * len(s), "src": src.tolist(), "dst": dst.tolist(),
+                                   "weight": s}, schema={"tenant_id": pl.String, "src": pl.String,
+                                                          "dst": pl.String, "weight": pl.Float32}))
+    df = pl.concat(parts) if parts else pl.DataFrame(schema={"tenant_id": pl.String, "src": pl.String,
+                                                             "dst": pl.String, "weight": pl.Float32})
+    df = df.with_columns(pl.lit(EdgeKind.SIMILAR.value).alias("kind"))
+    return schema.conform(df.to_arrow(), schema.EDGES, name="similar_edges")
+
+
+def _components(tenants: np.ndarray, v: np.ndarray, threshold: float) -> np.ndarray:
+    """Component label per row: union of same-tenant pairs with cosine > threshold."""
+    n = len(v)
+    ii, jj = [np.zeros(0, int)], [np.zeros(0, int)]
+    for tenant in dict.fromkeys(tenants.tolist()):
+        members = np.flatnonzero(tenants == tenant)
+        i, j, _ = _pairs_above(v[members], threshold, None)
+        ii.append(members[i])
+        jj.append(members[j])
+    i, j = np.concatenate(ii), np.concatenate(jj)
+    graph = coo_matrix((np.ones(len(i)), (i, j)), shape=(n, n))
+    return connected_components(graph, directed=False)[1]
+
+
+def _merge_group(rows: list[dict], new_id: str) -> dict:
+    """One merged clue row from member rows (sorted by time): union of phrases, speakers, provenance."""
+    attrs = [json.loads(r["attributes"] or "{}") for r in rows]
+    phrases = list(dict.fromkeys(p for a in attrs for p in a.get("keyphrases", [])))
+    speakers = list(dict.fromkeys(s for a in attrs for s in a.get("speakers", [])))
+    sessions = list(dict.fromkeys(s for a in attrs for s in a.get("session_node_ids", [])))
+    convs = {r["conversation_id"] for r in rows}
+    times = [r["time"] for r in rows if r["time"] is not None]
+    return {
+        **rows[0],
+        "node_id": new_id,
+        "conversation_id": rows[0]["conversation_id"] if len(convs) == 1 else None,
+        "session_id": rows[0]["session_id"] if len(rows) == 1 else None,
+        "text": clue_text(speakers, phrases) if len(rows) > 1 else rows[0]["text"],
+        "time": min(times) if times else None,
+        "valid_from": min(times) if times else None,
+        "provenance": list(dict.fromkeys(t for r in rows for t in (r["provenance"] or []))),
+        "attributes": json.dumps({"keyphrases": phrases, "speakers": speakers, "session_node_ids": sessions,
+                                  "merged_from": [r["node_id"] for r in rows]}) if len(rows) > 1
+        else rows[0]["attributes"],
+    }
+
+
+def merge_clues(clue_nodes: pa.Table, vectors: np.ndarray, threshold: float,
+                edges: pa.Table | None = None) -> tuple[pa.Table, pa.Table, dict[str, str]]:
+    """Union-find merge of same-tenant clues with cosine > ``threshold`` (AssoMem delta).
+
+    Returns the merged clue nodes, HAS_CLUE edges pointing at them (``edges`` rewritten when
+    given, otherwise rebuilt session->clue from each clue's ``session_node_ids``), and the
+    map old clue id -> new clue id. A merged id hashes the sorted member ids, so reruns agree.
+    """
+    v = _normalize(vectors)
+    if len(v) != clue_nodes.num_rows:
+        raise ValueError(f"{len(v)} vectors for {clue_nodes.num_rows} clue nodes")
+    tenants = np.asarray(clue_nodes.column("tenant_id").to_pylist(), dtype=object)
+    labels = _components(tenants, v, threshold)
+    rows = clue_nodes.to_pylist()
+    groups: dict[int, list[int]] = {}
+    for r, lab in enumerate(labels.tolist()):
+        groups.setdefault(lab, []).append(r)
+    merged, id_map = [], {}
+    for members in groups.values():
+        member_rows = sorted((rows[m] for m in members), key=lambda r: (r["time"] is None, r["time"], r["node_id"]))
+        old = [r["node_id"] for r in member_rows]
+        new_id = old[0] if len(old) == 1 else ids.make_id(NodeKind.CLUE.value, member_rows[0]["tenant_id"],
+                                                         *sorted(old))
+        id_map.update({o: new_id for o in old})
+        merged.append(_merge_group(member_rows, new_id))
+    nodes = pa.Table.from_pylist(merged, schema=clue_nodes.schema) if merged else clue_nodes.slice(0, 0)
+    nodes = schema.conform(nodes, schema.NODES_NO_EMBEDDING, name="merged_clues")
+    out_edges = _rewrite_edges(edges, id_map) if edges is not None else _rebuild_edges(nodes)
+    return nodes, out_edges, id_map
+
+
+def _rewrite_edges(edges: pa.Table, id_map: dict[str, str]) -> pa.Table:
+    mapping = pl.DataFrame({"old": list(id_map), "new": list(id_map.values())},
+                           schema={"old": pl.String, "new": pl.String})
+    df = pl.from_arrow(edges)
+    for col in ("src", "dst"):
+        df = df.join(mapping, left_on=col, right_on="old", how="left", maintain_order="left").with_columns(
+            pl.coalesce("new", col).alias(col)).drop("new")
+    df = df.unique(subset=["tenant_id", "src", "dst", "kind"], keep="first", maintain_order=True)
+    return schema.conform(df.to_arrow(), schema.EDGES, name="merged_clue_edges")
+
+
+def _rebuild_edges(nodes: pa.Table) -> pa.Table:
+    rows = []
+    for n in nodes.to_pylist():
+        for sid in json.loads(n["attributes"] or "{}").get("session_node_ids", []):
+            rows.append({"tenant_id": n["tenant_id"], "src": sid, "dst": n["node_id"],
+                         "kind": EdgeKind.HAS_CLUE.value, "weight": 1.0, "provenance": n["provenance"]})
+    return schema.conform(pa.Table.from_pylist(rows, schema=schema.EDGES) if rows else schema.empty(schema.EDGES),
+                          schema.EDGES, name="merged_clue_edges")
+
+
+def merged_vectors(id_map: dict[str, str], old_ids: list[str], vectors: np.ndarray,
+                   new_ids: list[str]) -> np.ndarray:
+    """Vectors of merged clues: the renormalized mean of their members' vectors, in ``new_ids`` order."""
+    v = _normalize(vectors)
+    pos = {n: i for i, n in enumerate(new_ids)}
+    label = np.array([pos[id_map[o]] for o in old_ids])
+    sums = np.zeros((len(new_ids), v.shape[1]), dtype=np.float64)
+    np.add.at(sums, label, v)
+    return _normalize(sums)
