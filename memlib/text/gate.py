@@ -166,14 +166,14 @@ def centrality(sentences: list[str]) -> np.ndarray:
 
 
 def summarize(speakers: list[str | None], texts: list[str], n_sentences: int) -> str:
-    """Extractive summary: the top ``n_sentences`` central, content-bearing sentences, in order."""
+    """Extractive summary: the top ``n_sentences`` (at least 2 where available) central,
+    content-bearing sentences in their original order; empty for a purely phatic segment."""
     cands = []
     for spk, text in zip(speakers, texts):
         for s in split_sentences(text):
             cands.append((spk, s))
-    good = [(spk, s) for spk, s in cands if len(lx.words(s)) >= MIN_SENTENCE_WORDS and not is_phatic(s)]
-    pool = good or [(spk, s) for spk, s in cands if lx.words(s)]
-    if not pool:
+    pool = [(spk, s) for spk, s in cands if len(lx.words(s)) >= MIN_SENTENCE_WORDS and not is_phatic(s)]
+    if not pool:  # a purely phatic segment has nothing to remember
         return ""
     sents = [s for _, s in pool]
     score = centrality(sents) + 0.5 * np.array([memory_score(s) for s in sents])
