@@ -22,13 +22,16 @@ import scipy.sparse as sp
 
 @dataclass(frozen=True)
 class Adjacency:
-    """Symmetrized adjacency in CSR layout: for vertex ``v`` the slots
-    ``indptr[v]:indptr[v+1]`` list its neighbours ``nbr`` and the edge id ``eid`` that
-    links them (each stored edge appears once from each endpoint)."""
+    """Symmetrized adjacency in CSR layout: for vertex ``u`` the slots
+    ``indptr[u]:indptr[u+1]`` list its neighbours ``nbr`` and the edge id ``eid`` that
+    links them; each stored edge has one slot at each endpoint, ``fwd`` marks the slot at
+    its ``src``. A slot is one directed traversal ``u -> nbr``: transition matrices are
+    built slot-wise, already sorted by source, with no sort at query time."""
 
     indptr: np.ndarray
     nbr: np.ndarray
     eid: np.ndarray
+    fwd: np.ndarray
 
     def slots(self, vertices: np.ndarray) -> np.ndarray:
         """Positions in ``nbr``/``eid`` of all adjacency slots of ``vertices`` (vectorized)."""
@@ -40,15 +43,21 @@ class Adjacency:
         offsets = np.repeat(starts - np.cumsum(counts) + counts, counts)
         return offsets + np.arange(total, dtype=np.int64)
 
+    def rows(self) -> np.ndarray:
+        """Source vertex of every slot."""
+        n = self.indptr.size - 1
+        return np.repeat(np.arange(n, dtype=np.int64), np.diff(self.indptr))
+
 
 def build_adjacency(n: int, src: np.ndarray, dst: np.ndarray) -> Adjacency:
     ends = np.concatenate([src, dst])
     other = np.concatenate([dst, src])
     eids = np.concatenate([np.arange(src.size), np.arange(src.size)]).astype(np.int64)
+    fwd = np.concatenate([np.ones(src.size, dtype=bool), np.zeros(src.size, dtype=bool)])
     order = np.argsort(ends, kind="stable")
     indptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(ends, minlength=n), out=indptr[1:])
-    return Adjacency(indptr=indptr, nbr=other[order].astype(np.int64), eid=eids[order])
+    return Adjacency(indptr=indptr, nbr=other[order].astype(np.int64), eid=eids[order], fwd=fwd[order])
 
 
 @dataclass(eq=False)
@@ -76,6 +85,7 @@ class MemoryGraph:
     relations: tuple[str, ...]
     degree: np.ndarray
     parent_index: np.ndarray | None = None
+    parent: "MemoryGraph | None" = field(default=None, repr=False)
     gt: Any = None
     _index: dict[str, int] | None = field(default=None, repr=False)
     _adj: Adjacency | None = field(default=None, repr=False)
@@ -103,7 +113,14 @@ class MemoryGraph:
             raise KeyError(f"node {node_id!r} is not in this graph") from None
 
     def vertices(self, node_ids: Iterable[str]) -> np.ndarray:
-        """Vertex indices of ``node_ids``; -1 for ids not in the graph."""
+        """Vertex indices of ``node_ids``; -1 for ids not in the graph. A subgraph answers
+        through its parent's index (no per-query dict build)."""
+        if self._index is None and self.parent is not None and self.parent_index is not None:
+            pv = self.parent.vertices(node_ids)
+            if self.num_nodes == 0:
+                return np.full(pv.size, -1, dtype=np.int64)
+            pos = np.minimum(np.searchsorted(self.parent_index, pv), self.num_nodes - 1)
+            return np.where((pv >= 0) & (self.parent_index[pos] == pv), pos, -1).astype(np.int64)
         idx = self.index()
         return np.fromiter((idx.get(n, -1) for n in node_ids), dtype=np.int64)
 

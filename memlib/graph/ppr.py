@@ -31,6 +31,8 @@ from enum import Enum
 import numpy as np
 import scipy.sparse as sp
 
+from memlib.graph.model import Adjacency
+
 
 class Kernel(str, Enum):
     SCIPY = "scipy"
@@ -43,7 +45,8 @@ DEFAULT_KERNEL = Kernel.SCIPY
 @dataclass(frozen=True)
 class Transition:
     """``pt`` = Pᵀ (CSR, float64) of a row-stochastic ``P``; ``sink`` marks rows without
-    positive out-weight. Also keeps the directed weighted triples for other kernels."""
+    positive out-weight. ``rows``/``cols``/``prob`` list P's entries (parallel entries
+    are kept separate; they add up in every product)."""
 
     pt: sp.csr_matrix
     sink: np.ndarray
@@ -71,22 +74,19 @@ def hub_factor(degree: np.ndarray, hub_degree: int | None) -> np.ndarray:
     return np.where(deg > hub_degree, hub_degree / np.maximum(deg, 1.0), 1.0)
 
 
-def transition_matrix(n: int, src: np.ndarray, dst: np.ndarray, w_forward: np.ndarray,
-                      w_backward: np.ndarray | None = None) -> Transition:
-    """Symmetrized, per-source normalized transitions: edge ``e`` contributes ``src→dst``
-    with ``w_forward[e]`` and ``dst→src`` with ``w_backward[e]`` (default: the same weight).
-    Non-positive weights are dropped; parallel entries add up."""
-    w_backward = w_forward if w_backward is None else w_backward
-    rows = np.concatenate([src, dst]).astype(np.int64)
-    cols = np.concatenate([dst, src]).astype(np.int64)
-    w = np.concatenate([w_forward, w_backward]).astype(np.float64)
-    keep = w > 0
-    rows, cols, w = rows[keep], cols[keep], w[keep]
+def transition_matrix(adj: Adjacency, slot_weight: np.ndarray) -> Transition:
+    """Per-source normalized transitions from a symmetrized :class:`Adjacency`: slot ``i``
+    (traversal ``u -> adj.nbr[i]``) carries ``slot_weight[i]``; non-positive weights give
+    no transition. The slots are already grouped by source, so P is assembled in CSR
+    without sorting and Pᵀ by scipy's linear-time CSR→CSC conversion."""
+    n = adj.indptr.size - 1
+    w = np.clip(np.asarray(slot_weight, dtype=np.float64), 0.0, None)
+    rows = adj.rows()
     out = np.bincount(rows, weights=w, minlength=n)
-    prob = w / out[rows]
-    pt = sp.csr_matrix((prob, (cols, rows)), shape=(n, n))
-    pt.sum_duplicates()
-    return Transition(pt=pt, sink=out <= 0, rows=rows, cols=cols, prob=prob)
+    denom = out[rows]
+    prob = np.divide(w, denom, out=np.zeros_like(w), where=denom > 0)
+    p = sp.csr_matrix((prob, adj.nbr, adj.indptr), shape=(n, n))
+    return Transition(pt=p.T.tocsr(), sink=out <= 0, rows=rows, cols=adj.nbr, prob=prob)
 
 
 def teleport_vector(n: int, vertices: np.ndarray, weights: np.ndarray) -> np.ndarray:

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from memlib.graph.model import MemoryGraph
+from memlib.graph.model import Adjacency, MemoryGraph
 
 
 def _unique_in_order(values: np.ndarray) -> np.ndarray:
@@ -46,21 +46,40 @@ def neighbourhood(graph: MemoryGraph, seeds: np.ndarray, depth: int, max_nodes: 
 
 
 def induced(graph: MemoryGraph, vertices: np.ndarray) -> MemoryGraph:
-    """The subgraph induced on sorted, unique ``vertices`` (new local vertex order = that order)."""
+    """The subgraph induced on sorted, unique ``vertices`` (local vertex order = that order).
+
+    One pass over the members' adjacency slots keeps those whose neighbour is a member;
+    they are still grouped by (local) source, so the subgraph's adjacency — and from it
+    its transition matrices — come without any sort. Local edges are numbered in the order
+    of their ``src``-side slots."""
     adj = graph.adjacency()
-    inside = np.zeros(graph.num_nodes, dtype=bool)
+    n_parent = graph.num_nodes
+    local = np.empty(n_parent, dtype=np.int64)  # only read at member positions
+    inside = np.zeros(n_parent, dtype=bool)
     inside[vertices] = True
+    local[vertices] = np.arange(vertices.size)
     slots = adj.slots(vertices)
-    eids = np.unique(adj.eid[slots][inside[adj.nbr[slots]]])
-    src = np.searchsorted(vertices, graph.src[eids])
-    dst = np.searchsorted(vertices, graph.dst[eids])
+    counts = np.diff(adj.indptr)[vertices]
+    keep = inside[adj.nbr[slots]]
+    slots = slots[keep]
+    owner = np.repeat(np.arange(vertices.size, dtype=np.int64), counts)[keep]
+    fwd = adj.fwd[slots]
+    parent_eids = adj.eid[slots]
+    edge_local = np.empty(graph.num_edges, dtype=np.int64)
+    eids = parent_eids[fwd]
+    edge_local[eids] = np.arange(eids.size)
+    indptr = np.zeros(vertices.size + 1, dtype=np.int64)
+    np.cumsum(np.bincount(owner, minlength=vertices.size), out=indptr[1:])
+    sub_adj = Adjacency(indptr=indptr, nbr=local[adj.nbr[slots]], eid=edge_local[parent_eids], fwd=fwd)
     parent = vertices if graph.parent_index is None else graph.parent_index[vertices]
+    root = graph if graph.parent is None else graph.parent
     return MemoryGraph(
         ids=graph.ids[vertices], kind=graph.kind[vertices], node_kinds=graph.node_kinds,
         time=graph.time[vertices], importance=graph.importance[vertices],
-        src=src.astype(np.int64), dst=dst.astype(np.int64), edge_kind=graph.edge_kind[eids],
+        src=owner[fwd], dst=sub_adj.nbr[fwd], edge_kind=graph.edge_kind[eids],
         edge_kinds=graph.edge_kinds, weight=graph.weight[eids], relation=graph.relation[eids],
-        relations=graph.relations, degree=graph.degree[vertices], parent_index=parent,
+        relations=graph.relations, degree=graph.degree[vertices], parent_index=parent, parent=root,
+        _adj=sub_adj,
     )
 
 

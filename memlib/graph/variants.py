@@ -33,10 +33,10 @@ def gaama_transition(graph: MemoryGraph, cfg: GraphConfig) -> Transition:
     key = ("gaama", tuple(sorted(cfg.edge_weights.items())), cfg.hub_degree)
 
     def make() -> Transition:
+        adj = graph.adjacency()
         base = graph.edge_kind_vector(cfg.edge_weights, DEFAULT_EDGE_WEIGHT) * graph.weight
         damp = hub_factor(graph.degree, cfg.hub_degree)
-        return transition_matrix(graph.num_nodes, graph.src, graph.dst,
-                                 base * damp[graph.dst], base * damp[graph.src])
+        return transition_matrix(adj, base[adj.eid] * damp[adj.nbr])
     return graph.cached(key, make)
 
 
@@ -68,11 +68,11 @@ def dwpr_scores(graph: MemoryGraph, seeds: Mapping[str, float], *, edge_weights:
         w = w * _checked(edge_weights, graph.num_edges, "edge_weights")
     if kind_weights is not None:
         w = w * graph.edge_kind_vector(dict(kind_weights), 1.0)
-    fwd, bwd = w, w
+    adj = graph.adjacency()
+    slot_w = w[adj.eid]
     if target_weights is not None:
-        t = _checked(target_weights, graph.num_nodes, "target_weights")
-        fwd, bwd = w * t[graph.dst], w * t[graph.src]
-    tr = transition_matrix(graph.num_nodes, graph.src, graph.dst, fwd, bwd)
+        slot_w = slot_w * _checked(target_weights, graph.num_nodes, "target_weights")[adj.nbr]
+    tr = transition_matrix(adj, slot_w)
     return run_kernel(tr, seed_teleport(graph, seeds), damping, tol, max_iter).scores
 
 
@@ -102,7 +102,7 @@ def assomem_scores(graph: MemoryGraph, turn_sims: Mapping[str, float], *, dampin
     ok = verts >= 0
     sims = np.where(ok & turn[np.where(ok, verts, 0)], sims, 0.0)
     key = ("stored_weights",)
-    tr = graph.cached(key, lambda: transition_matrix(graph.num_nodes, graph.src, graph.dst, graph.weight))
+    tr = graph.cached(key, lambda: transition_matrix(graph.adjacency(), graph.weight[graph.adjacency().eid]))
     return run_kernel(tr, teleport_vector(graph.num_nodes, verts, sims), damping, tol, max_iter).scores
 
 
