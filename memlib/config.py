@@ -133,7 +133,7 @@ class LLMConfig(_Section):
     requests_per_minute: int = 600
     tokens_per_minute: int = 1_000_000
     concurrency: int = 4
-    turns_per_call: int = 12
+    turns_per_call: int = Field(24, description="turns per extraction call (a LoCoMo session is ~21)")
     cache_version: str = "1"
     prompts_dir: str | None = Field(None, description="prompt files directory (None: the repo's prompts/)")
     chars_per_token: float = Field(3.6, description="dry-run estimate: characters per prompt token (calibrated)")

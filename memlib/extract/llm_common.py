@@ -119,10 +119,19 @@ def fallback(ctx: ExtractionContext, stage: Stage, failed: list[Unit]) -> Extrac
     ids = sorted({t for u in failed for t in u.turn_node_ids})
     turns = ctx.turns.filter(pc.is_in(ctx.turns.column("node_id"), value_set=pa.array(ids, pa.string())))
     sub = ExtractionContext(turns=turns, kept_turn_ids=None, config=ctx.config, nlp=ctx.nlp,
-                            facts=ctx.facts, extras=ctx.extras)
+                            facts=_facts_of(ctx.facts, ids), extras=ctx.extras)
     res = heuristic.run(sub).conformed(f"{stage.value}.fallback")
     ctx.nlp = sub.nlp
     return ExtractResult(mark_source(res.nodes, Source.HEURISTIC_FALLBACK.value), res.edges)
+
+
+def _facts_of(facts: pa.Table | None, turn_ids: list[str]) -> pa.Table | None:
+    """Facts derived from any of ``turn_ids`` (what a fallback of those turns may read)."""
+    if facts is None or facts.num_rows == 0:
+        return facts
+    hit = (pl.from_arrow(facts.select(["node_id", "provenance"])).explode("provenance")
+           .filter(pl.col("provenance").is_in(turn_ids))["node_id"].unique())
+    return facts.filter(pc.is_in(facts.column("node_id"), value_set=hit.to_arrow()))
 
 
 def mark_source(nodes: pa.Table, source: str, prompt_version: str | None = None) -> pa.Table:

@@ -20,8 +20,9 @@ from memlib.ids import make_id
 from memlib.llm.models import OutdatedOut, Task
 from memlib.schema import NODES_NO_EMBEDDING, EdgeKind, NodeKind, conform
 
-MAX_NEW = 15
-MAX_OLD = 12
+MAX_NEW = 10
+MAX_OLD = 8
+FACT_CHARS = 140
 _WORD = re.compile(r"[a-z][a-z']{3,}")
 _STOP = frozenset("that this with have from they their there what when will would about been were into just "
                   "your also than then them some very really".split())
@@ -111,6 +112,6 @@ def supersede(ctx: ExtractionContext, res: ExtractResult) -> ExtractResult:
 
 
 def _variables(chk: _Check) -> dict[str, str]:
-    return {"new_facts": numbered([r["text"] for r in chk.new]),
-            "old_facts": numbered([f"({r['time']:%Y-%m-%d}) {r['text']}" if r["time"] else r["text"]
-                                   for r in chk.old])}
+    return {"new_facts": numbered([r["text"][:FACT_CHARS] for r in chk.new]),
+            "old_facts": numbered([f"({r['time']:%Y-%m-%d}) {r['text'][:FACT_CHARS]}" if r["time"]
+                                   else r["text"][:FACT_CHARS] for r in chk.old])}

@@ -1,0 +1,79 @@
+"""LLM triplets + entities (MemORAI): ``subject|relation|object`` with turn provenance and
+entity descriptions citing their turns."""
+from __future__ import annotations
+
+from typing import Any
+
+from memlib.config import Backend
+from memlib.extract.base import ExtractionContext, ExtractResult, Stage, register
+from memlib.extract.entities import entity_id, entity_key
+from memlib.extract.llm_common import Unit, run_stage
+from memlib.extract.tables import edge_table, node_table
+from memlib.ids import make_id
+from memlib.llm.models import Task, TripletsOut
+from memlib.schema import EdgeKind, NodeKind
+
+
+def _entity_rows(unit: Unit, out: TripletsOut) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    nodes, edges = [], []
+    for ent in out.entities:
+        if not entity_key(ent.name):
+            continue
+        eid = entity_id(unit.tenant_id, ent.name)
+        prov = unit.turns_at(ent.turns)
+        text = f"{ent.name}: {ent.description}" if ent.description else ent.name
+        nodes.append({"node_id": eid, "tenant_id": unit.tenant_id, "conversation_id": unit.conversation_id,
+                      "kind": NodeKind.ENTITY.value, "text": text, "time": unit.session_time,
+                      "session_id": unit.session_id, "provenance": prov,
+                      "attributes": {"name": ent.name, "type": ent.type, "description": ent.description}})
+        edges += [{"tenant_id": unit.tenant_id, "src": t, "dst": eid, "kind": EdgeKind.MENTIONS,
+                   "provenance": [t]} for t in prov]
+    return nodes, edges
+
+
+def _ensure_entity(unit: Unit, name: str, known: set[str], nodes: list[dict[str, Any]]) -> str:
+    eid = entity_id(unit.tenant_id, name)
+    if eid not in known:
+        known.add(eid)
+        nodes.append({"node_id": eid, "tenant_id": unit.tenant_id, "conversation_id": unit.conversation_id,
+                      "kind": NodeKind.ENTITY.value, "text": name, "time": unit.session_time,
+                      "session_id": unit.session_id, "provenance": [], "attributes": {"name": name}})
+    return eid
+
+
+def convert(unit: Unit, out: TripletsOut, model: str) -> ExtractResult:
+    nodes, edges = _entity_rows(unit, out)
+    known = {n["node_id"] for n in nodes}
+    for tr in out.triplets:
+        prov = unit.turns_at(tr.turns)
+        if not prov or not entity_key(tr.s) or not entity_key(tr.o):
+            continue
+        rel = " ".join(tr.r.lower().split())
+        nid = make_id(NodeKind.TRIPLET, unit.tenant_id, prov[0], tr.s, rel, tr.o)
+        nodes.append({"node_id": nid, "tenant_id": unit.tenant_id, "conversation_id": unit.conversation_id,
+                      "kind": NodeKind.TRIPLET.value, "text": f"{tr.s} {rel} {tr.o}", "time": unit.session_time,
+                      "session_id": unit.session_id, "provenance": prov,
+                      "attributes": {"subject": tr.s, "relation": rel, "object": tr.o}})
+        s_id = _ensure_entity(unit, tr.s, known, nodes)
+        o_id = _ensure_entity(unit, tr.o, known, nodes)
+        edges += [{"tenant_id": unit.tenant_id, "src": nid, "dst": t, "kind": EdgeKind.DERIVED_FROM,
+                   "provenance": [t]} for t in prov]
+        edges += [{"tenant_id": unit.tenant_id, "src": nid, "dst": e, "kind": EdgeKind.MENTIONS,
+                   "provenance": prov} for e in dict.fromkeys((s_id, o_id))]
+        if s_id != o_id:
+            edges.append({"tenant_id": unit.tenant_id, "src": s_id, "dst": o_id, "kind": EdgeKind.RELATION,
+                          "relation": rel, "provenance": prov})
+    return ExtractResult(node_table(nodes), edge_table(edges))
+
+
+def variables(u: Unit) -> dict[str, str]:
+    return {"turns": u.lines, "session_date": u.session_date}
+
+
+@register
+class LLMTriplets:
+    name = Stage.TRIPLETS
+    backend = Backend.LLM
+
+    def run(self, ctx: ExtractionContext) -> ExtractResult:
+        return run_stage(ctx, Stage.TRIPLETS, Task.TRIPLETS, variables, convert)
