@@ -56,28 +56,35 @@ def singular(word: str) -> str:
     return word
 
 
+AUXILIARIES = frozenset("am is are was were be been being i'm you're we're they're he's she's it's".split())
+
+
 def candidates(text: str) -> list[list[str]]:
     """RAKE candidate phrases of ``text`` as lists of surface words."""
-    out, run = [], []
+    out, run, after_aux, prev = [], [], [], ""  # prev: the stop word before the current run
     for tok in TOKEN_RE.findall(text or ""):
         low = _norm(tok)
-        is_word = tok[0].isalpha()
-        if not is_word or low in STOP:
+        if not tok[0].isalpha() or low in STOP:
             if run:
                 out.append(run)
-            run = []
+                after_aux.append(prev in AUXILIARIES)
+            run, prev = [], low
             continue
         word = tok.replace("’", "'")
         run.append(word[:-2] if word.endswith("'s") and len(word) > 3 else word)
     if run:
         out.append(run)
-    out = [_trim_verbs(r) for r in out]
+        after_aux.append(prev in AUXILIARIES)
+    out = [_trim_verbs(r, aux) for r, aux in zip(out, after_aux)]
     return [r for r in out if len(r) <= MAX_WORDS and sum(map(len, r)) >= MIN_CHARS]
 
 
-def _trim_verbs(run: list[str]) -> list[str]:
-    """Drop leading verb forms ("Researching adoption agencies" -> "adoption agencies")."""
-    while len(run) > 1 and run[0].lower().endswith(("ing", "ed")) and (run[0].islower() or run[1].islower()):
+def _trim_verbs(run: list[str], after_aux: bool) -> list[str]:
+    """Drop a leading verb form: sentence-initial ("Researching adoption agencies") or after an
+    auxiliary ("are researching adoption agencies"); other lowercase ones stay, since
+    "camping trips" or "roasted marshmallows" are noun phrases."""
+    while len(run) > 1 and run[1].islower() and run[0].lower().endswith(("ing", "ed")) \
+            and (after_aux or (run[0][:1].isupper() and run[0][1:].islower())):
         run = run[1:]
     return run
 

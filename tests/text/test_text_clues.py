@@ -1,0 +1,87 @@
+"""AssoMem clues: per-session clues, merge by cosine, SIMILAR edges."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import polars as pl
+import pytest
+
+from memlib import ids, schema
+from memlib.config import ClueConfig, SegmentConfig
+from memlib.text.clues import merge_clues, merged_vectors, session_clues, similar_edges
+from memlib.text.gate import gate_turns
+from memlib.text.segment import segment_turns
+from conftest import topic_vectors
+
+
+@pytest.fixture
+def clues(turns):
+    segs = gate_turns(turns, segment_turns(turns, topic_vectors([0] * turns.num_rows), SegmentConfig(min_turns=2)))
+    return segs, *session_clues(turns, segs, ClueConfig(keyphrases=4))
+
+
+def test_text_session_clues_one_per_session(turns, clues):
+    segs, nodes, edges = clues
+    schema.check(nodes, schema.NODES_NO_EMBEDDING)
+    schema.check(edges, schema.EDGES)
+    assert nodes.num_rows == 3
+    first = nodes.to_pylist()[0]
+    assert first["text"].startswith("Ana & Ben: ")
+    assert "Ana" not in first["text"].split(": ", 1)[1]
+    assert first["provenance"] == turns.column("node_id").to_pylist()[:8]
+    assert first["node_id"] == ids.make_id("clue", "t1", "c1", "S1")
+    e = pl.from_arrow(edges)
+    assert set(e["kind"].to_list()) == {"HAS_CLUE"}
+    assert len(e) == 3 + segs.num_rows
+    assert set(e["src"].to_list()) >= {ids.session_node_id("t1", "c1", "S2")}
+
+
+def test_text_merge_clues_near_identical_only(clues):
+    _, nodes, edges = clues
+    v = topic_vectors([0, 1, 2], noise=0.0)
+    v[1] = v[0] + 0.001 * np.random.default_rng(1).normal(size=v.shape[1])
+    merged, new_edges, id_map = merge_clues(nodes, v, 0.92, edges=edges)
+    schema.check(merged, schema.NODES_NO_EMBEDDING)
+    ids_in = nodes.column("node_id").to_pylist()
+    assert merged.num_rows == 2
+    assert id_map[ids_in[0]] == id_map[ids_in[1]] != ids_in[0]
+    assert id_map[ids_in[2]] == ids_in[2]
+    row = next(r for r in merged.to_pylist() if r["node_id"] == id_map[ids_in[0]])
+    assert set(row["provenance"]) == set(nodes.column("provenance")[0].as_py()) | set(nodes.column("provenance")[1].as_py())
+    assert json.loads(row["attributes"])["merged_from"] == ids_in[:2]
+    dsts = set(pl.from_arrow(new_edges)["dst"].to_list())
+    assert dsts == set(merged.column("node_id").to_pylist())
+    rebuilt = merge_clues(nodes, v, 0.92)[1]
+    assert rebuilt.num_rows == 3 and set(rebuilt.column("dst").to_pylist()) == dsts
+    mv = merged_vectors(id_map, ids_in, v, merged.column("node_id").to_pylist())
+    assert mv.shape == (2, v.shape[1]) and np.allclose(np.linalg.norm(mv, axis=1), 1.0)
+    assert merge_clues(nodes, v, 0.92)[0].equals(merged)  # stable ids
+
+
+def test_text_merge_clues_never_across_tenants(clues):
+    _, nodes, _ = clues
+    v = np.ones((3, 8), dtype=np.float32)  # all identical; t1 has two clues, t2 one
+    merged, _, id_map = merge_clues(nodes, v, 0.5)
+    assert merged.num_rows == 2
+    assert sorted(merged.column("tenant_id").to_pylist()) == ["t1", "t2"]
+
+
+def test_text_similar_edges_respect_tenants_and_threshold():
+    v = topic_vectors([0, 0, 0, 1, 0, 0], noise=0.01)
+    node_ids = [f"turn:{i}" for i in range(6)]
+    tenants = ["a", "a", "a", "a", "b", "b"]
+    edges = similar_edges(node_ids, tenants, v, 0.9, top_k=5)
+    schema.check(edges, schema.EDGES)
+    pairs = {(r["src"], r["dst"]) for r in edges.to_pylist()}
+    assert pairs == {("turn:0", "turn:1"), ("turn:0", "turn:2"), ("turn:1", "turn:2"), ("turn:4", "turn:5")}
+    assert all(r["weight"] > 0.9 and r["kind"] == "SIMILAR" for r in edges.to_pylist())
+    assert {r["tenant_id"] for r in edges.to_pylist() if r["src"] == "turn:4"} == {"b"}
+
+
+def test_text_similar_edges_top_k_and_blocks():
+    rng = np.random.default_rng(0)
+    v = np.repeat(rng.normal(size=(1, 16)), 2500, axis=0) + 0.001 * rng.normal(size=(2500, 16))
+    edges = similar_edges([f"n{i:05d}" for i in range(2500)], ["t"] * 2500, v, 0.5, top_k=2)
+    src_counts = pl.from_arrow(edges.select(["src", "dst"])).unpivot().group_by("value").len()
+    assert edges.num_rows <= 2 * 2500 and src_counts["len"].max() >= 2
