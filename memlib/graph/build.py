@@ -70,12 +70,18 @@ def _float_col(table: pa.Table, name: str, default: float) -> np.ndarray:
 def build_graph(nodes: pa.Table, edges: pa.Table, cfg: GraphConfig | None = None) -> MemoryGraph:
     """One tenant's graph from its ``nodes`` (columns node_id/kind/time/importance) and
     ``edges`` (schema.EDGES) tables. Raises :class:`GraphBuildError` naming the edge when an
-    endpoint is missing, and on duplicate node ids. ``cfg`` is accepted for symmetry with
+    endpoint is missing, and on duplicate node ids. Edges are kept in stable order of their
+    source vertex (graph-tool's on-disk order). ``cfg`` is accepted for symmetry with
     the other stages; the build itself is configuration-free."""
     node_ids = nodes.column("node_id").combine_chunks()
     if pc.count_distinct(node_ids).as_py() != len(node_ids):
         raise GraphBuildError("duplicate node_id values in the nodes table")
     src = _endpoint_index(node_ids, edges, "src")
+    # graph-tool writes (and re-reads) edges grouped by source vertex: store them in that
+    # order from the start so edge ids are the same before and after save/load
+    order = np.argsort(src, kind="stable")
+    edges = edges.take(pa.array(order))
+    src = src[order]
     dst = _endpoint_index(node_ids, edges, "dst")
     kind, node_kinds = _codes(nodes.column("kind"))
     ekind, edge_kinds = _codes(edges.column("kind"))
