@@ -1,0 +1,65 @@
+"""Last per-tenant step: drop edges whose endpoints do not exist, conform to the schemas."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from memlib import schema
+
+
+@dataclass
+class Finalized:
+    nodes: pa.Table
+    edges: pa.Table
+    dropped_edges: int          # edges with a missing endpoint: a bug signal upstream
+    dropped_by_kind: dict[str, int]
+
+
+def dedup_nodes(nodes: pa.Table) -> pa.Table:
+    """One row per node id (first occurrence wins), order kept."""
+    if nodes.num_rows == 0:
+        return nodes
+    idx = pa.array(range(nodes.num_rows), pa.int64())
+    first = (nodes.select(["node_id"]).append_column("_i", idx)
+             .group_by("node_id", use_threads=False).aggregate([("_i", "min")]))
+    col = first.column("_i_min")
+    return nodes.take(pc.take(col, pc.sort_indices(col)))
+
+
+def dedup_edges(edges: pa.Table) -> pa.Table:
+    """One edge per (src, dst, kind, relation), first occurrence wins, order kept."""
+    if edges.num_rows == 0:
+        return edges
+    keys = ["src", "dst", "kind", "relation"]
+    key_tbl = edges.select(keys).append_column("_i", pa.array(range(edges.num_rows), pa.int64()))
+    key_tbl = key_tbl.set_column(3, "relation", pc.fill_null(key_tbl.column("relation"), ""))
+    first = key_tbl.group_by(keys, use_threads=False).aggregate([("_i", "min")])
+    col = first.column("_i_min")
+    return edges.take(pc.take(col, pc.sort_indices(col)))
+
+
+def drop_dangling(nodes: pa.Table, edges: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """(kept edges, dropped edges): an edge is kept when both endpoints are node ids."""
+    ids = nodes.column("node_id")
+    ok = pc.and_(pc.is_in(edges.column("src"), value_set=ids), pc.is_in(edges.column("dst"), value_set=ids))
+    return edges.filter(ok), edges.filter(pc.invert(ok))
+
+
+def kind_counts(table: pa.Table, column: str = "kind") -> dict[str, int]:
+    if table.num_rows == 0:
+        return {}
+    vc = pc.value_counts(table.column(column)).to_pylist()
+    return {str(d["values"]): int(d["counts"]) for d in sorted(vc, key=lambda d: str(d["values"]))}
+
+
+def finalize(nodes: pa.Table, edges: pa.Table, dim: int) -> Finalized:
+    """Deduplicate, drop dangling edges (counted), sort deterministically and conform."""
+    nodes = schema.conform(dedup_nodes(nodes), schema.nodes_schema(dim), name="nodes")
+    edges = schema.conform(dedup_edges(edges), schema.EDGES, name="edges")
+    kept, dropped = drop_dangling(nodes, edges)
+    nodes = nodes.sort_by([("kind", "ascending"), ("node_id", "ascending")])
+    kept = kept.sort_by([("kind", "ascending"), ("src", "ascending"), ("dst", "ascending")])
+    return Finalized(nodes=nodes, edges=kept, dropped_edges=dropped.num_rows,
+                     dropped_by_kind=kind_counts(dropped))

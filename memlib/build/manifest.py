@@ -1,0 +1,76 @@
+"""The build manifest: config snapshot, input hashes, row counts, stage timings, versions."""
+from __future__ import annotations
+
+import subprocess
+from collections import Counter
+from datetime import datetime, timezone
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+from memlib.config import MemlibConfig
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def memlib_version() -> str:
+    try:
+        return version("memlib")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def git_sha(repo: Path = REPO) -> str | None:
+    """The commit the code was built from (None outside a git checkout)."""
+    try:
+        out = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True,
+                             text=True, timeout=5, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def sum_counts(summaries: list[dict[str, Any]], key: str) -> dict[str, int]:
+    total: Counter[str] = Counter()
+    for s in summaries:
+        total.update(s.get(key, {}))
+    return dict(sorted(total.items()))
+
+
+def build_manifest(*, cfg: MemlibConfig, recipe: str, input_path: str, fmt: str,
+                   fingerprints: dict[str, str], summaries: list[dict[str, Any]], questions: int,
+                   quarantine_by_reason: dict[str, int], timings: dict[str, float],
+                   graph: dict[str, Any]) -> dict[str, Any]:
+    by_tenant = {s["tenant_id"]: s for s in summaries}
+    return {
+        "created_at": datetime.now(timezone.utc).isoformat(),
+        "memlib_version": memlib_version(),
+        "git_sha": git_sha(),
+        "recipe": recipe,
+        "input": {"path": str(input_path), "format": fmt},
+        "config": cfg.snapshot(),
+        "tenants": {t: {"input_hash": fingerprints.get(t), "turns": s["turns"], "nodes": s["nodes"],
+                        "edges": s["edges"], "segments": s["segments"]} for t, s in sorted(by_tenant.items())},
+        "row_counts": {
+            "turns": sum(s["turns"] for s in summaries),
+            "nodes": sum(s["nodes"] for s in summaries),
+            "edges": sum(s["edges"] for s in summaries),
+            "segments": sum(s["segments"] for s in summaries),
+            "questions": questions,
+            "quarantine": sum(quarantine_by_reason.values()),
+        },
+        "nodes_by_kind": sum_counts(summaries, "nodes_by_kind"),
+        "edges_by_kind": sum_counts(summaries, "edges_by_kind"),
+        "dropped_edges_by_kind": sum_counts(summaries, "dropped_by_kind"),
+        "quarantine_by_reason": quarantine_by_reason,
+        "stage_timings_s": timings,
+        "tenant_stage_timings_s": {k: round(v, 3) for k, v in _sum_timings(summaries).items()},
+        "graph": graph,
+    }
+
+
+def _sum_timings(summaries: list[dict[str, Any]]) -> dict[str, float]:
+    total: Counter[str] = Counter()
+    for s in summaries:
+        total.update(s.get("timings", {}))
+    return dict(total)

@@ -1,0 +1,74 @@
+"""``memlib build``: build (or rebuild) a memory store from an input file."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from memlib.cli.common import ConfigOpt, FormatOpt, SetOpt, fail, get_config
+
+
+def _progress(event: str, info: dict[str, Any]) -> None:
+    if event == "read":
+        typer.echo(f"read: {info['tenants']} tenant(s), {info['turns']} turns, {info['quarantined']} quarantined")
+    elif event == "tenant":
+        typer.echo(f"  tenant {info['tenant_id']}: {info['turns']} turns -> {info['nodes']} nodes, "
+                   f"{info['edges']} edges in {info['seconds']:.1f}s")
+    elif event == "graph":
+        typer.echo(f"graph: {info.get('status')} {info.get('reason', '')}".rstrip())
+    elif event == "published":
+        typer.echo(f"published {info['version']} to {info['store']}")
+
+
+def _kv(d: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in d.items()) or "none"
+
+
+def format_summary(m: dict[str, Any]) -> str:
+    rc = m["row_counts"]
+    lines = [
+        f"store version {m['version']} (recipe {m['recipe']})",
+        f"  tenants      {len(m['tenants'])}",
+        f"  turns        {rc['turns']}",
+        f"  questions    {rc['questions']}",
+        f"  nodes        {rc['nodes']}: {_kv(m['nodes_by_kind'])}",
+        f"  edges        {rc['edges']}: {_kv(m['edges_by_kind'])}",
+        f"  quarantined  {rc['quarantine']}: {_kv(m['quarantine_by_reason'])}",
+        f"  stage wall s {_kv(m['stage_timings_s'])}",
+        f"  per-tenant s {_kv(m['tenant_stage_timings_s'])} (summed over workers)",
+    ]
+    if m.get("dropped_edges_by_kind"):
+        lines.append(f"  WARNING dropped dangling edges: {_kv(m['dropped_edges_by_kind'])}")
+    return "\n".join(lines)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("build")
+    def build(
+        input: Annotated[Path, typer.Option("--input", "-i", help="input file")],
+        format: FormatOpt,
+        out: Annotated[Path, typer.Option("--out", "-o", help="store directory")],
+        config: ConfigOpt = None,
+        set_: SetOpt = None,
+        address: Annotated[Optional[str], typer.Option("--address", help="Ray cluster address (default: local; "
+                                                       "or RAY_ADDRESS)")] = None,
+        num_cpus: Annotated[Optional[int], typer.Option("--num-cpus", help="CPUs for local Ray")] = None,
+        recipe: Annotated[str, typer.Option("--recipe", help="build recipe: full | episodes | turns")] = "full",
+    ) -> None:
+        """Build memory tables (Lance/Parquet) and graphs from conversations, on Ray Data."""
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        cfg = get_config(config, set_)
+        from memlib.build.recipe import UnknownRecipeError
+        from memlib.io.errors import InputError
+        if not input.exists():
+            fail(f"input file not found: {input}")
+        from jobs.build import run_build
+        try:
+            manifest = run_build(cfg, input, format, out, address=address or cfg.ray.address,
+                                 num_cpus=num_cpus or cfg.ray.num_cpus, recipe=recipe, progress=_progress)
+        except (InputError, UnknownRecipeError) as exc:
+            fail(str(exc).strip("'\""))
+        typer.echo(format_summary(manifest))

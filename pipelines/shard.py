@@ -1,0 +1,92 @@
+"""Read the input and shard it by tenant: one turns file per tenant in the new store version.
+
+The driver streams tenants from the reader (one in memory at a time) and writes each one's
+``turns`` and ``questions`` partitions straight into the version directory; the turns file
+is then the input block of that tenant's build task. Quarantined records of every tenant go
+to one ``quarantine/input.parquet`` partition; a malformed record never fails the build.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from memlib import schema
+from memlib.config import MemlibConfig
+from memlib.io.readers import iter_tenants
+from memlib.io.store import StoreWriter
+
+QUARANTINE_PART = "input"
+
+
+@dataclass(frozen=True)
+class TenantShard:
+    """One tenant's unit of work: where its turns are and where its outputs go."""
+    tenant_id: str
+    turns_path: str
+    nodes_path: str        # staged nodes with embeddings (Lance gets them after the graph stage)
+    edges_path: str
+    segments_path: str
+    turns: int
+
+    def row(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class ShardResult:
+    shards: list[TenantShard]
+    questions: int
+    quarantine_by_reason: dict[str, int]
+    quarantined: int
+
+
+def staged_nodes_path(writer: StoreWriter, tenant: str) -> Path:
+    p = writer.version_dir / "_staged_nodes" / writer.table_path("turns", tenant).name
+    p.parent.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+def _reason_counts(quarantine: pa.Table) -> dict[str, int]:
+    from memlib.build.finalize import kind_counts
+
+    return kind_counts(quarantine, "reason_code") if quarantine.num_rows else {}
+
+
+def shard_input(path: str | Path, fmt: str, cfg: MemlibConfig, writer: StoreWriter) -> ShardResult:
+    """Write per-tenant turns/questions partitions and the quarantine; return the shards."""
+    shards: list[TenantShard] = []
+    quarantine: list[pa.Table] = []
+    n_questions = 0
+    for result in iter_tenants(path, fmt, cfg.io):
+        quarantine.append(schema.conform(result.quarantine, schema.QUARANTINE, name="quarantine"))
+        tenants = result.tenant_ids
+        for tenant in tenants:
+            shard = _write_tenant(writer, tenant, result)
+            if shard is not None:
+                shards.append(shard)
+        n_questions += result.questions.num_rows
+        if result.questions.num_rows:
+            for tenant in tenants:
+                q = result.questions.filter(pc.equal(result.questions.column("tenant_id"), tenant))
+                if q.num_rows:
+                    writer.write_table("questions", tenant, q)
+    q_all = pa.concat_tables(quarantine) if quarantine else schema.empty(schema.QUARANTINE)
+    writer.write_table("quarantine", QUARANTINE_PART, q_all)
+    return ShardResult(shards=shards, questions=n_questions, quarantine_by_reason=_reason_counts(q_all),
+                       quarantined=q_all.num_rows)
+
+
+def _write_tenant(writer: StoreWriter, tenant: str, result) -> TenantShard | None:
+    turns = result.turns.filter(pc.equal(result.turns.column("tenant_id"), tenant))
+    if turns.num_rows == 0:
+        return None
+    turns_path = writer.write_table("turns", tenant, turns)
+    return TenantShard(tenant_id=tenant, turns_path=str(turns_path),
+                       nodes_path=str(staged_nodes_path(writer, tenant)),
+                       edges_path=str(writer.table_path("edges", tenant)),
+                       segments_path=str(writer.table_path("segments", tenant)),
+                       turns=turns.num_rows)

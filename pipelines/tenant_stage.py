@@ -1,0 +1,92 @@
+"""Per-tenant build on Ray Data: ``memlib.build.process_tenant`` in an actor pool.
+
+Each input row is one tenant (a :class:`~pipelines.shard.TenantShard`): the actor reads the
+tenant's turns file, runs the recipe (all of a tenant's sessions together) and writes the
+tenant's nodes (staged, with embeddings), edges and segments into the store version
+directory. Only a small summary row per tenant travels back to the driver, which streams
+them with ``iter_rows`` (never ``take_all``). The embedder and spaCy are built once per actor.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import ray
+
+from memlib import schema
+from memlib.build import process_tenant
+from memlib.config import MemlibConfig
+from pipelines.shard import TenantShard
+
+
+def write_parquet(table: pa.Table, path: str, table_schema: pa.Schema, name: str) -> None:
+    """Conform and write atomically (temp file + rename)."""
+    table = schema.conform(table, table_schema, name=name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.tmp"
+    pq.write_table(table, tmp, compression="zstd")
+    os.replace(tmp, path)
+
+
+class TenantBuildActor:
+    """Builds the embedder once; then one tenant per call."""
+
+    def __init__(self, cfg: MemlibConfig, recipe: str):
+        from memlib.embed import get_embedder
+
+        self.cfg = cfg
+        self.recipe = recipe
+        self.embedder = get_embedder(cfg.embed)
+        self.nlp = None  # spaCy is loaded by the first extraction stage, then kept
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list[Any]]:
+        rows: dict[str, list[Any]] = {"tenant_id": [], "summary": []}
+        for i in range(len(batch["tenant_id"])):
+            shard = TenantShard(**{k: _scalar(batch[k][i]) for k in TenantShard.__dataclass_fields__})
+            rows["tenant_id"].append(shard.tenant_id)
+            rows["summary"].append(json.dumps(self.build_one(shard)))
+        return rows
+
+    def build_one(self, shard: TenantShard) -> dict[str, Any]:
+        start = time.perf_counter()
+        turns = pq.read_table(shard.turns_path)
+        out = process_tenant(turns, self.cfg, self.embedder, nlp=self.nlp, recipe=self.recipe)
+        write_parquet(out.nodes, shard.nodes_path, schema.nodes_schema(self.embedder.dim), "nodes")
+        write_parquet(out.edges, shard.edges_path, schema.EDGES, "edges")
+        write_parquet(out.segments, shard.segments_path, schema.SEGMENTS, "segments")
+        return {"tenant_id": shard.tenant_id, "turns": turns.num_rows, "timings": out.timings,
+                "seconds": round(time.perf_counter() - start, 3), "pid": os.getpid(), **out.counts()}
+
+
+def _scalar(value: Any) -> Any:
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def actor_config(cfg: MemlibConfig, total_cpus: int, workers: int) -> MemlibConfig:
+    """The config each actor uses: embedder threads split between the actors on this node."""
+    if cfg.embed.threads is not None:
+        return cfg
+    out = cfg.model_copy(deep=True)
+    out.embed.threads = max(1, total_cpus // max(1, workers))
+    return out
+
+
+def run_tenants(shards: list[TenantShard], cfg: MemlibConfig, recipe: str, *, workers: int,
+                total_cpus: int) -> Iterator[dict[str, Any]]:
+    """Yield one summary per tenant as its build finishes (streaming)."""
+    if not shards:
+        return
+    workers = max(1, min(workers, len(shards)))
+    ds = ray.data.from_items([s.row() for s in sorted(shards, key=lambda s: -s.turns)],
+                             override_num_blocks=len(shards))
+    ds = ds.map_batches(TenantBuildActor, batch_size=1, concurrency=workers,
+                        num_cpus=max(0.25, total_cpus / workers / 2),
+                        fn_constructor_kwargs={"cfg": actor_config(cfg, total_cpus, workers), "recipe": recipe})
+    for row in ds.iter_rows():
+        yield json.loads(row["summary"])
