@@ -22,9 +22,9 @@ from memlib.extract.llm_triplets import variables as triplet_vars
 from memlib.llm.estimate import PlannedCall
 from memlib.llm.models import Task
 
-FACT_LINE_CHARS = 95      # measured mean of "[i] fact text" lines
-EVENT_LINE_CHARS = 90
-FACTS_PER_TURN = 0.8      # facts extracted per kept turn
+FACT_LINE_CHARS = 115     # measured mean of "[i] fact text" lines
+EVENT_LINE_CHARS = 125
+FACTS_PER_TURN = 1.0      # facts extracted per kept turn
 EVENTS_PER_SESSION = 6.0
 
 
