@@ -3,7 +3,7 @@ importance and saves ``<out_dir>/<tenant>.gt``. The importance tables come back 
 driver (small: one row per node) to fill the ``nodes.importance`` column."""
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +24,15 @@ def graph_file(out_dir: str | Path, tenant: str) -> Path:
 
 
 def build_graphs(items: Iterable[tuple[str, Any, Any]], out_dir: str | Path,
-                 cfg: GraphConfig | None = None) -> dict[str, pa.Table]:
+                 cfg: GraphConfig | None = None, paths: Mapping[str, str | Path] | None = None) -> dict[str, pa.Table]:
     """``items``: (tenant_id, nodes, edges) with Arrow tables or Ray object refs of them.
-    Returns {tenant_id: importance table (node_id, importance, pagerank, degree, kcore)}."""
+    Each graph goes to ``paths[tenant]`` when given (e.g. ``StoreWriter.graph_path``), else
+    ``<out_dir>/<tenant>.gt``. Returns {tenant_id: importance table (node_id, importance,
+    pagerank, degree, kcore)}."""
     cfg = cfg or GraphConfig()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    refs = [_build_one.remote(tenant, nodes, edges, cfg, str(graph_file(out_dir, tenant)))
+    paths = paths or {}
+    refs = [_build_one.remote(tenant, nodes, edges, cfg, str(paths.get(tenant) or graph_file(out_dir, tenant)))
             for tenant, nodes, edges in items]
     return dict(ray.get(refs))
