@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -22,12 +22,13 @@ def _sizes(text: str) -> list[int]:
 
 def ppr(sizes: Annotated[str, typer.Option(help="comma-separated node counts")] = "1000,10000,100000,1000000",
         queries: Annotated[int, typer.Option(min=1, help="queries per size")] = 20,
+        gt_threads: Annotated[Optional[int], typer.Option(help="graph-tool OpenMP threads (default: its own)")] = None,
         config: ConfigOpt = None, set_: SetOpt = None) -> None:
     """Per-query PPR time: scipy power iteration vs graph-tool vs networkx; query subgraphs."""
     from memlib.graph.benchmark import run_benchmark
 
     cfg = get_config(config, set_)
-    typer.echo(json.dumps(run_benchmark(_sizes(sizes), queries, cfg.graph), indent=2))
+    typer.echo(json.dumps(run_benchmark(_sizes(sizes), queries, cfg.graph, gt_threads), indent=2))
 
 
 def register(bench_app: typer.Typer) -> None:

@@ -41,9 +41,11 @@ def _pct(values: list[float], q: float) -> float:
 def _networkx_ppr(tr: Transition, teleport: np.ndarray, damping: float, tol: float) -> Callable[[], np.ndarray]:
     import networkx as nx
 
+    p = tr.pt.tocoo()
+    p.sum_duplicates()  # parallel traversals must add up: a DiGraph would overwrite them
     g = nx.DiGraph()
     g.add_nodes_from(range(tr.n))
-    g.add_weighted_edges_from(zip(tr.rows.tolist(), tr.cols.tolist(), tr.prob.tolist()))
+    g.add_weighted_edges_from(zip(p.col.tolist(), p.row.tolist(), p.data.tolist()))
     pers = {int(i): float(teleport[i]) for i in np.flatnonzero(teleport)}
 
     def run() -> np.ndarray:
@@ -113,7 +115,15 @@ def bench_size(n: int, queries: int, cfg: GraphConfig | None = None, max_nodes: 
     return row
 
 
-def run_benchmark(sizes: list[int], queries: int, cfg: GraphConfig | None = None) -> dict[str, Any]:
+def run_benchmark(sizes: list[int], queries: int, cfg: GraphConfig | None = None,
+                  gt_threads: int | None = None) -> dict[str, Any]:
+    """``gt_threads`` pins graph-tool's OpenMP pool for this process (None: its default);
+    on a shared, busy machine one thread avoids OpenMP spin-waiting against other work."""
+    import graph_tool
+
     cfg = cfg or GraphConfig()
+    if gt_threads is not None:
+        graph_tool.openmp_set_num_threads(gt_threads)
     return {"benchmark": "ppr", "damping": cfg.damping, "tol": cfg.tol, "expand_depth": cfg.expand_depth,
-            "seeds_per_query": SEEDS_PER_QUERY, "results": [bench_size(n, queries, cfg) for n in sizes]}
+            "seeds_per_query": SEEDS_PER_QUERY, "graph_tool_threads": graph_tool.openmp_get_num_threads(),
+            "results": [bench_size(n, queries, cfg) for n in sizes]}
