@@ -35,6 +35,9 @@ from memlib.llm.models import TASKS, Task
 from memlib.llm.prompts import DEFAULT_DIR, Prompt, load_prompts
 
 
+RETRY_AFTER_MAX_S = 120.0
+
+
 class CallStatus(str, Enum):
     OK = "ok"
     CACHED = "cached"
@@ -186,8 +189,8 @@ class LLMClient:
                 return None, errors
 
     def _backoff(self, failures: int, retry_after: float | None) -> float:
-        if retry_after is not None:
-            return min(self.cfg.backoff_max_s, retry_after)
+        if retry_after is not None:  # the server's word wins over our own cap, within reason
+            return min(max(self.cfg.backoff_max_s, RETRY_AFTER_MAX_S), retry_after)
         cap = min(self.cfg.backoff_max_s, self.cfg.backoff_base_s * 2 ** (failures - 1))
         return self._rng.uniform(0.0, cap)
 
