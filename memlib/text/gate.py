@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 import polars as pl
@@ -53,42 +54,47 @@ class Signals:
     life_event: bool
     name: bool
     number_or_date: bool
+    has_digit: bool
     greeting: bool
 
 
-def _is_capitalized_name(tok: str, prev: str | None) -> bool:
+_BREAK = re.compile(r"[.!?,:;]")
+_DIGIT = re.compile(r"\d")
+
+
+def _is_name(tok: str, prev: str | None, gap: str) -> bool:
     """A capitalized word that is not sentence-initial and not a vocative after a greeting/comma."""
     low = tok.lower()
     if not tok[:1].isupper() or tok == "I" or low in lx.FUNCTION_WORDS or low in lx.PHATIC_WORDS:
         return False
-    if prev is None or prev.endswith((".", "!", "?", ",", ":", ";")):
+    if prev is None or _BREAK.search(gap):
         return False
-    prev_word = prev.strip("\"'()").lower()
-    return prev_word not in lx.PHATIC_WORDS and prev_word not in lx.GREETING_MARKERS
+    prev_low = prev.lower()
+    return prev_low not in lx.PHATIC_WORDS and prev_low not in lx.GREETING_MARKERS
 
 
+@lru_cache(maxsize=1 << 16)
 def signals(text: str) -> Signals:
-    """Extract the lexicon signals of ``text``."""
-    raw = (text or "").split()
-    toks = lx.words(text)
+    """Extract the lexicon signals of ``text`` (cached: chat text repeats a lot)."""
+    text = text or ""
+    toks, name, prev, end = [], False, None, 0
+    for m in lx.WORD_RE.finditer(text):
+        tok = m.group().replace("’", "'")
+        name = name or _is_name(tok, prev, text[end:m.start()])
+        toks.append(tok)
+        prev, end = tok, m.end()
     low = [t.lower() for t in toks]
     content = tuple(t for t, l in zip(toks, low) if l not in lx.FUNCTION_WORDS
                     and l not in lx.PHATIC_WORDS and not lx.LAUGH_RE.match(l))
-    prev_of = {}
-    for i, w in enumerate(raw):
-        core = lx.words(w)
-        if core:
-            prev_of.setdefault(core[0], raw[i - 1] if i else None)
-    name = any(_is_capitalized_name(t, prev_of.get(t)) for t in toks)
-    number = any(ch.isdigit() for ch in text or "") or any(l in lx.MONTHS for l in low) \
-        or _has_relative_date(low)
+    has_digit = _DIGIT.search(text) is not None
+    number = has_digit or not lx.MONTHS.isdisjoint(low) or _has_relative_date(low)
     return Signals(
         n_tokens=len(toks), content=content,
-        first_person=any(l in lx.FIRST_PERSON for l in low),
-        first_person_plural=any(l in lx.FIRST_PERSON_PLURAL for l in low),
-        life_event=any(l in lx.SIGNAL_WORDS for l in low),
-        name=name, number_or_date=number,
-        greeting=any(l in lx.GREETING_MARKERS for l in low),
+        first_person=not lx.FIRST_PERSON.isdisjoint(low),
+        first_person_plural=not lx.FIRST_PERSON_PLURAL.isdisjoint(low),
+        life_event=not lx.SIGNAL_WORDS.isdisjoint(low),
+        name=name, number_or_date=number, has_digit=has_digit,
+        greeting=not lx.GREETING_MARKERS.isdisjoint(low),
     )
 
 
@@ -103,8 +109,8 @@ def is_phatic(text: str) -> bool:
     """True for pure social turns: greetings, thanks, laughter, agreement, farewells."""
     sig = signals(text)
     if sig.n_tokens == 0 or not sig.content:
-        return not any(ch.isdigit() for ch in text or "")
-    if any(ch.isdigit() for ch in text):
+        return not sig.has_digit
+    if sig.has_digit:
         return False
     vocatives = all(t[:1].isupper() for t in sig.content) and len(sig.content) <= 2
     return vocatives and sig.greeting and sig.n_tokens <= 12

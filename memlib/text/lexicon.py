@@ -64,7 +64,7 @@ band guitar piano song songs recipe cooking baking charity fundraiser conference
 """.split())
 
 MONTHS = frozenset("""
-january february march april may june july august september october november december jan feb mar
+january february march april june july august september october november december jan feb mar
 apr jun jul aug sep sept oct nov dec monday tuesday wednesday thursday friday saturday sunday
 """.split())
 
