@@ -111,3 +111,13 @@ def test_transition_cached_and_stochastic():
     col_sums = np.asarray(tr.pt.sum(axis=0)).ravel()   # rows of P
     np.testing.assert_allclose(col_sums[~tr.sink], 1.0, atol=1e-12)
     assert np.all(col_sums[tr.sink] == 0)
+
+
+def test_benchmark_small_size_agrees():
+    from memlib.graph.benchmark import bench_size
+
+    row = bench_size(600, queries=2)
+    assert row["nodes"] == 600 and row["edges"] > 4 * 600 * 0.9
+    assert row["max_abs_diff_graph_tool_vs_scipy"] < 1e-6
+    assert row["max_abs_diff_networkx_vs_scipy"] < 1e-6
+    assert row["subgraph_nodes_max"] <= 5000 and row["subgraph_ppr_ms_p50"] > 0
