@@ -1,0 +1,122 @@
+"""Entrypoint of the retrieval service: the memlib FastAPI app as a Ray Serve deployment.
+
+Each replica builds one :class:`memlib.serve.service.SearchService` (tenant tables and
+graphs loaded once and cached, strategies instantiated once, manifest polling) and
+hands its FastAPI app to Serve at replica start (``__serve_build_asgi_app__``).
+Replicas take ``serve.replica_cpus`` CPUs each; ``serve.replicas`` of them.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from pathlib import Path
+
+import httpx
+import ray
+from ray import serve
+
+from memlib.config import MemlibConfig
+from memlib.serve.app import build_app
+from memlib.serve.service import SearchService
+
+APP_NAME = "memlib"
+DEPLOYMENT_NAME = "MemlibSearch"
+MAX_ONGOING_REQUESTS = 16
+log = logging.getLogger("memlib.serve")
+
+
+class MemlibSearch:
+    """One replica: the service over ``store`` and its FastAPI app."""
+
+    def __init__(self, store: str, cfg: MemlibConfig):
+        self.service = SearchService(store, cfg).start()
+
+    def __serve_build_asgi_app__(self):
+        return build_app(self.service)
+
+    def __del__(self):
+        service = getattr(self, "service", None)
+        if service is not None:
+            service.stop()
+
+
+def application(store: str | Path, cfg: MemlibConfig):
+    """The bound Serve application (``serve.run`` target)."""
+    deployment = serve.deployment(
+        name=DEPLOYMENT_NAME, num_replicas=cfg.serve.replicas, max_ongoing_requests=MAX_ONGOING_REQUESTS,
+        ray_actor_options={"num_cpus": cfg.serve.replica_cpus},
+    )(serve.ingress()(MemlibSearch))
+    return deployment.bind(str(Path(store).resolve()), cfg)
+
+
+def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    address = address or os.environ.get("RAY_ADDRESS")
+    if ray.is_initialized():
+        return
+    if address:
+        ray.init(address=address, log_to_driver=False)
+    else:
+        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+
+
+def wait_healthy(base_url: str, timeout_s: float = 300.0) -> dict:
+    """Poll ``/healthz`` until the app answers (replica start loads tenants and models)."""
+    deadline = time.monotonic() + timeout_s
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            resp = httpx.get(f"{base_url}/healthz", timeout=5.0)
+            if resp.status_code == 200:
+                return resp.json()
+            last = RuntimeError(f"/healthz answered {resp.status_code}")
+        except httpx.HTTPError as exc:
+            last = exc
+        time.sleep(0.5)
+    raise TimeoutError(f"memlib service at {base_url} not healthy after {timeout_s:.0f}s: {last}")
+
+
+def start(store: str | Path, cfg: MemlibConfig, *, host: str | None = None, port: int | None = None,
+          address: str | None = None, num_cpus: int | None = None, timeout_s: float = 300.0) -> str:
+    """Start Ray (local by default), Serve's HTTP proxy and the app; returns the base URL once healthy."""
+    host = host or cfg.serve.host
+    port = port if port is not None else cfg.serve.port
+    init_ray(address or cfg.ray.address, num_cpus or cfg.ray.num_cpus)
+    serve.start(http_options={"host": host, "port": port})
+    serve.run(application(store, cfg), name=APP_NAME, route_prefix="/", blocking=False)
+    base_url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
+    wait_healthy(base_url, timeout_s)
+    return base_url
+
+
+def stop() -> None:
+    """Shut down Serve and the Ray instance this process started."""
+    try:
+        serve.shutdown()
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def run_forever(store: str | Path, cfg: MemlibConfig, **kwargs) -> None:
+    """``memlib serve``: start and block until interrupted."""
+    base_url = start(store, cfg, **kwargs)
+    log.warning("memlib service on %s (docs: %s/docs)", base_url, base_url)
+    print(f"memlib service on {base_url}  (OpenAPI: {base_url}/docs; Ctrl-C stops)", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stop()

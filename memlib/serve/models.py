@@ -1,0 +1,83 @@
+"""Request and response models of the HTTP API (shared by the service and the client)."""
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+MAX_QUERY_CHARS = 4_000
+
+
+class SearchRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    tenant: str = Field(..., description="tenant id (letters, digits, '.', '_', '-')")
+    query: str = Field(..., min_length=1, max_length=MAX_QUERY_CHARS, description="the question")
+    strategy: str | None = Field(None, description="retrieval strategy (default: retrieve.default_strategy)")
+    k: int | None = Field(None, description="nodes to return, 1..serve.max_k (default: retrieve.k)")
+
+
+class ResultNode(BaseModel):
+    node_id: str
+    kind: str
+    text: str
+    score: float
+    signals: dict[str, float] = Field(default_factory=dict, description="the scores behind `score`")
+    provenance: list[str] = Field(default_factory=list, description="source turn node ids")
+    turn_ids: list[str] = Field(default_factory=list, description="source turn ids, e.g. D1:3")
+    session_ids: list[str] = Field(default_factory=list)
+    times: list[str | None] = Field(default_factory=list, description="ISO 8601 session times of the turns")
+
+
+class TurnHit(BaseModel):
+    node_id: str
+    turn_id: str
+    session_id: str
+    time: str | None
+    text: str
+    via: str = Field(..., description="the best-ranked result node that cited this turn")
+
+
+class SearchResponse(BaseModel):
+    tenant: str
+    query: str
+    strategy: str
+    k: int
+    version: str = Field(..., description="store version every part of this answer was read from")
+    results: list[ResultNode]
+    turns: list[TurnHit]
+    context: str = Field(..., description="packed context with node ids, turn ids and times")
+    search_ms: float = Field(..., description="strategy + provenance time")
+    latency_ms: float = Field(..., description="server-side handling time of the request")
+
+
+class TenantsResponse(BaseModel):
+    version: str
+    tenants: list[str]
+
+
+class HealthResponse(BaseModel):
+    status: str
+    version: str
+    tenants: int
+    cached_tenants: int
+    strategies: list[str]
+
+
+class ReloadResponse(BaseModel):
+    changed: bool
+    version: str
+    previous: str
+
+
+class ErrorResponse(BaseModel):
+    error: str
+    reason: str
+
+
+def search_response(result: Any, version: str, k: int, latency_ms: float) -> SearchResponse:
+    """A :class:`SearchResponse` from a ``memlib.retrieve.base.SearchResult``."""
+    d = result.to_dict()
+    return SearchResponse(tenant=d["tenant"], query=d["query"], strategy=d["strategy"], k=k, version=version,
+                          results=d["nodes"], turns=d["turns"], context=d["context"],
+                          search_ms=round(d["latency_ms"], 3), latency_ms=round(latency_ms, 3))

@@ -1,0 +1,78 @@
+"""Validation of a raw ``POST /v1/search`` body into a :class:`SearchRequest`, with one
+typed reason per failure (all answered as 422)."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Collection
+
+from pydantic import ValidationError
+
+from memlib.io.validate import validate_tenant_id
+from memlib.serve.errors import ApiError, ErrorCode
+from memlib.serve.models import SearchRequest
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_body_bytes: int
+    max_k: int
+    default_k: int
+    default_strategy: str
+
+
+def check_body_size(content_length: str | None, limit: int) -> None:
+    """Reject from the Content-Length header before reading the body, when present."""
+    if content_length is None:
+        return
+    try:
+        n = int(content_length)
+    except ValueError:
+        raise ApiError(ErrorCode.MALFORMED_BODY, "Content-Length is not an integer") from None
+    if n > limit:
+        raise ApiError(ErrorCode.BODY_TOO_LARGE, f"body of {n} bytes exceeds serve.max_body_bytes={limit}")
+
+
+def check_tenant_id(tenant: str) -> str:
+    reason = validate_tenant_id(tenant)
+    if reason:
+        raise ApiError(ErrorCode.BAD_TENANT_ID, reason)
+    return tenant
+
+
+def _pydantic_reason(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:5]:
+        loc = ".".join(str(x) for x in err.get("loc", ())) or "body"
+        parts.append(f"{loc}: {err.get('msg', 'invalid')}")
+    return "; ".join(parts)
+
+
+def parse_search(raw: bytes, limits: Limits, strategies: Collection[str]) -> SearchRequest:
+    """Bytes -> a complete SearchRequest (defaults filled) or :class:`ApiError` (422)."""
+    if len(raw) > limits.max_body_bytes:
+        raise ApiError(ErrorCode.BODY_TOO_LARGE,
+                       f"body of {len(raw)} bytes exceeds serve.max_body_bytes={limits.max_body_bytes}")
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ApiError(ErrorCode.MALFORMED_BODY, f"body is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ApiError(ErrorCode.MALFORMED_BODY, f"body must be a JSON object, got {type(data).__name__}")
+    if isinstance(data.get("tenant"), str):
+        check_tenant_id(data["tenant"])
+    try:
+        req = SearchRequest.model_validate(data, strict=True)
+    except ValidationError as exc:
+        raise ApiError(ErrorCode.MALFORMED_BODY, _pydantic_reason(exc)) from None
+    check_tenant_id(req.tenant)
+    if not req.query.strip():
+        raise ApiError(ErrorCode.MALFORMED_BODY, "query: must not be blank")
+    strategy = req.strategy or limits.default_strategy
+    if strategy not in strategies:
+        raise ApiError(ErrorCode.UNKNOWN_STRATEGY,
+                       f"unknown strategy {strategy!r}; known: {', '.join(sorted(strategies))}")
+    k = limits.default_k if req.k is None else req.k
+    if not 1 <= k <= limits.max_k:
+        raise ApiError(ErrorCode.BAD_K, f"k={k} is outside 1..{limits.max_k} (serve.max_k)")
+    return req.model_copy(update={"strategy": strategy, "k": k})

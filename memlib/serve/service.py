@@ -1,0 +1,147 @@
+"""The retrieval service, independent of any web framework and of Ray.
+
+One :class:`SearchService` per replica: it owns a :class:`TenantCache` (graphs and tables
+loaded once per tenant, shared by all requests), one instance per strategy, the
+authorizer and the metrics. Every answer is computed from one :class:`TenantIndex`, which
+pins the store version it was loaded from, so a publish during a request never mixes
+versions; :meth:`refresh` (poller or ``POST /v1/reload``) swaps the cache to the new one.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from memlib.config import MemlibConfig
+from memlib.retrieve.base import Strategy
+from memlib.retrieve.kernels import run_search
+from memlib.retrieve.registry import get_strategy, list_strategies
+from memlib.retrieve.tenant import QueryEmbedder, TenantCache, TenantIndex
+from memlib.serve.auth import Authorizer, Principal
+from memlib.serve.errors import ApiError, ErrorCode
+from memlib.serve.metrics import ServiceMetrics
+from memlib.serve.models import (HealthResponse, ReloadResponse, SearchRequest, SearchResponse, TenantsResponse,
+                                 search_response)
+from memlib.serve.poller import VersionPoller
+from memlib.serve.requests import Limits, check_tenant_id, parse_search
+
+log = logging.getLogger("memlib.serve")
+CACHE_TENANTS = 64     # tenants kept loaded per replica (LRU)
+PRELOAD_TENANTS = 8    # tenants loaded at replica start, so first requests are not cold
+
+
+def load_embedder(cfg: MemlibConfig) -> QueryEmbedder:
+    from memlib.embed import get_embedder
+
+    return get_embedder(cfg.embed)
+
+
+class SearchService:
+    def __init__(self, store: str | Path, cfg: MemlibConfig, embedder: QueryEmbedder | None = None,
+                 *, cache_tenants: int = CACHE_TENANTS):
+        self.cfg = cfg
+        self.auth = Authorizer.from_config(cfg.serve)
+        self.cache = TenantCache(Path(store), embedder=embedder if embedder is not None else load_embedder(cfg),
+                                 max_tenants=cache_tenants)
+        self.strategy_names = list_strategies()
+        self.limits = Limits(max_body_bytes=cfg.serve.max_body_bytes, max_k=cfg.serve.max_k,
+                             default_k=min(cfg.retrieve.k, cfg.serve.max_k),
+                             default_strategy=cfg.retrieve.default_strategy)
+        self.metrics = ServiceMetrics()
+        self.metrics.set_version(self.cache.version)
+        self._strategies: dict[str, Strategy] = {}
+        self._lock = threading.Lock()
+        self.poller = VersionPoller(self.refresh, cfg.serve.poll_interval_s)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self, preload: int = PRELOAD_TENANTS) -> "SearchService":
+        """Load the first tenants, warm the embedder and every strategy, start polling."""
+        tenants = self.cache.tenants()[:preload]
+        for tenant in tenants:
+            self.cache.get(tenant)
+        if tenants:
+            self._warm(tenants[0])
+        self.metrics.cached.set(len(self.cache))
+        self.poller.start()
+        return self
+
+    def _warm(self, tenant: str) -> None:
+        idx = self.cache.get(tenant)
+        for name in self.strategy_names:
+            try:
+                run_search(idx, self.strategy(name), "warm up query", 1)
+            except Exception as exc:  # a broken strategy is reported per request, not at start
+                log.warning("warm-up of strategy %s failed: %s", name, exc)
+
+    def stop(self) -> None:
+        self.poller.stop()
+
+    def refresh(self) -> bool:
+        changed = self.cache.refresh()
+        if changed:
+            self.metrics.reloads.inc()
+            self.metrics.set_version(self.cache.version)
+            log.info("now serving store version %s", self.cache.version)
+        return changed
+
+    # -- pieces ------------------------------------------------------------------------------
+    def strategy(self, name: str) -> Strategy:
+        inst = self._strategies.get(name)
+        if inst is None:
+            with self._lock:
+                inst = self._strategies.get(name)
+                if inst is None:
+                    inst = get_strategy(name, self.cfg)
+                    self._strategies[name] = inst
+        return inst
+
+    def index(self, tenant: str) -> TenantIndex:
+        check_tenant_id(tenant)
+        if tenant not in self.cache.tenants():
+            raise ApiError(ErrorCode.UNKNOWN_TENANT, f"tenant {tenant!r} is not in store version {self.cache.version}")
+        try:
+            idx = self.cache.get(tenant)
+        except KeyError:  # a version without this tenant was published in between
+            raise ApiError(ErrorCode.UNKNOWN_TENANT, f"tenant {tenant!r} is not in the published store") from None
+        self.metrics.cached.set(len(self.cache))
+        return idx
+
+    # -- endpoints ---------------------------------------------------------------------------
+    def parse(self, authorization: str | None, raw: bytes) -> tuple[Principal, SearchRequest]:
+        principal = self.auth.authenticate(authorization)
+        req = parse_search(raw, self.limits, self.strategy_names)
+        self.auth.authorize(principal, req.tenant)
+        return principal, req
+
+    def search(self, req: SearchRequest) -> SearchResponse:
+        """Answer a validated, authorized request from one pinned store version."""
+        t0 = time.perf_counter()
+        idx = self.index(req.tenant)
+        strategy = self.strategy(req.strategy)
+        try:
+            result = run_search(idx, strategy, req.query, req.k)
+        except Exception as exc:
+            log.exception("strategy %s failed on tenant %s", req.strategy, req.tenant)
+            raise ApiError(ErrorCode.SEARCH_FAILED, f"strategy {req.strategy!r} failed: {type(exc).__name__}: {exc}")
+        return search_response(result, idx.version, req.k, (time.perf_counter() - t0) * 1000.0)
+
+    def tenants(self, authorization: str | None) -> TenantsResponse:
+        principal = self.auth.authenticate(authorization)
+        known = self.cache.tenants()
+        visible = known if principal.is_admin else [t for t in known if principal.may_access(t)]
+        return TenantsResponse(version=self.cache.version, tenants=visible)
+
+    def health(self) -> HealthResponse:
+        return HealthResponse(status="ok", version=self.cache.version, tenants=len(self.cache.tenants()),
+                              cached_tenants=len(self.cache), strategies=self.strategy_names)
+
+    def reload(self, authorization: str | None) -> ReloadResponse:
+        self.auth.require_admin(self.auth.authenticate(authorization))
+        previous = self.cache.version
+        changed = self.refresh()
+        return ReloadResponse(changed=changed, version=self.cache.version, previous=previous)
+
+    def describe(self) -> dict[str, Any]:
+        return {"store": str(self.cache.store), "version": self.cache.version, "strategies": self.strategy_names}
