@@ -56,8 +56,8 @@ def kind_counts(table: pa.Table, column: str = "kind") -> dict[str, int]:
 
 def finalize(nodes: pa.Table, edges: pa.Table, dim: int) -> Finalized:
     """Deduplicate, drop dangling edges (counted), sort deterministically and conform."""
-    nodes = schema.conform(dedup_nodes(nodes), schema.nodes_schema(dim), name="nodes")
-    edges = schema.conform(dedup_edges(edges), schema.EDGES, name="edges")
+    nodes = dedup_nodes(schema.conform(nodes, schema.nodes_schema(dim), name="nodes"))
+    edges = dedup_edges(schema.conform(edges, schema.EDGES, name="edges"))
     kept, dropped = drop_dangling(nodes, edges)
     nodes = nodes.sort_by([("kind", "ascending"), ("node_id", "ascending")])
     kept = kept.sort_by([("kind", "ascending"), ("src", "ascending"), ("dst", "ascending")])

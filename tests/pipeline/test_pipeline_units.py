@@ -1,0 +1,61 @@
+"""Unit tests of the build composition helpers (no Ray, no model)."""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from memlib import schema
+from memlib.build.finalize import finalize
+from memlib.build.recipe import RECIPES, BuildStage, UnknownRecipeError, get_recipe
+from memlib.build.vectors import VectorCache
+
+
+class CountingEmbedder:
+    dim = 4
+
+    def __init__(self):
+        self.calls: list[list[str]] = []
+
+    def embed_passages(self, texts):
+        self.calls.append(list(texts))
+        return np.array([[len(t), 1.0, 0.0, float(i)] for i, t in enumerate(texts)], dtype=np.float32)
+
+
+def test_vector_cache_embeds_each_distinct_text_once():
+    emb = CountingEmbedder()
+    cache = VectorCache(emb)
+    a = cache.get(["x", "yy", "x"])
+    b = cache.get(["yy", "zzz", "x"])
+    assert emb.calls == [["x", "yy"], ["zzz"]]
+    assert cache.embedded == 3
+    np.testing.assert_array_equal(a[0], a[2])
+    np.testing.assert_array_equal(a[1], b[0])
+
+
+def _nodes(ids):
+    return pa.table({"node_id": ids, "tenant_id": ["t"] * len(ids), "kind": ["turn"] * len(ids),
+                     "text": ids, "embedding": pa.array([[0.0] * 4] * len(ids), pa.list_(pa.float32(), 4))})
+
+
+def test_finalize_drops_and_counts_dangling_edges_and_dedups():
+    nodes = _nodes(["a", "b", "a"])
+    edges = pa.table({"tenant_id": ["t"] * 4, "src": ["a", "a", "a", "b"], "dst": ["b", "b", "ghost", "a"],
+                      "kind": ["NEXT", "NEXT", "MENTIONS", "SIMILAR"]})
+    done = finalize(nodes, edges, 4)
+    assert done.nodes.column("node_id").to_pylist() == ["a", "b"]
+    assert done.edges.num_rows == 2
+    assert done.dropped_edges == 1 and done.dropped_by_kind == {"MENTIONS": 1}
+    schema.check(done.nodes, schema.nodes_schema(4))
+    schema.check(done.edges, schema.EDGES)
+
+
+def test_recipes_are_ordered_and_complete():
+    for name in RECIPES:
+        stages = get_recipe(name)
+        order = list(BuildStage)
+        assert [order.index(s) for s in stages] == sorted(order.index(s) for s in stages)
+        assert BuildStage.EMBED_TURNS in stages and BuildStage.FINALIZE in stages
+    assert get_recipe("full") == tuple(BuildStage)
+    with pytest.raises(UnknownRecipeError):
+        get_recipe("nope")
