@@ -15,13 +15,15 @@ Kernels:
 * :func:`gt_personalized_pagerank` — ``graph_tool.centrality.pagerank`` with ``pers`` and
   ``weight`` on a graph-tool graph carrying the same weights (same sink semantics).
 
-Kernel choice, by measurement (``memlib bench ppr``, 2 cores, synthetic memory graphs with
-~5 edges/node): the scipy iteration is faster at every size measured — ≈0.5 ms vs ≈1.4 ms
-at 1k nodes, ≈22 ms vs ≈100 ms at 100k, ≈0.45 s vs ≈3 s at 1M — because graph-tool's call
-converts property maps and normalizes weights on every call, while the cached ``Pᵀ`` is
-reused across queries. :data:`DEFAULT_KERNEL` is therefore scipy for all sizes; graph-tool's
-kernel is kept as the reference and for the global (build-time) PageRank, where the graph
-already lives in graph-tool.
+Kernel choice, by measurement (``memlib bench ppr --gt-threads 1``, 20 queries, synthetic
+memory graphs with ~4.7 edges/node, on a shared 2-core machine at load average ~20, so
+absolute times are inflated; the ratios are what decides): per-query p50 scipy vs
+graph-tool = 0.36 vs 0.60 ms at 1k nodes, 19 vs 125 ms at 10k, 277 vs 1 212 ms at 100k,
+3.5 s vs 31 s at 1M; max |Δ| ≤ 4e-8. The cached ``Pᵀ`` is reused across queries while
+graph-tool's call re-normalizes weights each time, so :data:`DEFAULT_KERNEL` is scipy at
+every size; graph-tool's kernel stays as the reference and owns the build-time PageRank.
+With graph-tool's default OpenMP pool on the busy machine its 1k-node call took ~440 ms
+(spin-waiting); pin it with ``graph_tool.openmp_set_num_threads`` where cores are shared.
 """
 from __future__ import annotations
 
