@@ -59,3 +59,9 @@ def test_recipes_are_ordered_and_complete():
     assert get_recipe("full") == tuple(BuildStage)
     with pytest.raises(UnknownRecipeError):
         get_recipe("nope")
+
+
+def test_documented_defaults_file_matches_builtin_defaults():
+    from memlib.config import DEFAULT_FILE, MemlibConfig, load_config
+
+    assert load_config(DEFAULT_FILE, environ={}) == MemlibConfig()
