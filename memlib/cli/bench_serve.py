@@ -1,0 +1,132 @@
+"""``memlib bench serve``: a bounded loopback load against the real Ray Serve service.
+
+Starts the service on a free loopback port with a fresh admin token, draws questions from
+the store's ``questions`` table (turn texts when a store has none), sends ``--requests``
+requests per strategy from ``--concurrency`` client threads, and prints one JSON line:
+``{"strategies": {NAME: {"p50_ms", "p95_ms", "p99_ms", "qps", "requests"}}, "errors": N}``.
+Latency is client-side (HTTP round trip through the Serve proxy)."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import numpy as np
+import typer
+
+from memlib.cli.common import ConfigOpt, SetOpt, fail, get_config
+
+WARMUP_PER_STRATEGY = 20
+
+
+def load_questions(store: Path, limit: int = 5_000) -> list[tuple[str, str]]:
+    """(tenant, question) pairs from the store: its questions table, else turn texts."""
+    from memlib.io.store import StoreReader
+
+    reader = StoreReader(store)
+    tbl = reader.table("questions", columns=["tenant_id", "question"])
+    if tbl.num_rows == 0:
+        tbl = reader.table("turns", columns=["tenant_id", "text"]).rename_columns(["tenant_id", "question"])
+    tbl = tbl.filter(tbl.column("question").is_valid()).slice(0, limit)
+    return list(zip(tbl.column("tenant_id").to_pylist(), tbl.column("question").to_pylist()))
+
+
+def _worker(base_url: str, token: str, jobs: list[dict], out: list[float], errors: list[str],
+            deadline: float) -> None:
+    import httpx
+
+    with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {token}"}, timeout=30.0) as http:
+        for body in jobs:
+            if time.monotonic() > deadline:
+                errors.append("deadline")
+                continue
+            t0 = time.perf_counter()
+            try:
+                r = http.post("/v1/search", json=body)
+                ok = r.status_code == 200
+                detail = f"{r.status_code} {r.text[:200]}"
+            except httpx.HTTPError as exc:
+                ok, detail = False, f"{type(exc).__name__}: {exc}"
+            if ok:
+                out.append((time.perf_counter() - t0) * 1000.0)
+            else:
+                errors.append(detail)
+
+
+def run_load(base_url: str, token: str, strategy: str, questions: list[tuple[str, str]], n: int,
+             concurrency: int, k: int, max_seconds: float) -> tuple[dict, list[str]]:
+    """``n`` requests of ``strategy`` from ``concurrency`` threads; (figures, error details)."""
+    bodies = [{"tenant": t, "query": q, "strategy": strategy, "k": k}
+              for t, q in (questions[i % len(questions)] for i in range(n))]
+    lat: list[list[float]] = [[] for _ in range(concurrency)]
+    errs: list[list[str]] = [[] for _ in range(concurrency)]
+    deadline = time.monotonic() + max_seconds
+    threads = [threading.Thread(target=_worker, args=(base_url, token, bodies[i::concurrency], lat[i], errs[i],
+                                                      deadline)) for i in range(concurrency)]
+    t0 = time.perf_counter()
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    wall = time.perf_counter() - t0
+    ms = np.asarray([x for part in lat for x in part], dtype=np.float64)
+    errors = [e for part in errs for e in part]
+    figures = {"p50_ms": None, "p95_ms": None, "p99_ms": None, "qps": 0.0, "requests": int(ms.size)}
+    if ms.size:
+        p50, p95, p99 = np.percentile(ms, [50, 95, 99])
+        figures.update(p50_ms=round(float(p50), 2), p95_ms=round(float(p95), 2), p99_ms=round(float(p99), 2),
+                       qps=round(ms.size / wall, 1))
+    return figures, errors
+
+
+def register(bench_app: typer.Typer) -> None:
+    @bench_app.command("serve")
+    def bench_serve(
+        store: Annotated[Path, typer.Option("--store", "-s", help="memory store directory")],
+        requests: Annotated[int, typer.Option("--requests", help="requests per strategy (>= 1)")] = 2000,
+        concurrency: Annotated[int, typer.Option("--concurrency", help="concurrent client threads")] = 4,
+        strategies: Annotated[str, typer.Option("--strategies", help="comma-separated")] = "auto,bm25,dense,hybrid",
+        k: Annotated[int, typer.Option("--k", help="k of every request")] = 10,
+        max_seconds: Annotated[float, typer.Option("--max-seconds", help="time bound per strategy")] = 600.0,
+        replicas: Annotated[Optional[int], typer.Option("--replicas", help="default: serve.replicas")] = None,
+        config: ConfigOpt = None,
+        overrides: SetOpt = None,
+    ) -> None:
+        """Loopback load against `memlib serve`; prints one JSON line of latency figures."""
+        from memlib.retrieve.registry import parse_strategies
+        from memlib.serve.auth import hash_token, new_token
+
+        cfg = get_config(config, overrides)
+        try:
+            names = parse_strategies(strategies)
+        except KeyError as exc:
+            fail(str(exc))
+            return
+        questions = load_questions(store)
+        if not questions or requests < 1 or concurrency < 1:
+            fail("need a store with questions or turns, --requests >= 1 and --concurrency >= 1")
+        token = new_token()
+        cfg.serve.admin_token_hash = hash_token(token)
+        cfg.serve.auth_enabled = True
+        if replicas is not None:
+            cfg.serve.replicas = replicas
+        from jobs.serve import free_port, start, stop
+
+        base_url = start(store, cfg, host="127.0.0.1", port=free_port())
+        result: dict = {"strategies": {}, "errors": 0, "concurrency": concurrency, "replicas": cfg.serve.replicas,
+                        "questions": len(questions), "store": str(store)}
+        samples: list[str] = []
+        try:
+            for name in names:
+                run_load(base_url, token, name, questions, WARMUP_PER_STRATEGY, concurrency, k, max_seconds)
+                figures, errors = run_load(base_url, token, name, questions, requests, concurrency, k, max_seconds)
+                result["strategies"][name] = figures
+                result["errors"] += len(errors)
+                samples.extend(errors[:3])
+        finally:
+            stop()
+        if samples:
+            result["error_samples"] = samples[:5]
+        typer.echo(json.dumps(result))
