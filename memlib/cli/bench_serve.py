@@ -130,3 +130,5 @@ def register(bench_app: typer.Typer) -> None:
         if samples:
             result["error_samples"] = samples[:5]
         typer.echo(json.dumps(result))
+        if result["errors"]:
+            raise typer.Exit(1)
