@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 import time
 from pathlib import Path
@@ -113,10 +114,15 @@ def run_forever(store: str | Path, cfg: MemlibConfig, **kwargs) -> None:
     base_url = start(store, cfg, **kwargs)
     log.warning("memlib service on %s (docs: %s/docs)", base_url, base_url)
     print(f"memlib service on {base_url}  (OpenAPI: {base_url}/docs; Ctrl-C stops)", flush=True)
+    signal.signal(signal.SIGTERM, _exit_on_signal)
     try:
         while True:
             time.sleep(3600)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, SystemExit):
         pass
     finally:
         stop()
+
+
+def _exit_on_signal(signum, frame) -> None:
+    raise SystemExit(128 + signum)
