@@ -24,7 +24,6 @@ from memlib.serve.service import SearchService
 
 APP_NAME = "memlib"
 DEPLOYMENT_NAME = "MemlibSearch"
-MAX_ONGOING_REQUESTS = 16
 log = logging.getLogger("memlib.serve")
 
 
@@ -46,7 +45,7 @@ class MemlibSearch:
 def application(store: str | Path, cfg: MemlibConfig):
     """The bound Serve application (``serve.run`` target)."""
     deployment = serve.deployment(
-        name=DEPLOYMENT_NAME, num_replicas=cfg.serve.replicas, max_ongoing_requests=MAX_ONGOING_REQUESTS,
+        name=DEPLOYMENT_NAME, num_replicas=cfg.serve.replicas, max_ongoing_requests=cfg.serve.max_ongoing_requests,
         ray_actor_options={"num_cpus": cfg.serve.replica_cpus},
     )(serve.ingress()(MemlibSearch))
     return deployment.bind(str(Path(store).resolve()), cfg)

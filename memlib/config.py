@@ -155,6 +155,9 @@ class ServeConfig(_Section):
     admin_token_hash: str | None = None
     auth_enabled: bool = True
     poll_interval_s: float = 5.0
+    max_ongoing_requests: int = Field(16, ge=1, description="concurrent requests a replica accepts")
+    cache_tenants: int = Field(64, ge=1, description="tenants kept loaded per replica (LRU)")
+    preload_tenants: int = Field(8, ge=0, description="tenants loaded and strategies warmed at replica start")
 
 
 class RayConfig(_Section):

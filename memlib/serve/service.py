@@ -28,8 +28,6 @@ from memlib.serve.poller import VersionPoller
 from memlib.serve.requests import Limits, check_tenant_id, parse_search
 
 log = logging.getLogger("memlib.serve")
-CACHE_TENANTS = 64     # tenants kept loaded per replica (LRU)
-PRELOAD_TENANTS = 8    # tenants loaded at replica start, so first requests are not cold
 
 
 def load_embedder(cfg: MemlibConfig) -> QueryEmbedder:
@@ -39,12 +37,11 @@ def load_embedder(cfg: MemlibConfig) -> QueryEmbedder:
 
 
 class SearchService:
-    def __init__(self, store: str | Path, cfg: MemlibConfig, embedder: QueryEmbedder | None = None,
-                 *, cache_tenants: int = CACHE_TENANTS):
+    def __init__(self, store: str | Path, cfg: MemlibConfig, embedder: QueryEmbedder | None = None):
         self.cfg = cfg
         self.auth = Authorizer.from_config(cfg.serve)
         self.cache = TenantCache(Path(store), embedder=embedder if embedder is not None else load_embedder(cfg),
-                                 max_tenants=cache_tenants)
+                                 max_tenants=cfg.serve.cache_tenants)
         self.strategy_names = list_strategies()
         self.limits = Limits(max_body_bytes=cfg.serve.max_body_bytes, max_k=cfg.serve.max_k,
                              default_k=min(cfg.retrieve.k, cfg.serve.max_k),
@@ -56,9 +53,9 @@ class SearchService:
         self.poller = VersionPoller(self.refresh, cfg.serve.poll_interval_s)
 
     # -- lifecycle ---------------------------------------------------------------------------
-    def start(self, preload: int = PRELOAD_TENANTS) -> "SearchService":
-        """Load the first tenants, warm the embedder and every strategy, start polling."""
-        tenants = self.cache.tenants()[:preload]
+    def start(self) -> "SearchService":
+        """Load the first ``serve.preload_tenants`` tenants, warm the embedder and every strategy, start polling."""
+        tenants = self.cache.tenants()[:self.cfg.serve.preload_tenants]
         for tenant in tenants:
             self.cache.get(tenant)
         if tenants:
