@@ -1,7 +1,8 @@
 """The embedder interface shared by every backend.
 
 A backend implements ``_encode(texts, kind)`` for one batch; the base class does the
-rest: batching by ``batch_size``, the empty-input case, float32 and L2 normalization.
+rest: batching by ``batch_size`` (texts grouped by length so padded backends pad less),
+the empty-input case, float32 and L2 normalization.
 """
 from __future__ import annotations
 
@@ -74,9 +75,14 @@ class Embedder(ABC):
         items = list(texts)
         if not items:
             return np.zeros((0, self.dim), dtype=np.float32)
-        parts = [self._checked(self._encode(items[i:i + self.batch_size], kind), len(items[i:i + self.batch_size]))
-                 for i in range(0, len(items), self.batch_size)]
-        return l2_normalize(np.concatenate(parts, axis=0))
+        # batches of similar length pad less; rows go back to input order at the end
+        order = np.argsort(np.fromiter(map(len, items), dtype=np.int64, count=len(items)), kind="stable")
+        ordered = [items[i] for i in order]
+        parts = [self._checked(self._encode(ordered[i:i + self.batch_size], kind), len(ordered[i:i + self.batch_size]))
+                 for i in range(0, len(ordered), self.batch_size)]
+        out = np.empty((len(items), self.dim), dtype=np.float32)
+        out[order] = l2_normalize(np.concatenate(parts, axis=0))
+        return out
 
     def _checked(self, block: np.ndarray, n: int) -> np.ndarray:
         block = np.asarray(block)

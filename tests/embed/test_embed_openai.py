@@ -74,7 +74,8 @@ def test_embed_openai_vectors_prefixes_and_batches(server_url):
     expected /= np.linalg.norm(expected, axis=1, keepdims=True)
     assert vectors.shape == (3, SERVER_DIM) and vectors.dtype == np.float32
     np.testing.assert_allclose(vectors, expected, atol=1e-6)
-    assert [r["body"]["input"] for r in _Handler.requests] == [["passage: alpha", "passage: beta"], ["passage: gamma"]]
+    # batches of batch_size=2, filled shortest text first
+    assert [r["body"]["input"] for r in _Handler.requests] == [["passage: beta", "passage: alpha"], ["passage: gamma"]]
     assert all(r["auth"] == f"Bearer {SECRET}" and r["body"]["model"] == "fake-embed" for r in _Handler.requests)
 
     query = embedder.embed_queries(["alpha"])
