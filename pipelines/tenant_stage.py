@@ -85,7 +85,7 @@ def run_tenants(shards: list[TenantShard], cfg: MemlibConfig, recipe: str, *, wo
     workers = max(1, min(workers, len(shards)))
     ds = ray.data.from_items([s.row() for s in sorted(shards, key=lambda s: -s.turns)],
                              override_num_blocks=len(shards))
-    ds = ds.map_batches(TenantBuildActor, batch_size=1, concurrency=workers,
+    ds = ds.map_batches(TenantBuildActor, batch_size=1, compute=ray.data.ActorPoolStrategy(size=workers),
                         num_cpus=max(0.25, total_cpus / workers / 2),
                         fn_constructor_kwargs={"cfg": actor_config(cfg, total_cpus, workers), "recipe": recipe})
     for row in ds.iter_rows():
