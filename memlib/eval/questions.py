@@ -19,6 +19,7 @@ class Dataset(str, Enum):
     LOCOMO = "locomo"
     LONGMEMEVAL = "longmemeval"
     JSONL = "jsonl"
+    PARQUET = "parquet"
     STORE = "store"  # the store's own questions table, generic rules
 
 
@@ -35,11 +36,11 @@ ABSTENTION_SUFFIX = "_abs"
 @dataclass
 class QuestionSet:
     dataset: Dataset
-    frame: pl.DataFrame          # tenant_id, question_id, question, category, evidence, evidence_sessions, group
+    frame: pl.DataFrame  # tenant_id, question_id, question, category, answer, question_time, evidence, evidence_sessions, group
     n_input: int
     n_excluded_malformed: int    # no evidence id that exists in the conversation
     n_excluded_abstention: int
-    n_dropped_evidence_ids: int  # evidence ids that do not exist, dropped from kept questions
+    n_dropped_evidence_ids: int  # evidence ids that match no turn of the conversation (all questions)
 
     def group(self, group: Group) -> pl.DataFrame:
         return self.frame.filter(pl.col("group") == group.value)
@@ -51,16 +52,11 @@ class QuestionSet:
 
 
 def read_questions(path: str | Path, dataset: Dataset, cfg: MemlibConfig) -> pa.Table:
-    """The questions table of an input file, read with memlib's readers."""
-    if dataset is Dataset.LOCOMO:
-        from memlib.io import locomo as reader
-    elif dataset is Dataset.LONGMEMEVAL:
-        from memlib.io import longmemeval as reader
-    else:
-        import importlib
+    """The questions table of an input file, read with memlib's readers (streamed per tenant)."""
+    from memlib.io.readers import iter_tenants
 
-        reader = importlib.import_module("memlib.io.jsonl")
-    tables = [r.questions for r in reader.iter_tenants(path, cfg.io)]
+    fmt = Dataset.JSONL.value if dataset is Dataset.STORE else dataset.value
+    tables = [r.questions for r in iter_tenants(path, fmt, cfg.io)]
     return pa.concat_tables(tables, promote_options="permissive") if tables else pa.table({})
 
 
@@ -102,7 +98,8 @@ def select_questions(questions: pa.Table | pl.DataFrame, reader: StoreReader, da
     sessions = (pl.col("evidence_sessions") if dataset is Dataset.LONGMEMEVAL else pl.col("turn_sessions"))
     group = (pl.when(pl.col("category") == LOCOMO_ADVERSARIAL).then(pl.lit(Group.ADVERSARIAL.value))
              .otherwise(pl.lit(Group.OVERALL.value)) if dataset is Dataset.LOCOMO else pl.lit(Group.OVERALL.value))
-    frame = q.select("tenant_id", "question_id", "question", "category",
+    extra = [pl.col(c) if c in q.columns else pl.lit(None).alias(c) for c in ("answer", "question_time")]
+    frame = q.select("tenant_id", "question_id", "question", "category", *extra,
                      pl.col("valid_evidence").alias("evidence"), sessions.alias("evidence_sessions"),
                      group.alias("group"))
     if dataset is Dataset.LOCOMO:

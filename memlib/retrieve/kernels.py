@@ -58,7 +58,7 @@ def lance_fts(index: TenantIndex, query: str, k: int, kinds: Iterable[str] | Non
     if not q or k <= 0:
         return []
     res = (index.table.search(q, query_type="fts").where(index.where(kinds), prefilter=True)
-           .select(["node_id"]).limit(k).to_arrow())
+           .select(["node_id", "_score"]).limit(k).to_arrow())
     ids = res.column("node_id").to_pylist()
     scores = res.column("_score").to_numpy(zero_copy_only=False)
     return [(i, float(s)) for i, s in zip(ids, scores)]

@@ -33,6 +33,37 @@ class QueryEmbedder(Protocol):
         ...
 
 
+class CachedQueryEmbedder:
+    """Memoizes query vectors; :meth:`prime` embeds many queries in one batched call
+    (evaluation embeds all questions up front, so per-query latency measures retrieval)."""
+
+    def __init__(self, inner: QueryEmbedder, max_items: int = 100_000):
+        self.inner = inner
+        self.max_items = max_items
+        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def prime(self, texts: Sequence[str]) -> float:
+        """Embed the not-yet-cached texts in one call; returns the seconds it took."""
+        import time
+
+        todo = list(dict.fromkeys(t for t in texts if t not in self._cache))
+        t0 = time.perf_counter()
+        if todo:
+            vecs = np.asarray(self.inner.embed_queries(todo), dtype=np.float32)
+            with self._lock:
+                self._cache.update(zip(todo, vecs))
+        return time.perf_counter() - t0
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        self.prime(texts)
+        with self._lock:
+            out = np.stack([self._cache[t] for t in texts])
+            while len(self._cache) > self.max_items:
+                self._cache.popitem(last=False)
+        return out
+
+
 @dataclass(frozen=True)
 class TurnInfo:
     node_id: str
