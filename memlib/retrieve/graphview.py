@@ -6,6 +6,7 @@ when the node has no row), ``sims(qvec)`` the cosine of the query with every ver
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 
 import numpy as np
@@ -62,3 +63,24 @@ def graph_view(index, cfg: GraphConfig | None = None) -> GraphView | None:
             view = GraphView(index, load_graph(path), cfg) if path.exists() else None
             index._memlib_graph_view = view
     return view
+
+
+_QCACHE: "OrderedDict[tuple[int, str], np.ndarray]" = OrderedDict()
+QCACHE_SIZE = 4096
+
+
+def query_vector(index, query: str) -> np.ndarray:
+    """``index.embed_query(query)`` through a small process-wide LRU shared by the graph
+    strategies (an evaluation runs several strategies over the same questions)."""
+    key = (id(index.embedder), query)
+    with _LOCK:
+        hit = _QCACHE.get(key)
+        if hit is not None:
+            _QCACHE.move_to_end(key)
+            return hit
+    vec = index.embed_query(query)
+    with _LOCK:
+        _QCACHE[key] = vec
+        while len(_QCACHE) > QCACHE_SIZE:
+            _QCACHE.popitem(last=False)
+    return vec
