@@ -12,7 +12,6 @@ import logging
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 from memlib.config import MemlibConfig
 from memlib.retrieve.base import Strategy
@@ -139,6 +138,3 @@ class SearchService:
         previous = self.cache.version
         changed = self.refresh()
         return ReloadResponse(changed=changed, version=self.cache.version, previous=previous)
-
-    def describe(self) -> dict[str, Any]:
-        return {"store": str(self.cache.store), "version": self.cache.version, "strategies": self.strategy_names}
