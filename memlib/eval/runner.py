@@ -12,7 +12,7 @@ from memlib.config import MemlibConfig
 from memlib.eval import metrics as M
 from memlib.eval.questions import Dataset, Group, QuestionSet, select_questions
 from memlib.retrieve.kernels import run_search
-from memlib.retrieve.registry import get_strategy, parse_strategies
+from memlib.retrieve.registry import get_strategy, parse_strategies, strategy_class
 from memlib.retrieve.tenant import CachedQueryEmbedder, QueryEmbedder, TenantCache
 
 RANKED_DEPTH = 20  # ranked_turn_ids kept per question in per_question.parquet
@@ -26,10 +26,28 @@ class EvalRun:
     per_question: pl.DataFrame
 
 
-def default_embedder(cfg: MemlibConfig) -> QueryEmbedder:
-    from memlib.embed import get_embedder
+class LazyEmbedder:
+    """Builds the configured query embedder on first use (lexical-only runs never load a model)."""
 
-    return get_embedder(cfg.embed)
+    def __init__(self, cfg: MemlibConfig):
+        self.cfg = cfg
+        self._inner: QueryEmbedder | None = None
+
+    def embed_queries(self, texts: Sequence[str]):
+        if self._inner is None:
+            from memlib.embed import get_embedder
+
+            self._inner = get_embedder(self.cfg.embed)
+        return self._inner.embed_queries(texts)
+
+
+def default_embedder(cfg: MemlibConfig) -> QueryEmbedder:
+    return LazyEmbedder(cfg)
+
+
+def uses_query_vector(name: str) -> bool:
+    """Strategies declare ``uses_query_vector = False`` when they never embed the query."""
+    return bool(getattr(strategy_class(name), "uses_query_vector", True))
 
 
 def _search_rows(cache: TenantCache, name: str, cfg: MemlibConfig, qs: pl.DataFrame, depth: int,
@@ -83,7 +101,8 @@ def evaluate(store: str | Path, questions: QuestionSet | pa.Table | pl.DataFrame
     cache = TenantCache(Path(store), embedder=qemb, max_tenants=EVAL_CACHE_TENANTS)
     qset = questions if isinstance(questions, QuestionSet) else select_questions(questions, cache.reader, dataset)
     qs = qset.frame.sort(["tenant_id", "question_id"])  # tenant-contiguous: one index load each
-    embed_s = qemb.prime(qs.get_column("question").to_list()) if qs.height else 0.0
+    need_vectors = qs.height > 0 and any(uses_query_vector(n) for n in names)
+    embed_s = qemb.prime(qs.get_column("question").to_list()) if need_vectors else 0.0
     depth = max(max(ks), RANKED_DEPTH)
     frames = [_score(qs, _search_rows(cache, n, cfg, qs, depth, progress), ks) for n in names]
     per_question = pl.concat(frames) if frames else pl.DataFrame()

@@ -43,6 +43,7 @@ class BM25(StrategyBase):
     """Lance native full-text search (BM25) over turn text."""
 
     defaults = {"kinds": TURN_KINDS}
+    uses_query_vector = False
 
     def search(self, tenant: TenantIndex, query: str, k: int, **params: Any) -> list[RetrievedNode]:
         p = self.call_params(params)
