@@ -1,24 +1,24 @@
 """Embedder benchmark on LoCoMo: throughput and turn-level dense retrieval recall.
 
 Protocol (the evaluation issue's): questions of categories 1-4 with at least one evidence
-id that exists in the conversation; every turn indexed as "speaker: text [image: caption]";
+id that exists in the conversation (LoCoMo: one conversation per tenant); every turn indexed as "speaker: text [image: caption]";
 the question embedded as a query; cosine top-k over that conversation's turns; recall@k =
 fraction of the question's (existing) evidence turns in the top k, averaged over questions.
 """
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 
-from memlib.config import EmbedConfig
+from memlib.config import EmbedConfig, IOConfig
 from memlib.embed.base import Embedder
 from memlib.embed.registry import EmbedBackend, config_for, get_embedder
+from memlib.io.readers import InputFormat, read_input
 
 CATEGORIES = (1, 2, 3, 4)
 KS = (5, 10, 20)
@@ -26,44 +26,31 @@ KS = (5, 10, 20)
 
 @dataclass(frozen=True)
 class RetrievalSet:
-    turns: pl.DataFrame      # conversation_id, turn_id, text
-    questions: pl.DataFrame  # conversation_id, question, category, evidence (list[str], existing ids only)
+    turns: pl.DataFrame      # tenant_id, turn_id, text (indexed form)
+    questions: pl.DataFrame  # tenant_id, question, category, evidence (list[str], existing ids only)
 
 
-def _turn_rows(sample: dict) -> Iterable[dict]:
-    conv = sample["conversation"]
-    for key, session in conv.items():
-        if key.startswith("session_") and isinstance(session, list):
-            for turn in session:
-                caption = turn.get("blip_caption")
-                text = f"{turn['speaker']}: {turn['text']}" + (f" [image: {caption}]" if caption else "")
-                yield {"conversation_id": sample["sample_id"], "turn_id": turn["dia_id"], "text": text}
-
-
-def _question_rows(sample: dict) -> Iterable[dict]:
-    for qa in sample.get("qa", []):
-        yield {"conversation_id": sample["sample_id"], "question": str(qa["question"]),
-               "category": int(qa["category"]), "evidence": [str(e).strip() for e in qa.get("evidence", [])]}
-
-
-def load_locomo(path: str | Path) -> RetrievalSet:
-    """Turns and evaluable questions of a LoCoMo JSON file."""
-    samples = json.loads(Path(path).read_text(encoding="utf-8"))
-    turns = pl.DataFrame([row for s in samples for row in _turn_rows(s)],
-                         schema={"conversation_id": pl.String, "turn_id": pl.String, "text": pl.String})
-    raw = pl.DataFrame([row for s in samples for row in _question_rows(s)],
-                       schema={"conversation_id": pl.String, "question": pl.String, "category": pl.Int64,
-                               "evidence": pl.List(pl.String)})
-    return RetrievalSet(turns=turns, questions=_evaluable(raw, turns))
+def load_locomo(path: str | Path, io_cfg: IOConfig | None = None) -> RetrievalSet:
+    """Turns (as indexed) and evaluable questions of a LoCoMo JSON file, via memlib.io."""
+    read = read_input(path, InputFormat.LOCOMO, io_cfg or IOConfig())
+    turns = pl.from_arrow(read.turns.select(["tenant_id", "turn_id", "speaker", "text", "extras"]))
+    caption = pl.col("extras").str.json_path_match("$.blip_caption")
+    indexed = (pl.col("speaker").fill_null("") + ": " + pl.col("text")
+               + pl.when(caption.is_not_null() & (caption != "")).then(" [image: " + caption + "]").otherwise(pl.lit("")))
+    turns = turns.select("tenant_id", "turn_id", indexed.alias("text"))
+    questions = pl.from_arrow(read.questions.select(["tenant_id", "question", "category", "evidence"]))
+    questions = questions.with_columns(pl.col("category").cast(pl.Int64, strict=False),
+                                       pl.col("evidence").list.eval(pl.element().str.strip_chars()))
+    return RetrievalSet(turns=turns, questions=_evaluable(questions, turns))
 
 
 def _evaluable(questions: pl.DataFrame, turns: pl.DataFrame) -> pl.DataFrame:
     """Categories 1-4; evidence restricted to ids present in the turns; at least one left."""
-    known = turns.select("conversation_id", pl.col("turn_id").alias("evidence"), pl.lit(True).alias("known"))
+    known = turns.select("tenant_id", pl.col("turn_id").alias("evidence"), pl.lit(True).alias("known"))
     exploded = (questions.filter(pl.col("category").is_in(CATEGORIES)).with_row_index("qid")
-                .explode("evidence").join(known, on=["conversation_id", "evidence"], how="left"))
+                .explode("evidence").join(known, on=["tenant_id", "evidence"], how="left"))
     kept = (exploded.filter(pl.col("known").fill_null(False))
-            .group_by("qid", "conversation_id", "question", "category", maintain_order=True)
+            .group_by("qid", "tenant_id", "question", "category", maintain_order=True)
             .agg(pl.col("evidence")))
     return kept.drop("qid")
 
@@ -94,11 +81,11 @@ def bench_embedder(embedder: Embedder, data: RetrievalSet, ks: Sequence[int] = K
     start = time.perf_counter()
     vectors = embedder.embed_passages(texts)
     seconds = time.perf_counter() - start
-    offsets = data.turns.with_row_index("row").group_by("conversation_id").agg(pl.col("row"))
-    rows_of = dict(zip(offsets["conversation_id"].to_list(), offsets["row"].to_list()))
+    offsets = data.turns.with_row_index("row").group_by("tenant_id").agg(pl.col("row"))
+    rows_of = dict(zip(offsets["tenant_id"].to_list(), offsets["row"].to_list()))
     per_k: dict[int, list[np.ndarray]] = {k: [] for k in ks}
-    for conv, questions in data.questions.group_by("conversation_id", maintain_order=True):
-        rows = np.asarray(rows_of[conv[0]])
+    for tenant, questions in data.questions.group_by("tenant_id", maintain_order=True):
+        rows = np.asarray(rows_of[tenant[0]])
         result = evaluate_conversation(embedder, data.turns[rows], questions, vectors[rows], ks)
         for k in ks:
             per_k[k].append(result[k])
