@@ -7,7 +7,8 @@ to one ``quarantine/input.parquet`` partition; a malformed record never fails th
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,7 @@ class ShardResult:
     questions: int
     quarantine_by_reason: dict[str, int]
     quarantined: int
+    seen: dict[str, int] = field(default_factory=dict)  # every tenant read -> its valid turns (incremental builds)
 
 
 def staged_nodes_path(writer: StoreWriter, tenant: str) -> Path:
@@ -56,14 +58,37 @@ def _reason_counts(quarantine: pa.Table) -> dict[str, int]:
     return kind_counts(quarantine, "reason_code") if quarantine.num_rows else {}
 
 
-def shard_input(path: str | Path, fmt: str, cfg: MemlibConfig, writer: StoreWriter) -> ShardResult:
-    """Write per-tenant turns/questions partitions and the quarantine; return the shards."""
+RowFilter = Callable[[pa.Table], pa.Table]
+
+
+def _forget(result, keep_rows: RowFilter | None):
+    """``result`` with the rows ``keep_rows`` drops removed from turns, questions and quarantine."""
+    if keep_rows is None:
+        return result
+    return type(result)(turns=keep_rows(result.turns), questions=keep_rows(result.questions),
+                        quarantine=keep_rows(result.quarantine))
+
+
+def shard_input(path: str | Path, fmt: str, cfg: MemlibConfig, writer: StoreWriter, *,
+                keep_rows: RowFilter | None = None, rebuild: Callable[[str], bool] | None = None,
+                quarantine_part: str = QUARANTINE_PART) -> ShardResult:
+    """Write per-tenant turns/questions partitions and the quarantine; return the shards.
+
+    Incremental builds pass ``keep_rows`` (forgetting: drops deleted tenants/conversations from
+    every table) and ``rebuild`` (False: the tenant is carried over, so no partition is written)."""
     shards: list[TenantShard] = []
     quarantine: list[pa.Table] = []
+    seen: dict[str, int] = {}
     n_questions = 0
     for result in iter_tenants(path, fmt, cfg.io):
+        result = _forget(result, keep_rows)
         quarantine.append(schema.conform(result.quarantine, schema.QUARANTINE, name="quarantine"))
         tenants = result.tenant_ids
+        for tenant in tenants:
+            seen[tenant] = seen.get(tenant, 0) + int(pc.sum(pc.equal(result.turns.column("tenant_id"),
+                                                                     tenant)).as_py() or 0)
+        if rebuild is not None:
+            tenants = [t for t in tenants if rebuild(t)]
         for tenant in tenants:
             shard = _write_tenant(writer, tenant, result)
             if shard is not None:
@@ -75,9 +100,9 @@ def shard_input(path: str | Path, fmt: str, cfg: MemlibConfig, writer: StoreWrit
                 if q.num_rows:
                     writer.write_table("questions", tenant, q)
     q_all = pa.concat_tables(quarantine) if quarantine else schema.empty(schema.QUARANTINE)
-    writer.write_table("quarantine", QUARANTINE_PART, q_all)
+    writer.write_table("quarantine", quarantine_part, q_all)
     return ShardResult(shards=shards, questions=n_questions, quarantine_by_reason=_reason_counts(q_all),
-                       quarantined=q_all.num_rows)
+                       quarantined=q_all.num_rows, seen=seen)
 
 
 def _write_tenant(writer: StoreWriter, tenant: str, result) -> TenantShard | None:

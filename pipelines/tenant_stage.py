@@ -61,7 +61,8 @@ class TenantBuildActor:
         write_parquet(out.edges, shard.edges_path, schema.EDGES, "edges")
         write_parquet(out.segments, shard.segments_path, schema.SEGMENTS, "segments")
         return {"tenant_id": shard.tenant_id, "turns": turns.num_rows, "timings": out.timings,
-                "seconds": round(time.perf_counter() - start, 3), "pid": os.getpid(), **out.counts()}
+                "seconds": round(time.perf_counter() - start, 3), "pid": os.getpid(),
+                "node_id": ray.get_runtime_context().get_node_id(), **out.counts()}
 
 
 def _scalar(value: Any) -> Any:

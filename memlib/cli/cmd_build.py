@@ -18,8 +18,12 @@ def _progress(event: str, info: dict[str, Any]) -> None:
                    f"{info['edges']} edges in {info['seconds']:.1f}s")
     elif event == "graph":
         typer.echo(f"graph: {info.get('status')} {info.get('reason', '')}".rstrip())
+    elif event == "plan":
+        typer.echo("incremental: " + ", ".join(f"{k} {len(v)}" for k, v in info.items()))
     elif event == "published":
         typer.echo(f"published {info['version']} to {info['store']}")
+        for tenant, reason in (info.get("failed") or {}).items():
+            typer.echo(f"  FAILED tenant {tenant}: {reason}")
 
 
 def _kv(d: dict[str, Any]) -> str:
@@ -47,19 +51,32 @@ def format_summary(m: dict[str, Any]) -> str:
 def register(app: typer.Typer) -> None:
     @app.command("build")
     def build(
-        input: Annotated[Path, typer.Option("--input", "-i", help="input file")],
-        format: FormatOpt,
         out: Annotated[Path, typer.Option("--out", "-o", help="store directory")],
+        input: Annotated[Optional[Path], typer.Option("--input", "-i", help="input file (or directory "
+                                                      "of files with --incremental)")] = None,
+        format: FormatOpt = None,
         config: ConfigOpt = None,
         set_: SetOpt = None,
         address: Annotated[Optional[str], typer.Option("--address", help="Ray cluster address (default: local; "
                                                        "or RAY_ADDRESS)")] = None,
         num_cpus: Annotated[Optional[int], typer.Option("--num-cpus", help="CPUs for local Ray")] = None,
         recipe: Annotated[str, typer.Option("--recipe", help="build recipe: full | episodes | turns")] = "full",
+        incremental: Annotated[bool, typer.Option("--incremental", help="rebuild only changed tenants, "
+                                                  "carry the rest over (nightly)")] = False,
+        delete: Annotated[Optional[Path], typer.Option("--delete", help="forget these tenants / tenant/conversation "
+                                                       "ids (one per line); implies --incremental")] = None,
+        rollback: Annotated[Optional[str], typer.Option("--rollback", help="publish an earlier VERSION again")] = None,
+        compact: Annotated[bool, typer.Option("--compact", help="hard deletion: drop every unpublished and older "
+                                              "version (Lance + Parquet); rollback is no longer possible")] = False,
     ) -> None:
         """Build memory tables (Lance/Parquet) and graphs from conversations, on Ray Data."""
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        if rollback or (compact and input is None):
+            _maintain(out, rollback, compact)
+            return
+        if input is None or format is None:
+            fail("--input and --format are required to build")
         cfg = get_config(config, set_)
         from memlib.build.recipe import UnknownRecipeError
         from memlib.io.errors import InputError
@@ -67,8 +84,33 @@ def register(app: typer.Typer) -> None:
             fail(f"input file not found: {input}")
         from jobs.build import run_build
         try:
-            manifest = run_build(cfg, input, format, out, address=address or cfg.ray.address,
-                                 num_cpus=num_cpus or cfg.ray.num_cpus, recipe=recipe, progress=_progress)
+            if incremental or delete is not None:
+                from jobs.nightly import run_incremental
+                manifest = run_incremental(cfg, input, format, out, address=address or cfg.ray.address,
+                                           num_cpus=num_cpus or cfg.ray.num_cpus, recipe=recipe,
+                                           delete=delete, progress=_progress)
+            else:
+                manifest = run_build(cfg, input, format, out, address=address or cfg.ray.address,
+                                     num_cpus=num_cpus or cfg.ray.num_cpus, recipe=recipe, progress=_progress)
         except (InputError, UnknownRecipeError) as exc:
             fail(str(exc).strip("'\""))
         typer.echo(format_summary(manifest))
+        if compact:
+            _maintain(out, None, True)
+        if manifest.get("incremental", {}).get("failed"):
+            raise typer.Exit(code=3)
+
+
+def _maintain(out: Path, version: Optional[str], compact: bool) -> None:
+    """--rollback VERSION and --compact on an existing store."""
+    from jobs.nightly import compact as compact_store, rollback_store
+    from memlib.io.store import StoreError
+
+    try:
+        if version:
+            m = rollback_store(out, version)
+            typer.echo(f"rolled back: {out} now serves {m['version']} (Lance version {m.get('lance_version')})")
+        if compact:
+            typer.echo(f"compacted: {compact_store(out)}")
+    except StoreError as exc:
+        fail(str(exc))

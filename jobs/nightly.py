@@ -1,0 +1,337 @@
+"""Nightly incremental rebuild: ``memlib build --incremental`` and ``python -m jobs.nightly``.
+
+Only tenants whose input hash or build key changed are rebuilt (:mod:`jobs.nightly_plan`);
+unchanged tenants are carried over (hard links, Lance rows untouched); forgotten tenants and
+conversations (``--delete FILE``, persisted in the manifest) and tenants gone from the input
+disappear from every table of the next version. A tenant whose build fails, or whose input
+file cannot be read, keeps its previous published data and is listed as failed. Every
+finished tenant leaves a completion marker in the unpublished version directory, so a rerun
+after a driver crash resumes from the finished tenants.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import shutil
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pyarrow.parquet as pq
+import ray
+
+from jobs.build import init_ray, run_graphs
+from jobs.nightly_plan import ForgetList, Plan, TenantStatus, build_key, effective_hash, make_plan
+from memlib import schema
+from memlib.build.manifest import build_manifest
+from memlib.build.recipe import DEFAULT_RECIPE, JobStage, get_recipe
+from memlib.build.timing import StageTimer
+from memlib.config import MemlibConfig
+from memlib.io.errors import InputError
+from memlib.io.readers import input_fingerprints
+from memlib.io.store import StoreWriter, atomic_write_json, read_manifest, rollback, version_name
+from pipelines.shard import QUARANTINE_PART, TenantShard, shard_input
+from pipelines.store_sink import drop_staging, with_importance
+from pipelines.tenant_stage import run_tenants
+
+log = logging.getLogger("memlib.nightly")
+Progress = Callable[[str, dict[str, Any]], None]
+DONE_DIR = "_done"
+_SUFFIXES = {"jsonl": (".jsonl",), "parquet": (".parquet",), "locomo": (".json",), "longmemeval": (".json",)}
+
+
+def _quiet(event: str, info: dict[str, Any]) -> None:
+    log.info("%s %s", event, info)
+
+
+class ResumableWriter(StoreWriter):
+    """A StoreWriter that keeps the completion markers and outputs of an interrupted build."""
+
+    def __init__(self, path: str | Path, *, dim: int):
+        path = Path(path)
+        stash = _stash_pending(path)
+        super().__init__(path, dim=dim)
+        if stash is not None:
+            self.version_dir.rmdir()
+            stash.rename(self.version_dir)
+
+    def done_markers(self) -> dict[str, dict[str, Any]]:
+        d = self.version_dir / DONE_DIR
+        out = {}
+        for p in sorted(d.glob("*.json")) if d.exists() else []:
+            marker = json.loads(p.read_text(encoding="utf-8"))
+            if Path(marker["summary"]["nodes_path"]).exists():
+                out[p.stem] = marker
+        return out
+
+    def mark_done(self, tenant: str, marker: dict[str, Any]) -> None:
+        atomic_write_json(self.version_dir / DONE_DIR / f"{tenant}.json", marker)
+
+
+def _stash_pending(path: Path) -> Path | None:
+    """Move an unpublished version directory with completion markers aside (StoreWriter clears it)."""
+    manifest = read_manifest(path)
+    published = int(manifest["version"][1:]) if manifest else 0
+    versions = sorted(p for p in (path / "versions").glob("v*") if p.is_dir()) if (path / "versions").exists() else []
+    pending = [p for p in versions if int(p.name[1:]) > published and (p / DONE_DIR).exists()]
+    if not pending:
+        return None
+    stash = path / "versions" / f".resume-{pending[-1].name}"
+    if stash.exists():
+        shutil.rmtree(stash)
+    pending[-1].rename(stash)
+    return stash
+
+
+def input_sources(path: Path, fmt: str) -> list[Path]:
+    """One file, or every file of a directory with the format's suffix (one source per file)."""
+    if path.is_dir():
+        return sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith(_SUFFIXES.get(fmt, ("",))))
+    return [path]
+
+
+def _fingerprints(sources: list[Path], fmt: str, cfg: MemlibConfig, forget: ForgetList):
+    hashes, tenant_source, failed = {}, {}, {}
+    for src in sources:
+        try:
+            fps = input_fingerprints(src, fmt, cfg.io)
+        except (InputError, OSError, ValueError) as exc:
+            failed[src.name] = str(exc)[:300]
+            continue
+        for tenant, h in fps.items():
+            if tenant and tenant not in forget.tenants:
+                hashes[tenant] = effective_hash(h, forget, tenant)
+                tenant_source[tenant] = src.name
+    return hashes, tenant_source, failed
+
+
+def restore_published_lance(writer: StoreWriter, base: dict[str, Any] | None) -> None:
+    """Make the newest Lance version equal the published one (after a rollback or a crashed build)."""
+    if not base or base.get("lance_version") is None:
+        return
+    tbl = writer.open_nodes()
+    if tbl.version != base["lance_version"]:
+        tbl.restore(base["lance_version"])
+
+
+def _shard_all(sources, fmt, cfg, writer, plan: Plan, forget: ForgetList,
+               skip: dict[str, str]) -> tuple[list[TenantShard], dict, Any]:
+    shards, seen, quarantine = [], {}, {}
+    todo = set(plan.build) | set(plan.resume)
+    for src in sources:
+        if src.name in skip:
+            continue
+        part = QUARANTINE_PART if len(sources) == 1 else src.stem
+        try:
+            res = shard_input(src, fmt, cfg, writer, keep_rows=forget.keep_rows, rebuild=todo.__contains__,
+                              quarantine_part=part)
+        except (InputError, OSError, ValueError) as exc:
+            for t, s in plan.sources.items():
+                if s == src.name:
+                    plan.failed[t] = f"input file {src.name} unreadable: {str(exc)[:200]}"
+            continue
+        shards += res.shards
+        seen.update(res.seen)
+        for k, v in res.quarantine_by_reason.items():
+            quarantine[k] = quarantine.get(k, 0) + v
+    return shards, seen, quarantine
+
+
+def _build_tenants(writer: ResumableWriter, shards: list[TenantShard], cfg, recipe, plan: Plan, key: str,
+                   cpus: int, progress: Progress) -> list[dict[str, Any]]:
+    """Run the recipe on ``shards``; a tenant with no summary afterwards failed (its block errored)."""
+    summaries = []
+    if shards:
+        ray.data.DataContext.get_current().max_errored_blocks = len(shards)
+        for s in run_tenants(shards, cfg, recipe, workers=cpus, total_cpus=cpus):
+            shard = next(x for x in shards if x.tenant_id == s["tenant_id"])
+            s["nodes_path"] = shard.nodes_path
+            writer.mark_done(s["tenant_id"], {"input_hash": plan.hashes[s["tenant_id"]], "build_key": key,
+                                              "summary": s})
+            summaries.append(s)
+            progress("tenant", s)
+    finished = {s["tenant_id"] for s in summaries}
+    for shard in shards:
+        if shard.tenant_id not in finished:
+            plan.failed[shard.tenant_id] = "tenant build raised (see the Ray task logs)"
+    return summaries
+
+
+def _write_lance(writer: StoreWriter, shards: list[TenantShard], importance: dict, remove: list[str]) -> None:
+    """Replace rebuilt tenants' nodes and delete removed tenants'; carried tenants stay untouched."""
+    if remove:
+        writer.replace_tenant_nodes(remove, None)
+    for shard in sorted(shards, key=lambda s: s.tenant_id):
+        nodes = with_importance(pq.read_table(shard.nodes_path), importance.get(shard.tenant_id))
+        writer.replace_tenant_nodes([shard.tenant_id], schema.conform(nodes, schema.nodes_schema(writer.dim),
+                                                                      name="nodes"))
+
+
+def _kind_counts(writer: StoreWriter) -> tuple[dict[str, int], dict[str, int]]:
+    tbl = writer.open_nodes()
+    nodes = pl.from_arrow(tbl.search().select(["kind"]).limit(None).to_arrow())
+    edge_dir = writer.version_dir / "edges"
+    files = sorted(edge_dir.glob("*.parquet")) if edge_dir.exists() else []
+    edges = pl.concat([pl.read_parquet(f, columns=["kind"]) for f in files]) if files else pl.DataFrame({"kind": []})
+    count = lambda df: dict(sorted(zip(*df.group_by("kind").len().to_dict(as_series=False).values())))  # noqa: E731
+    return (count(nodes) if len(nodes) else {}), (count(edges) if len(edges) else {})
+
+
+def _carried_summary(tenant: str, old: dict[str, Any]) -> dict[str, Any]:
+    return {"tenant_id": tenant, **{k: old.get(k, 0) for k in ("turns", "nodes", "edges", "segments")}}
+
+
+def _finish_manifest(manifest, plan: Plan, base, key, forget, node_kinds, edge_kinds, summaries) -> dict:
+    prev = (base or {}).get("tenants", {})
+    built = {s["tenant_id"] for s in summaries if s.get("status") != TenantStatus.RESUMED.value}
+    for tenant, entry in manifest["tenants"].items():
+        status = (TenantStatus.BUILT if tenant in built else TenantStatus.RESUMED if tenant in plan.resume
+                  else TenantStatus.CARRIED)
+        entry.update(status=status.value, source=plan.sources.get(tenant), input_hash=plan.hashes.get(tenant))
+    for tenant, reason in plan.failed.items():
+        if tenant in prev:
+            manifest["tenants"][tenant] = {**prev[tenant], "status": TenantStatus.FAILED.value, "error": reason}
+        else:
+            manifest["tenants"][tenant] = {"status": TenantStatus.FAILED.value, "error": reason, "nodes": 0,
+                                           "edges": 0, "turns": 0, "segments": 0, "source": plan.sources.get(tenant)}
+    manifest.update(build_key=key, forgotten=forget.to_json(), incremental=plan.to_json(),
+                    nodes_by_kind=node_kinds, edges_by_kind=edge_kinds,
+                    tenant_timings_s={s["tenant_id"]: s.get("timings", {}) for s in summaries if s["tenant_id"] in built},
+                    tenant_nodes={s["tenant_id"]: s.get("node_id") for s in summaries if s["tenant_id"] in built})
+    return manifest
+
+
+def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: str | Path, *,
+                    address: str | None = None, num_cpus: int | None = None, recipe: str = DEFAULT_RECIPE,
+                    delete: str | Path | None = None, progress: Progress = _quiet) -> dict[str, Any]:
+    """Build the next store version incrementally and publish it; returns the manifest."""
+    get_recipe(recipe)
+    timer, wall = StageTimer(), time.perf_counter()
+    base = read_manifest(out)
+    writer = ResumableWriter(out, dim=cfg.embed.dim)
+    restore_published_lance(writer, base)
+    forget = ForgetList.load(delete, (base or {}).get("forgotten"))
+    key = build_key(cfg, recipe)
+    sources = input_sources(Path(input_path), str(fmt))
+    with timer.stage(JobStage.READ):
+        hashes, tenant_source, failed_sources = _fingerprints(sources, str(fmt), cfg, forget)
+        plan = make_plan(base, hashes, tenant_source, key, writer.done_markers(), failed_sources)
+        shards, seen, quarantine = _shard_all(sources, str(fmt), cfg, writer, plan, forget, failed_sources)
+    for tenant in plan.build:
+        if seen.get(tenant, 0) == 0 and tenant not in plan.failed:
+            plan.failed[tenant] = "no valid turns in the input (every record quarantined)"
+    to_build = [s for s in shards if s.tenant_id not in plan.resume and s.tenant_id not in plan.failed]
+    progress("plan", plan.to_json())
+    cpus = init_ray(address, num_cpus)
+    with timer.stage(JobStage.TENANTS):
+        summaries = _build_tenants(writer, to_build, cfg, recipe, plan, key, cpus, progress)
+    summaries += [{**m["summary"], "status": TenantStatus.RESUMED.value} for m in plan.resume.values()]
+    done = {s["tenant_id"] for s in summaries}
+    ok_shards = [s for s in shards if s.tenant_id in done]
+    prev = (base or {}).get("tenants", {})
+    _drop_partitions(writer, list(plan.failed))
+    for tenant in plan.carry + [t for t in plan.failed if t in prev]:
+        writer.carry_over(tenant)
+    with timer.stage(JobStage.GRAPH):
+        importance, graph_info = run_graphs(writer, ok_shards, cfg)
+    with timer.stage(JobStage.WRITE):
+        _write_lance(writer, ok_shards, importance, plan.gone + sorted(forget.tenants & set(prev)))
+        drop_staging(writer, ok_shards)
+        shutil.rmtree(writer.version_dir / DONE_DIR, ignore_errors=True)
+    with timer.stage(JobStage.INDEX):
+        writer.index_nodes()
+    timings = {**timer.rounded(), "total": round(time.perf_counter() - wall, 3)}
+    carried = [_carried_summary(t, prev[t]) for t in plan.carry]
+    manifest = build_manifest(cfg=cfg, recipe=recipe, input_path=str(input_path), fmt=str(fmt),
+                              fingerprints=plan.hashes, summaries=summaries + carried,
+                              questions=_count_rows(writer, "questions"), quarantine_by_reason=quarantine,
+                              timings=timings, graph=graph_info)
+    manifest = _finish_manifest(manifest, plan, base, key, forget, *_kind_counts(writer), summaries)
+    published = writer.publish(manifest)
+    progress("published", {"version": published["version"], "store": str(out), **plan.to_json()})
+    return published
+
+
+def _drop_partitions(writer: StoreWriter, tenants: list[str]) -> None:
+    """Remove whatever a failed tenant left in the new version (its previous data is linked back)."""
+    for tenant in tenants:
+        for part in writer.version_dir.glob(f"*/{tenant}.*"):
+            if part.is_file():
+                part.unlink()
+
+
+def _nodes_table(store: Path, dim: int):
+    w = StoreWriter.__new__(StoreWriter)  # open the Lance table without starting a new version dir
+    w.path, w.dim = store, dim
+    return w.open_nodes()
+
+
+def _count_rows(writer: StoreWriter, name: str) -> int:
+    d = writer.version_dir / name
+    return sum(pq.read_metadata(f).num_rows for f in d.glob("*.parquet")) if d.exists() else 0
+
+
+def compact(store: str | Path) -> dict[str, Any]:
+    """Hard deletion: keep only the published version (Lance old versions, version dirs, manifests)."""
+    store = Path(store)
+    manifest = read_manifest(store)
+    if manifest is None:
+        raise InputError(store, "not a memlib store (no manifest.json)")
+    tbl = _nodes_table(store, int(manifest.get("embedding_dim", schema.DEFAULT_EMBED_DIM)))
+    if tbl.version != manifest["lance_version"]:
+        tbl.restore(manifest["lance_version"])
+    tbl.optimize(cleanup_older_than=timedelta(0), delete_unverified=True)
+    stats = {"lance_versions_before": len(tbl.list_versions())}
+    tbl.cleanup_old_versions(timedelta(0), delete_unverified=True)
+    manifest["lance_version"] = tbl.version
+    removed = []
+    for d in sorted((store / "versions").iterdir()):
+        if d.name != manifest["version"]:
+            shutil.rmtree(d)
+            removed.append(d.name)
+    for m in sorted((store / "manifests").glob("v*.json")):
+        if m.stem != manifest["version"]:
+            m.unlink()
+    atomic_write_json(store / "manifests" / f"{manifest['version']}.json", manifest)
+    atomic_write_json(store / "manifest.json", manifest)
+    stats.update(lance_versions_after=len(tbl.list_versions()), removed_versions=removed,
+                 version=manifest["version"], lance_version=tbl.version)
+    return stats
+
+
+def rollback_store(store: str | Path, version: str) -> dict[str, Any]:
+    """Publish an earlier version again; Lance is restored to its rows so later builds start from them."""
+    data = rollback(store, version if version.startswith("v") else version_name(int(version)))
+    tbl = _nodes_table(Path(store), int(data.get("embedding_dim", schema.DEFAULT_EMBED_DIM)))
+    if data.get("lance_version") is not None and tbl.version != data["lance_version"]:
+        tbl.restore(data["lance_version"])
+    return data
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m jobs.nightly --input X --format F --out STORE [--delete FILE]`` (cron / RayJob)."""
+    from memlib.config import load_config
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--input", required=True)
+    p.add_argument("--format", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--config")
+    p.add_argument("--delete")
+    p.add_argument("--address")
+    p.add_argument("--num-cpus", type=int)
+    p.add_argument("--recipe", default=DEFAULT_RECIPE)
+    a = p.parse_args(argv)
+    cfg = load_config(Path(a.config) if a.config else None)
+    m = run_incremental(cfg, a.input, a.format, a.out, address=a.address, num_cpus=a.num_cpus,
+                        recipe=a.recipe, delete=a.delete)
+    print(json.dumps({"version": m["version"], **m["incremental"]}))
+    return 1 if m["incremental"]["failed"] else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

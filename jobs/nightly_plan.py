@@ -1,0 +1,159 @@
+"""Planning of an incremental (nightly) build: what to rebuild, carry over, forget or report failed.
+
+No Ray here; :mod:`jobs.nightly` executes the plan. A tenant is rebuilt when its input hash
+changed, when the build key changed (config sections that affect the output, prompt hashes,
+recipe), or when it failed last time; otherwise it is carried over untouched (Parquet files
+hard-linked, Lance rows left in place, no embedding or LLM work).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from memlib.config import MemlibConfig
+
+# config fields that never change what a build writes (throughput, endpoints, serving)
+_NO_OUTPUT_EFFECT = {
+    "embed": {"threads", "batch_size", "api_key", "timeout_s", "base_url"},
+    "triplets": {"batch_size"},
+    "llm": {"api_key", "timeout_s", "max_retries", "backoff_base_s", "backoff_max_s", "requests_per_minute",
+            "tokens_per_minute", "concurrency", "chars_per_token", "price_per_million", "base_url"},
+}
+_OUTPUT_SECTIONS = ("io", "embed", "segment", "gate", "clues", "facts", "triplets", "events", "reflections",
+                    "graph", "llm")
+
+
+class TenantStatus(str, Enum):
+    BUILT = "built"          # rebuilt in this version
+    RESUMED = "resumed"      # finished by an interrupted run of this version, not recomputed
+    CARRIED = "carried"      # unchanged, carried over from the published version
+    FAILED = "failed"        # this run failed; the previous published data (if any) is kept
+
+
+def prompt_versions(cfg: MemlibConfig) -> dict[str, str]:
+    """Prompt hashes of every LLM task (empty when the prompts cannot be loaded)."""
+    from memlib.llm.prompts import DEFAULT_DIR, PromptError, load_prompts, prompt_hashes
+
+    try:
+        return prompt_hashes(load_prompts(Path(cfg.llm.prompts_dir) if cfg.llm.prompts_dir else DEFAULT_DIR))
+    except (PromptError, OSError):
+        return {}
+
+
+def build_key(cfg: MemlibConfig, recipe: str, prompts: dict[str, str] | None = None) -> str:
+    """Hash of everything besides the input that decides a tenant's output."""
+    snap = cfg.snapshot()
+    parts: dict[str, Any] = {"recipe": recipe, "prompts": prompts if prompts is not None else prompt_versions(cfg)}
+    for section in _OUTPUT_SECTIONS:
+        drop = _NO_OUTPUT_EFFECT.get(section, set())
+        parts[section] = {k: v for k, v in snap.get(section, {}).items() if k not in drop}
+    blob = json.dumps(parts, sort_keys=True, default=str).encode("utf-8")
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+@dataclass
+class ForgetList:
+    """Tenants and (tenant, conversation) pairs to forget: they never reach a published table."""
+    tenants: set[str] = field(default_factory=set)
+    conversations: set[tuple[str, str]] = field(default_factory=set)
+
+    @classmethod
+    def parse(cls, text: str) -> ForgetList:
+        out = cls()
+        for raw in text.splitlines():
+            line = raw.split("#", 1)[0].strip()
+            if not line:
+                continue
+            tenant, _, conv = line.partition("/")
+            if conv:
+                out.conversations.add((tenant.strip(), conv.strip()))
+            else:
+                out.tenants.add(tenant)
+        return out
+
+    @classmethod
+    def load(cls, path: str | Path | None, previous: dict[str, Any] | None = None) -> ForgetList:
+        """The deletion file merged with the list persisted in the published manifest."""
+        out = cls.parse(Path(path).read_text(encoding="utf-8")) if path else cls()
+        prev = previous or {}
+        out.tenants |= set(prev.get("tenants", []))
+        out.conversations |= {tuple(c.split("/", 1)) for c in prev.get("conversations", [])}
+        return out
+
+    def to_json(self) -> dict[str, list[str]]:
+        return {"tenants": sorted(self.tenants), "conversations": sorted(f"{t}/{c}" for t, c in self.conversations)}
+
+    def conversations_of(self, tenant: str) -> list[str]:
+        return sorted(c for t, c in self.conversations if t == tenant)
+
+    def keep_rows(self, table: pa.Table) -> pa.Table:
+        """``table`` without rows of forgotten tenants or conversations (vectorized)."""
+        if table.num_rows == 0 or (not self.tenants and not self.conversations):
+            return table
+        tenant = table.column("tenant_id")
+        drop = pc.fill_null(pc.is_in(tenant, pa.array(sorted(self.tenants), pa.string())), False)
+        if self.conversations and "conversation_id" in table.column_names:
+            key = pc.binary_join_element_wise(pc.fill_null(tenant, ""),
+                                              pc.fill_null(table.column("conversation_id"), ""), "/")
+            pairs = pa.array(sorted(f"{t}/{c}" for t, c in self.conversations), pa.string())
+            drop = pc.or_(drop, pc.fill_null(pc.is_in(key, pairs), False))
+        return table.filter(pc.invert(drop))
+
+
+def effective_hash(input_hash: str, forget: ForgetList, tenant: str) -> str:
+    """The input hash of a tenant after forgetting some of its conversations."""
+    convs = forget.conversations_of(tenant)
+    if not convs:
+        return input_hash
+    return hashlib.sha256((input_hash + "|" + "|".join(convs)).encode("utf-8")).hexdigest()
+
+
+@dataclass
+class Plan:
+    build: list[str] = field(default_factory=list)
+    carry: list[str] = field(default_factory=list)
+    resume: dict[str, dict[str, Any]] = field(default_factory=dict)   # tenant -> its completion marker
+    gone: list[str] = field(default_factory=list)                      # published before, not any more
+    failed: dict[str, str] = field(default_factory=dict)               # tenant -> reason
+    hashes: dict[str, str] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)              # tenant -> input file name
+
+    def to_json(self) -> dict[str, Any]:
+        return {"built": sorted(self.build), "carried": sorted(self.carry), "resumed": sorted(self.resume),
+                "deleted": sorted(self.gone), "failed": dict(sorted(self.failed.items()))}
+
+
+def make_plan(base: dict[str, Any] | None, hashes: dict[str, str], sources: dict[str, str], key: str,
+              done: dict[str, dict[str, Any]], failed_sources: dict[str, str]) -> Plan:
+    """Decide every tenant's fate. ``hashes``: effective input hash of every tenant read;
+    ``done``: completion markers of an interrupted run; ``failed_sources``: unreadable files."""
+    base = base or {}
+    prev = base.get("tenants", {})
+    same_key = base.get("build_key") == key
+    plan = Plan(hashes=dict(hashes), sources=dict(sources))
+    for tenant, h in sorted(hashes.items()):
+        old = prev.get(tenant)
+        marker = done.get(tenant)
+        if (old and same_key and old.get("input_hash") == h
+                and old.get("status", TenantStatus.BUILT.value) != TenantStatus.FAILED.value):
+            plan.carry.append(tenant)
+        elif marker and marker.get("input_hash") == h and marker.get("build_key") == key:
+            plan.resume[tenant] = marker
+        else:
+            plan.build.append(tenant)
+    for tenant, old in sorted(prev.items()):
+        if tenant in hashes:
+            continue
+        src = old.get("source")
+        if src in failed_sources:
+            plan.failed[tenant] = f"input file {src} unreadable: {failed_sources[src]}"
+        else:
+            plan.gone.append(tenant)
+    return plan
