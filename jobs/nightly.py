@@ -312,10 +312,7 @@ def rollback_store(store: str | Path, version: str) -> dict[str, Any]:
     return data
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m jobs.nightly --input X --format F --out STORE [--delete FILE]`` (cron / RayJob)."""
-    from memlib.config import load_config
-
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--input", required=True)
     p.add_argument("--format", required=True)
@@ -325,7 +322,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--address")
     p.add_argument("--num-cpus", type=int)
     p.add_argument("--recipe", default=DEFAULT_RECIPE)
-    a = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m jobs.nightly --input X --format F --out STORE [--delete FILE]`` (cron / RayJob)."""
+    from memlib.config import load_config
+
+    a = parser().parse_args(argv)
     cfg = load_config(Path(a.config) if a.config else None)
     m = run_incremental(cfg, a.input, a.format, a.out, address=a.address, num_cpus=a.num_cpus,
                         recipe=a.recipe, delete=a.delete)
