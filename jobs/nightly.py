@@ -15,6 +15,7 @@ import json
 import logging
 import shutil
 import time
+import warnings
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
@@ -284,9 +285,10 @@ def compact(store: str | Path) -> dict[str, Any]:
     tbl = _nodes_table(store, int(manifest.get("embedding_dim", schema.DEFAULT_EMBED_DIM)))
     if tbl.version != manifest["lance_version"]:
         tbl.restore(manifest["lance_version"])
-    tbl.optimize(cleanup_older_than=timedelta(0), delete_unverified=True)
     stats = {"lance_versions_before": len(tbl.list_versions())}
-    tbl.cleanup_old_versions(timedelta(0), delete_unverified=True)
+    with warnings.catch_warnings():  # the warning is the point: every older version goes
+        warnings.simplefilter("ignore", UserWarning)
+        tbl.optimize(cleanup_older_than=timedelta(0), delete_unverified=True)
     manifest["lance_version"] = tbl.version
     removed = []
     for d in sorted((store / "versions").iterdir()):

@@ -1,0 +1,122 @@
+"""``memlib bench scale``: build a LongMemEval-l-sized haystack (or many LoCoMo-sized tenants)
+composed by :mod:`memlib.scale.haystack` and measure it.
+
+Prints one JSON line: build_s, peak_rss_mb (driver + Ray processes), turns, turns_per_s,
+nodes, edges, haystack_turn_recall@10 and conversation_turn_recall@10 (the same LoCoMo
+questions against the conversation alone, built in the same job), recall_ratio, and the
+in-process search latency p50_ms / p95_ms on the big tenant (TenantCache + strategy, query
+embedding excluded; what one Serve replica does per request without HTTP). The corpus is
+written to a temporary directory, never into the repository.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import polars as pl
+import typer
+
+from memlib.cli.common import ConfigOpt, SetOpt, get_config
+
+
+class TenantSize(str, Enum):
+    LOCOMO = "locomo"
+
+
+def _recall(per_question: pl.DataFrame, tenant: str, k: int = 10) -> float | None:
+    rows = per_question.filter((pl.col("tenant_id") == tenant) & (pl.col("group") == "overall"))
+    return round(float(rows.get_column(f"turn_recall@{k}").mean()), 4) if rows.height else None
+
+
+def _latency(per_question: pl.DataFrame, tenant: str) -> dict[str, float]:
+    lat = per_question.filter(pl.col("tenant_id") == tenant).get_column("latency_ms")
+    if lat.len() == 0:
+        return {}
+    return {"p50_ms": round(float(lat.quantile(0.5)), 2), "p95_ms": round(float(lat.quantile(0.95)), 2)}
+
+
+def _compose(data: Path, workdir: Path, conversation: str, sessions: int, tenants: int, seed: int):
+    from memlib.scale.haystack import HaystackSpec, Pool, compose_haystack, many_tenants, write_jsonl
+
+    pool = Pool.load(data / "locomo_dev3.json", [data / "longmemeval_s_3haystacks_thirdparty_modified.json"])
+    spec = HaystackSpec(sessions=sessions, seed=seed)
+    if tenants:
+        turns, questions = many_tenants(pool, tenants, spec)
+        evaluated = [q.get_column("tenant_id")[0] for q in questions if q.height]
+    else:
+        big_t, big_q = compose_haystack(pool, conversation, f"{conversation}-hay", spec)
+        alone_t, alone_q = compose_haystack(pool, conversation, conversation, HaystackSpec(sessions=0))
+        turns, questions, evaluated = [alone_t, big_t], [alone_q, big_q], [f"{conversation}-hay", conversation]
+    counts = write_jsonl(workdir / "scale.jsonl", turns, questions)
+    return counts, evaluated
+
+
+def run_scale(cfg, data: Path, workdir: Path, *, conversation: str, sessions: int, tenants: int, seed: int,
+              strategy: str, num_cpus: Optional[int]) -> dict:
+    from jobs.build import run_build
+    from memlib.cli.bench_build import RssSampler
+    from memlib.eval.questions import Dataset
+    from memlib.eval.runner import evaluate
+    from memlib.io.store import StoreReader
+
+    counts, evaluated = _compose(data, workdir, conversation, sessions, tenants, seed)
+    start = time.perf_counter()
+    with RssSampler() as rss:
+        manifest = run_build(cfg, workdir / "scale.jsonl", "jsonl", workdir / "store", num_cpus=num_cpus)
+    build_s = time.perf_counter() - start
+    questions = StoreReader(workdir / "store").table("questions")
+    run = evaluate(workdir / "store", questions, strategy, [10], cfg, dataset=Dataset.LOCOMO)
+    pq = run.per_question
+    out = {"mode": "tenants" if tenants else "haystack", **counts, "build_s": round(build_s, 1),
+           "peak_rss_mb": round(rss.peak / 2**20), "turns_per_s": round(counts["turns"] / build_s, 1),
+           "nodes": manifest["row_counts"]["nodes"], "edges": manifest["row_counts"]["edges"],
+           "strategy": strategy, "embed_backend": cfg.embed.backend,
+           "stage_timings_s": manifest["stage_timings_s"]}
+    if tenants:
+        out["turn_recall@10"] = {t: _recall(pq, t) for t in evaluated}
+        out.update(_latency(pq, evaluated[0]))
+    else:
+        hay, alone = _recall(pq, evaluated[0]), _recall(pq, evaluated[1])
+        out.update({"haystack_turn_recall@10": hay, "conversation_turn_recall@10": alone,
+                    "recall_ratio": round(hay / alone, 4) if hay is not None and alone else None,
+                    **_latency(pq, evaluated[0])})
+    return out
+
+
+def register(bench_app: typer.Typer) -> None:
+    @bench_app.command("scale")
+    def scale(
+        data: Annotated[Path, typer.Option("--data", help="directory with locomo_dev3.json and the LongMemEval "
+                                           "haystacks")] = Path("../shared/data"),
+        conversation: Annotated[str, typer.Option("--conversation", help="LoCoMo conversation evaluated inside "
+                                                  "the haystack")] = "conv-26",
+        sessions: Annotated[int, typer.Option("--sessions", help="sessions of the haystack tenant "
+                                              "(LongMemEval-l: 2500; small values for a smoke run)")] = 2500,
+        tenants: Annotated[int, typer.Option("--tenants", help="many-tenant run: this many tenants instead of "
+                                             "one haystack")] = 0,
+        tenant_size: Annotated[TenantSize, typer.Option("--tenant-size", help="size of each tenant in the "
+                                                        "many-tenant run")] = TenantSize.LOCOMO,
+        strategy: Annotated[str, typer.Option("--strategy", help="retrieval strategy evaluated")] = "hybrid",
+        seed: Annotated[int, typer.Option("--seed")] = 0,
+        num_cpus: Annotated[Optional[int], typer.Option("--num-cpus")] = None,
+        workdir: Annotated[Optional[Path], typer.Option("--workdir", help="where corpus and store go "
+                                                        "(default: a temporary directory, removed)")] = None,
+        config: ConfigOpt = None,
+        set_: SetOpt = None,
+    ) -> None:
+        """Scale benchmark: haystack build + recall ratio + search latency, one JSON line."""
+        cfg = get_config(config, set_)
+        tmp = workdir or Path(tempfile.mkdtemp(prefix="memlib-scale-"))
+        try:
+            res = run_scale(cfg, data, tmp, conversation=conversation, sessions=sessions, tenants=tenants,
+                            seed=seed, strategy=strategy, num_cpus=num_cpus)
+        finally:
+            if workdir is None:
+                shutil.rmtree(tmp, ignore_errors=True)
+        res["tenant_size"] = tenant_size.value if tenants else None
+        typer.echo(json.dumps(res))

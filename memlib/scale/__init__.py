@@ -1,0 +1,1 @@
+"""Scale corpora composed from real sessions (no Ray here)."""
