@@ -34,7 +34,7 @@ def ray_head(jobs_env_module):
                              "--num-cpus", "2", "--temp-dir", tmp, "--include-dashboard", "true"],
                             start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     address = f"http://127.0.0.1:{dash}"
-    deadline = time.monotonic() + 180
+    deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         try:
             with urllib.request.urlopen(f"{address}/api/version", timeout=5) as r:
@@ -45,12 +45,32 @@ def ray_head(jobs_env_module):
     else:
         os.killpg(proc.pid, signal.SIGTERM)
         pytest.fail("the Ray head's dashboard did not come up")
+    if not _agent_ready(address, deadline):
+        os.killpg(proc.pid, signal.SIGTERM)
+        pytest.fail("the Ray head's job agent did not come up")
     yield address
     os.killpg(proc.pid, signal.SIGTERM)
     try:
         proc.wait(60)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _agent_ready(address: str, deadline: float) -> bool:
+    """The Jobs API answers before its agent accepts jobs: submit a no-op until one is accepted."""
+    from ray.job_submission import JobSubmissionClient
+
+    from jobs.submit import wait
+
+    while time.monotonic() < deadline:
+        try:
+            job = JobSubmissionClient(address).submit_job(entrypoint="true")
+        except RuntimeError:
+            time.sleep(2)
+            continue
+        wait(address, job, timeout_s=120)
+        return True
+    return False
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,40 @@
+"""The build on a Ray cluster of 1 head + 2 worker nodes on this machine (ray.cluster_utils.Cluster):
+work lands on more than one node and the output equals the single-node build."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ALL, node_rows, write_jsonl
+
+pytestmark = pytest.mark.ray
+
+
+def test_jobs_multinode_build_matches_single_node(base_store, tmp_path):
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, connect=False,
+                      head_node_args={"num_cpus": 1, "include_dashboard": False})
+    try:
+        for _ in range(2):
+            cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+        inp = write_jsonl(tmp_path / "in.jsonl", ALL)
+        store = tmp_path / "store"
+        env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "HF_HUB_OFFLINE": "1"}
+        env.pop("RAY_ADDRESS", None)
+        res = subprocess.run([sys.executable, "-m", "jobs.nightly", "--input", str(inp), "--format", "jsonl",
+                              "--out", str(store), "--address", cluster.address, "--num-cpus", "3"],
+                             env=env, capture_output=True, text=True, timeout=1200,
+                             cwd=Path(__file__).resolve().parents[2])
+        assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
+    finally:
+        cluster.shutdown()
+    m = json.loads((store / "manifest.json").read_text())
+    nodes = set(m["tenant_nodes"].values())
+    assert len(nodes) >= 2, m["tenant_nodes"]
+    assert node_rows(store) == node_rows(base_store[1])
