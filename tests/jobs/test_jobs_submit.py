@@ -31,7 +31,12 @@ def ray_head(jobs_env_module):
     tmp = tempfile.mkdtemp(prefix="/tmp/rjs")
     proc = subprocess.Popen([str(RAY), "start", "--head", "--block", "--port", str(port), "--node-ip-address",
                              "127.0.0.1", "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dash),
-                             "--num-cpus", "2", "--temp-dir", tmp, "--include-dashboard", "true"],
+                             "--num-cpus", "2", "--temp-dir", tmp, "--include-dashboard", "true",
+                             # other Ray instances on this machine may hold the default agent ports
+                             "--dashboard-agent-listen-port", str(_free_port()),
+                             "--dashboard-agent-grpc-port", str(_free_port()),
+                             "--runtime-env-agent-port", str(_free_port()),
+                             "--metrics-export-port", str(_free_port())],
                             start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     address = f"http://127.0.0.1:{dash}"
     deadline = time.monotonic() + 300
