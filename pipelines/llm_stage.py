@@ -6,7 +6,9 @@ proxy implementing memlib's ``RateLimiter`` interface (it asks the actor for a s
 sleeps locally), so the configured requests/tokens per minute hold across all workers.
 ``llm_extras(cfg, store_dir)`` is what a build actor puts into ``ExtractionContext.extras``
 (built once per actor). ``dry_run(turns, kept, cfg)`` plans the calls and estimates tokens
-and cost without sending anything.
+and cost without sending anything; ``dry_run_input(cfg, path, fmt, recipe)`` does so for a
+whole build input (read + gate only: no embedding, no store, no call).
+``call_summary(calls)`` condenses ``llm_calls`` rows for build summaries and the manifest.
 """
 from __future__ import annotations
 
@@ -14,13 +16,17 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import ray
 
-from memlib.config import MemlibConfig
+from memlib.build.recipe import BuildStage, get_recipe
+from memlib.config import Backend, MemlibConfig
 from memlib.llm.limiter import LocalRateLimiter
 
 LIMITER_NAME = "memlib-llm-rate-limiter"
-CACHE_SUBDIR = "llm_cache"
+CACHE_SUBDIR = Path("cache") / "llm"
+# the LLM-capable extraction stages: config section == build stage name
+LLM_STAGES = (BuildStage.FACTS, BuildStage.TRIPLETS, BuildStage.EVENTS, BuildStage.REFLECTIONS)
 
 
 @ray.remote(num_cpus=0)
@@ -42,8 +48,11 @@ class ActorRateLimiter:
         return ray.get(self.handle.reserve.remote(tokens))
 
 
-def shared_limiter(cfg: MemlibConfig, name: str = LIMITER_NAME) -> ActorRateLimiter:
-    """The run's limiter actor (created on first use, found by name afterwards)."""
+def shared_limiter(cfg: MemlibConfig, name: str | None = None) -> ActorRateLimiter:
+    """The run's limiter actor (created on first use, found by name afterwards). The default
+    name carries the limits, so a later build with other limits in the same Ray session does
+    not reuse a limiter holding the old ones."""
+    name = name or f"{LIMITER_NAME}-{cfg.llm.requests_per_minute}-{cfg.llm.tokens_per_minute}"
     handle = RateLimiterActor.options(name=name, get_if_exists=True).remote(
         cfg.llm.requests_per_minute, cfg.llm.tokens_per_minute)
     return ActorRateLimiter(handle)
@@ -52,6 +61,26 @@ def shared_limiter(cfg: MemlibConfig, name: str = LIMITER_NAME) -> ActorRateLimi
 def cache_dir(store_dir: str | Path) -> Path:
     """The LLM response cache lives on the store's filesystem, beside the versions."""
     return Path(store_dir) / CACHE_SUBDIR
+
+
+def llm_stages(cfg: MemlibConfig, recipe: str | None = None) -> list[BuildStage]:
+    """The extraction stages that run with the LLM backend (within ``recipe`` when given)."""
+    plan = set(get_recipe(recipe)) if recipe is not None else set(LLM_STAGES)
+    out = [s for s in LLM_STAGES if s in plan and getattr(cfg, s.value).backend is Backend.LLM]
+    if BuildStage.REFLECTIONS in out and not cfg.reflections.enabled:
+        out.remove(BuildStage.REFLECTIONS)
+    return out
+
+
+def for_recipe(cfg: MemlibConfig, recipe: str) -> MemlibConfig:
+    """``cfg`` with the LLM stages a recipe leaves out set to heuristic (what the build runs)."""
+    off = [s for s in LLM_STAGES if s not in set(get_recipe(recipe))]
+    if not off:
+        return cfg
+    out = cfg.model_copy(deep=True)
+    for s in off:
+        getattr(out, s.value).backend = Backend.HEURISTIC
+    return out
 
 
 def llm_extras(cfg: MemlibConfig, store_dir: str | Path, limiter: ActorRateLimiter | None = None) -> dict[str, Any]:
@@ -83,3 +112,60 @@ def dry_run(turns: pa.Table, kept_turn_ids: frozenset[str] | None, cfg: MemlibCo
     ctx = ExtractionContext(turns=turns, kept_turn_ids=kept_turn_ids, config=cfg,
                             extras={CLIENT_KEY: LLMClient(cfg.llm, limiter=NoLimit())})
     return estimate(plan_calls(ctx), cfg.llm).as_dict()
+
+
+def call_summary(calls: pa.Table | None) -> dict[str, int]:
+    """Counts of ``llm_calls`` rows: calls, ok / cached / error, prompt and completion tokens."""
+    if calls is None or calls.num_rows == 0:
+        return {}
+    status = calls.column("status")
+    out = {"calls": calls.num_rows,
+           "prompt_tokens": int(pc.sum(calls.column("prompt_tokens")).as_py() or 0),
+           "completion_tokens": int(pc.sum(calls.column("completion_tokens")).as_py() or 0)}
+    for value in ("ok", "cached", "error"):
+        out[value] = int(pc.sum(pc.equal(status, value)).as_py() or 0)
+    return out
+
+
+def _kept(turns: pa.Table, cfg: MemlibConfig, gated: bool) -> frozenset[str] | None:
+    """Turn node ids the build's memory gate keeps (the gate is per turn: no embedding needed)."""
+    if not gated:
+        return None
+    from memlib.text.gate import gate_flags
+
+    return frozenset(turns.filter(gate_flags(turns, cfg.gate)).column("node_id").to_pylist())
+
+
+def dry_run_input(cfg: MemlibConfig, input_path: str | Path, fmt: str, recipe: str) -> dict[str, Any]:
+    """The dry run of a build: read + validate + gate each tenant, plan its LLM calls (rendered
+    prompts, nothing sent), then estimate calls, input/output tokens and cost per task and in
+    total. Writes nothing."""
+    from memlib import schema
+    from memlib.build.compose import sort_turns
+    from memlib.extract.base import ExtractionContext
+    from memlib.extract.llm_common import CLIENT_KEY
+    from memlib.extract.llm_plan import plan_calls
+    from memlib.io.readers import iter_tenants
+    from memlib.llm.client import LLMClient
+    from memlib.llm.estimate import estimate
+    from memlib.llm.limiter import NoLimit
+
+    cfg = for_recipe(cfg, recipe)
+    gated = BuildStage.GATE in get_recipe(recipe)
+    extras = {CLIENT_KEY: LLMClient(cfg.llm, limiter=NoLimit())}
+    planned, tenants, turns_n, sessions = [], 0, 0, 0
+    for result in iter_tenants(input_path, fmt, cfg.io):
+        for tenant in result.tenant_ids:
+            turns = result.turns.filter(pc.equal(result.turns.column("tenant_id"), tenant))
+            if turns.num_rows == 0:
+                continue
+            turns = sort_turns(schema.conform(turns, schema.TURNS, name="turns"))
+            ctx = ExtractionContext(turns=turns, kept_turn_ids=_kept(turns, cfg, gated), config=cfg, extras=extras)
+            planned += plan_calls(ctx) if llm_stages(cfg) else []
+            tenants += 1
+            turns_n += turns.num_rows
+            sessions += len(pc.unique(turns.column("session_id")))
+    out = estimate(planned, cfg.llm).as_dict()
+    out.update(tenants=tenants, turns=turns_n, sessions=sessions, model=cfg.llm.model, recipe=recipe,
+               llm_stages=[s.value for s in llm_stages(cfg)])
+    return out

@@ -56,6 +56,26 @@ def _all_lance_tenants(writer: StoreWriter) -> list[str]:
         .get_column("tenant_id").unique().to_list()
 
 
+def store_dir_of(shard: TenantShard) -> Path:
+    """The store directory a shard belongs to (``STORE/versions/vN/turns/<tenant>.parquet``)."""
+    version_dir = Path(shard.turns_path).parent.parent
+    if version_dir.parent.name != "versions":
+        raise ValueError(f"{shard.turns_path} is not inside a store version directory")
+    return version_dir.parent.parent
+
+
+def write_llm_calls(shard: TenantShard, calls: pa.Table | None) -> Path | None:
+    """The tenant's ``llm_calls`` partition of this version (every call, errors included)."""
+    if calls is None or calls.num_rows == 0:
+        return None
+    path = Path(shard.turns_path).parent.parent / "llm_calls" / Path(shard.turns_path).name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".parquet.tmp")
+    pq.write_table(schema.conform(calls, schema.LLM_CALLS, name="llm_calls"), tmp, compression="zstd")
+    tmp.replace(path)
+    return path
+
+
 def drop_staging(writer: StoreWriter, shards: list[TenantShard]) -> None:
     dirs = {Path(s.nodes_path).parent for s in shards}
     for d in dirs:

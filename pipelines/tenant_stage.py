@@ -44,6 +44,16 @@ class TenantBuildActor:
         self.recipe = recipe
         self.embedder = get_embedder(cfg.embed)
         self.nlp = None  # spaCy is loaded by the first extraction stage, then kept
+        self.extras: dict[str, Any] | None = None  # LLM client (cache + shared limiter), built once
+
+    def _extras(self, shard: TenantShard) -> dict[str, Any]:
+        if self.extras is None:
+            from pipelines.llm_stage import llm_extras, llm_stages
+            from pipelines.store_sink import store_dir_of
+
+            uses_llm = bool(llm_stages(self.cfg, self.recipe))
+            self.extras = llm_extras(self.cfg, store_dir_of(shard)) if uses_llm else {}
+        return self.extras
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list[Any]]:
         rows: dict[str, list[Any]] = {"tenant_id": [], "summary": []}
@@ -56,13 +66,21 @@ class TenantBuildActor:
     def build_one(self, shard: TenantShard) -> dict[str, Any]:
         start = time.perf_counter()
         turns = pq.read_table(shard.turns_path)
-        out = process_tenant(turns, self.cfg, self.embedder, nlp=self.nlp, recipe=self.recipe)
+        from pipelines.llm_stage import call_summary, drain_llm_calls
+        from pipelines.store_sink import write_llm_calls
+
+        extras = self._extras(shard)
+        out = process_tenant(turns, self.cfg, self.embedder, nlp=self.nlp, recipe=self.recipe, extras=extras)
         write_parquet(out.nodes, shard.nodes_path, schema.nodes_schema(self.embedder.dim), "nodes")
         write_parquet(out.edges, shard.edges_path, schema.EDGES, "edges")
         write_parquet(out.segments, shard.segments_path, schema.SEGMENTS, "segments")
+        calls = drain_llm_calls(extras)
+        write_llm_calls(shard, calls)
+        llm = call_summary(calls)
         return {"tenant_id": shard.tenant_id, "turns": turns.num_rows, "timings": out.timings,
                 "seconds": round(time.perf_counter() - start, 3), "pid": os.getpid(),
-                "node_id": ray.get_runtime_context().get_node_id(), **out.counts()}
+                "node_id": ray.get_runtime_context().get_node_id(), **out.counts(),
+                **({"llm": llm} if llm else {})}
 
 
 def _scalar(value: Any) -> Any:

@@ -57,6 +57,7 @@ class BuildState:
     edges: list[pa.Table] = field(default_factory=list)
     facts: pa.Table | None = None
     embedded_nodes: pa.Table | None = None
+    extras: dict[str, Any] = field(default_factory=dict)  # backend handles (e.g. the LLM client), per worker
 
     def add(self, nodes: pa.Table | None = None, edges: pa.Table | None = None) -> None:
         if nodes is not None and nodes.num_rows:
@@ -95,14 +96,19 @@ def sort_turns(turns: pa.Table) -> pa.Table:
 
 
 def process_tenant(turns: pa.Table, cfg: MemlibConfig, embedder: PassageEmbedder, nlp: Any = None,
-                   recipe: str | Sequence[BuildStage] = DEFAULT_RECIPE) -> TenantOutput:
-    """Build one tenant's memory from its ``schema.TURNS`` rows (all of its sessions)."""
+                   recipe: str | Sequence[BuildStage] = DEFAULT_RECIPE,
+                   extras: dict[str, Any] | None = None) -> TenantOutput:
+    """Build one tenant's memory from its ``schema.TURNS`` rows (all of its sessions).
+
+    ``extras`` reaches every extractor's ``ExtractionContext.extras`` (the caller builds it
+    once per worker, e.g. ``pipelines.llm_stage.llm_extras``); it is shared, not copied."""
     turns = sort_turns(schema.conform(turns, schema.TURNS, name="turns"))
     tenants = set(turns.column("tenant_id").unique().to_pylist())
     if len(tenants) != 1:
         raise ValueError(f"process_tenant needs the turns of exactly one tenant, got {sorted(tenants)}")
     plan = get_recipe(recipe) if isinstance(recipe, str) else tuple(recipe)
-    state = BuildState(turns=turns, cfg=cfg, cache=VectorCache(embedder), nlp=nlp)
+    state = BuildState(turns=turns, cfg=cfg, cache=VectorCache(embedder), nlp=nlp,
+                       extras=extras if extras is not None else {})
     timer = StageTimer()
     for stage in plan:
         if stage in STEPS:

@@ -66,6 +66,7 @@ def build_manifest(*, cfg: MemlibConfig, recipe: str, input_path: str, fmt: str,
         "stage_timings_s": timings,
         "tenant_stage_timings_s": {k: round(v, 3) for k, v in _sum_timings(summaries).items()},
         "graph": graph,
+        "llm_calls": sum_counts(summaries, "llm"),  # calls, ok/cached/error, tokens (empty: no LLM stage)
     }
 
 

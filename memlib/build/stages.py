@@ -85,7 +85,7 @@ def _extract(state: BuildState, stage_name: str) -> None:
 
     backend = getattr(state.cfg, stage_name).backend
     ctx = ExtractionContext(turns=state.turns, kept_turn_ids=kept_turn_ids(state), config=state.cfg,
-                            nlp=state.nlp, facts=state.facts)
+                            nlp=state.nlp, facts=state.facts, extras=state.extras)
     result = get_extractor(stage_name, backend).run(ctx).conformed(stage_name)
     state.nlp = ctx.nlp  # loaded once, reused by the next stage
     state.add(result.nodes, result.edges)

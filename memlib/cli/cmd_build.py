@@ -8,6 +8,31 @@ from typing import Annotated, Any, Optional
 import typer
 
 from memlib.cli.common import ConfigOpt, FormatOpt, SetOpt, fail, get_config
+from memlib.config import Backend
+
+# the config sections --extractor sets (the LLM-capable extraction stages)
+EXTRACTOR_SECTIONS = ("facts", "triplets", "events", "reflections")
+
+
+def extractor_overrides(extractor: Optional[Backend], set_: Optional[list[str]]) -> list[str]:
+    """``--extractor X`` as ``<stage>.backend=X`` settings, placed before the user's ``--set``
+    so a per-stage choice (``--set facts.backend=heuristic``) still wins."""
+    pre = [f"{sec}.backend={extractor.value}" for sec in EXTRACTOR_SECTIONS] if extractor else []
+    return pre + list(set_ or [])
+
+
+def format_dry_run(est: dict[str, Any]) -> str:
+    lines = [f"dry run ({est['recipe']}, model {est['model']}): {est['tenants']} tenant(s), "
+             f"{est['sessions']} sessions, {est['turns']} turns; LLM stages: {', '.join(est['llm_stages']) or 'none'}",
+             f"  {'task':<12} {'calls':>7} {'input tok':>11} {'output tok':>11}"]
+    for task, agg in sorted(est["by_task"].items()):
+        lines.append(f"  {task:<12} {agg['calls']:>7} {agg['input_tokens']:>11} {agg['output_tokens']:>11}")
+    lines.append(f"  {'total':<12} {est['calls']:>7} {est['input_tokens']:>11} {est['output_tokens']:>11}"
+                 f"   est. cost ${est['cost_usd']:.4f}")
+    if est["sessions"]:
+        lines.append(f"  per session: {est['calls'] / est['sessions']:.1f} calls, "
+                     f"{(est['input_tokens'] + est['output_tokens']) / est['sessions']:.0f} tokens")
+    return "\n".join(lines)
 
 
 def _progress(event: str, info: dict[str, Any]) -> None:
@@ -16,6 +41,8 @@ def _progress(event: str, info: dict[str, Any]) -> None:
     elif event == "tenant":
         typer.echo(f"  tenant {info['tenant_id']}: {info['turns']} turns -> {info['nodes']} nodes, "
                    f"{info['edges']} edges in {info['seconds']:.1f}s")
+        if info.get("llm"):
+            typer.echo(f"    llm: {_kv(info['llm'])}")
     elif event == "graph":
         typer.echo(f"graph: {info.get('status')} {info.get('reason', '')}".rstrip())
     elif event == "plan":
@@ -43,6 +70,8 @@ def format_summary(m: dict[str, Any]) -> str:
         f"  stage wall s {_kv(m['stage_timings_s'])}",
         f"  per-tenant s {_kv(m['tenant_stage_timings_s'])} (summed over workers)",
     ]
+    if m.get("llm_calls"):
+        lines.append(f"  llm calls    {_kv(m['llm_calls'])}")
     if m.get("dropped_edges_by_kind"):
         lines.append(f"  WARNING dropped dangling edges: {_kv(m['dropped_edges_by_kind'])}")
     return "\n".join(lines)
@@ -61,6 +90,11 @@ def register(app: typer.Typer) -> None:
                                                        "or RAY_ADDRESS)")] = None,
         num_cpus: Annotated[Optional[int], typer.Option("--num-cpus", help="CPUs for local Ray")] = None,
         recipe: Annotated[str, typer.Option("--recipe", help="build recipe: full | episodes | turns")] = "full",
+        extractor: Annotated[Optional[Backend], typer.Option("--extractor", help="backend of the LLM-capable "
+                                                             "stages (facts, triplets, events, reflections); "
+                                                             "--set <stage>.backend=... overrides one")] = None,
+        dry_run: Annotated[bool, typer.Option("--dry-run", help="read + gate the input, print the planned LLM "
+                                              "calls, tokens and cost; write nothing, call nothing")] = False,
         incremental: Annotated[bool, typer.Option("--incremental", help="rebuild only changed tenants, "
                                                   "carry the rest over (nightly)")] = False,
         delete: Annotated[Optional[Path], typer.Option("--delete", help="forget these tenants / tenant/conversation "
@@ -77,11 +111,18 @@ def register(app: typer.Typer) -> None:
             return
         if input is None or format is None:
             fail("--input and --format are required to build")
-        cfg = get_config(config, set_)
+        cfg = get_config(config, extractor_overrides(extractor, set_))
         from memlib.build.recipe import UnknownRecipeError
         from memlib.io.errors import InputError
         if not input.exists():
             fail(f"input file not found: {input}")
+        if dry_run:
+            from pipelines.llm_stage import dry_run_input
+            try:
+                typer.echo(format_dry_run(dry_run_input(cfg, input, format, recipe)))
+            except (InputError, UnknownRecipeError) as exc:
+                fail(str(exc).strip("'\""))
+            return
         from jobs.build import run_build
         try:
             if incremental or delete is not None:
