@@ -16,6 +16,7 @@ import re
 import threading
 import weakref
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Sequence
 
@@ -68,7 +69,7 @@ class TokenEncoder:
         return res
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class TokenMatrix:
     """All content tokens of a tenant's turns: ``vectors[i]`` belongs to turn ``owner[i]``
     (turn position in ``turn_ids``); ``idf`` per vocabulary id over those turns."""
@@ -81,6 +82,13 @@ class TokenMatrix:
     @property
     def n_turns(self) -> int:
         return len(self.turn_ids)
+
+    @cached_property
+    def groups(self) -> tuple[np.ndarray, np.ndarray]:
+        """(owner per token, start of each owner's run); tokens are stored grouped by turn."""
+        if np.any(np.diff(self.owner) < 0):
+            raise ValueError("token matrix rows must be grouped by turn")
+        return self.owner, np.flatnonzero(np.r_[True, self.owner[1:] != self.owner[:-1]])
 
 
 def build_token_matrix(encoder: TokenEncoder, turn_ids: Sequence[str], texts: Sequence[str]) -> TokenMatrix:
@@ -107,10 +115,8 @@ def maxsim(matrix: TokenMatrix, q_ids: np.ndarray, q_vecs: np.ndarray, use_idf: 
         return scores
     sim = matrix.vectors @ q_vecs.T                                  # (T, Q)
     best = np.full((matrix.n_turns, q_vecs.shape[0]), -1.0, dtype=np.float32)
-    order = np.argsort(matrix.owner, kind="stable")
-    owners = matrix.owner[order]
-    starts = np.flatnonzero(np.r_[True, owners[1:] != owners[:-1]])
-    best[owners[starts]] = np.maximum.reduceat(sim[order], starts, axis=0)
+    owners, starts = matrix.groups
+    best[owners[starts]] = np.maximum.reduceat(sim, starts, axis=0)
     weights = matrix.idf[q_ids] if use_idf else np.ones(q_ids.size, dtype=np.float32)
     return np.where(best > -1.0, best, 0.0) @ weights
 
