@@ -112,11 +112,7 @@ def _fingerprints(sources: list[Path], fmt: str, cfg: MemlibConfig, forget: Forg
 
 def restore_published_lance(writer: StoreWriter, base: dict[str, Any] | None) -> None:
     """Make the newest Lance version equal the published one (after a rollback or a crashed build)."""
-    if not base or base.get("lance_version") is None:
-        return
-    tbl = writer.open_nodes()
-    if tbl.version != base["lance_version"]:
-        tbl.restore(base["lance_version"])
+    writer.restore_published(base)
 
 
 def _shard_all(sources, fmt, cfg, writer, plan: Plan, forget: ForgetList,
@@ -265,10 +261,10 @@ def _drop_partitions(writer: StoreWriter, tenants: list[str]) -> None:
                 part.unlink()
 
 
-def _nodes_table(store: Path, dim: int):
-    w = StoreWriter.__new__(StoreWriter)  # open the Lance table without starting a new version dir
+def _lance_writer(store: Path, dim: int) -> StoreWriter:
+    w = StoreWriter.__new__(StoreWriter)  # open the Lance tables without starting a new version dir
     w.path, w.dim = store, dim
-    return w.open_nodes()
+    return w
 
 
 def _count_rows(writer: StoreWriter, name: str) -> int:
@@ -282,14 +278,14 @@ def compact(store: str | Path) -> dict[str, Any]:
     manifest = read_manifest(store)
     if manifest is None:
         raise InputError(store, "not a memlib store (no manifest.json)")
-    tbl = _nodes_table(store, int(manifest.get("embedding_dim", schema.DEFAULT_EMBED_DIM)))
-    if tbl.version != manifest["lance_version"]:
-        tbl.restore(manifest["lance_version"])
-    stats = {"lance_versions_before": len(tbl.list_versions())}
-    with warnings.catch_warnings():  # the warning is the point: every older version goes
-        warnings.simplefilter("ignore", UserWarning)
-        tbl.optimize(cleanup_older_than=timedelta(0), delete_unverified=True)
-    manifest["lance_version"] = tbl.version
+    w = _lance_writer(store, int(manifest.get("embedding_dim", schema.DEFAULT_EMBED_DIM)))
+    w.restore_published(manifest)
+    stats = {"lance_versions_before": len(w.open_nodes().list_versions())}
+    for key, tbl in w.lance_tables().items():
+        with warnings.catch_warnings():  # the warning is the point: every older version goes
+            warnings.simplefilter("ignore", UserWarning)
+            tbl.optimize(cleanup_older_than=timedelta(0), delete_unverified=True)
+        manifest[key] = tbl.version
     removed = []
     for d in sorted((store / "versions").iterdir()):
         if d.name != manifest["version"]:
@@ -300,17 +296,15 @@ def compact(store: str | Path) -> dict[str, Any]:
             m.unlink()
     atomic_write_json(store / "manifests" / f"{manifest['version']}.json", manifest)
     atomic_write_json(store / "manifest.json", manifest)
-    stats.update(lance_versions_after=len(tbl.list_versions()), removed_versions=removed,
-                 version=manifest["version"], lance_version=tbl.version)
+    stats.update(lance_versions_after=len(w.open_nodes().list_versions()), removed_versions=removed,
+                 version=manifest["version"], lance_version=manifest["lance_version"])
     return stats
 
 
 def rollback_store(store: str | Path, version: str) -> dict[str, Any]:
     """Publish an earlier version again; Lance is restored to its rows so later builds start from them."""
     data = rollback(store, version if version.startswith("v") else version_name(int(version)))
-    tbl = _nodes_table(Path(store), int(data.get("embedding_dim", schema.DEFAULT_EMBED_DIM)))
-    if data.get("lance_version") is not None and tbl.version != data["lance_version"]:
-        tbl.restore(data["lance_version"])
+    _lance_writer(Path(store), int(data.get("embedding_dim", schema.DEFAULT_EMBED_DIM))).restore_published(data)
     return data
 
 

@@ -57,8 +57,13 @@ def lance_fts(index: TenantIndex, query: str, k: int, kinds: Iterable[str] | Non
     q = fts_query(query)
     if not q or k <= 0:
         return []
-    res = (index.table.search(q, query_type="fts").where(index.where(kinds), prefilter=True)
-           .select(["node_id", "_score"]).limit(k).to_arrow())
+    kinds = None if kinds is None else [getattr(x, "value", x) for x in kinds]
+    turn_tbl = index.turn_text_table if kinds == ["turn"] else None
+    if turn_tbl is not None:  # turns only: the index whose corpus statistics are turns alone
+        query = turn_tbl.search(q, query_type="fts").where(index.where(None), prefilter=True)
+    else:
+        query = index.table.search(q, query_type="fts").where(index.where(kinds), prefilter=True)
+    res = query.select(["node_id", "_score"]).limit(k).to_arrow()
     ids = res.column("node_id").to_pylist()
     scores = res.column("_score").to_numpy(zero_copy_only=False)
     return [(i, float(s)) for i, s in zip(ids, scores)]

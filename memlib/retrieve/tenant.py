@@ -168,6 +168,11 @@ class TenantIndex:
         """The lancedb nodes table pinned to this store version."""
         return self.reader.nodes_table()
 
+    @property
+    def turn_text_table(self):
+        """The turn-only full-text table (own BM25 statistics), or None in older stores."""
+        return self.reader.turn_text_table()
+
     # -- query embedding and graph -------------------------------------------------------
     def embed_query(self, query: str) -> np.ndarray:
         if self.embedder is None:
@@ -182,14 +187,11 @@ class TenantIndex:
     def graph(self) -> Any:
         """The tenant graph via memlib.graph.load (loaded on first use, then kept)."""
         with self._lock:
-            from memlib import graph as graph_mod
+            from memlib.graph.build import load
 
-            loader = getattr(graph_mod, "load", None)
-            if loader is None:
-                raise RuntimeError("memlib.graph.load is not available in this build")
             if not self.graph_path.exists():
                 raise FileNotFoundError(f"no graph for tenant {self.tenant!r} at {self.graph_path}")
-            return loader(self.graph_path)
+            return load(self.graph_path)
 
 
 @dataclass
