@@ -249,6 +249,16 @@ def env_overrides(environ: dict[str, str]) -> list[str]:
     return out
 
 
+LOCAL_RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+
+
+def export_local_ray_env() -> None:
+    """Set the environment memlib needs before it starts a local Ray (kept unless the user set
+    it): token auth off on a single machine, no usage statistics sent anywhere."""
+    for key, value in LOCAL_RAY_ENV.items():
+        os.environ.setdefault(key, value)
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None,
                 environ: dict[str, str] | None = None) -> MemlibConfig:
     """Build the config: defaults < file < environment < overrides."""

@@ -199,7 +199,7 @@ def conform(table: pa.Table, schema: pa.Schema, *, name: str = "table") -> pa.Ta
             if not col.type.equals(field.type):
                 try:
                     col = col.cast(field.type)
-                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                except pa.ArrowException as exc:  # invalid values or an unsupported cast
                     raise SchemaError(f"{name}.{field.name}: cannot cast {col.type} to {field.type}: {exc}") from exc
             if not field.nullable and col.null_count:
                 raise SchemaError(f"{name}.{field.name}: {col.null_count} null value(s) in a required column")

@@ -9,7 +9,6 @@ raylet and workers, sampled every 0.25 s).
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 import threading
 import time
@@ -20,6 +19,7 @@ import psutil
 import typer
 
 from memlib.cli.common import ConfigOpt, SetOpt, get_config
+from memlib.config import export_local_ray_env
 
 
 class RssSampler:
@@ -80,8 +80,7 @@ def register(bench_app: typer.Typer) -> None:
         recipe: Annotated[str, typer.Option("--recipe")] = "full",
     ) -> None:
         """Build a throwaway store and compare its wall time with embedding alone."""
-        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        export_local_ray_env()
         cfg = get_config(config, set_)
         from jobs.build import run_build
 

@@ -1,14 +1,13 @@
 """``memlib build``: build (or rebuild) a memory store from an input file."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 
 from memlib.cli.common import ConfigOpt, FormatOpt, SetOpt, fail, get_config
-from memlib.config import Backend
+from memlib.config import Backend, export_local_ray_env
 
 # the config sections --extractor sets (the LLM-capable extraction stages)
 EXTRACTOR_SECTIONS = ("facts", "triplets", "events", "reflections")
@@ -104,8 +103,7 @@ def register(app: typer.Typer) -> None:
                                               "version (Lance + Parquet); rollback is no longer possible")] = False,
     ) -> None:
         """Build memory tables (Lance/Parquet) and graphs from conversations, on Ray Data."""
-        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        export_local_ray_env()
         if rollback or (compact and input is None):
             _maintain(out, rollback, compact)
             return
