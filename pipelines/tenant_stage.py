@@ -37,7 +37,7 @@ def write_parquet(table: pa.Table, path: str, table_schema: pa.Schema, name: str
 class TenantBuildActor:
     """Builds the embedder once; then one tenant per call."""
 
-    def __init__(self, cfg: MemlibConfig, recipe: str):
+    def __init__(self, cfg: MemlibConfig, recipe: str, llm_limiter: Any = None):
         from memlib.embed import get_embedder
 
         self.cfg = cfg
@@ -45,6 +45,7 @@ class TenantBuildActor:
         self.embedder = get_embedder(cfg.embed)
         self.nlp = None  # spaCy is loaded by the first extraction stage, then kept
         self.extras: dict[str, Any] | None = None  # LLM client (cache + shared limiter), built once
+        self.llm_limiter = llm_limiter  # the driver's limiter actor proxy (outlives every pool worker)
 
     def _extras(self, shard: TenantShard) -> dict[str, Any]:
         if self.extras is None:
@@ -52,7 +53,7 @@ class TenantBuildActor:
             from pipelines.store_sink import store_dir_of
 
             uses_llm = bool(llm_stages(self.cfg, self.recipe))
-            self.extras = llm_extras(self.cfg, store_dir_of(shard)) if uses_llm else {}
+            self.extras = llm_extras(self.cfg, store_dir_of(shard), self.llm_limiter) if uses_llm else {}
         return self.extras
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list[Any]]:
@@ -102,10 +103,15 @@ def run_tenants(shards: list[TenantShard], cfg: MemlibConfig, recipe: str, *, wo
     if not shards:
         return
     workers = max(1, min(workers, len(shards)))
+    from pipelines.llm_stage import llm_stages, shared_limiter
+
+    # created (and owned) by the driver: an actor created inside a pool worker dies with it
+    limiter = shared_limiter(cfg) if llm_stages(cfg, recipe) else None
     ds = ray.data.from_items([s.row() for s in sorted(shards, key=lambda s: -s.turns)],
                              override_num_blocks=len(shards))
     ds = ds.map_batches(TenantBuildActor, batch_size=1, compute=ray.data.ActorPoolStrategy(size=workers),
                         num_cpus=max(0.25, total_cpus / workers / 2),
-                        fn_constructor_kwargs={"cfg": actor_config(cfg, total_cpus, workers), "recipe": recipe})
+                        fn_constructor_kwargs={"cfg": actor_config(cfg, total_cpus, workers), "recipe": recipe,
+                                               "llm_limiter": limiter})
     for row in ds.iter_rows():
         yield json.loads(row["summary"])
