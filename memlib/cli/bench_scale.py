@@ -40,51 +40,91 @@ def _latency(per_question: pl.DataFrame, tenant: str) -> dict[str, float]:
     return {"p50_ms": round(float(lat.quantile(0.5)), 2), "p95_ms": round(float(lat.quantile(0.95)), 2)}
 
 
-def _compose(data: Path, workdir: Path, conversation: str, sessions: int, tenants: int, seed: int):
+def _compose(data: Path, workdir: Path, conversation: str, sessions: int, tenants: int,
+             seed: int) -> tuple[dict[str, int], list[str]]:
+    """Write the corpus: ``scale.jsonl`` (the measured build) and, for the haystack run, ``alone.jsonl``
+    (the evaluated conversation by itself, built as a separate store so the two builds share nothing)."""
     from memlib.scale.haystack import HaystackSpec, Pool, compose_haystack, many_tenants, write_jsonl
 
     pool = Pool.load(data / "locomo_dev3.json", [data / "longmemeval_s_3haystacks_thirdparty_modified.json"])
     spec = HaystackSpec(sessions=sessions, seed=seed)
     if tenants:
         turns, questions = many_tenants(pool, tenants, spec)
-        evaluated = [q.get_column("tenant_id")[0] for q in questions if q.height]
-    else:
-        big_t, big_q = compose_haystack(pool, conversation, f"{conversation}-hay", spec)
-        alone_t, alone_q = compose_haystack(pool, conversation, conversation, HaystackSpec(sessions=0))
-        turns, questions, evaluated = [alone_t, big_t], [alone_q, big_q], [f"{conversation}-hay", conversation]
-    counts = write_jsonl(workdir / "scale.jsonl", turns, questions)
-    return counts, evaluated
+        return write_jsonl(workdir / "scale.jsonl", turns, questions), [q.get_column("tenant_id")[0]
+                                                                         for q in questions if q.height]
+    big_t, big_q = compose_haystack(pool, conversation, f"{conversation}-hay", spec)
+    alone_t, alone_q = compose_haystack(pool, conversation, conversation, HaystackSpec(sessions=0))
+    write_jsonl(workdir / "alone.jsonl", [alone_t], [alone_q])
+    return write_jsonl(workdir / "scale.jsonl", [big_t], [big_q]), [f"{conversation}-hay", conversation]
 
 
-def run_scale(cfg, data: Path, workdir: Path, *, conversation: str, sessions: int, tenants: int, seed: int,
-              strategy: str, num_cpus: Optional[int]) -> dict:
-    from jobs.build import run_build
-    from memlib.cli.bench_build import RssSampler
+def http_latency(store: Path, cfg, tenant: str, queries: list[str], strategy: str,
+                 num_cpus: Optional[int]) -> dict[str, float]:
+    """p50/p95 of ``POST /search`` through the real service (Ray Serve HTTP proxy, memlib.client),
+    one request at a time, after one warm-up request (tenant load)."""
+    import ray
+
+    from jobs import serve as serve_job
+    from memlib.client import MemlibClient
+
+    if ray.is_initialized():
+        ray.shutdown()  # the build's local Ray: Serve starts its own
+    url = serve_job.start(store, cfg, host="127.0.0.1", port=serve_job.free_port(), num_cpus=num_cpus)
+    try:
+        with MemlibClient(url, timeout=120.0) as client:
+            client.search(tenant, queries[0], strategy=strategy, k=10)
+            lat = []
+            for q in queries:
+                t0 = time.perf_counter()
+                client.search(tenant, q, strategy=strategy, k=10)
+                lat.append((time.perf_counter() - t0) * 1000)
+    finally:
+        serve_job.stop()
+    s = pl.Series(lat)
+    return {"p50_ms": round(float(s.quantile(0.5)), 2), "p95_ms": round(float(s.quantile(0.95)), 2),
+            "latency_source": "http", "latency_requests": len(lat)}
+
+
+def _evaluate(store: Path, strategy: str, cfg) -> pl.DataFrame:
     from memlib.eval.questions import Dataset
     from memlib.eval.runner import evaluate
     from memlib.io.store import StoreReader
+
+    questions = StoreReader(store).table("questions")
+    return evaluate(store, questions, strategy, [10], cfg, dataset=Dataset.LOCOMO).per_question
+
+
+def run_scale(cfg, data: Path, workdir: Path, *, conversation: str, sessions: int, tenants: int, seed: int,
+              strategy: str, num_cpus: Optional[int], http: bool = True) -> dict:
+    from jobs.build import run_build
+    from memlib.cli.bench_build import RssSampler
 
     counts, evaluated = _compose(data, workdir, conversation, sessions, tenants, seed)
     start = time.perf_counter()
     with RssSampler() as rss:
         manifest = run_build(cfg, workdir / "scale.jsonl", "jsonl", workdir / "store", num_cpus=num_cpus)
     build_s = time.perf_counter() - start
-    questions = StoreReader(workdir / "store").table("questions")
-    run = evaluate(workdir / "store", questions, strategy, [10], cfg, dataset=Dataset.LOCOMO)
-    pq = run.per_question
+    pq = _evaluate(workdir / "store", strategy, cfg)
     out = {"mode": "tenants" if tenants else "haystack", **counts, "build_s": round(build_s, 1),
            "peak_rss_mb": round(rss.peak / 2**20), "turns_per_s": round(counts["turns"] / build_s, 1),
            "nodes": manifest["row_counts"]["nodes"], "edges": manifest["row_counts"]["edges"],
-           "strategy": strategy, "embed_backend": cfg.embed.backend,
+           "strategy": strategy, "embed_backend": cfg.embed.backend, "embed_dim": cfg.embed.dim,
            "stage_timings_s": manifest["stage_timings_s"]}
     if tenants:
         out["turn_recall@10"] = {t: _recall(pq, t) for t in evaluated}
-        out.update(_latency(pq, evaluated[0]))
     else:
-        hay, alone = _recall(pq, evaluated[0]), _recall(pq, evaluated[1])
+        run_build(cfg, workdir / "alone.jsonl", "jsonl", workdir / "alone_store", num_cpus=num_cpus)
+        hay, alone = _recall(pq, evaluated[0]), _recall(_evaluate(workdir / "alone_store", strategy, cfg),
+                                                       evaluated[1])
         out.update({"haystack_turn_recall@10": hay, "conversation_turn_recall@10": alone,
-                    "recall_ratio": round(hay / alone, 4) if hay is not None and alone else None,
-                    **_latency(pq, evaluated[0])})
+                    "recall_ratio": round(hay / alone, 4) if hay is not None and alone else None})
+    inproc = _latency(pq, evaluated[0])
+    out.update({f"inprocess_{k}": v for k, v in inproc.items()})
+    out.update({**inproc, "latency_source": "in-process"})
+    if http:
+        queries = pq.filter(pl.col("tenant_id") == evaluated[0]).get_column("question").unique(
+            maintain_order=True).to_list()
+        out.update(http_latency(workdir / "store", cfg, evaluated[0], queries, strategy, num_cpus))
     return out
 
 

@@ -80,3 +80,25 @@ def jobs_env(monkeypatch):
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+ALL = ["dora", "emil", "fay", "gus"]
+
+
+@pytest.fixture(scope="session")
+def base_store(ray_local, tmp_path_factory) -> tuple[Path, Path]:
+    """(input file, store) of a first `memlib build --incremental` of all four tenants."""
+    d = tmp_path_factory.mktemp("jobs_base")
+    inp = write_jsonl(d / "in.jsonl", ALL)
+    store = d / "store"
+    res = run_cli(["build", "--incremental", "--input", str(inp), "--format", "jsonl", "--out", str(store),
+                   "--num-cpus", "2"])
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    return inp, store
+
+
+def node_rows(store: Path, manifest: dict | None = None) -> list[tuple]:
+    from memlib.io.store import StoreReader
+
+    t = StoreReader(store, manifest).nodes(columns=["node_id", "tenant_id", "kind", "text"])
+    return sorted(zip(*(t.column(c).to_pylist() for c in ("node_id", "tenant_id", "kind", "text"))))
