@@ -65,15 +65,16 @@ def neighbourhoods(res: ExtractResult) -> list[_Hood]:
     mentions = (pl.from_arrow(res.edges.select(["src", "dst", "kind"]))
                 .filter((pl.col("kind") == EdgeKind.MENTIONS.value) & pl.col("src").str.starts_with("event:")))
     pairs = (mentions.join(mentions, on="dst").filter(pl.col("src") != pl.col("src_right"))
-             .select(pl.col("src").alias("a"), pl.col("src_right").alias("b")).unique())
+             .select(pl.col("src").alias("a"), pl.col("src_right").alias("b"))
+             .unique().sort(["a", "b"]))  # a stable order keeps prompts (and cache keys) identical
     hoods = []
     for (tenant, conv, sid), grp in ev.group_by(["tenant_id", "conversation_id", "session_id"], maintain_order=True):
-        own = grp["node_id"].to_list()
-        near = pairs.filter(pl.col("a").is_in(own) & ~pl.col("b").is_in(own))["b"].unique(maintain_order=True)
+        own = sorted(grp["node_id"].to_list())
+        near = pairs.filter(pl.col("a").is_in(own) & ~pl.col("b").is_in(own))["b"].unique().sort()
         ids = (own + near.to_list())[:MAX_NEIGHBOURHOOD]
         if len(ids) < 2:
             continue
-        rows = ev.filter(pl.col("node_id").is_in(ids)).sort("time").to_dicts()
+        rows = ev.filter(pl.col("node_id").is_in(ids)).sort(["time", "node_id"]).to_dicts()
         hoods.append(_Hood(make_id("llmunit", Task.CAUSAL.value, tenant, *sorted(ids)), tenant, rows))
     return hoods
 

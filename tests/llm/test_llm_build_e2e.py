@@ -121,9 +121,9 @@ def _failed_unit_turns(store: Path, version: str, failed: set[tuple[str, str]]) 
 
 @pytest.mark.parametrize("stage", [
     "facts", "events",
-    pytest.param("triplets", marks=pytest.mark.xfail(strict=True, reason="a timed-out triplets unit of tenant "
-                                                     "maya left none of its heuristic rows in the store; cause "
-                                                     "not found yet (see the K report)")),
+    pytest.param("triplets", marks=pytest.mark.xfail(strict=False, reason="open bug, intermittent (2 of 3 runs): "
+                                                     "when a triplets call of one tenant times out, none of that "
+                                                     "unit's heuristic fallback rows reach the store")),
 ])
 def test_no_unit_lost_fallback_rows(runs, stage):
     """Every row the heuristic backend extracts from a failed unit's turns is in the store."""
@@ -188,9 +188,6 @@ def test_unchanged_rerun_caches_every_unit_and_follow_up_but_causal(runs):
     assert runs["v3"]["requests"] == c3.filter(pl.col("status") == "ok").height
 
 
-@pytest.mark.xfail(strict=True, reason="memlib/extract/llm_events.neighbourhoods renders causal prompts in a "
-                   "run-dependent order (pairs.unique() without maintain_order, sort('time') on ties), so "
-                   "some causal calls miss the cache on an unchanged rerun")
 def test_unchanged_rerun_makes_no_request(runs):
     store, v3 = runs["store"], runs["v3"]
     assert v3["requests"] == 0
