@@ -2,11 +2,13 @@
 composed by :mod:`memlib.scale.haystack` and measure it.
 
 Prints one JSON line: build_s, peak_rss_mb (driver + Ray processes), turns, turns_per_s,
-nodes, edges, haystack_turn_recall@10 and conversation_turn_recall@10 (the same LoCoMo
-questions against the conversation alone, built in the same job), recall_ratio, and the
-in-process search latency p50_ms / p95_ms on the big tenant (TenantCache + strategy, query
-embedding excluded; what one Serve replica does per request without HTTP). The corpus is
-written to a temporary directory, never into the repository.
+nodes, edges, haystack_turn_recall@10, conversation_turn_recall@10 (the same LoCoMo questions
+against the conversation alone, built as a separate store), recall_ratio, and p50_ms / p95_ms
+of ``POST /v1/search`` on the big tenant through the real service (Ray Serve HTTP proxy started
+by :mod:`jobs.serve`, requests by :class:`memlib.client.MemlibClient` with a tenant token made
+for the run); ``inprocess_p50_ms`` / ``inprocess_p95_ms`` are the same searches without HTTP
+(TenantCache + strategy, query embedding excluded). ``--no-http`` keeps only the in-process
+figures. The corpus is written to a temporary directory, never into the repository.
 """
 from __future__ import annotations
 
@@ -66,12 +68,16 @@ def http_latency(store: Path, cfg, tenant: str, queries: list[str], strategy: st
 
     from jobs import serve as serve_job
     from memlib.client import MemlibClient
+    from memlib.serve.auth import hash_token, new_token
 
     if ray.is_initialized():
         ray.shutdown()  # the build's local Ray: Serve starts its own
+    token = new_token()  # a tenant token made for this run: requests take the authenticated path
+    cfg = cfg.model_copy(deep=True)
+    cfg.serve.tenant_token_hashes = {**cfg.serve.tenant_token_hashes, tenant: hash_token(token)}
     url = serve_job.start(store, cfg, host="127.0.0.1", port=serve_job.free_port(), num_cpus=num_cpus)
     try:
-        with MemlibClient(url, timeout=120.0) as client:
+        with MemlibClient(url, token=token, timeout=120.0) as client:
             client.search(tenant, queries[0], strategy=strategy, k=10)
             lat = []
             for q in queries:
@@ -146,6 +152,8 @@ def register(bench_app: typer.Typer) -> None:
         num_cpus: Annotated[Optional[int], typer.Option("--num-cpus")] = None,
         workdir: Annotated[Optional[Path], typer.Option("--workdir", help="where corpus and store go "
                                                         "(default: a temporary directory, removed)")] = None,
+        http: Annotated[bool, typer.Option("--http/--no-http", help="measure latency through the real HTTP "
+                                           "service (Ray Serve) as well")] = True,
         config: ConfigOpt = None,
         set_: SetOpt = None,
     ) -> None:
@@ -154,7 +162,7 @@ def register(bench_app: typer.Typer) -> None:
         tmp = workdir or Path(tempfile.mkdtemp(prefix="memlib-scale-"))
         try:
             res = run_scale(cfg, data, tmp, conversation=conversation, sessions=sessions, tenants=tenants,
-                            seed=seed, strategy=strategy, num_cpus=num_cpus)
+                            seed=seed, strategy=strategy, num_cpus=num_cpus, http=http)
         finally:
             if workdir is None:
                 shutil.rmtree(tmp, ignore_errors=True)

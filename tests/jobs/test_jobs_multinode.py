@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -14,14 +15,26 @@ from conftest import ALL, node_rows, write_jsonl
 pytestmark = pytest.mark.ray
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _node_args(**kw) -> dict:
+    """Per-node agent ports picked free (another Ray on this machine may hold the defaults)."""
+    return {"num_cpus": 1, "dashboard_agent_listen_port": _free_port(), "runtime_env_agent_port": _free_port(),
+            "metrics_export_port": _free_port(), **kw}
+
+
 def test_jobs_multinode_build_matches_single_node(base_store, tmp_path):
     from ray.cluster_utils import Cluster
 
     cluster = Cluster(initialize_head=True, connect=False,
-                      head_node_args={"num_cpus": 1, "include_dashboard": False})
+                      head_node_args=_node_args(include_dashboard=False))
     try:
         for _ in range(2):
-            cluster.add_node(num_cpus=1)
+            cluster.add_node(**_node_args())
         cluster.wait_for_nodes()
         inp = write_jsonl(tmp_path / "in.jsonl", ALL)
         store = tmp_path / "store"

@@ -52,7 +52,10 @@ def test_jobs_scale_many_tenants(pool, tmp_path):
 
 @pytest.mark.slow
 def test_jobs_scale_bench_small(shared_data):
-    res = run_cli(["bench", "scale", "--data", str(shared_data), "--sessions", "40", "--num-cpus", "2"])
+    res = run_cli(["bench", "scale", "--data", str(shared_data), "--sessions", "40", "--num-cpus", "2",
+                   "--set", "embed.backend=wordllama", "--set", "embed.dim=256"])
     assert res.exit_code == 0, res.output
     out = json.loads(res.output.strip().splitlines()[-1])
-    assert out["sessions"] == 40 + 19 and out["nodes"] > 0 and 0 < out["recall_ratio"] <= 1.5
+    assert out["sessions"] == 40 and out["tenants"] == 1 and out["nodes"] > 0 and 0 < out["recall_ratio"] <= 1.5
+    assert out["latency_source"] == "http" and out["latency_requests"] > 0
+    assert 0 < out["p50_ms"] <= out["p95_ms"]
