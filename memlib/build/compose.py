@@ -101,14 +101,16 @@ def process_tenant(turns: pa.Table, cfg: MemlibConfig, embedder: PassageEmbedder
     """Build one tenant's memory from its ``schema.TURNS`` rows (all of its sessions).
 
     ``extras`` reaches every extractor's ``ExtractionContext.extras`` (the caller builds it
-    once per worker, e.g. ``pipelines.llm_stage.llm_extras``); it is shared, not copied."""
+    once per worker, e.g. ``pipelines.llm_stage.llm_extras``). The tenant gets a shallow copy: the
+    handles in it are shared, but what extractors cache in it (e.g. parsed turns) stays with
+    this tenant and never reaches the next tenant built by the same worker."""
     turns = sort_turns(schema.conform(turns, schema.TURNS, name="turns"))
     tenants = set(turns.column("tenant_id").unique().to_pylist())
     if len(tenants) != 1:
         raise ValueError(f"process_tenant needs the turns of exactly one tenant, got {sorted(tenants)}")
     plan = get_recipe(recipe) if isinstance(recipe, str) else tuple(recipe)
     state = BuildState(turns=turns, cfg=cfg, cache=VectorCache(embedder), nlp=nlp,
-                       extras=extras if extras is not None else {})
+                       extras=dict(extras) if extras is not None else {})
     timer = StageTimer()
     for stage in plan:
         if stage in STEPS:

@@ -30,6 +30,7 @@ from memlib.schema import Source
 CLIENT_KEY = "llm_client"
 CACHE_DIR_KEY = "llm_cache_dir"
 LIMITER_KEY = "llm_limiter"
+HANDLE_KEYS = (CLIENT_KEY, CACHE_DIR_KEY, LIMITER_KEY)  # worker-scoped handles; every other extras key is per context
 MAX_TEXT = 600  # characters of one turn shown to the model
 
 
@@ -119,10 +120,17 @@ def fallback(ctx: ExtractionContext, stage: Stage, failed: list[Unit]) -> Extrac
     ids = sorted({t for u in failed for t in u.turn_node_ids})
     turns = ctx.turns.filter(pc.is_in(ctx.turns.column("node_id"), value_set=pa.array(ids, pa.string())))
     sub = ExtractionContext(turns=turns, kept_turn_ids=None, config=ctx.config, nlp=ctx.nlp,
-                            facts=_facts_of(ctx.facts, ids), extras=ctx.extras)
+                            facts=_facts_of(ctx.facts, ids), extras=handles_of(ctx))
     res = heuristic.run(sub).conformed(f"{stage.value}.fallback")
     ctx.nlp = sub.nlp
     return ExtractResult(mark_source(res.nodes, Source.HEURISTIC_FALLBACK.value), res.edges)
+
+
+def handles_of(ctx: ExtractionContext) -> dict[str, Any]:
+    """A fresh extras dict holding only ``ctx``'s worker-scoped handles. A sub-context over other
+    turns must not share per-context caches (e.g. the parsed-turn cache of memlib.extract.parse,
+    which would hand it the parse of whichever turn set filled it first, and vice versa)."""
+    return {k: ctx.extras[k] for k in HANDLE_KEYS if k in ctx.extras}
 
 
 def _facts_of(facts: pa.Table | None, turn_ids: list[str]) -> pa.Table | None:

@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 
 from memlib.config import Backend
 from memlib.extract.base import ExtractionContext, ExtractResult, Stage, get_extractor, register
-from memlib.extract.llm_common import call_units, client_of, mark_source, numbered
+from memlib.extract.llm_common import call_units, client_of, handles_of, mark_source, numbered
 from memlib.extract.tables import edge_table, node_table
 from memlib.ids import make_id
 from memlib.llm.models import ReflectionsOut, Task
@@ -68,7 +68,7 @@ def _fallback(ctx: ExtractionContext, failed: list[FactBatch]) -> ExtractResult:
     if not failed:
         return ExtractResult()
     ids = pa.array(sorted({f["node_id"] for b in failed for f in b.facts}), pa.string())
-    sub = ExtractionContext(turns=ctx.turns, config=ctx.config, nlp=ctx.nlp, extras=ctx.extras,
+    sub = ExtractionContext(turns=ctx.turns, config=ctx.config, nlp=ctx.nlp, extras=handles_of(ctx),
                             facts=ctx.facts.filter(pc.is_in(ctx.facts.column("node_id"), value_set=ids)))
     res = get_extractor(Stage.REFLECTIONS, Backend.HEURISTIC).run(sub).conformed("reflections.fallback")
     return ExtractResult(mark_source(res.nodes, Source.HEURISTIC_FALLBACK.value), res.edges)

@@ -119,12 +119,7 @@ def _failed_unit_turns(store: Path, version: str, failed: set[tuple[str, str]]) 
     return out
 
 
-@pytest.mark.parametrize("stage", [
-    "facts", "events",
-    pytest.param("triplets", marks=pytest.mark.xfail(strict=False, reason="open bug, intermittent (2 of 3 runs): "
-                                                     "when a triplets call of one tenant times out, none of that "
-                                                     "unit's heuristic fallback rows reach the store")),
-])
+@pytest.mark.parametrize("stage", UNIT_TASKS)
 def test_no_unit_lost_fallback_rows(runs, stage):
     """Every row the heuristic backend extracts from a failed unit's turns is in the store."""
     import pyarrow as pa
