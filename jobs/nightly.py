@@ -45,6 +45,19 @@ DONE_DIR = "_done"
 _SUFFIXES = {"jsonl": (".jsonl",), "parquet": (".parquet",), "locomo": (".json",), "longmemeval": (".json",)}
 
 
+def allow_long_tenants() -> None:
+    """Disable Ray Data's no-progress timeout (1800 s by default) for this driver: one tenant is one
+    task, and a LongMemEval-l-sized tenant (~24k turns) builds for longer than that without any
+    block moving. A tenant that fails still fails its task (and is reported failed)."""
+    ray.data.DataContext.get_current().execution_no_progress_timeout_s = -1
+
+
+def release_ray() -> None:
+    """Shut down the Ray instance this process started or joined (e.g. before Serve starts its own)."""
+    if ray.is_initialized():
+        ray.shutdown()
+
+
 def _quiet(event: str, info: dict[str, Any]) -> None:
     log.info("%s %s", event, info)
 
@@ -144,6 +157,7 @@ def _build_tenants(writer: ResumableWriter, shards: list[TenantShard], cfg, reci
     summaries = []
     if shards:
         ray.data.DataContext.get_current().max_errored_blocks = len(shards)
+        allow_long_tenants()
         for s in run_tenants(shards, cfg, recipe, workers=cpus, total_cpus=cpus):
             shard = next(x for x in shards if x.tenant_id == s["tenant_id"])
             s["nodes_path"] = shard.nodes_path

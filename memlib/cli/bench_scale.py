@@ -64,14 +64,12 @@ def http_latency(store: Path, cfg, tenant: str, queries: list[str], strategy: st
                  num_cpus: Optional[int]) -> dict[str, float]:
     """p50/p95 of ``POST /search`` through the real service (Ray Serve HTTP proxy, memlib.client),
     one request at a time, after one warm-up request (tenant load)."""
-    import ray
-
     from jobs import serve as serve_job
+    from jobs.nightly import release_ray
     from memlib.client import MemlibClient
     from memlib.serve.auth import hash_token, new_token
 
-    if ray.is_initialized():
-        ray.shutdown()  # the build's local Ray: Serve starts its own
+    release_ray()  # the build's local Ray: Serve starts its own
     token = new_token()  # a tenant token made for this run: requests take the authenticated path
     cfg = cfg.model_copy(deep=True)
     cfg.serve.tenant_token_hashes = {**cfg.serve.tenant_token_hashes, tenant: hash_token(token)}
@@ -103,8 +101,10 @@ def _evaluate(store: Path, strategy: str, cfg) -> pl.DataFrame:
 def run_scale(cfg, data: Path, workdir: Path, *, conversation: str, sessions: int, tenants: int, seed: int,
               strategy: str, num_cpus: Optional[int], http: bool = True) -> dict:
     from jobs.build import run_build
+    from jobs.nightly import allow_long_tenants
     from memlib.cli.bench_build import RssSampler
 
+    allow_long_tenants()  # the haystack tenant builds for longer than Ray Data's default 1800 s
     counts, evaluated = _compose(data, workdir, conversation, sessions, tenants, seed)
     start = time.perf_counter()
     with RssSampler() as rss:
