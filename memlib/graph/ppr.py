@@ -15,12 +15,11 @@ Kernels:
 * :func:`gt_personalized_pagerank` — ``graph_tool.centrality.pagerank`` with ``pers`` and
   ``weight`` on a graph-tool graph carrying the same weights (same sink semantics).
 
-Kernel choice, by measurement (``memlib bench ppr --gt-threads 1``, 20 queries, synthetic
-memory graphs with ~4.7 edges/node, on a shared 2-core machine at load average ~20, so
-absolute times are inflated; the ratios are what decides): per-query p50 scipy vs
-graph-tool = 0.36 vs 0.60 ms at 1k nodes, 19 vs 125 ms at 10k, 277 vs 1 212 ms at 100k,
-3.5 s vs 31 s at 1M; max |Δ| ≤ 4e-8. The cached ``Pᵀ`` is reused across queries while
-graph-tool's call re-normalizes weights each time, so :data:`DEFAULT_KERNEL` is scipy at
+Kernel choice, by measurement (``memlib bench ppr``, 20 queries, synthetic memory graphs
+with ~4.7 edges/node, idle 2-core machine): per-query p50 scipy vs graph-tool = 0.59 vs
+1.5 ms at 1k nodes, 4.5 vs 9.5 ms at 10k, 60 vs 245 ms at 100k, 1.19 s vs 5.9 s at 1M;
+max |Δ| ≤ 4e-8. The cached ``Pᵀ`` is reused across queries while graph-tool's call
+re-normalizes weights each time, so :data:`DEFAULT_KERNEL` is scipy at
 every size; graph-tool's kernel stays as the reference and owns the build-time PageRank.
 With graph-tool's default OpenMP pool on the busy machine its 1k-node call took ~440 ms
 (spin-waiting); pin it with ``graph_tool.openmp_set_num_threads`` where cores are shared.
