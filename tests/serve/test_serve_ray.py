@@ -100,3 +100,61 @@ def test_reload_serves_a_newly_published_version(service_url, built_store):
         assert admin.search("maya", "coriander", strategy="bm25").version == new
     with MemlibClient(service_url, TOKENS_BY_TENANT["maya"]) as c, pytest.raises(PermissionDeniedError):
         c.reload()
+
+
+def test_queries_during_a_publish_see_one_whole_version(service_url, built_store, tmp_path):
+    """A client keeps searching (and reloading) through Serve while `memlib build --incremental`
+    publishes a new version of the same store: no request fails, every answer names the old
+    or the new version, and every turn in it is exactly that version's turn."""
+    import threading
+    from pathlib import Path
+
+    new_line = {"tenant_id": "maya", "conversation_id": "maya-main", "session_id": "s9",
+                "session_time": "2024-03-02T10:00:00+00:00", "turn_id": "s9:1", "speaker": "Maya",
+                "role": "user", "text": "I planted a kumquat tree on the balcony this morning."}
+    inp = tmp_path / "in.jsonl"
+    inp.write_text(Path(SAMPLE).read_text(encoding="utf-8") + json.dumps(new_line) + "\n", encoding="utf-8")
+    before = read_manifest(built_store)["version"]
+    stop, answers, errors = threading.Event(), [], []
+
+    def client_loop() -> None:
+        with MemlibClient(service_url, ADMIN, timeout=60) as admin:
+            i = 0
+            while not stop.is_set():
+                try:
+                    if i % 3 == 0:
+                        admin.reload()
+                    answers.append(admin.search("maya", "kumquat tree balcony", strategy="bm25", k=5))
+                except Exception as exc:  # noqa: BLE001 - the test records every failure
+                    errors.append(repr(exc))
+                i += 1
+
+    reader = threading.Thread(target=client_loop, daemon=True)
+    reader.start()
+    try:
+        proc = subprocess.run([sys.executable, "-m", "memlib", "build", "--incremental", "-i", str(inp), "-f",
+                               "jsonl", "-o", str(built_store), "--recipe", "turns", "--num-cpus", "2"],
+                              capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        with MemlibClient(service_url, ADMIN) as admin:
+            admin.reload()
+            after = admin.search("maya", "kumquat tree balcony", strategy="bm25", k=5)
+            answers.append(after)
+    finally:
+        stop.set()
+        reader.join(60)
+    new = read_manifest(built_store)["version"]
+    assert new != before and after.version == new
+    assert not errors, errors[:3]
+    assert len(answers) > 3, "the client kept querying during the build"
+    turns_of = {}
+    for v in {a.version for a in answers}:
+        assert v in (before, new)
+        manifest = json.loads((built_store / "manifests" / f"{v}.json").read_text())
+        rows = StoreReader(built_store, manifest=manifest).table("turns", "maya", columns=["turn_id", "text"])
+        turns_of[v] = {r["turn_id"]: r["text"] for r in rows.to_pylist()}
+    assert "s9:1" not in turns_of[before] and "s9:1" in turns_of[new]
+    for a in answers:
+        for hit in a.turns:
+            assert turns_of[a.version].get(hit.turn_id) == hit.text, (a.version, hit.turn_id)
+    assert any(h.turn_id == "s9:1" for h in after.turns)
