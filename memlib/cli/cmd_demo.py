@@ -1,11 +1,11 @@
 """``memlib demo-report``: what `make demo` prints after the build: the store summary, one
-sample question's top nodes by a plain dense lookup, and the baseline retrieval table."""
+sample question's top turns by the default strategy (``retrieve.default_strategy``, ``auto``)
+with provenance, and the recall table of the baselines next to that strategy."""
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated
 
-import numpy as np
 import polars as pl
 import typer
 
@@ -14,19 +14,16 @@ from memlib.cli.common import ConfigOpt, FormatOpt, SetOpt, fail, get_config
 BASELINES = ("bm25", "dense", "hybrid")
 
 
-def _vectors(table) -> np.ndarray:
-    emb = table.column("embedding").combine_chunks()
-    return emb.values.to_numpy(zero_copy_only=False).reshape(-1, emb.type.list_size)
+def top_turns(store: Path, cfg, embedder, tenant: str, question: str, evidence: list[str], k: int = 5) -> str:
+    """The default strategy's top-k source turns for one question, evidence turns starred."""
+    from memlib.cli.cmd_query import ranked_turn_lines
+    from memlib.retrieve.kernels import run_search
+    from memlib.retrieve.registry import get_strategy
+    from memlib.retrieve.tenant import TenantCache
 
-
-def dense_top(reader, embedder, tenant: str, question: str, k: int = 5) -> pl.DataFrame:
-    """Exact cosine top-k over one tenant's nodes (every kind)."""
-    nodes = reader.nodes(tenant=tenant, columns=["node_id", "kind", "text", "embedding"])
-    q = embedder.embed_queries([question])[0]
-    scores = _vectors(nodes) @ q
-    top = np.argsort(-scores)[:k]
-    return pl.DataFrame({"score": scores[top].round(3), "kind": nodes.column("kind").take(top).to_pylist(),
-                         "text": [t[:110] for t in nodes.column("text").take(top).to_pylist()]})
+    index = TenantCache(store, embedder=embedder, max_tenants=1).get(tenant)
+    res = run_search(index, get_strategy(cfg.retrieve.default_strategy, cfg), question, cfg.retrieve.k)
+    return "\n".join(ranked_turn_lines(res.turns, k, frozenset(evidence)))
 
 
 def sample_question(questions: pl.DataFrame) -> dict | None:
@@ -34,13 +31,14 @@ def sample_question(questions: pl.DataFrame) -> dict | None:
     return with_evidence.row(0, named=True) if with_evidence.height else None
 
 
-def baseline_table(store: Path, input_path: Path, fmt: str, cfg, embedder) -> str:
+def recall_table(store: Path, input_path: Path, fmt: str, cfg, embedder) -> str:
     from memlib.eval.questions import Dataset, read_questions
     from memlib.eval.report import format_table
     from memlib.eval.runner import evaluate
 
     dataset = Dataset(fmt)
-    run = evaluate(store, read_questions(input_path, dataset, cfg), list(BASELINES), [5, 10], cfg,
+    names = list(dict.fromkeys([*BASELINES, cfg.retrieve.default_strategy]))
+    run = evaluate(store, read_questions(input_path, dataset, cfg), names, [5, 10], cfg,
                    dataset=dataset, embedder=embedder)
     return format_table(run.metrics)
 
@@ -56,7 +54,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Summary of a built store, one sample query, and the baseline recall table."""
         from memlib.cli.cmd_build import format_summary
-        from memlib.embed import get_embedder
+        from memlib.eval.runner import default_embedder
         from memlib.io.store import StoreError, StoreReader
 
         cfg = get_config(config, set_)
@@ -65,13 +63,13 @@ def register(app: typer.Typer) -> None:
         except StoreError as exc:
             fail(str(exc))
         typer.echo(format_summary(reader.manifest))
-        embedder = get_embedder(cfg.embed)
+        embedder = default_embedder(cfg)
         q = sample_question(pl.from_arrow(reader.table("questions")))
         if q is not None:
             typer.echo(f"\nsample question ({q['tenant_id']}): {q['question']}  [evidence {', '.join(q['evidence'])}]")
-            with pl.Config(fmt_str_lengths=110, tbl_width_chars=160, tbl_hide_dataframe_shape=True):
-                typer.echo(dense_top(reader, embedder, q["tenant_id"], q["question"]))
-            typer.echo("\nbaselines (turn/session recall, protocol of memlib.eval):")
-            typer.echo(baseline_table(store, input, format, cfg, embedder))
+            typer.echo(f"top turns by {cfg.retrieve.default_strategy} (* = evidence):")
+            typer.echo(top_turns(store, cfg, embedder, q["tenant_id"], q["question"], q["evidence"]))
+            typer.echo(f"\nrecall, baselines and {cfg.retrieve.default_strategy} (protocol of memlib.eval):")
+            typer.echo(recall_table(store, input, format, cfg, embedder))
         else:
             typer.echo("\nthe input has no questions with evidence: no sample query or recall table")

@@ -14,6 +14,13 @@ def _fmt_time(t) -> str:
     return t.strftime("%Y-%m-%d %H:%M") if t is not None else "?"
 
 
+def ranked_turn_lines(turns, limit: int | None = None, evidence: frozenset[str] = frozenset()) -> list[str]:
+    """One line per ranked turn: rank, turn id (``*`` marks an evidence turn), session, time, text."""
+    return [f"{i:3d}. {('*' if t.turn_id in evidence else ' ')}{t.turn_id:<10} {t.session_id:<14} "
+            f"{_fmt_time(t.time)}  {t.text[:100]}"
+            for i, t in enumerate(turns[:limit], start=1)]
+
+
 def register(app: typer.Typer) -> None:
     @app.command("query")
     def query_cmd(
@@ -50,7 +57,6 @@ def register(app: typer.Typer) -> None:
         typer.echo(f"# {name} on {tenant} (store {index.version}): {len(res.nodes)} nodes, "
                    f"{len(res.turns)} turns, {res.latency_ms:.1f} ms\n")
         typer.echo("## ranked turns")
-        for i, t in enumerate(res.turns, start=1):
-            typer.echo(f"{i:3d}. {t.turn_id:<10} {t.session_id:<14} {_fmt_time(t.time)}  {t.text[:100]}")
+        typer.echo("\n".join(ranked_turn_lines(res.turns)))
         typer.echo("\n## packed context")
         typer.echo(res.context)

@@ -97,3 +97,16 @@ def test_cli_eval_and_query(tiny_store, tmp_path):
     assert "D1:3" in res.output and "packed context" in res.output
     res = runner.invoke(app, ["eval", "--store", str(tiny_store), "--strategies", "nope"])
     assert res.exit_code == 2 and "known strategies" in res.output
+
+
+def test_demo_top_turns_by_default_strategy(tiny_store, hash_embedder):
+    from memlib.cli.cmd_demo import top_turns
+
+    cfg = MemlibConfig()
+    assert cfg.retrieve.default_strategy == "auto"
+    cfg.retrieve.params["auto"] = {"disk_cache": False}
+    out = top_turns(tiny_store, cfg, hash_embedder, TENANT, "Where does Ann's sister play violin?", ["D2:2"], k=3)
+    lines = out.splitlines()
+    assert len(lines) == 3
+    assert lines[0].split()[1] == "*D2:2" and "Berlin" in lines[0]
+    assert sum("*" in line for line in lines) == 1
