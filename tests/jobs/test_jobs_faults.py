@@ -1,7 +1,8 @@
 """Fault tolerance: a build worker killed mid-build, and a driver crash followed by a resuming rerun.
 The subprocess tests run each build in its own process group (its own local Ray), so they kill only
-what they started; they take minutes on a loaded 2-core box and are marked slow. The default-suite
-variant interrupts the driver in-process (an exception after the first finished tenant) and reruns."""
+what they started (about 1.5 min together on an idle 2-core box, so they run in the default suite).
+A third variant interrupts the driver in-process (an exception after the first finished tenant) and
+reruns."""
 from __future__ import annotations
 
 import json
@@ -99,7 +100,6 @@ def test_jobs_fault_driver_interrupted_then_resume_in_process(base_store, tmp_pa
     assert rows == node_rows(base_store[1])
 
 
-@pytest.mark.slow
 def test_jobs_fault_worker_killed_mid_build(base_store, tmp_path):
     inp = write_jsonl(tmp_path / "in.jsonl", ALL)
     store = tmp_path / "store"
@@ -117,7 +117,6 @@ def test_jobs_fault_worker_killed_mid_build(base_store, tmp_path):
     assert node_rows(store) == node_rows(base_store[1])
 
 
-@pytest.mark.slow
 def test_jobs_fault_driver_crash_then_resume(base_store, tmp_path):
     inp = write_jsonl(tmp_path / "in.jsonl", ALL)
     store = tmp_path / "store"
