@@ -45,9 +45,10 @@ class CallStatus(str, Enum):
 
 
 class _Transient(Exception):
-    def __init__(self, message: str, retry_after: float | None = None):
+    def __init__(self, message: str, retry_after: float | None = None, exchange: "_Exchange | None" = None):
         super().__init__(message)
         self.retry_after = retry_after
+        self.exchange = exchange  # a reply that arrived but cannot be used: its tokens were still spent
 
 
 class _Fatal(Exception):
@@ -179,6 +180,9 @@ class LLMClient:
                     {"role": "user", "content": "That JSON does not match the required shape: "
                      f"{_short(exc)}. Reply with corrected JSON only."}]
             except _Transient as exc:
+                if exc.exchange is not None:
+                    row["prompt_tokens"] += exc.exchange.prompt_tokens
+                    row["completion_tokens"] += exc.exchange.completion_tokens
                 errors.append(f"attempt {row['attempts']}: {exc}")
                 failures += 1
                 if failures > self.cfg.max_retries:
@@ -218,7 +222,7 @@ class LLMClient:
                              prompt_tokens=usage.prompt_tokens if usage else 0,
                              completion_tokens=usage.completion_tokens if usage else 0)
         if choice is not None and choice.finish_reason == "length":
-            raise _Transient("truncated: finish_reason=length")
+            raise _Transient("truncated: finish_reason=length", exchange=exchange)
         return exchange
 
     @staticmethod

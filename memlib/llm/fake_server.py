@@ -191,13 +191,14 @@ class _Handler(BaseHTTPRequestHandler):
             content = content[: max(1, len(content) // 2)]
         elif fault is Fault.WRONG_SCHEMA:
             content = json.dumps({"result": "ok", "items": 3})
+        finish = "length" if fault is Fault.TRUNCATED else "stop"  # what a server says when max_tokens cut it
         pt, ct = st.counter.messages(messages), st.counter.count(content)
         with st.lock:
             st.prompt_tokens += pt
             st.completion_tokens += ct
         resp = {"id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()),
                 "model": body.get("model", "fake"),
-                "choices": [{"index": 0, "finish_reason": "stop",
+                "choices": [{"index": 0, "finish_reason": finish,
                              "message": {"role": "assistant", "content": content}}],
                 "usage": {"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct}}
         self._send(200, json.dumps(resp).encode())

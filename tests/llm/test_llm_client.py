@@ -93,3 +93,15 @@ def test_cache_key_changes_with_model_and_prompt_vars(fake_server, tmp_path):
     b.call(Task.FACTS, VARS, unit_id="u", tenant_id="t")
     a.call(Task.FACTS, dict(VARS, session_date="2024-01-01"), unit_id="u", tenant_id="t")
     assert srv.state.chat_requests == 3
+
+
+def test_tokens_of_a_cut_off_reply_are_still_counted(fake_server, tmp_path):
+    """A reply cut by max_tokens (finish_reason=length) is unusable but was paid for."""
+    srv = fake_server(fault_rate=1.0, faults=(Fault.TRUNCATED,))
+    client = _client(srv, tmp_path, max_retries=1)
+    res = client.call(Task.FACTS, VARS, unit_id="u", tenant_id="t")
+    assert res.status is CallStatus.ERROR and "finish_reason=length" in res.error
+    row = client.calls_table().to_pylist()[0]
+    assert row["attempts"] == 2
+    assert row["prompt_tokens"] == srv.state.prompt_tokens > 0
+    assert row["completion_tokens"] == srv.state.completion_tokens > 0
