@@ -22,11 +22,22 @@ ENV = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"
 
 
 def _start_build(inp: Path, store: Path) -> subprocess.Popen:
+    """The build in its own session, its output in a log file next to the store: a pipe nobody
+    reads while the test polls would fill up and block the build."""
     ENV.pop("RAY_ADDRESS", None)
-    return subprocess.Popen([sys.executable, "-m", "jobs.nightly", "--input", str(inp), "--format", "jsonl",
-                             "--out", str(store), "--num-cpus", "2"], env=ENV, start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            cwd=Path(__file__).resolve().parents[2])
+    log = store.parent / f"{store.name}-{time.monotonic_ns()}.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "jobs.nightly", "--input", str(inp), "--format", "jsonl",
+                                 "--out", str(store), "--num-cpus", "2"], env=ENV, start_new_session=True,
+                                stdout=out, stderr=subprocess.STDOUT, cwd=Path(__file__).resolve().parents[2])
+    proc.log = log  # type: ignore[attr-defined]
+    return proc
+
+
+def _finish(proc: subprocess.Popen, timeout_s: float = 900) -> str:
+    """Wait for the build; its output (tail) for assertion messages."""
+    proc.wait(timeout=timeout_s)
+    return proc.log.read_text(errors="replace")[-3000:]  # type: ignore[attr-defined]
 
 
 def _wait_for(pred, timeout_s: float = 600.0, every: float = 0.5) -> bool:
@@ -109,11 +120,11 @@ def test_jobs_fault_worker_killed_mid_build(base_store, tmp_path):
         time.sleep(3)  # let the actor start a tenant
         victims = _actor_procs(proc)
         victims[0].kill()
-        out, _ = proc.communicate(timeout=900)
+        out = _finish(proc)
     finally:
         if proc.poll() is None:
             _kill_group(proc)
-    assert proc.returncode == 0, out[-3000:]
+    assert proc.returncode == 0, out
     assert node_rows(store) == node_rows(base_store[1])
 
 
@@ -129,8 +140,8 @@ def test_jobs_fault_driver_crash_then_resume(base_store, tmp_path):
     finished = sorted(p.stem for p in done.glob("*.json"))
     assert finished and not (store / "manifest.json").exists()
     rerun = _start_build(inp, store)
-    out, _ = rerun.communicate(timeout=900)
-    assert rerun.returncode == 0, out[-3000:]
+    out = _finish(rerun)
+    assert rerun.returncode == 0, out
     m = json.loads((store / "manifest.json").read_text())
     assert set(finished) <= set(m["incremental"]["resumed"]) and m["version"] == "v000001"
     assert sorted(m["incremental"]["resumed"] + m["incremental"]["built"]) == ALL
