@@ -22,6 +22,7 @@ from memlib.build.recipe import DEFAULT_RECIPE, JobStage, get_recipe
 from memlib.build.timing import StageTimer
 from memlib.config import MemlibConfig
 from memlib.io.readers import input_fingerprints
+from memlib.io.remote import staged_input
 from memlib.io.store import StoreWriter
 from pipelines.shard import TenantShard, shard_input
 from pipelines.store_sink import drop_staging, write_nodes
@@ -79,9 +80,9 @@ def run_build(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: str | Pa
     timer = StageTimer()
     wall = time.perf_counter()
     writer = StoreWriter(out, dim=cfg.embed.dim)
-    with timer.stage(JobStage.READ):
-        fingerprints = input_fingerprints(input_path, fmt, cfg.io)
-        sharded = shard_input(input_path, fmt, cfg, writer)
+    with timer.stage(JobStage.READ), staged_input(input_path) as local_input:
+        fingerprints = input_fingerprints(local_input, fmt, cfg.io)
+        sharded = shard_input(local_input, fmt, cfg, writer)
     progress("read", {"tenants": len(sharded.shards), "turns": sum(s.turns for s in sharded.shards),
                       "quarantined": sharded.quarantined})
     total_cpus = init_ray(address, num_cpus)

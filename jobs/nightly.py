@@ -34,6 +34,7 @@ from memlib.build.timing import StageTimer
 from memlib.config import MemlibConfig
 from memlib.io.errors import InputError
 from memlib.io.readers import input_fingerprints
+from memlib.io.remote import staged_input
 from memlib.io.store import StoreWriter, atomic_write_json, read_manifest, rollback, version_name
 from pipelines.shard import QUARANTINE_PART, TenantShard, shard_input
 from pipelines.store_sink import drop_staging, with_importance
@@ -227,8 +228,8 @@ def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: st
     restore_published_lance(writer, base)
     forget = ForgetList.load(delete, (base or {}).get("forgotten"))
     key = build_key(cfg, recipe)
-    sources = input_sources(Path(input_path), str(fmt))
-    with timer.stage(JobStage.READ):
+    with timer.stage(JobStage.READ), staged_input(input_path) as local_input:
+        sources = input_sources(local_input, str(fmt))
         hashes, tenant_source, failed_sources = _fingerprints(sources, str(fmt), cfg, forget)
         plan = make_plan(base, hashes, tenant_source, key, writer.done_markers(), failed_sources)
         shards, seen, quarantine = _shard_all(sources, str(fmt), cfg, writer, plan, forget, failed_sources)

@@ -80,8 +80,9 @@ def register(app: typer.Typer) -> None:
     @app.command("build")
     def build(
         out: Annotated[Path, typer.Option("--out", "-o", help="store directory")],
-        input: Annotated[Optional[Path], typer.Option("--input", "-i", help="input file (or directory "
-                                                      "of files with --incremental)")] = None,
+        input: Annotated[Optional[str], typer.Option("--input", "-i", help="input file (or directory of "
+                                                     "files with --incremental); local path or object "
+                                                     "storage URI (s3://bucket/key, gs://…)")] = None,
         format: FormatOpt = None,
         config: ConfigOpt = None,
         set_: SetOpt = None,
@@ -112,7 +113,8 @@ def register(app: typer.Typer) -> None:
         cfg = get_config(config, extractor_overrides(extractor, set_))
         from memlib.build.recipe import UnknownRecipeError
         from memlib.io.errors import InputError
-        if not input.exists():
+        from memlib.io.remote import is_uri
+        if not is_uri(input) and not Path(input).exists():
             fail(f"input file not found: {input}")
         if dry_run:
             from pipelines.llm_stage import dry_run_input

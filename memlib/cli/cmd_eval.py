@@ -24,9 +24,9 @@ def register(app: typer.Typer) -> None:
     @app.command("eval")
     def eval_cmd(
         store: Annotated[Path, typer.Option("--store", "-s", help="memory store directory")],
-        input_path: Annotated[Optional[Path], typer.Option(
-            "--input", "-i", help="input file the store was built from (questions + evidence); "
-                                  "default: the store's questions table")] = None,
+        input_path: Annotated[Optional[str], typer.Option(
+            "--input", "-i", help="input file the store was built from (questions + evidence; local path "
+                                  "or object storage URI); default: the store's questions table")] = None,
         fmt: Annotated[str, typer.Option("--format", "-f", help="locomo | longmemeval | jsonl | parquet")] = "locomo",
         strategies: Annotated[str, typer.Option("--strategies", help="comma-separated strategy names")]
         = "bm25,dense,hybrid",
@@ -43,6 +43,7 @@ def register(app: typer.Typer) -> None:
         from memlib.eval.questions import Dataset, read_questions
         from memlib.eval.report import format_table
         from memlib.eval.runner import evaluate
+        from memlib.io.errors import InputError
         from memlib.io.store import StoreError, StoreReader
         from memlib.retrieve.base import RetrievalError
 
@@ -57,7 +58,7 @@ def register(app: typer.Typer) -> None:
             questions = read_questions(input_path, dataset, cfg) if input_path else reader.table("questions")
             run = evaluate(store, questions, strategies, ks, cfg, dataset=dataset,
                            progress=_progress if out is not None else None)
-        except (StoreError, RetrievalError, FileNotFoundError) as exc:
+        except (StoreError, RetrievalError, InputError, FileNotFoundError) as exc:
             fail(str(exc))
             return
         out_dir = out or Path("eval_out")

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Optional
 
 import typer
@@ -13,27 +13,29 @@ MAX_TENANT_ROWS = 25
 _SUFFIX_FORMAT = {".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}
 
 
-def _guess_format(path: Path, fmt: Optional[str]) -> str:
+def _guess_format(path: str | Path, fmt: Optional[str]) -> str:
     if fmt:
         return fmt
-    guess = _SUFFIX_FORMAT.get(path.suffix.lower())
+    guess = _SUFFIX_FORMAT.get(PurePosixPath(str(path).split("?", 1)[0]).suffix.lower())
     if guess is None:
         fail(f"{path}: cannot tell the format from the file name; pass --format "
              "locomo | longmemeval | jsonl | parquet")
     return guess
 
 
-def inspect_input(path: Path, fmt: str, cfg) -> dict[str, Any]:
+def inspect_input(path: str | Path, fmt: str, cfg) -> dict[str, Any]:
     """Stream the input one tenant at a time and return totals plus per-tenant rows."""
     from memlib.io.readers import iter_tenants
+    from memlib.io.remote import staged_input
     from memlib.io.result import combine_summaries
 
     tenants = []
-    for result in iter_tenants(path, fmt, cfg.io):
-        row = result.summary()
-        ids = result.tenant_ids
-        row["tenant_id"] = ids[0] if ids else None
-        tenants.append(row)
+    with staged_input(path) as local:
+        for result in iter_tenants(local, fmt, cfg.io):
+            row = result.summary()
+            ids = result.tenant_ids
+            row["tenant_id"] = ids[0] if ids else None
+            tenants.append(row)
     return {"input": str(path), "format": fmt, "summary": combine_summaries(tenants), "tenants": tenants}
 
 
@@ -64,7 +66,8 @@ def _print_report(report: dict[str, Any]) -> None:
 def register(app: typer.Typer) -> None:
     @app.command("inspect")
     def inspect(
-        input: Annotated[Optional[Path], typer.Option("--input", "-i", help="input file to inspect")] = None,
+        input: Annotated[Optional[str], typer.Option("--input", "-i", help="input file to inspect (local path "
+                                                     "or object storage URI)")] = None,
         fmt: Annotated[Optional[str], typer.Option("--format", "-f",
                                                    help="locomo | longmemeval | jsonl | parquet")] = None,
         store: Annotated[Optional[Path], typer.Option("--store", help="a memory store directory")] = None,

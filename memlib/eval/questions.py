@@ -56,7 +56,10 @@ def read_questions(path: str | Path, dataset: Dataset, cfg: MemlibConfig) -> pa.
     from memlib.io.readers import iter_tenants
 
     fmt = Dataset.JSONL.value if dataset is Dataset.STORE else dataset.value
-    tables = [r.questions for r in iter_tenants(path, fmt, cfg.io)]
+    from memlib.io.remote import staged_input
+
+    with staged_input(path) as local:
+        tables = [r.questions for r in iter_tenants(local, fmt, cfg.io)]
     return pa.concat_tables(tables, promote_options="permissive") if tables else pa.table({})
 
 
