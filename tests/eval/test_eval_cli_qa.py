@@ -15,7 +15,7 @@ from memlib.eval.questions import Dataset
 from memlib.eval.runner import evaluate
 from memlib.io.store import StoreReader
 
-from conftest import TENANT
+from tests.eval.conftest import TENANT
 
 
 class _FakeOpenAI(BaseHTTPRequestHandler):

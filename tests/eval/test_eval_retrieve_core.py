@@ -8,7 +8,7 @@ from memlib.retrieve.base import RetrievalError
 from memlib.retrieve.registry import UnknownStrategyError, get_strategy, list_strategies
 from memlib.retrieve.tenant import TenantCache
 
-from conftest import TENANT
+from tests.eval.conftest import TENANT
 
 
 @pytest.fixture(scope="module")

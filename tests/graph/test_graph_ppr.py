@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import dense_ppr
+from tests.graph.conftest import dense_ppr
 
 from memlib.config import GraphConfig
 from memlib.graph.build import build_graph

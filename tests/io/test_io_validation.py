@@ -9,7 +9,7 @@ from memlib.io.errors import InputError
 from memlib.io.readers import read_input
 from memlib.io.validate import validate_tenant_id
 
-from conftest import BAD_KINDS, GOOD
+from tests.io.conftest import BAD_KINDS, GOOD
 
 
 def test_ten_bad_kinds_give_ten_rows_and_keep_good(bad_jsonl, io_cfg):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import ALL, node_rows, write_jsonl
+from tests.jobs.conftest import ALL, node_rows, write_jsonl
 
 pytestmark = pytest.mark.ray
 ENV = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "HF_HUB_OFFLINE": "1"}

@@ -9,7 +9,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import node_rows, published_text, run_cli, tenant_lines, write_jsonl
+from tests.jobs.conftest import node_rows, published_text, run_cli, tenant_lines, write_jsonl
 
 pytestmark = pytest.mark.ray
 FORGOTTEN = ("lasagne", "Zanzibar", "Nilla", "chess final")

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ALL, node_rows, write_jsonl
+from tests.jobs.conftest import ALL, node_rows, write_jsonl
 
 pytestmark = pytest.mark.ray
 

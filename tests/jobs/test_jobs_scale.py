@@ -5,7 +5,7 @@ import json
 
 import polars as pl
 import pytest
-from conftest import run_cli
+from tests.jobs.conftest import run_cli
 
 
 @pytest.fixture(scope="module")

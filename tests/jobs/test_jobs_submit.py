@@ -12,7 +12,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import run_cli, write_jsonl
+from tests.jobs.conftest import run_cli, write_jsonl
 
 pytestmark = pytest.mark.ray
 RAY = Path(sys.executable).with_name("ray")

@@ -12,7 +12,7 @@ import pytest
 from memlib import schema
 from memlib.io.store import StoreReader
 
-from conftest import SESSIONS, run_cli
+from tests.pipeline.conftest import SESSIONS, run_cli
 
 pytestmark = pytest.mark.ray
 

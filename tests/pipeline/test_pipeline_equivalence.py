@@ -11,7 +11,7 @@ from memlib.config import MemlibConfig
 from memlib.embed import get_embedder
 from memlib.io.store import StoreReader
 
-from conftest import SESSIONS
+from tests.pipeline.conftest import SESSIONS
 
 pytestmark = pytest.mark.ray
 

@@ -12,7 +12,7 @@ from memlib.config import ClueConfig, SegmentConfig
 from memlib.text.clues import merge_clues, merged_vectors, session_clues, similar_edges
 from memlib.text.gate import gate_turns
 from memlib.text.segment import segment_turns
-from conftest import topic_vectors
+from tests.text.conftest import topic_vectors
 
 
 @pytest.fixture

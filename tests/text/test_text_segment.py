@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 import pytest
-from conftest import make_turns, topic_vectors
+from tests.text.conftest import make_turns, topic_vectors
 
 from memlib import schema
 from memlib.config import SegmentConfig
