@@ -110,6 +110,10 @@ def summarize(frame: pl.DataFrame) -> dict[str, float]:
         lat = frame.get_column("latency_ms").to_numpy()
         out["latency_ms_p50"] = float(np.percentile(lat, 50))
         out["latency_ms_p95"] = float(np.percentile(lat, 95))
+    if "warmup_ms" in frame.columns:
+        warm = frame.get_column("warmup_ms").drop_nulls().to_numpy()
+        if warm.size:
+            out["warmup_ms_max"] = float(warm.max())  # one-off per-tenant cost (first query)
     return out
 
 

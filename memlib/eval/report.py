@@ -23,10 +23,11 @@ def format_table(metrics: dict[str, Any], columns: Sequence[str] = TABLE_METRICS
     """Markdown table of strategies x metrics (percentages) with n and latency p50."""
     strategies = metrics.get("strategies", {})
     cols = [c for c in columns if any(c in s for s in strategies.values())] or list(columns)
-    head = "| strategy | " + " | ".join(cols) + " | p50 ms |"
-    sep = "|---|" + "---|" * (len(cols) + 1)
+    head = "| strategy | " + " | ".join(cols) + " | p50 ms | first query ms |"
+    sep = "|---|" + "---|" * (len(cols) + 2)
     rows = [f"| {name} | " + " | ".join(_pct(s.get(c)) for c in cols)
-            + f" | {s.get('latency_ms_p50', float('nan')):.1f} |" for name, s in strategies.items()]
+            + f" | {s.get('latency_ms_p50', float('nan')):.1f} | {s.get('warmup_ms_max', float('nan')):.0f} |"
+            for name, s in strategies.items()]
     title = (f"{metrics.get('dataset', '?')}: {metrics.get('n_questions', 0)} questions "
              f"({metrics.get('n_excluded_malformed', 0)} excluded: no valid evidence)")
     return "\n".join([title, "", head, sep, *rows])
