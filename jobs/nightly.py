@@ -312,8 +312,37 @@ def compact(store: str | Path) -> dict[str, Any]:
     atomic_write_json(store / "manifests" / f"{manifest['version']}.json", manifest)
     atomic_write_json(store / "manifest.json", manifest)
     stats.update(lance_versions_after=len(w.open_nodes().list_versions()), removed_versions=removed,
-                 version=manifest["version"], lance_version=manifest["lance_version"])
+                 version=manifest["version"], lance_version=manifest["lance_version"],
+                 **purge_caches(store))
     return stats
+
+
+def purge_caches(store: Path) -> dict[str, int]:
+    """Hard deletion also covers what the store caches outside its tables: LLM responses not
+    referenced by the published ``llm_calls`` (their outputs quote forgotten conversations;
+    eval QA answers too) and every token matrix of ``auto`` (re-encoded on first use)."""
+    from memlib.io.store import StoreReader
+    from pipelines.llm_stage import CACHE_SUBDIR
+
+    llm_dir, late_dir = store / CACHE_SUBDIR, store / "cache" / "late"
+    keep: set[str] = set()
+    calls = StoreReader(store).table("llm_calls", columns=["cache_key"])
+    if calls.num_rows:
+        keep = {k for k in calls.column("cache_key").to_pylist() if k}
+    removed_llm = kept_llm = removed_late = 0
+    if llm_dir.is_dir():
+        for f in llm_dir.glob("*/*.json"):
+            if f.stem in keep:
+                kept_llm += 1
+            else:
+                f.unlink()
+                removed_llm += 1
+        for tmp in llm_dir.glob("*/.tmp-*"):
+            tmp.unlink(missing_ok=True)
+    if late_dir.is_dir():
+        removed_late = sum(1 for f in late_dir.iterdir() if f.is_file())
+        shutil.rmtree(late_dir)
+    return {"llm_cache_removed": removed_llm, "llm_cache_kept": kept_llm, "token_matrices_removed": removed_late}
 
 
 def rollback_store(store: str | Path, version: str) -> dict[str, Any]:

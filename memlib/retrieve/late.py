@@ -8,13 +8,21 @@ tenant's turns. Measured on locomo_dev3 (382 questions) this ranker alone reache
 R@10 77.6 against 59.2 for BM25 (see memlib/retrieve/auto.py).
 
 Per tenant the packed token matrix is computed once and cached in memory; with a
-``cache_dir`` it is also written as ``.npz`` (no pickle) and reused by later processes.
+``cache_dir`` it is also written as ``.npz`` (no pickle) and reused by later processes. The
+file is keyed by the content it encodes (turn ids and texts in order, encoder, token limit),
+not by store version, so a tenant carried over unchanged by a nightly build keeps its matrix;
+writing a tenant's new matrix removes its older files, and ``memlib build --compact`` clears
+the directory (hard deletion).
 """
 from __future__ import annotations
 
+import hashlib
+import os
 import re
+import tempfile
 import threading
 import weakref
+import zipfile
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -134,12 +142,32 @@ def get_encoder(threads: int | None = 1) -> TokenEncoder:
         return _ENCODERS[threads]
 
 
-def _cache_file(index, cache_dir: Path) -> Path:
-    return cache_dir / f"late-{index.version}-{index.tenant}.npz"
+ENCODER_TAG = "all-MiniLM-L6-v2-int8"
+CACHE_FORMAT = 2
+
+
+def content_key(turn_ids: Sequence[str], texts: Sequence[str]) -> str:
+    """sha256 (20 hex) of what a token matrix encodes: turn ids and texts in order, the encoder,
+    the token limit and the file format."""
+    h = hashlib.sha256(f"{ENCODER_TAG}|{MAX_TOKENS}|{CACHE_FORMAT}".encode())
+    for tid, text in zip(turn_ids, texts):
+        h.update(b"\x1e" + tid.encode("utf-8") + b"\x1f" + (text or "").encode("utf-8"))
+    return h.hexdigest()[:20]
+
+
+def _cache_file(tenant: str, key: str, cache_dir: Path) -> Path:
+    return cache_dir / f"late-{tenant}-{key}.npz"
+
+
+def _tenant_files(tenant: str, cache_dir: Path) -> list[Path]:
+    """This tenant's matrix files (a tenant whose id extends another's is not matched)."""
+    if not cache_dir.is_dir():
+        return []
+    return [f for f in cache_dir.glob(f"late-{tenant}-*.npz") if f.stem.rsplit("-", 1)[0] == f"late-{tenant}"]
 
 
 def default_cache_dir(index) -> Path:
-    """``<store>/cache/late``: token matrices keyed by store version and tenant."""
+    """``<store>/cache/late``: token matrices of the store's tenants, keyed by content."""
     return Path(index.reader.path) / "cache" / "late"
 
 
@@ -150,13 +178,16 @@ def tenant_matrix(index, encoder: TokenEncoder, cache_dir: str | Path | None = N
     if hit is not None:
         return hit
     turn_ids = list(index.turn_order)
-    path = _cache_file(index, Path(cache_dir)) if cache_dir else None
+    texts = [index.texts[index.row_of[t]] if t in index.row_of else index.turns[t].text for t in turn_ids]
+    path = _cache_file(index.tenant, content_key(turn_ids, texts), Path(cache_dir)) if cache_dir else None
     matrix = _read(path, turn_ids) if path is not None and path.exists() else None
     if matrix is None:
-        texts = [index.texts[index.row_of[t]] if t in index.row_of else index.turns[t].text for t in turn_ids]
         matrix = build_token_matrix(encoder, turn_ids, texts)
         if path is not None:
             _write(path, matrix)
+            for old in _tenant_files(index.tenant, path.parent):
+                if old != path:
+                    old.unlink(missing_ok=True)  # a process that has it loaded keeps its copy in memory
     with _GUARD:
         _MATRICES[index] = matrix
     return matrix
@@ -164,14 +195,19 @@ def tenant_matrix(index, encoder: TokenEncoder, cache_dir: str | Path | None = N
 
 def _write(path: Path, m: TokenMatrix) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp.npz")
-    np.savez(tmp, turn_ids=np.asarray(m.turn_ids, dtype=str), owner=m.owner,
-             vectors=m.vectors.astype(np.float16), idf=m.idf)
-    tmp.replace(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".npz")  # replicas may write at once
+    with os.fdopen(fd, "wb") as fh:
+        np.savez(fh, turn_ids=np.asarray(m.turn_ids, dtype=str), owner=m.owner,
+                 vectors=m.vectors.astype(np.float16), idf=m.idf)
+    os.replace(tmp, path)
 
 
 def _read(path: Path, turn_ids: list[str]) -> TokenMatrix | None:
-    with np.load(path, allow_pickle=False) as z:
-        if z["turn_ids"].tolist() != turn_ids:
-            return None
-        return TokenMatrix(tuple(turn_ids), z["owner"], z["vectors"].astype(np.float32), z["idf"])
+    """The cached matrix, or None when the file is unreadable or encodes other turns (re-encode)."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            if z["turn_ids"].tolist() != turn_ids:
+                return None
+            return TokenMatrix(tuple(turn_ids), z["owner"], z["vectors"].astype(np.float32), z["idf"])
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile):
+        return None

@@ -213,3 +213,37 @@ def test_dry_run_estimate_within_20_percent(runs):
           f"{real_out} out; total error {err:+.1%}")
     assert abs(err) <= 0.20
     assert abs(calls / len(keys) - 1) <= 0.20
+
+
+def _bytes_contain(root: Path, needle: bytes) -> list[str]:
+    return [str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and needle in p.read_bytes()]
+
+
+def test_forget_then_compact_purges_the_llm_cache(runs, tmp_path):
+    """Hard deletion reaches the response cache: after forgetting a tenant and compacting, no
+    cached response quotes it, the entries the published llm_calls reference are kept, and
+    auto's token matrices are gone (re-derived on first use)."""
+    import shutil
+
+    store = tmp_path / "store"
+    shutil.copytree(runs["store"], store)
+    needle = b"system design interview"
+    assert any(p.startswith("cache/llm/") for p in _bytes_contain(store, needle))  # the fake quotes turns
+    (store / "cache" / "late").mkdir(parents=True, exist_ok=True)
+    (store / "cache" / "late" / "late-raj-00000000000000000000.npz").write_bytes(b"vectors")
+    forget = tmp_path / "forget.txt"
+    forget.write_text("raj\n")
+    with FakeLLMServer() as srv:
+        _invoke(_args(store, srv.url, "--incremental", "--delete", str(forget)))
+        assert srv.state.chat_requests == 0  # the other tenants are carried over
+    res = _invoke(["build", "--out", str(store), "--compact"])
+    assert "llm_cache_removed" in res.output
+    assert _bytes_contain(store, needle) == []
+    published = json.loads((store / "manifest.json").read_text())["version"]
+    keys = set(_calls(store, published).get_column("cache_key").drop_nulls().to_list())
+    cached = {p.stem for p in (store / "cache" / "llm").glob("*/*.json")}
+    assert cached and cached <= keys
+    assert not (store / "cache" / "late").exists()
+    with FakeLLMServer() as srv:  # what is left still serves an unchanged rerun: no request
+        _invoke(_args(store, srv.url, "--incremental", "--delete", str(forget)))
+        assert srv.state.chat_requests == 0

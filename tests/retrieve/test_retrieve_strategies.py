@@ -67,3 +67,39 @@ def test_unknown_param_rejected():
 
     with pytest.raises(RetrievalError):
         get_strategy("magma", None, nope=1)
+
+
+def test_auto_token_matrix_disk_cache_is_keyed_by_content(sample_store, tmp_path, monkeypatch):
+    """auto's token matrices: one file per tenant named by the content it encodes; a fresh process
+    view reads it instead of encoding; a corrupt file is re-encoded; a tenant's new matrix
+    replaces its older files and leaves a tenant whose id merely extends this one alone."""
+    from memlib.retrieve import late
+    from memlib.retrieve.tenant import TenantCache
+
+    cache_dir = tmp_path / "late"
+    strategy = get_strategy("auto", retrieve_config(), cache_dir=str(cache_dir))
+    tenant = TenantCache(sample_store).tenants()[0]
+    stale, other = cache_dir / f"late-{tenant}-{'0' * 20}.npz", cache_dir / f"late-{tenant}-x-{'1' * 20}.npz"
+    cache_dir.mkdir()
+    stale.write_bytes(b"old")
+    other.write_bytes(b"other tenant")
+
+    first = run_search(TenantCache(sample_store).get(tenant), strategy, "kitten shelter", 5)
+    index = TenantCache(sample_store).get(tenant)
+    texts = [index.texts[index.row_of[t]] if t in index.row_of else index.turns[t].text for t in index.turn_order]
+    key = late.content_key(index.turn_order, texts)
+    assert sorted(p.name for p in cache_dir.iterdir()) == sorted([f"late-{tenant}-{key}.npz", other.name])
+    assert late.content_key(index.turn_order, texts[:-1] + [texts[-1] + "!"]) != key
+
+    def no_encoding(*a, **k):
+        raise AssertionError("the cached matrix should have been read")
+
+    monkeypatch.setattr(late, "build_token_matrix", no_encoding)
+    again = run_search(index, strategy, "kitten shelter", 5)
+    assert [t.node_id for t in again.turns] == [t.node_id for t in first.turns]
+
+    monkeypatch.undo()
+    (cache_dir / f"late-{tenant}-{key}.npz").write_bytes(b"torn write")
+    third = run_search(TenantCache(sample_store).get(tenant), strategy, "kitten shelter", 5)
+    assert [t.node_id for t in third.turns] == [t.node_id for t in first.turns]
+    assert (cache_dir / f"late-{tenant}-{key}.npz").stat().st_size > 1000
