@@ -80,7 +80,7 @@ def run_build(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: str | Pa
     timer = StageTimer()
     wall = time.perf_counter()
     writer = StoreWriter(out, dim=cfg.embed.dim)
-    with timer.stage(JobStage.READ), staged_input(input_path) as local_input:
+    with timer.stage(JobStage.READ), staged_input(input_path, cfg.io.staging_dir) as local_input:
         fingerprints = input_fingerprints(local_input, fmt, cfg.io)
         sharded = shard_input(local_input, fmt, cfg, writer)
     progress("read", {"tenants": len(sharded.shards), "turns": sum(s.turns for s in sharded.shards),

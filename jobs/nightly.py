@@ -228,7 +228,7 @@ def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: st
     restore_published_lance(writer, base)
     forget = ForgetList.load(delete, (base or {}).get("forgotten"))
     key = build_key(cfg, recipe)
-    with timer.stage(JobStage.READ), staged_input(input_path) as local_input:
+    with timer.stage(JobStage.READ), staged_input(input_path, cfg.io.staging_dir) as local_input:
         sources = input_sources(local_input, str(fmt))
         hashes, tenant_source, failed_sources = _fingerprints(sources, str(fmt), cfg, forget)
         plan = make_plan(base, hashes, tenant_source, key, writer.done_markers(), failed_sources)

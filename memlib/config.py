@@ -32,6 +32,8 @@ class IOConfig(_Section):
     max_turn_chars: int = Field(20_000, description="turns longer than this are quarantined (oversize)")
     default_tenant: str = "default"
     image_caption_in_text: bool = Field(True, description="append '[image: caption]' to turn text for indexing")
+    staging_dir: str | None = Field(None, description="where inputs given as object storage URIs (s3://...) are "
+                                                      "staged while read (None: the system temp dir)")
 
 
 class EmbedConfig(_Section):

@@ -155,7 +155,7 @@ def dry_run_input(cfg: MemlibConfig, input_path: str | Path, fmt: str, recipe: s
     gated = BuildStage.GATE in get_recipe(recipe)
     extras = {CLIENT_KEY: LLMClient(cfg.llm, limiter=NoLimit())}
     planned, tenants, turns_n, sessions = [], 0, 0, 0
-    with staged_input(input_path) as local:
+    with staged_input(input_path, cfg.io.staging_dir) as local:
         for result in iter_tenants(local, fmt, cfg.io):
             for tenant in result.tenant_ids:
                 turns = result.turns.filter(pc.equal(result.turns.column("tenant_id"), tenant))

@@ -30,7 +30,7 @@ def inspect_input(path: str | Path, fmt: str, cfg) -> dict[str, Any]:
     from memlib.io.result import combine_summaries
 
     tenants = []
-    with staged_input(path) as local:
+    with staged_input(path, cfg.io.staging_dir) as local:
         for result in iter_tenants(local, fmt, cfg.io):
             row = result.summary()
             ids = result.tenant_ids

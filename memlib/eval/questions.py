@@ -58,7 +58,7 @@ def read_questions(path: str | Path, dataset: Dataset, cfg: MemlibConfig) -> pa.
     fmt = Dataset.JSONL.value if dataset is Dataset.STORE else dataset.value
     from memlib.io.remote import staged_input
 
-    with staged_input(path) as local:
+    with staged_input(path, cfg.io.staging_dir) as local:
         tables = [r.questions for r in iter_tenants(local, fmt, cfg.io)]
     return pa.concat_tables(tables, promote_options="permissive") if tables else pa.table({})
 

@@ -9,7 +9,8 @@ Credentials and endpoints come from pyarrow's usual sources: the environment
 (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL`` for S3-compatible
 servers such as MinIO or Ceph, ``AWS_DEFAULT_REGION``), instance profiles, or URI query
 parameters (``s3://bucket/key?endpoint_override=host:9000&scheme=http``). Staging space:
-``MEMLIB_STAGING_DIR`` if set, else the system temp directory; it needs room for the input.
+``io.staging_dir`` (config; ``MEMLIB__IO__STAGING_DIR``), else the system temp directory; it
+needs room for the input.
 """
 from __future__ import annotations
 
@@ -78,13 +79,13 @@ def stage(uri: str, into: Path) -> Path:
 
 
 @contextmanager
-def staged_input(path: str | os.PathLike) -> Iterator[Path]:
-    """``path`` as a local :class:`Path`: unchanged for local paths; for a URI, a staged copy
-    that is removed when the block ends."""
+def staged_input(path: str | os.PathLike, staging_dir: str | os.PathLike | None = None) -> Iterator[Path]:
+    """``path`` as a local :class:`Path`: unchanged for local paths; for a URI, a copy staged
+    under ``staging_dir`` (default: the system temp dir) that is removed when the block ends."""
     if not is_uri(path):
         yield Path(path)
         return
-    base = os.environ.get("MEMLIB_STAGING_DIR") or None
+    base = str(staging_dir) if staging_dir else None
     if base:
         Path(base).mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="memlib-input-", dir=base))

@@ -30,7 +30,7 @@ def s3(s3_server, monkeypatch, tmp_path):
 
     for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
                        "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": s3_server,
-                       "MEMLIB_STAGING_DIR": str(tmp_path / "staging")}.items():
+                       "MEMLIB__IO__STAGING_DIR": str(tmp_path / "staging")}.items():
         monkeypatch.setenv(key, value)
     fs = pafs.S3FileSystem(endpoint_override=s3_server, region="us-east-1", allow_bucket_creation=True,
                            access_key="testing", secret_key="testing")
