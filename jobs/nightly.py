@@ -321,10 +321,10 @@ def purge_caches(store: Path) -> dict[str, int]:
     """Hard deletion also covers what the store caches outside its tables: LLM responses not
     referenced by the published ``llm_calls`` (their outputs quote forgotten conversations;
     eval QA answers too) and every token matrix of ``auto`` (re-encoded on first use)."""
-    from memlib.io.store import StoreReader
+    from memlib.io.store import LATE_CACHE_SUBDIR, StoreReader
     from pipelines.llm_stage import CACHE_SUBDIR
 
-    llm_dir, late_dir = store / CACHE_SUBDIR, store / "cache" / "late"
+    llm_dir, late_dir = store / CACHE_SUBDIR, store / LATE_CACHE_SUBDIR
     keep: set[str] = set()
     calls = StoreReader(store).table("llm_calls", columns=["cache_key"])
     if calls.num_rows:

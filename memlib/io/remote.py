@@ -42,14 +42,11 @@ def _fs(uri: str):
         raise InputError(uri, f"cannot open object storage URI: {str(exc).splitlines()[0][:200]}") from exc
 
 
-def _copy(fs, src: str, dest: Path) -> int:
+def _copy(fs, src: str, dest: Path) -> None:
     dest.parent.mkdir(parents=True, exist_ok=True)
-    n = 0
     with fs.open_input_stream(src) as fin, dest.open("wb") as fout:
         while chunk := fin.read(_CHUNK):
             fout.write(chunk)
-            n += len(chunk)
-    return n
 
 
 def stage(uri: str, into: Path) -> Path:

@@ -15,7 +15,8 @@ Layout of a store directory::
         quarantine/<name>.parquet
         llm_calls/<name>.parquet
         graphs/<tenant>.gt
-      cache/                        LLM response cache and other reusable work
+      cache/llm/                    LLM responses (see memlib/llm/cache.py)
+      cache/late/                   auto's token matrices, keyed by the turns they encode
 
 A reader pins the Lance version recorded in the manifest, so a build in progress (new
 Lance versions, a new ``versions/`` directory) is never visible until ``publish`` swaps
@@ -40,6 +41,7 @@ from memlib import schema
 
 MANIFEST = "manifest.json"
 NODES_TABLE = "nodes"
+LATE_CACHE_SUBDIR = Path("cache") / "late"
 # Turn text alone, for lexical (BM25) search over turns: a full-text index over all node
 # kinds mixes short facts/triplets into the corpus statistics (average document length,
 # idf) and measurably hurts turn ranking (LoCoMo dev3 turn R@10: 49.1 mixed vs 63.5 here).

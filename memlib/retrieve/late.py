@@ -31,6 +31,7 @@ from typing import Sequence
 import numpy as np
 
 from memlib.embed.minilm_backend import _load_session, _load_tokenizer
+from memlib.io.store import LATE_CACHE_SUBDIR
 
 MAX_TOKENS = 128
 _PUNCT = re.compile(r"^\W+$")
@@ -168,7 +169,7 @@ def _tenant_files(tenant: str, cache_dir: Path) -> list[Path]:
 
 def default_cache_dir(index) -> Path:
     """``<store>/cache/late``: token matrices of the store's tenants, keyed by content."""
-    return Path(index.reader.path) / "cache" / "late"
+    return Path(index.reader.path) / LATE_CACHE_SUBDIR
 
 
 def tenant_matrix(index, encoder: TokenEncoder, cache_dir: str | Path | None = None) -> TokenMatrix:
