@@ -133,6 +133,7 @@ def maxsim(matrix: TokenMatrix, q_ids: np.ndarray, q_vecs: np.ndarray, use_idf: 
 # -- per-tenant caches ---------------------------------------------------------------------
 _ENCODERS: dict[int | None, TokenEncoder] = {}
 _MATRICES: "weakref.WeakKeyDictionary[object, TokenMatrix]" = weakref.WeakKeyDictionary()
+_BUILDING: "weakref.WeakKeyDictionary[object, threading.Lock]" = weakref.WeakKeyDictionary()
 _GUARD = threading.Lock()
 
 
@@ -173,11 +174,29 @@ def default_cache_dir(index) -> Path:
 
 
 def tenant_matrix(index, encoder: TokenEncoder, cache_dir: str | Path | None = None) -> TokenMatrix:
-    """The token matrix of ``index``'s turns (memory cache, then ``cache_dir``, then encode)."""
+    """The token matrix of ``index``'s turns (memory cache, then ``cache_dir``, then encode).
+
+    Single flight per tenant view: concurrent first queries wait for one build instead of
+    each encoding the tenant (which, with clients timing out and retrying, piled up encodings
+    of the same tenant in a server's thread pool)."""
     with _GUARD:
         hit = _MATRICES.get(index)
-    if hit is not None:
-        return hit
+        if hit is not None:
+            return hit
+        building = _BUILDING.setdefault(index, threading.Lock())
+    with building:
+        with _GUARD:
+            hit = _MATRICES.get(index)
+        if hit is not None:
+            return hit
+        matrix = _load_or_build(index, encoder, cache_dir)
+        with _GUARD:
+            _MATRICES[index] = matrix
+            _BUILDING.pop(index, None)
+        return matrix
+
+
+def _load_or_build(index, encoder: TokenEncoder, cache_dir: str | Path | None) -> TokenMatrix:
     turn_ids = list(index.turn_order)
     texts = [index.texts[index.row_of[t]] if t in index.row_of else index.turns[t].text for t in turn_ids]
     path = _cache_file(index.tenant, content_key(turn_ids, texts), Path(cache_dir)) if cache_dir else None
@@ -189,8 +208,6 @@ def tenant_matrix(index, encoder: TokenEncoder, cache_dir: str | Path | None = N
             for old in _tenant_files(index.tenant, path.parent):
                 if old != path:
                     old.unlink(missing_ok=True)  # a process that has it loaded keeps its copy in memory
-    with _GUARD:
-        _MATRICES[index] = matrix
     return matrix
 
 

@@ -103,3 +103,39 @@ def test_auto_token_matrix_disk_cache_is_keyed_by_content(sample_store, tmp_path
     third = run_search(TenantCache(sample_store).get(tenant), strategy, "kitten shelter", 5)
     assert [t.node_id for t in third.turns] == [t.node_id for t in first.turns]
     assert (cache_dir / f"late-{tenant}-{key}.npz").stat().st_size > 1000
+
+
+def test_auto_first_queries_of_a_tenant_build_its_matrix_once(sample_store, tmp_path, monkeypatch):
+    """Concurrent first queries of one tenant (a server's thread pool) share one encoding."""
+    import threading
+    import time
+
+    from memlib.retrieve import late
+    from memlib.retrieve.tenant import TenantCache
+
+    real, calls = late.build_token_matrix, []
+
+    def slow_build(*args, **kwargs):
+        calls.append(1)
+        time.sleep(0.3)  # long enough for every thread to arrive while the first one encodes
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(late, "build_token_matrix", slow_build)
+    cache = TenantCache(sample_store)
+    index = cache.get(cache.tenants()[0])
+    strategy = get_strategy("auto", retrieve_config(), cache_dir=str(tmp_path / "late"))
+    results, errors = [], []
+
+    def query():
+        try:
+            results.append([t.node_id for t in run_search(index, strategy, "kitten shelter", 5).turns])
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(repr(exc))
+
+    threads = [threading.Thread(target=query) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(results) == 6 and all(r == results[0] for r in results)
+    assert len(calls) == 1
