@@ -114,6 +114,8 @@ class RetrieveConfig(_Section):
     k: int = 10
     params: dict[str, dict[str, Any]] = Field(default_factory=dict,
                                               description="per-strategy parameter overrides")
+    precompute_token_matrices: bool = Field(True, description="encode each built tenant's turns for auto "
+                                            "during the build, so its first query does not")
 
 
 class EvalConfig(_Section):

@@ -75,6 +75,8 @@ class TenantBuildActor:
         write_parquet(out.nodes, shard.nodes_path, schema.nodes_schema(self.embedder.dim), "nodes")
         write_parquet(out.edges, shard.edges_path, schema.EDGES, "edges")
         write_parquet(out.segments, shard.segments_path, schema.SEGMENTS, "segments")
+        if self.cfg.retrieve.precompute_token_matrices and turns.num_rows:
+            out.timings["token_matrix"] = self._precompute(shard, turns, out.nodes)
         calls = drain_llm_calls(extras)
         write_llm_calls(shard, calls)
         llm = call_summary(calls)
@@ -82,6 +84,17 @@ class TenantBuildActor:
                 "seconds": round(time.perf_counter() - start, 3), "pid": os.getpid(),
                 "node_id": ray.get_runtime_context().get_node_id(), **out.counts(),
                 **({"llm": llm} if llm else {})}
+
+
+    def _precompute(self, shard: TenantShard, turns: pa.Table, nodes: pa.Table) -> float:
+        """auto's token matrix of the tenant, written to the store's cache; seconds spent."""
+        from memlib.io.store import LATE_CACHE_SUBDIR
+        from memlib.retrieve import late
+        from pipelines.store_sink import store_dir_of
+
+        start = time.perf_counter()
+        late.precompute(shard.tenant_id, turns, nodes, late.get_encoder(1), store_dir_of(shard) / LATE_CACHE_SUBDIR)
+        return round(time.perf_counter() - start, 3)
 
 
 def _scalar(value: Any) -> Any:

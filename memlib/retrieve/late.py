@@ -204,11 +204,32 @@ def _load_or_build(index, encoder: TokenEncoder, cache_dir: str | Path | None) -
     if matrix is None:
         matrix = build_token_matrix(encoder, turn_ids, texts)
         if path is not None:
-            _write(path, matrix)
-            for old in _tenant_files(index.tenant, path.parent):
-                if old != path:
-                    old.unlink(missing_ok=True)  # a process that has it loaded keeps its copy in memory
+            _store(index.tenant, path, matrix)
     return matrix
+
+
+def precompute(tenant: str, turns, nodes, encoder: TokenEncoder, cache_dir: str | Path) -> bool:
+    """Write ``tenant``'s token matrix at build time, from its ``turns`` and ``nodes`` tables as
+    they will be stored (same order and texts as a :class:`TenantIndex` reads), so its first
+    ``auto`` query does not encode. False when the file already exists."""
+    order = turns.sort_by([("session_index", "ascending"), ("turn_index", "ascending")])
+    turn_ids = order.column("node_id").to_pylist()
+    node_text = dict(zip(nodes.column("node_id").to_pylist(), nodes.column("text").to_pylist()))
+    texts = [node_text.get(t, text) for t, text in zip(turn_ids, order.column("text").to_pylist())]
+    path = _cache_file(tenant, content_key(turn_ids, texts), Path(cache_dir))
+    if path.exists():
+        return False
+    _store(tenant, path, build_token_matrix(encoder, turn_ids, texts))
+    return True
+
+
+def _store(tenant: str, path: Path, matrix: TokenMatrix) -> None:
+    """Write the tenant's matrix and remove its older ones (a process that has one loaded keeps
+    its copy in memory)."""
+    _write(path, matrix)
+    for old in _tenant_files(tenant, path.parent):
+        if old != path:
+            old.unlink(missing_ok=True)
 
 
 def _write(path: Path, m: TokenMatrix) -> None:

@@ -139,3 +139,23 @@ def test_auto_first_queries_of_a_tenant_build_its_matrix_once(sample_store, tmp_
         t.join()
     assert not errors and len(results) == 6 and all(r == results[0] for r in results)
     assert len(calls) == 1
+
+
+def test_build_precomputes_auto_token_matrices(sample_store, monkeypatch):
+    """`memlib build` writes every tenant's token matrix before it publishes, and a fresh view
+    of the store answers auto without encoding the tenant."""
+    from memlib.retrieve import late
+    from memlib.retrieve.tenant import TenantCache
+
+    cache = TenantCache(sample_store)
+    files = list((sample_store / "cache" / "late").glob("late-*.npz"))
+    published = (sample_store / "manifest.json").stat().st_mtime
+    assert sorted(f.name.rsplit("-", 1)[0] for f in files) == sorted(f"late-{t}" for t in cache.tenants())
+    assert all(f.stat().st_mtime <= published for f in files)
+
+    def no_encoding(*a, **k):
+        raise AssertionError("the build should have written this tenant's matrix")
+
+    monkeypatch.setattr(late, "build_token_matrix", no_encoding)
+    for tenant in cache.tenants():
+        assert run_search(cache.get(tenant), get_strategy("auto", retrieve_config()), "weekend plans", 3).turns
