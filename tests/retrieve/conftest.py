@@ -11,7 +11,8 @@ from memlib.embed import get_embedder
 from memlib.embed.registry import config_for
 
 SAMPLE = Path(__file__).resolve().parents[2] / "memlib" / "data" / "sample_conversations.jsonl"
-EMBED_SETS = ["--set", "embed.backend=wordllama", "--set", "embed.dim=256"]
+EMBED_SETS = ["--set", "embed.backend=wordllama", "--set", "embed.dim=256",
+              "--set", "retrieve.precompute_token_matrices=true"]
 
 
 def retrieve_config() -> MemlibConfig:

@@ -142,8 +142,9 @@ def test_auto_first_queries_of_a_tenant_build_its_matrix_once(sample_store, tmp_
 
 
 def test_build_precomputes_auto_token_matrices(sample_store, monkeypatch):
-    """`memlib build` writes every tenant's token matrix before it publishes, and a fresh view
-    of the store answers auto without encoding the tenant."""
+    """With retrieve.precompute_token_matrices (set by the fixture's build), `memlib build`
+    writes every tenant's token matrix before it publishes, and a fresh view of the store
+    answers auto without encoding the tenant."""
     from memlib.retrieve import late
     from memlib.retrieve.tenant import TenantCache
 
