@@ -97,6 +97,8 @@ def start(store: str | Path, cfg: MemlibConfig, *, host: str | None = None, port
     """Start Ray (local by default), Serve's HTTP proxy and the app; returns the base URL once healthy."""
     host = host or cfg.serve.host
     port = port if port is not None else cfg.serve.port
+    if cfg.serve.haproxy_ingress:  # read by the Serve controller and proxies, which inherit it from here
+        os.environ.setdefault("RAY_SERVE_ENABLE_HA_PROXY", "1")
     init_ray(address or cfg.ray.address, num_cpus or cfg.ray.num_cpus)
     serve.start(http_options={"host": host, "port": port})
     serve.run(application(store, cfg), name=APP_NAME, route_prefix="/", blocking=False)

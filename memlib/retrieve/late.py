@@ -51,7 +51,6 @@ class TokenEncoder:
         self._drop = np.zeros(self.vocab_size, dtype=bool)
         for tok, i in vocab.items():
             self._drop[i] = tok in _SPECIAL or bool(_PUNCT.match(tok))
-        self._lock = threading.Lock()
 
     def encode(self, texts: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per text: (token ids, (n_tokens, dim) unit vectors), content tokens only."""
@@ -67,8 +66,7 @@ class TokenEncoder:
         feeds = {"input_ids": ids, "attention_mask": mask}
         if "token_type_ids" in self._inputs:
             feeds["token_type_ids"] = np.zeros_like(ids)
-        with self._lock:
-            hidden = self._sess.run(None, feeds)[0]
+        hidden = self._sess.run(None, feeds)[0]  # onnxruntime's run is thread-safe
         res = []
         for row in range(len(texts)):
             keep = (mask[row] == 1) & ~self._drop[ids[row]]
