@@ -85,7 +85,6 @@ class TenantBuildActor:
                 "node_id": ray.get_runtime_context().get_node_id(), **out.counts(),
                 **({"llm": llm} if llm else {})}
 
-
     def _precompute(self, shard: TenantShard, turns: pa.Table, nodes: pa.Table) -> float:
         """auto's token matrix of the tenant, written to the store's cache; seconds spent."""
         from memlib.io.store import LATE_CACHE_SUBDIR
