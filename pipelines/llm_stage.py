@@ -146,7 +146,6 @@ def dry_run_input(cfg: MemlibConfig, input_path: str | Path, fmt: str, recipe: s
     from memlib.extract.llm_common import CLIENT_KEY
     from memlib.extract.llm_plan import plan_calls
     from memlib.io.readers import iter_tenants
-    from memlib.io.remote import staged_input
     from memlib.llm.client import LLMClient
     from memlib.llm.estimate import estimate
     from memlib.llm.limiter import NoLimit
@@ -155,19 +154,17 @@ def dry_run_input(cfg: MemlibConfig, input_path: str | Path, fmt: str, recipe: s
     gated = BuildStage.GATE in get_recipe(recipe)
     extras = {CLIENT_KEY: LLMClient(cfg.llm, limiter=NoLimit())}
     planned, tenants, turns_n, sessions = [], 0, 0, 0
-    with staged_input(input_path, cfg.io.staging_dir) as local:
-        for result in iter_tenants(local, fmt, cfg.io):
-            for tenant in result.tenant_ids:
-                turns = result.turns.filter(pc.equal(result.turns.column("tenant_id"), tenant))
-                if turns.num_rows == 0:
-                    continue
-                turns = sort_turns(schema.conform(turns, schema.TURNS, name="turns"))
-                ctx = ExtractionContext(turns=turns, kept_turn_ids=_kept(turns, cfg, gated), config=cfg,
-                                        extras=extras)
-                planned += plan_calls(ctx) if llm_stages(cfg) else []
-                tenants += 1
-                turns_n += turns.num_rows
-                sessions += len(pc.unique(turns.column("session_id")))
+    for result in iter_tenants(input_path, fmt, cfg.io):
+        for tenant in result.tenant_ids:
+            turns = result.turns.filter(pc.equal(result.turns.column("tenant_id"), tenant))
+            if turns.num_rows == 0:
+                continue
+            turns = sort_turns(schema.conform(turns, schema.TURNS, name="turns"))
+            ctx = ExtractionContext(turns=turns, kept_turn_ids=_kept(turns, cfg, gated), config=cfg, extras=extras)
+            planned += plan_calls(ctx) if llm_stages(cfg) else []
+            tenants += 1
+            turns_n += turns.num_rows
+            sessions += len(pc.unique(turns.column("session_id")))
     out = estimate(planned, cfg.llm).as_dict()
     out.update(tenants=tenants, turns=turns_n, sessions=sessions, model=cfg.llm.model, recipe=recipe,
                llm_stages=[s.value for s in llm_stages(cfg)])

@@ -26,16 +26,14 @@ def _guess_format(path: str | Path, fmt: Optional[str]) -> str:
 def inspect_input(path: str | Path, fmt: str, cfg) -> dict[str, Any]:
     """Stream the input one tenant at a time and return totals plus per-tenant rows."""
     from memlib.io.readers import iter_tenants
-    from memlib.io.remote import staged_input
     from memlib.io.result import combine_summaries
 
     tenants = []
-    with staged_input(path, cfg.io.staging_dir) as local:
-        for result in iter_tenants(local, fmt, cfg.io):
-            row = result.summary()
-            ids = result.tenant_ids
-            row["tenant_id"] = ids[0] if ids else None
-            tenants.append(row)
+    for result in iter_tenants(path, fmt, cfg.io):
+        row = result.summary()
+        ids = result.tenant_ids
+        row["tenant_id"] = ids[0] if ids else None
+        tenants.append(row)
     return {"input": str(path), "format": fmt, "summary": combine_summaries(tenants), "tenants": tenants}
 
 

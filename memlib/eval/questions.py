@@ -56,10 +56,7 @@ def read_questions(path: str | Path, dataset: Dataset, cfg: MemlibConfig) -> pa.
     from memlib.io.readers import iter_tenants
 
     fmt = Dataset.JSONL.value if dataset is Dataset.STORE else dataset.value
-    from memlib.io.remote import staged_input
-
-    with staged_input(path, cfg.io.staging_dir) as local:
-        tables = [r.questions for r in iter_tenants(local, fmt, cfg.io)]
+    tables = [r.questions for r in iter_tenants(path, fmt, cfg.io)]
     return pa.concat_tables(tables, promote_options="permissive") if tables else pa.table({})
 
 

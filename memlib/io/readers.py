@@ -18,6 +18,7 @@ from pathlib import Path
 from memlib.config import IOConfig
 from memlib.io import generic, locomo, longmemeval, parquet
 from memlib.io.errors import InputError
+from memlib.io.remote import staged_input
 from memlib.io.result import ReadResult
 
 __all__ = ["InputFormat", "ReadResult", "InputError", "iter_tenants", "read_input", "input_fingerprints"]
@@ -54,10 +55,14 @@ def _format(path: str | Path, fmt: InputFormat | str) -> InputFormat:
 
 def iter_tenants(path: str | Path, fmt: InputFormat | str, cfg: IOConfig | None = None) -> Iterator[ReadResult]:
     """Yield one :class:`ReadResult` per tenant, in file order (quarantine rows included).
+    ``path`` may be an object storage URI (staged locally while read, see memlib.io.remote).
 
     Raises :class:`InputError` when the file cannot be read at all.
     """
-    yield from _ITER[_format(path, fmt)](path, cfg or IOConfig())
+    cfg = cfg or IOConfig()
+    reader = _ITER[_format(path, fmt)]
+    with staged_input(path, cfg.staging_dir) as local:
+        yield from reader(local, cfg)
 
 
 def read_input(path: str | Path, fmt: InputFormat | str, cfg: IOConfig | None = None) -> ReadResult:
