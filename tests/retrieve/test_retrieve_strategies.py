@@ -87,9 +87,11 @@ def test_auto_token_matrix_disk_cache_is_keyed_by_content(sample_store, tmp_path
     first = run_search(TenantCache(sample_store).get(tenant), strategy, "kitten shelter", 5)
     index = TenantCache(sample_store).get(tenant)
     texts = [index.texts[index.row_of[t]] if t in index.row_of else index.turns[t].text for t in index.turn_order]
-    key = late.content_key(index.turn_order, texts)
+    tag = late.get_encoder(1).tag
+    key = late.content_key(index.turn_order, texts, tag)
     assert sorted(p.name for p in cache_dir.iterdir()) == sorted([f"late-{tenant}-{key}.npz", other.name])
-    assert late.content_key(index.turn_order, texts[:-1] + [texts[-1] + "!"]) != key
+    assert late.content_key(index.turn_order, texts[:-1] + [texts[-1] + "!"], tag) != key
+    assert late.content_key(index.turn_order, texts, "another-encoder") != key
 
     def no_encoding(*a, **k):
         raise AssertionError("the cached matrix should have been read")
