@@ -168,6 +168,9 @@ class ServeConfig(_Section):
                                   "starts Ray itself (on a cluster set RAY_SERVE_ENABLE_HA_PROXY=1 on its nodes)")
     blas_threads: int | None = Field(1, ge=1, description="OpenBLAS/OpenMP threads per replica; None keeps the "
                                      "library default (one per core, spin-waiting between small matmuls)")
+    handlers_on_main_loop: bool = Field(True, description="run the HTTP handlers on the replica's main event loop "
+                                        "(RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD=0) rather than on a second "
+                                        "loop thread; they only await, searches run in a thread pool")
 
 
 class RayConfig(_Section):

@@ -73,3 +73,13 @@ def test_bench_load_loop_against_a_live_app(store, embedder):
         server.should_exit = True
         th.join(timeout=10)
         svc.stop()
+
+
+def test_replica_options_carry_the_thread_settings():
+    from jobs.serve import replica_options
+
+    cfg = serve_config()
+    env = replica_options(cfg)["runtime_env"]["env_vars"]
+    assert env["OPENBLAS_NUM_THREADS"] == "1" and env["RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD"] == "0"
+    cfg.serve.handlers_on_main_loop, cfg.serve.blas_threads = False, None
+    assert "runtime_env" not in replica_options(cfg)
