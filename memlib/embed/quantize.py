@@ -56,10 +56,24 @@ def derived_path(src: Path, name: str, cache_dir: Path | None = None) -> Path:
 
 
 def dynamic_int8(src: Path, name: str, cache_dir: Path | None = None) -> Path:
-    """The dynamically quantized copy of ``src`` (derived on first use, then read from the cache)."""
+    """The dynamically quantized copy of ``src`` (derived on first use, then read from the cache).
+
+    Without an explicit ``cache_dir``, a model cache that cannot be written (a read-only home
+    in a container) falls back to ``<tmp>/memlib-models`` with a warning."""
     out = derived_path(src, name, cache_dir)
     if out.exists():
         return out
+    try:
+        return _derive(src, out)
+    except OSError as exc:
+        if cache_dir is not None:
+            raise
+        fallback = derived_path(src, name, Path(tempfile.gettempdir()) / "memlib-models")
+        log.warning("model cache %s is not writable (%s); using %s", out.parent, exc, fallback.parent)
+        return fallback if fallback.exists() else _derive(src, fallback)
+
+
+def _derive(src: Path, out: Path) -> Path:
     try:
         import onnxruntime as ort
         from onnxruntime.quantization import QuantType, quantize_dynamic

@@ -91,3 +91,14 @@ def test_one_index_keeps_one_matrix_per_encoder(sample_store, tmp_path):
     assert fast is not ref and not np.array_equal(fast.vectors, ref.vectors)
     assert late.tenant_matrix(index, late.get_encoder(1, "minilm-int8-dynamic"), tmp_path) is fast
     assert len(list(tmp_path.glob("late-*.npz"))) == 1  # a tenant keeps one file: the newest encoding
+
+
+def test_unwritable_model_cache_falls_back_to_tmp(tmp_path, monkeypatch):
+    from memlib.embed import quantize
+
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the cache directory should go (fails even for root)")
+    monkeypatch.setenv("MEMLIB_MODEL_CACHE", str(blocker / "models"))
+    monkeypatch.setattr(quantize.tempfile, "gettempdir", lambda: str(tmp_path / "tmp"))
+    out = dynamic_int8(model_path(), "minilm")
+    assert out.parent == tmp_path / "tmp" / "memlib-models" and out.exists()
