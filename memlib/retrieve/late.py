@@ -116,8 +116,12 @@ class Int8Similarity:
         from onnx import TensorProto, helper, numpy_helper
 
         n, dim = vectors.shape
-        scale = (np.maximum(np.abs(vectors).max(axis=1), 1e-12) / 127.0).astype(np.float32)
-        v8t = np.ascontiguousarray(np.rint(vectors / scale[:, None]).astype(np.int8).T)
+        scale = (np.maximum(np.abs(vectors).max(axis=1).astype(np.float32), 1e-12) / 127.0).astype(np.float32)
+        v8 = np.empty((n, dim), dtype=np.int8)
+        for start in range(0, n, 65_536):  # bounded float32 temporaries for big tenants
+            block = vectors[start:start + 65_536].astype(np.float32)
+            v8[start:start + 65_536] = np.rint(block / scale[start:start + 65_536, None])
+        v8t = np.ascontiguousarray(v8.T)
         graph = helper.make_graph(
             [helper.make_node("DynamicQuantizeLinear", ["q"], ["q8", "q_scale", "q_zero"]),
              helper.make_node("MatMulInteger", ["q8", "v8t", "q_zero"], ["dot"]),
@@ -148,7 +152,7 @@ class TokenMatrix:
 
     turn_ids: tuple[str, ...]   # turn node ids, conversation order
     owner: np.ndarray           # (T,) int32
-    vectors: np.ndarray         # (T, dim) float32
+    vectors: np.ndarray         # (T, dim) float16: as stored on disk, half the memory of float32
     idf: np.ndarray             # (vocab,) float32
 
     @property
@@ -173,7 +177,7 @@ def build_token_matrix(encoder: TokenEncoder, turn_ids: Sequence[str], texts: Se
                            [np.zeros(0, dtype=np.int32)])
     tok_ids = np.concatenate([ids for ids, _ in encoded] or [np.zeros(0, dtype=np.int64)])
     dim = encoded[0][1].shape[1] if encoded else 384
-    vectors = np.concatenate([v for _, v in encoded] or [np.zeros((0, dim), np.float32)])
+    vectors = np.concatenate([v for _, v in encoded] or [np.zeros((0, dim), np.float32)]).astype(np.float16)
     return TokenMatrix(tuple(turn_ids), owner, vectors, token_idf(owner, tok_ids, len(turn_ids), encoder.vocab_size))
 
 
@@ -191,7 +195,7 @@ def maxsim(matrix: TokenMatrix, q_ids: np.ndarray, q_vecs: np.ndarray, use_idf: 
     scores = np.zeros(matrix.n_turns, dtype=np.float32)
     if q_vecs.shape[0] == 0 or matrix.vectors.shape[0] == 0:
         return scores
-    sim = (matrix.vectors @ q_vecs.T).T if exact else matrix.int8(q_vecs)   # (Q, T)
+    sim = (matrix.vectors.astype(np.float32) @ q_vecs.T).T if exact else matrix.int8(q_vecs)   # (Q, T)
     owners, starts = matrix.groups
     best = np.maximum.reduceat(sim, starts, axis=1)                          # (Q, turns with tokens)
     weights = matrix.idf[q_ids] if use_idf else np.ones(q_ids.size, dtype=np.float32)
@@ -323,7 +327,7 @@ def _write(path: Path, m: TokenMatrix) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".npz")  # replicas may write at once
     with os.fdopen(fd, "wb") as fh:
         np.savez(fh, turn_ids=np.asarray(m.turn_ids, dtype=str), owner=m.owner,
-                 vectors=m.vectors.astype(np.float16), idf=m.idf)
+                 vectors=m.vectors, idf=m.idf)
     os.replace(tmp, path)
 
 
@@ -333,6 +337,6 @@ def _read(path: Path, turn_ids: list[str]) -> TokenMatrix | None:
         with np.load(path, allow_pickle=False) as z:
             if z["turn_ids"].tolist() != turn_ids:
                 return None
-            return TokenMatrix(tuple(turn_ids), z["owner"], z["vectors"].astype(np.float32), z["idf"])
+            return TokenMatrix(tuple(turn_ids), z["owner"], z["vectors"].astype(np.float16, copy=False), z["idf"])
     except (OSError, ValueError, KeyError, zipfile.BadZipFile):
         return None
