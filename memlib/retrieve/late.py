@@ -101,6 +101,11 @@ class TokenEncoder:
         return res
 
 
+# the int8 matrix travels to onnxruntime inside a serialized model, which protobuf caps at
+# 2 GiB: bigger tenants (over ~4M tokens) fall back to the float path
+INT8_MAX_VALUES = 1_800_000_000
+
+
 class Int8Similarity:
     """``q @ V.T`` for one tenant's token vectors ``V`` on onnxruntime's int8 kernels.
 
@@ -195,6 +200,7 @@ def maxsim(matrix: TokenMatrix, q_ids: np.ndarray, q_vecs: np.ndarray, use_idf: 
     scores = np.zeros(matrix.n_turns, dtype=np.float32)
     if q_vecs.shape[0] == 0 or matrix.vectors.shape[0] == 0:
         return scores
+    exact = exact or matrix.vectors.size > INT8_MAX_VALUES
     sim = (matrix.vectors.astype(np.float32) @ q_vecs.T).T if exact else matrix.int8(q_vecs)   # (Q, T)
     owners, starts = matrix.groups
     best = np.maximum.reduceat(sim, starts, axis=1)                          # (Q, turns with tokens)
@@ -278,7 +284,7 @@ def tenant_matrix(index, encoder: TokenEncoder, cache_dir: str | Path | None = N
         if hit is not None:
             return hit
         matrix = _load_or_build(index, encoder, cache_dir)
-        if matrix.vectors.shape[0]:
+        if 0 < matrix.vectors.size <= INT8_MAX_VALUES:
             matrix.int8  # noqa: B018 - built here, once, rather than by the first concurrent queries
         with _GUARD:
             _MATRICES.setdefault(index, {})[encoder.tag] = matrix

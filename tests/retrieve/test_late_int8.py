@@ -102,3 +102,13 @@ def test_unwritable_model_cache_falls_back_to_tmp(tmp_path, monkeypatch):
     monkeypatch.setattr(quantize.tempfile, "gettempdir", lambda: str(tmp_path / "tmp"))
     out = dynamic_int8(model_path(), "minilm")
     assert out.parent == tmp_path / "tmp" / "memlib-models" and out.exists()
+
+
+def test_tenants_too_big_for_the_int8_model_use_the_float_path(matrix, monkeypatch):
+    enc = late.get_encoder(1)
+    q_ids, q_vecs = enc.encode(["who adopted a cat?"])[0]
+    exact = late.maxsim(matrix, q_ids, q_vecs, exact=True)
+    big = late.TokenMatrix(matrix.turn_ids, matrix.owner, matrix.vectors, matrix.idf)
+    monkeypatch.setattr(late, "INT8_MAX_VALUES", matrix.vectors.size - 1)
+    monkeypatch.setattr(late.TokenMatrix, "int8", property(lambda self: pytest.fail("int8 path used")))
+    np.testing.assert_array_equal(late.maxsim(big, q_ids, q_vecs), exact)
