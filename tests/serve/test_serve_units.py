@@ -7,7 +7,7 @@ import time
 import pytest
 import uvicorn
 
-from memlib.cli.bench_serve import load_questions, run_load
+from memlib.cli.bench_serve import load_questions, run_load, warmup_questions
 from memlib.serve.app import build_app
 from memlib.serve.auth import AuthConfigError, Authorizer, Role, hash_token
 from memlib.serve.errors import ApiError, ErrorCode
@@ -63,6 +63,9 @@ def test_bench_load_loop_against_a_live_app(store, embedder):
             time.sleep(0.05)
         questions = load_questions(store)
         assert {t for t, _ in questions} == {"alice", "bob"}
+        warm = warmup_questions(questions, extra=3)
+        assert [t for t, _ in warm[:2]] == sorted({t for t, _ in questions}, key=[t for t, _ in questions].index)
+        assert warm[2:] == questions[:3]
         url = f"http://127.0.0.1:{port}"
         figures, errors = run_load(url, ADMIN, "bm25", questions, 40, 4, 5, 60)
         assert errors == [] and figures["requests"] == 40 and figures["qps"] > 0
