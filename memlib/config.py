@@ -47,6 +47,8 @@ class EmbedConfig(_Section):
     api_key: SecretStr | None = None
     threads: int | None = Field(None, ge=1, description="CPU threads for local backends (None: library default)")
     timeout_s: float = Field(60.0, description="request timeout of the openai backend")
+    model_cache: str | None = Field(None, description="directory of models memlib derives locally (auto's int8 "
+                                    "token encoder); None: ~/.cache/memlib/models")
 
 
 class SegmentConfig(_Section):

@@ -93,7 +93,8 @@ class TenantBuildActor:
         from pipelines.store_sink import store_dir_of
 
         start = time.perf_counter()
-        encoder = late.get_encoder(1, strategy_params("auto", self.cfg).get("encoder", late.DEFAULT_MODEL))
+        encoder = late.get_encoder(1, strategy_params("auto", self.cfg).get("encoder", late.DEFAULT_MODEL),
+                                   self.cfg.embed.model_cache)
         late.precompute(shard.tenant_id, turns, nodes, encoder, store_dir_of(shard) / LATE_CACHE_SUBDIR)
         return round(time.perf_counter() - start, 3)
 

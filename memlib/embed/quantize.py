@@ -11,8 +11,8 @@ turns encoded by the derived model): turn R@10 80.6 vs 81.2 and R@5 73.6 vs 73.7
 
 Recipe: (1) onnxruntime's basic graph optimization folds the weight casts into float32
 initializers and is written out; (2) ``onnxruntime.quantization.quantize_dynamic`` with
-signed int8 per-channel weights. The result is written to the model cache (``MEMLIB_MODEL_CACHE``,
-else ``$XDG_CACHE_HOME/memlib/models``, else ``~/.cache/memlib/models``) under a name keyed by
+signed int8 per-channel weights. The result is written to the model cache (``embed.model_cache``,
+default ``~/.cache/memlib/models``) under a name keyed by
 the source model's bytes, the recipe and the onnxruntime version, atomically (concurrent
 processes may derive it at once; the last rename wins with identical bytes). Deriving takes
 about 2 s.
@@ -31,12 +31,9 @@ RECIPE = "ort-basic-fold/dynamic-qint8-per-channel/v1"
 log = logging.getLogger("memlib.embed")
 
 
-def model_cache_dir() -> Path:
-    env = os.environ.get("MEMLIB_MODEL_CACHE")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "memlib" / "models"
+def model_cache_dir(configured: str | Path | None = None) -> Path:
+    """``embed.model_cache`` when set, else ``~/.cache/memlib/models``."""
+    return Path(configured) if configured else Path.home() / ".cache" / "memlib" / "models"
 
 
 def file_digest(path: Path) -> str:
@@ -47,27 +44,25 @@ def file_digest(path: Path) -> str:
     return h.hexdigest()
 
 
-def derived_path(src: Path, name: str, cache_dir: Path | None = None) -> Path:
+def derived_path(src: Path, name: str, cache_dir: str | Path | None = None) -> Path:
     """Where the dynamically quantized copy of ``src`` lives (whether or not it exists yet)."""
     import onnxruntime as ort
 
     key = hashlib.sha256(f"{file_digest(src)}|{RECIPE}|{ort.__version__}".encode()).hexdigest()[:16]
-    return (cache_dir or model_cache_dir()) / f"{name}-dynint8-{key}.onnx"
+    return model_cache_dir(cache_dir) / f"{name}-dynint8-{key}.onnx"
 
 
-def dynamic_int8(src: Path, name: str, cache_dir: Path | None = None) -> Path:
+def dynamic_int8(src: Path, name: str, cache_dir: str | Path | None = None) -> Path:
     """The dynamically quantized copy of ``src`` (derived on first use, then read from the cache).
 
-    Without an explicit ``cache_dir``, a model cache that cannot be written (a read-only home
-    in a container) falls back to ``<tmp>/memlib-models`` with a warning."""
+    A model cache that cannot be written (a read-only home in a container) falls back to
+    ``<tmp>/memlib-models`` with a warning."""
     out = derived_path(src, name, cache_dir)
     if out.exists():
         return out
     try:
         return _derive(src, out)
     except OSError as exc:
-        if cache_dir is not None:
-            raise
         fallback = derived_path(src, name, Path(tempfile.gettempdir()) / "memlib-models")
         log.warning("model cache %s is not writable (%s); using %s", out.parent, exc, fallback.parent)
         return fallback if fallback.exists() else _derive(src, fallback)

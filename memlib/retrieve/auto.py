@@ -47,9 +47,9 @@ from memlib.retrieve.registry import register
 from memlib.retrieve.signals import turn_frame, zscore
 
 
-def late_scores(index, query: str, p: dict[str, Any]) -> np.ndarray:
+def late_scores(index, query: str, p: dict[str, Any], model_cache: str | None = None) -> np.ndarray:
     """idf-weighted MaxSim of ``query`` against every turn (conversation order)."""
-    encoder = late.get_encoder(p.get("threads"), p.get("encoder", late.DEFAULT_MODEL))
+    encoder = late.get_encoder(p.get("threads"), p.get("encoder", late.DEFAULT_MODEL), model_cache)
     cache_dir = p.get("cache_dir") or (late.default_cache_dir(index) if p.get("disk_cache", True) else None)
     matrix = late.tenant_matrix(index, encoder, cache_dir)
     q_ids, q_vecs = late.content_query_tokens(matrix, *encoder.encode([query])[0], float(p.get("query_max_df", 1.0)))
@@ -76,12 +76,18 @@ class Auto(StrategyBase):
                 "graph_weight": 0.0, "graph_seeds": 20, "threads": 1, "cache_dir": None,
                 "disk_cache": True, "encoder": late.DEFAULT_MODEL, "query_max_df": 0.15, "int8_maxsim": True}
 
+    wants_config = True  # for embed.model_cache
+
+    def __init__(self, params: dict[str, Any] | None = None, cfg: Any | None = None):
+        super().__init__(params)
+        self.model_cache = cfg.embed.model_cache if cfg is not None else None
+
     def search(self, tenant, query: str, k: int, **params: Any) -> list[RetrievedNode]:
         p = self.call_params(params)
         frame = turn_frame(tenant)
         if not frame.ids or k <= 0:
             return []
-        ms = late_scores(tenant, query, p)
+        ms = late_scores(tenant, query, p, self.model_cache)
         z_ms = zscore(ms)
         prior = zscore(frame.session_prior(ms, int(p["session_top"])))
         adj = zscore(frame.adjacent(ms))

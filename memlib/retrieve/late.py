@@ -46,17 +46,18 @@ DEFAULT_MODEL = "minilm-int8-dynamic"
 MODELS = ("minilm-int8-dynamic", "minilm-int8")
 
 
-def model_file(model: str) -> tuple[Path, str]:
+def model_file(model: str, model_cache: str | Path | None = None) -> tuple[Path, str]:
     """(ONNX file, tag naming the exact weights) of an encoder name in :data:`MODELS`.
 
     ``minilm-int8`` is the bundled file (int8 weights, float32 compute); ``minilm-int8-dynamic``
     (default) is its dynamically quantized copy, derived once and cached (memlib/embed/quantize.py):
     about half the CPU per query for -0.6 turn R@10 on locomo_dev3. The tag of the derived
-    copy carries its digest, so token matrices encoded by another derivation are not reused."""
+    copy carries its digest, so token matrices encoded by another derivation are not reused.
+    ``model_cache`` is ``embed.model_cache`` (None: ~/.cache/memlib/models)."""
     if model == "minilm-int8":
         return model_path(), "all-MiniLM-L6-v2-int8"
     if model == "minilm-int8-dynamic":
-        path = dynamic_int8(model_path(), "all-MiniLM-L6-v2")
+        path = dynamic_int8(model_path(), "all-MiniLM-L6-v2", model_cache)
         return path, f"all-MiniLM-L6-v2-dynint8-{file_digest(path)[:12]}"
     raise ValueError(f"unknown token encoder {model!r}; known: {', '.join(MODELS)}")
 
@@ -64,8 +65,9 @@ def model_file(model: str) -> tuple[Path, str]:
 class TokenEncoder:
     """Content-token vectors (L2-normalized float32) and token ids for texts."""
 
-    def __init__(self, threads: int | None = 1, batch_size: int = 32, model: str = DEFAULT_MODEL):
-        path, self.tag = model_file(model)
+    def __init__(self, threads: int | None = 1, batch_size: int = 32, model: str = DEFAULT_MODEL,
+                 model_cache: str | Path | None = None):
+        path, self.tag = model_file(model, model_cache)
         self.model = model
         self._tok = _load_tokenizer(MAX_TOKENS)
         self._sess = _load_session(threads, path)
@@ -224,18 +226,20 @@ def content_query_tokens(matrix: TokenMatrix, q_ids: np.ndarray, q_vecs: np.ndar
 
 
 # -- per-tenant caches ---------------------------------------------------------------------
-_ENCODERS: dict[tuple[int | None, str], TokenEncoder] = {}
+_ENCODERS: dict[tuple[int | None, str, str | None], TokenEncoder] = {}
 # per tenant view (weak: dropped with the view), per encoder tag
 _MATRICES: "weakref.WeakKeyDictionary[object, dict[str, TokenMatrix]]" = weakref.WeakKeyDictionary()
 _BUILDING: "weakref.WeakKeyDictionary[object, dict[str, threading.Lock]]" = weakref.WeakKeyDictionary()
 _GUARD = threading.Lock()
 
 
-def get_encoder(threads: int | None = 1, model: str = DEFAULT_MODEL) -> TokenEncoder:
+def get_encoder(threads: int | None = 1, model: str = DEFAULT_MODEL,
+                model_cache: str | Path | None = None) -> TokenEncoder:
+    key = (threads, model, None if model_cache is None else str(model_cache))
     with _GUARD:
-        if (threads, model) not in _ENCODERS:
-            _ENCODERS[threads, model] = TokenEncoder(threads, model=model)
-        return _ENCODERS[threads, model]
+        if key not in _ENCODERS:
+            _ENCODERS[key] = TokenEncoder(threads, model=model, model_cache=model_cache)
+        return _ENCODERS[key]
 
 
 CACHE_FORMAT = 2

@@ -98,10 +98,22 @@ def test_unwritable_model_cache_falls_back_to_tmp(tmp_path, monkeypatch):
 
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("a file where the cache directory should go (fails even for root)")
-    monkeypatch.setenv("MEMLIB_MODEL_CACHE", str(blocker / "models"))
     monkeypatch.setattr(quantize.tempfile, "gettempdir", lambda: str(tmp_path / "tmp"))
-    out = dynamic_int8(model_path(), "minilm")
+    out = dynamic_int8(model_path(), "minilm", cache_dir=blocker / "models")
     assert out.parent == tmp_path / "tmp" / "memlib-models" and out.exists()
+
+
+def test_auto_takes_the_model_cache_from_the_config(tmp_path):
+    from memlib.config import load_config
+    from memlib.retrieve.registry import get_strategy
+
+    cfg = load_config(None, environ={"MEMLIB__EMBED__MODEL_CACHE": str(tmp_path / "models")})
+    assert cfg.embed.model_cache == str(tmp_path / "models")
+    assert get_strategy("auto", cfg).model_cache == str(tmp_path / "models")
+    encoder = late.get_encoder(1, "minilm-int8-dynamic", cfg.embed.model_cache)
+    assert [p.name for p in (tmp_path / "models").iterdir()] == [derived_path(model_path(), "all-MiniLM-L6-v2",
+                                                                               tmp_path / "models").name]
+    assert encoder.tag == late.get_encoder(1).tag  # same derivation, same tag: matrices stay valid
 
 
 def test_tenants_too_big_for_the_int8_model_use_the_float_path(matrix, monkeypatch):
