@@ -6,14 +6,14 @@ back to float32 inside the graph, so every MatMul runs in float32 (about 5.3 ms 
 quantized per call, int8 weights per output channel, MatMulInteger on the CPU's int8 dot
 product units) brings that to about 2.8 ms; its token vectors keep a mean cosine of 0.97-0.99
 to the original's. Measured effect on ``auto`` (locomo_dev3, 382 questions, both query and
-turns encoded by the derived model): turn R@10 80.6 vs 81.2 and R@5 73.6 vs 73.7 — see
-``memlib/retrieve/late.py``.
+turns encoded by the derived model): turn R@10 80.6 vs 81.2 and R@5 73.6 vs 73.7 (see
+``memlib/retrieve/auto.py``).
 
 Recipe: (1) onnxruntime's basic graph optimization folds the weight casts into float32
 initializers and is written out; (2) ``onnxruntime.quantization.quantize_dynamic`` with
-signed int8 per-channel weights. The result is written to the model cache (``embed.model_cache``,
-default ``~/.cache/memlib/models``) under a name keyed by
-the source model's bytes, the recipe and the onnxruntime version, atomically (concurrent
+signed int8 per-channel weights. The result is written to the model cache
+(``embed.model_cache``, default ``~/.cache/memlib/models``) under a name keyed by the source
+model's bytes, the recipe and the onnxruntime version, atomically (concurrent
 processes may derive it at once; the last rename wins with identical bytes). Deriving takes
 about 2 s.
 """

@@ -68,7 +68,6 @@ class TokenEncoder:
     def __init__(self, threads: int | None = 1, batch_size: int = 32, model: str = DEFAULT_MODEL,
                  model_cache: str | Path | None = None):
         path, self.tag = model_file(model, model_cache)
-        self.model = model
         self._tok = _load_tokenizer(MAX_TOKENS)
         self._sess = _load_session(threads, path)
         self._inputs = {i.name for i in self._sess.get_inputs()}
@@ -177,6 +176,11 @@ class TokenMatrix:
     def int8(self) -> Int8Similarity:
         return Int8Similarity(self.vectors)
 
+    @cached_property
+    def float32(self) -> np.ndarray:
+        """The vectors as float32, made on the first exact (float) MaxSim and kept."""
+        return self.vectors.astype(np.float32)
+
 
 def build_token_matrix(encoder: TokenEncoder, turn_ids: Sequence[str], texts: Sequence[str]) -> TokenMatrix:
     encoded = encoder.encode(texts)
@@ -203,7 +207,7 @@ def maxsim(matrix: TokenMatrix, q_ids: np.ndarray, q_vecs: np.ndarray, use_idf: 
     if q_vecs.shape[0] == 0 or matrix.vectors.shape[0] == 0:
         return scores
     exact = exact or matrix.vectors.size > INT8_MAX_VALUES
-    sim = (matrix.vectors.astype(np.float32) @ q_vecs.T).T if exact else matrix.int8(q_vecs)   # (Q, T)
+    sim = (matrix.float32 @ q_vecs.T).T if exact else matrix.int8(q_vecs)   # (Q, T)
     owners, starts = matrix.groups
     best = np.maximum.reduceat(sim, starts, axis=1)                          # (Q, turns with tokens)
     weights = matrix.idf[q_ids] if use_idf else np.ones(q_ids.size, dtype=np.float32)
