@@ -172,6 +172,12 @@ class TokenMatrix:
             raise ValueError("token matrix rows must be grouped by turn")
         return self.owner, np.flatnonzero(np.r_[True, self.owner[1:] != self.owner[:-1]])
 
+    @property
+    def int8_ok(self) -> bool:
+        """Whether :class:`Int8Similarity` can hold these vectors (some, and within
+        :data:`INT8_MAX_VALUES`)."""
+        return 0 < self.vectors.size <= INT8_MAX_VALUES
+
     @cached_property
     def int8(self) -> Int8Similarity:
         return Int8Similarity(self.vectors)
@@ -206,8 +212,7 @@ def maxsim(matrix: TokenMatrix, q_ids: np.ndarray, q_vecs: np.ndarray, use_idf: 
     scores = np.zeros(matrix.n_turns, dtype=np.float32)
     if q_vecs.shape[0] == 0 or matrix.vectors.shape[0] == 0:
         return scores
-    exact = exact or matrix.vectors.size > INT8_MAX_VALUES
-    sim = (matrix.float32 @ q_vecs.T).T if exact else matrix.int8(q_vecs)   # (Q, T)
+    sim = (matrix.float32 @ q_vecs.T).T if exact or not matrix.int8_ok else matrix.int8(q_vecs)   # (Q, T)
     owners, starts = matrix.groups
     best = np.maximum.reduceat(sim, starts, axis=1)                          # (Q, turns with tokens)
     weights = matrix.idf[q_ids] if use_idf else np.ones(q_ids.size, dtype=np.float32)
@@ -292,7 +297,7 @@ def tenant_matrix(index, encoder: TokenEncoder, cache_dir: str | Path | None = N
         if hit is not None:
             return hit
         matrix = _load_or_build(index, encoder, cache_dir)
-        if 0 < matrix.vectors.size <= INT8_MAX_VALUES:
+        if matrix.int8_ok:
             matrix.int8  # noqa: B018 - built here, once, rather than by the first concurrent queries
         with _GUARD:
             _MATRICES.setdefault(index, {})[encoder.tag] = matrix
