@@ -1,5 +1,6 @@
-"""Entrypoint of the memory build: read -> shard by tenant -> per-tenant recipe on Ray Data ->
-graph per tenant -> Lance/Parquet -> indexes -> manifest -> publish.
+"""Entrypoint of the memory build: read -> shard by tenant -> session pass and tenant stages on
+Ray Data (pipelines/session_stage.py) -> graph per tenant -> Lance/Parquet -> indexes ->
+manifest -> publish. The driver is :mod:`jobs.nightly`; a full build is its run with ``full``.
 
 Local Ray by default (``ray.init(address="local")``); ``address`` or the RAY_ADDRESS
 environment variable (read here, never in memlib/) targets a cluster.
@@ -9,7 +10,6 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,16 +17,10 @@ from typing import Any
 import pyarrow.parquet as pq
 import ray
 
-from memlib.build.manifest import build_manifest
-from memlib.build.recipe import DEFAULT_RECIPE, JobStage, get_recipe
-from memlib.build.timing import StageTimer
+from memlib.build.recipe import DEFAULT_RECIPE
 from memlib.config import MemlibConfig
-from memlib.io.readers import input_fingerprints
-from memlib.io.remote import staged_input
 from memlib.io.store import StoreWriter
-from pipelines.shard import TenantShard, shard_input
-from pipelines.store_sink import drop_staging, write_nodes
-from pipelines.tenant_stage import run_tenants
+from pipelines.shard import TenantShard
 
 log = logging.getLogger("memlib.build")
 Progress = Callable[[str, dict[str, Any]], None]
@@ -75,37 +69,11 @@ def run_graphs(writer: StoreWriter, shards: list[TenantShard], cfg: MemlibConfig
 def run_build(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: str | Path, address: str | None = None,
               num_cpus: int | None = None, *, recipe: str = DEFAULT_RECIPE,
               progress: Progress = _quiet) -> dict[str, Any]:
-    """Build a store version from ``input_path`` and publish it; returns the summary (manifest)."""
-    get_recipe(recipe)  # fail early on an unknown recipe
-    timer = StageTimer()
-    wall = time.perf_counter()
-    writer = StoreWriter(out, dim=cfg.embed.dim)
-    with timer.stage(JobStage.READ), staged_input(input_path, cfg.io.staging_dir) as local_input:
-        fingerprints = input_fingerprints(local_input, fmt, cfg.io)
-        sharded = shard_input(local_input, fmt, cfg, writer)
-    progress("read", {"tenants": len(sharded.shards), "turns": sum(s.turns for s in sharded.shards),
-                      "quarantined": sharded.quarantined})
-    total_cpus = init_ray(address, num_cpus)
-    summaries = []
-    with timer.stage(JobStage.TENANTS):
-        for summary in run_tenants(sharded.shards, cfg, recipe, workers=total_cpus, total_cpus=total_cpus):
-            summaries.append(summary)
-            progress("tenant", summary)
-    with timer.stage(JobStage.GRAPH):
-        importance, graph_info = run_graphs(writer, sharded.shards, cfg)
-    progress("graph", graph_info)
-    with timer.stage(JobStage.WRITE):
-        write_nodes(writer, sharded.shards, importance)
-        drop_staging(writer, sharded.shards)
-    with timer.stage(JobStage.INDEX):
-        writer.index_nodes()
-    timings = timer.rounded()
-    timings["total"] = round(time.perf_counter() - wall, 3)
-    manifest = build_manifest(cfg=cfg, recipe=recipe, input_path=str(input_path), fmt=str(fmt),
-                              fingerprints=fingerprints, summaries=summaries, questions=sharded.questions,
-                              quarantine_by_reason=sharded.quarantine_by_reason, timings=timings,
-                              graph=graph_info)
-    with timer.stage(JobStage.PUBLISH):
-        published = writer.publish(manifest)
-    progress("published", {"version": published["version"], "store": str(out)})
-    return published
+    """Build a store version from ``input_path`` from scratch and publish it; returns the manifest.
+
+    One driver for every build: this is :func:`jobs.nightly.run_incremental` with ``full=True``
+    (every tenant of the input rebuilt, no kept session outputs reused)."""
+    from jobs.nightly import run_incremental
+
+    return run_incremental(cfg, input_path, fmt, out, address=address, num_cpus=num_cpus, recipe=recipe,
+                           progress=progress, full=True)

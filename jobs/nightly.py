@@ -38,7 +38,7 @@ from memlib.io.remote import staged_input
 from memlib.io.store import StoreWriter, atomic_write_json, read_manifest, rollback, version_name
 from pipelines.shard import QUARANTINE_PART, TenantShard, shard_input
 from pipelines.store_sink import drop_staging, with_importance
-from pipelines.tenant_stage import run_tenants
+from pipelines.session_stage import run_staged
 
 log = logging.getLogger("memlib.nightly")
 Progress = Callable[[str, dict[str, Any]], None]
@@ -153,13 +153,16 @@ def _shard_all(sources, fmt, cfg, writer, plan: Plan, forget: ForgetList,
 
 
 def _build_tenants(writer: ResumableWriter, shards: list[TenantShard], cfg, recipe, plan: Plan, key: str,
-                   cpus: int, progress: Progress) -> list[dict[str, Any]]:
-    """Run the recipe on ``shards``; a tenant with no summary afterwards failed (its block errored)."""
+                   cpus: int, progress: Progress, *, reuse: bool = True,
+                   stats: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The staged build of ``shards`` (session pass, then tenant stages); a tenant with no summary
+    afterwards failed (its block errored)."""
     summaries = []
     if shards:
         ray.data.DataContext.get_current().max_errored_blocks = len(shards)
         allow_long_tenants()
-        for s in run_tenants(shards, cfg, recipe, workers=cpus, total_cpus=cpus):
+        for s in run_staged(shards, cfg, recipe, store=writer.path, build_key=key, workers=cpus, total_cpus=cpus,
+                            reuse=reuse, stats=stats):
             shard = next(x for x in shards if x.tenant_id == s["tenant_id"])
             s["nodes_path"] = shard.nodes_path
             writer.mark_done(s["tenant_id"], {"input_hash": plan.hashes[s["tenant_id"]], "build_key": key,
@@ -219,8 +222,13 @@ def _finish_manifest(manifest, plan: Plan, base, key, forget, node_kinds, edge_k
 
 def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: str | Path, *,
                     address: str | None = None, num_cpus: int | None = None, recipe: str = DEFAULT_RECIPE,
-                    delete: str | Path | None = None, progress: Progress = _quiet) -> dict[str, Any]:
-    """Build the next store version incrementally and publish it; returns the manifest."""
+                    delete: str | Path | None = None, progress: Progress = _quiet, full: bool = False) -> dict[str, Any]:
+    """Build the next store version and publish it; returns the manifest.
+
+    Incremental (default): unchanged tenants are carried over, and a changed tenant recomputes only
+    its new or changed sessions before its tenant-level stages. ``full``: every tenant of the input
+    is rebuilt from scratch (no carry-over, no kept session outputs reused); the published version
+    holds exactly the input's tenants. A full build is this run against an empty store."""
     get_recipe(recipe)
     timer, wall = StageTimer(), time.perf_counter()
     base = read_manifest(out)
@@ -231,7 +239,10 @@ def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: st
     with timer.stage(JobStage.READ), staged_input(input_path, cfg.io.staging_dir) as local_input:
         sources = input_sources(local_input, str(fmt))
         hashes, tenant_source, failed_sources = _fingerprints(sources, str(fmt), cfg, forget)
-        plan = make_plan(base, hashes, tenant_source, key, writer.done_markers(), failed_sources)
+        plan = make_plan(None if full else base, hashes, tenant_source, key,
+                         {} if full else writer.done_markers(), failed_sources)
+        if full:
+            plan.gone = sorted(set((base or {}).get("tenants", {})) - set(hashes))
         shards, seen, quarantine = _shard_all(sources, str(fmt), cfg, writer, plan, forget, failed_sources)
     for tenant in plan.build:
         if seen.get(tenant, 0) == 0 and tenant not in plan.failed:
@@ -239,8 +250,10 @@ def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: st
     to_build = [s for s in shards if s.tenant_id not in plan.resume and s.tenant_id not in plan.failed]
     progress("plan", plan.to_json())
     cpus = init_ray(address, num_cpus)
+    session_stats: dict[str, Any] = {}
     with timer.stage(JobStage.TENANTS):
-        summaries = _build_tenants(writer, to_build, cfg, recipe, plan, key, cpus, progress)
+        summaries = _build_tenants(writer, to_build, cfg, recipe, plan, key, cpus, progress, reuse=not full,
+                                   stats=session_stats)
     summaries += [{**m["summary"], "status": TenantStatus.RESUMED.value} for m in plan.resume.values()]
     done = {s["tenant_id"] for s in summaries}
     ok_shards = [s for s in shards if s.tenant_id in done]
@@ -263,6 +276,7 @@ def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: st
                               questions=_count_rows(writer, "questions"), quarantine_by_reason=quarantine,
                               timings=timings, graph=graph_info)
     manifest = _finish_manifest(manifest, plan, base, key, forget, *_kind_counts(writer), summaries)
+    manifest["sessions"] = session_stats
     published = writer.publish(manifest)
     progress("published", {"version": published["version"], "store": str(out), **plan.to_json()})
     return published

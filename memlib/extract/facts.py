@@ -6,12 +6,15 @@ sentence's noun chunks and are canonicalized per tenant.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 import polars as pl
+import pyarrow as pa
 
+from memlib import schema
 from memlib.config import Backend
 from memlib.extract.base import ExtractionContext, ExtractResult, Stage, register
 from memlib.extract.concepts import canonicalize, concept_labels
@@ -20,7 +23,7 @@ from memlib.extract.events import pick_event_time
 from memlib.extract.parse import ParsedTurn, parsed_turns
 from memlib.extract.person import rewrite_speaker
 from memlib.extract.tables import edge_table, node_table
-from memlib.ids import make_id
+from memlib.ids import make_id, session_node_id
 from memlib.schema import EdgeKind, NodeKind
 from memlib.text.dates import resolve_dates, rewrite_relative
 
@@ -95,14 +98,33 @@ def facts_of_turn(turn: ParsedTurn, min_content: int, limit: int) -> list[RawFac
     return out
 
 
-def _fact_row(f: RawFact, concepts: list[tuple[str, str]]) -> dict[str, Any]:
-    t = f.turn
+def draft_table(raw: list[RawFact], session_key: str | dict[str, str] = "") -> pa.Table:
+    """``raw`` facts as :data:`schema.FACT_DRAFTS` rows (concept labels not yet canonical).
+
+    ``session_key`` is one key for all rows, or a map session node id -> key."""
+    rows = []
+    for f in raw:
+        t = f.turn
+        key = session_key if isinstance(session_key, str) else session_key[
+            session_node_id(t.tenant_id, t.conversation_id, t.session_id)]
+        rows.append({"session_key": key, "node_id": f.node_id, "tenant_id": t.tenant_id,
+                     "conversation_id": t.conversation_id, "session_id": t.session_id,
+                     "turn_node_id": t.node_id, "turn_id": t.turn_id, "speaker": t.speaker, "text": f.text,
+                     "time": f.time, "dates": json.dumps(f.dates, ensure_ascii=False, default=str),
+                     "dated_by_mention": f.dated_by_mention, "entities": f.entities, "labels": f.labels})
+    if not rows:
+        return schema.empty(schema.FACT_DRAFTS)
+    return pa.Table.from_pylist(rows, schema=schema.FACT_DRAFTS)
+
+
+def _fact_row(f: dict[str, Any], concepts: list[tuple[str, str]]) -> dict[str, Any]:
     return {
-        "node_id": f.node_id, "tenant_id": t.tenant_id, "conversation_id": t.conversation_id,
-        "kind": NodeKind.FACT.value, "text": f.text, "time": f.time, "valid_from": f.time,
-        "session_id": t.session_id, "belief": 1.0, "provenance": [t.node_id],
-        "attributes": {"speaker": t.speaker, "turn_id": t.turn_id, "dates_mentioned": f.dates,
-                       "dated_by_mention": f.dated_by_mention, "entities": f.entities,
+        "node_id": f["node_id"], "tenant_id": f["tenant_id"], "conversation_id": f["conversation_id"],
+        "kind": NodeKind.FACT.value, "text": f["text"], "time": f["time"], "valid_from": f["time"],
+        "session_id": f["session_id"], "belief": 1.0, "provenance": [f["turn_node_id"]],
+        "attributes": {"speaker": f["speaker"], "turn_id": f["turn_id"],
+                       "dates_mentioned": json.loads(f["dates"] or "[]"),
+                       "dated_by_mention": bool(f["dated_by_mention"]), "entities": f["entities"] or [],
                        "topic": concepts[0][1].replace("_", " ") if concepts else None,
                        "concepts": [c for _, c in concepts], "concept_ids": [i for i, _ in concepts]},
     }
@@ -129,20 +151,29 @@ def _link_rows(links: pl.DataFrame) -> list[dict[str, Any]]:
     return rows
 
 
-def build_result(raw: list[RawFact], threshold: float) -> ExtractResult:
-    occ = pl.DataFrame(
-        [(f.turn.tenant_id, f.node_id, f.turn.node_id, lab) for f in raw for lab in f.labels],
-        schema={"tenant_id": pl.Utf8, "fact": pl.Utf8, "turn": pl.Utf8, "label": pl.Utf8}, orient="row")
-    links = occ.join(canonicalize(occ.select(["tenant_id", "label"]), threshold), on=["tenant_id", "label"])
+def finish_drafts(drafts: pa.Table, threshold: float) -> ExtractResult:
+    """Tenant-level half of the facts stage: canonicalize the concept labels of every fact draft
+    of the tenant(s), then fact and concept nodes, DERIVED_FROM / HAS_CONCEPT / ABOUT_CONCEPT edges."""
+    df = pl.from_arrow(schema.conform(drafts, schema.FACT_DRAFTS, name="fact_drafts"))
+    occ = (df.select(["tenant_id", pl.col("node_id").alias("fact"), pl.col("turn_node_id").alias("turn"),
+                      pl.col("labels").alias("label")])
+           .explode("label").drop_nulls("label"))
+    links = occ.join(canonicalize(occ.select(["tenant_id", "label"]), threshold), on=["tenant_id", "label"],
+                     maintain_order="left")
     links = links.unique(["fact", "concept_id"], keep="first", maintain_order=True)
     per_fact: dict[str, list[tuple[str, str]]] = {}
     for fid, cid, canon in links.select(["fact", "concept_id", "canonical"]).iter_rows():
         per_fact.setdefault(fid, []).append((cid, canon))
-    facts = [_fact_row(f, per_fact.get(f.node_id, [])) for f in raw]
-    derived = [{"tenant_id": f.turn.tenant_id, "src": f.node_id, "dst": f.turn.node_id,
-                "kind": EdgeKind.DERIVED_FROM, "provenance": [f.turn.node_id]} for f in raw]
+    rows = df.to_dicts()
+    facts = [_fact_row(f, per_fact.get(f["node_id"], [])) for f in rows]
+    derived = [{"tenant_id": f["tenant_id"], "src": f["node_id"], "dst": f["turn_node_id"],
+                "kind": EdgeKind.DERIVED_FROM, "provenance": [f["turn_node_id"]]} for f in rows]
     nodes = node_table(facts + _concept_rows(links))
     return ExtractResult(nodes, edge_table(derived + _link_rows(links)))
+
+
+def build_result(raw: list[RawFact], threshold: float) -> ExtractResult:
+    return finish_drafts(draft_table(raw), threshold)
 
 
 @register
@@ -150,8 +181,15 @@ class HeuristicFacts:
     name = Stage.FACTS
     backend = Backend.HEURISTIC
 
-    def run(self, ctx: ExtractionContext) -> ExtractResult:
+    def draft(self, ctx: ExtractionContext, session_key: str | dict[str, str] = "") -> pa.Table:
+        """Session-local half: facts of the kept turns with raw concept labels (FACT_DRAFTS)."""
         cfg = ctx.config.facts
         raw = [f for turn in parsed_turns(ctx)
                for f in facts_of_turn(turn, cfg.min_content_words, cfg.max_concepts_per_turn)]
-        return build_result(raw, cfg.concept_merge_threshold)
+        return draft_table(raw, session_key)
+
+    def finish(self, drafts: pa.Table, ctx: ExtractionContext) -> ExtractResult:
+        return finish_drafts(drafts, ctx.config.facts.concept_merge_threshold)
+
+    def run(self, ctx: ExtractionContext) -> ExtractResult:
+        return self.finish(self.draft(ctx), ctx)

@@ -13,14 +13,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
+import pyarrow as pa
 
+from memlib import schema
 from memlib.config import Backend
 from memlib.extract.base import ExtractionContext, ExtractResult, Stage, register
 from memlib.extract.entities import ENTITY_LABELS, EntityIndex, entity_key
 from memlib.extract.parse import ParsedTurn, parsed_turns
 from memlib.extract.person import rewrite_speaker
 from memlib.extract.tables import edge_table, node_table
-from memlib.ids import make_id
+from memlib.ids import make_id, session_node_id
 from memlib.schema import EdgeKind, NodeKind
 
 _SUBJ = ("nsubj", "nsubjpass")
@@ -105,49 +107,87 @@ def sentence_triplets(sent: Any, turn: ParsedTurn) -> list[Triplet]:
     return out
 
 
-def _entity_id_for(tok: Any, text: str, turn: ParsedTurn, index: EntityIndex) -> str | None:
-    if tok.lower_ in _SELF | _YOU or _entity_span(tok) is not None:
-        return index.lookup(turn.tenant_id, text)
-    return None
+def _eligible(tok: Any) -> bool:
+    """Whether a triplet end names something an entity can stand for (a person pronoun or an entity span)."""
+    return tok.lower_ in _SELF | _YOU or _entity_span(tok) is not None
 
 
-def _turn_entities(turn: ParsedTurn, index: EntityIndex, edges: list[dict[str, Any]]) -> None:
-    if turn.speaker:
-        index.add(turn.tenant_id, turn.speaker, "PERSON", None)
-    if turn.other_speaker:
-        index.add(turn.tenant_id, turn.other_speaker, "PERSON", None)
+def _key_of(turn: ParsedTurn, key: str | dict[str, str]) -> str:
+    return key if isinstance(key, str) else key[session_node_id(turn.tenant_id, turn.conversation_id,
+                                                                 turn.session_id)]
+
+
+def _turn_mentions(turn: ParsedTurn, key: str, out: list[dict[str, Any]]) -> None:
+    """ENTITY_MENTIONS rows of one turn, in the order the entity index takes them."""
+    for who in (turn.speaker, turn.other_speaker):
+        if who:
+            out.append({"session_key": key, "tenant_id": turn.tenant_id, "name": who, "label": "PERSON"})
     for sent in turn.doc.sents:
         ents = [e for e in sent.ents if e.label_ in ENTITY_LABELS]
         if not ents:
             continue
         said = rewrite_speaker(sent, turn.speaker, turn.other_speaker).text
         for e in ents:
-            eid = index.add(turn.tenant_id, e.text, e.label_, (turn.node_id, turn.turn_id, said))
-            if eid:
-                edges.append({"tenant_id": turn.tenant_id, "src": turn.node_id, "dst": eid,
-                              "kind": EdgeKind.MENTIONS, "provenance": [turn.node_id]})
+            out.append({"session_key": key, "tenant_id": turn.tenant_id, "name": e.text, "label": e.label_,
+                        "turn_node_id": turn.node_id, "turn_id": turn.turn_id, "sentence": said})
 
 
-def _triplet_rows(turn: ParsedTurn, index: EntityIndex, nodes: list, edges: list) -> None:
+def _turn_triplets(turn: ParsedTurn, key: str, out: list[dict[str, Any]]) -> None:
     for sent in turn.doc.sents:
         for tr in sentence_triplets(sent, turn):
-            nid = make_id(NodeKind.TRIPLET, turn.tenant_id, turn.node_id, tr.subject, tr.relation, tr.obj)
-            prov = [turn.node_id]
-            nodes.append({"node_id": nid, "tenant_id": turn.tenant_id, "conversation_id": turn.conversation_id,
-                          "kind": NodeKind.TRIPLET.value, "text": tr.text, "time": turn.session_time,
-                          "session_id": turn.session_id, "provenance": prov,
-                          "attributes": {"subject": tr.subject, "relation": tr.relation, "object": tr.obj,
-                                         "turn_id": turn.turn_id, "speaker": turn.speaker}})
-            edges.append({"tenant_id": turn.tenant_id, "src": nid, "dst": turn.node_id,
-                          "kind": EdgeKind.DERIVED_FROM, "provenance": prov})
-            s_id = _entity_id_for(tr.subj_tok, tr.subject, turn, index)
-            o_id = _entity_id_for(tr.obj_tok, tr.obj, turn, index)
-            for eid in {s_id, o_id} - {None}:
-                edges.append({"tenant_id": turn.tenant_id, "src": nid, "dst": eid,
-                              "kind": EdgeKind.MENTIONS, "provenance": prov})
-            if s_id and o_id and s_id != o_id:
-                edges.append({"tenant_id": turn.tenant_id, "src": s_id, "dst": o_id, "kind": EdgeKind.RELATION,
-                              "relation": tr.relation, "provenance": prov})
+            out.append({"session_key": key,
+                        "node_id": make_id(NodeKind.TRIPLET, turn.tenant_id, turn.node_id, tr.subject,
+                                           tr.relation, tr.obj),
+                        "tenant_id": turn.tenant_id, "conversation_id": turn.conversation_id,
+                        "session_id": turn.session_id, "time": turn.session_time, "text": tr.text,
+                        "subject": tr.subject, "relation": tr.relation, "object": tr.obj,
+                        "turn_node_id": turn.node_id, "turn_id": turn.turn_id, "speaker": turn.speaker,
+                        "subject_entity": tr.subject if _eligible(tr.subj_tok) else None,
+                        "object_entity": tr.obj if _eligible(tr.obj_tok) else None})
+
+
+def drafts(turns: list[ParsedTurn], session_key: str | dict[str, str] = "") -> tuple[pa.Table, pa.Table]:
+    """Session-local half of the triplets stage: (ENTITY_MENTIONS, TRIPLET_DRAFTS) of parsed turns."""
+    mentions: list[dict[str, Any]] = []
+    triplets: list[dict[str, Any]] = []
+    for turn in turns:
+        key = _key_of(turn, session_key)
+        _turn_mentions(turn, key, mentions)
+        _turn_triplets(turn, key, triplets)
+    return (pa.Table.from_pylist(mentions, schema=schema.ENTITY_MENTIONS) if mentions
+            else schema.empty(schema.ENTITY_MENTIONS),
+            pa.Table.from_pylist(triplets, schema=schema.TRIPLET_DRAFTS) if triplets
+            else schema.empty(schema.TRIPLET_DRAFTS))
+
+
+def _index_mentions(mentions: pa.Table, index: EntityIndex, edges: list[dict[str, Any]]) -> None:
+    for m in mentions.to_pylist():
+        cite = (m["turn_node_id"], m["turn_id"], m["sentence"]) if m["turn_node_id"] is not None else None
+        eid = index.add(m["tenant_id"], m["name"], m["label"], cite)
+        if eid and cite is not None:
+            edges.append({"tenant_id": m["tenant_id"], "src": m["turn_node_id"], "dst": eid,
+                          "kind": EdgeKind.MENTIONS, "provenance": [m["turn_node_id"]]})
+
+
+def _triplet_rows(triplets: pa.Table, index: EntityIndex, nodes: list, edges: list) -> None:
+    for t in triplets.to_pylist():
+        nid, turn, tenant = t["node_id"], t["turn_node_id"], t["tenant_id"]
+        prov = [turn]
+        nodes.append({"node_id": nid, "tenant_id": tenant, "conversation_id": t["conversation_id"],
+                      "kind": NodeKind.TRIPLET.value, "text": t["text"], "time": t["time"],
+                      "session_id": t["session_id"], "provenance": prov,
+                      "attributes": {"subject": t["subject"], "relation": t["relation"], "object": t["object"],
+                                     "turn_id": t["turn_id"], "speaker": t["speaker"]}})
+        edges.append({"tenant_id": tenant, "src": nid, "dst": turn, "kind": EdgeKind.DERIVED_FROM,
+                      "provenance": prov})
+        s_id = index.lookup(tenant, t["subject_entity"]) if t["subject_entity"] is not None else None
+        o_id = index.lookup(tenant, t["object_entity"]) if t["object_entity"] is not None else None
+        for eid in {s_id, o_id} - {None}:
+            edges.append({"tenant_id": tenant, "src": nid, "dst": eid, "kind": EdgeKind.MENTIONS,
+                          "provenance": prov})
+        if s_id and o_id and s_id != o_id:
+            edges.append({"tenant_id": tenant, "src": s_id, "dst": o_id, "kind": EdgeKind.RELATION,
+                          "relation": t["relation"], "provenance": prov})
 
 
 def _fact_mentions(facts: Any, index: EntityIndex) -> list[dict[str, Any]]:
@@ -173,15 +213,20 @@ class HeuristicTriplets:
     name = Stage.TRIPLETS
     backend = Backend.HEURISTIC
 
-    def run(self, ctx: ExtractionContext) -> ExtractResult:
+    def draft(self, ctx: ExtractionContext, session_key: str | dict[str, str] = "") -> tuple[pa.Table, pa.Table]:
+        return drafts(parsed_turns(ctx), session_key)
+
+    def finish(self, mentions: pa.Table, triplets: pa.Table, ctx: ExtractionContext) -> ExtractResult:
+        """Tenant-level half: one entity index over every mention of the tenant (in session and turn
+        order), triplet nodes with their entity links, fact mentions, entity nodes."""
         index = EntityIndex()
         nodes: list[dict[str, Any]] = []
         edges: list[dict[str, Any]] = []
-        turns = parsed_turns(ctx)
-        for turn in turns:
-            _turn_entities(turn, index, edges)
-        for turn in turns:
-            _triplet_rows(turn, index, nodes, edges)
+        _index_mentions(mentions, index, edges)
+        _triplet_rows(triplets, index, nodes, edges)
         edges += _fact_mentions(ctx.facts, index)
         nodes += index.rows(ctx.config.triplets.description_chars)
         return ExtractResult(node_table(nodes), edge_table(edges))
+
+    def run(self, ctx: ExtractionContext) -> ExtractResult:
+        return self.finish(*self.draft(ctx), ctx)

@@ -359,3 +359,25 @@ def _read(path: Path, turn_ids: list[str]) -> TokenMatrix | None:
             return TokenMatrix(tuple(turn_ids), z["owner"], z["vectors"].astype(np.float16, copy=False), z["idf"])
     except (OSError, ValueError, KeyError, zipfile.BadZipFile):
         return None
+
+
+def matrix_from_tokens(turn_ids: Sequence[str], token_ids: Sequence[np.ndarray],
+                       token_vectors: Sequence[np.ndarray], vocab_size: int | None = None) -> TokenMatrix:
+    """A tenant's :class:`TokenMatrix` from per-turn content-token ids and vectors that an
+    encoder pass already produced (the build keeps them per session), in ``turn_ids`` order."""
+    owner = np.concatenate([np.full(len(ids), i, dtype=np.int32) for i, ids in enumerate(token_ids)] or
+                           [np.zeros(0, dtype=np.int32)])
+    tok = np.concatenate([np.asarray(ids, dtype=np.int64) for ids in token_ids] or [np.zeros(0, dtype=np.int64)])
+    vectors = np.concatenate([np.asarray(v, dtype=np.float16) for v in token_vectors] or
+                             [np.zeros((0, 384), np.float16)])
+    vocab = vocab_size if vocab_size is not None else int(_load_tokenizer(MAX_TOKENS).get_vocab_size())
+    return TokenMatrix(tuple(turn_ids), owner, vectors, token_idf(owner, tok, len(turn_ids), vocab))
+
+
+def store_matrix(tenant: str, texts: Sequence[str], matrix: TokenMatrix, encoder_tag: str,
+                 cache_dir: str | Path) -> Path:
+    """Write a tenant's matrix where :func:`tenant_matrix` looks for it (keyed by the turn ids
+    and texts it encodes and the encoder's tag); the tenant's older files are removed."""
+    path = _cache_file(tenant, content_key(list(matrix.turn_ids), list(texts), encoder_tag), Path(cache_dir))
+    _store(tenant, path, matrix)
+    return path

@@ -1,0 +1,43 @@
+"""``minilm-tokens``: passage and query vectors from ``auto``'s token encoder, in one pass.
+
+A text's vector is the L2-normalized mean of its content-token vectors from the int8
+all-MiniLM-L6-v2 token encoder that ``auto`` scores with (memlib/retrieve/late.py; 128-token
+cap, special and punctuation tokens dropped). The build encodes every turn once and keeps both
+outputs of that pass: the token vectors (``auto``'s token matrix) and their mean (the turn's
+passage vector, which every vector strategy reads). Measured against the other backends in
+docs/benchmarks.md ("Embedding at the floor").
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from memlib.embed.base import Embedder, TextKind
+
+DIM = 384
+
+
+def pooled(token_vectors: list[np.ndarray], dim: int = DIM) -> np.ndarray:
+    """(n, dim) unit vectors: the mean of each text's token vectors (a text with none gets zeros)."""
+    out = np.zeros((len(token_vectors), dim), dtype=np.float32)
+    for i, v in enumerate(token_vectors):
+        if len(v):
+            out[i] = np.asarray(v, dtype=np.float32).mean(axis=0)
+    norms = np.linalg.norm(out, axis=1, keepdims=True)
+    return out / np.maximum(norms, 1e-12)
+
+
+class MiniLMTokensEmbedder(Embedder):
+    name = "minilm-tokens"
+    dim = DIM
+
+    def __init__(self, batch_size: int = 64, threads: int | None = None, model: str | None = None,
+                 model_cache: str | Path | None = None) -> None:
+        super().__init__(batch_size)
+        from memlib.retrieve import late
+
+        self.encoder = late.get_encoder(threads, model or late.DEFAULT_MODEL, model_cache)
+
+    def _encode(self, texts: list[str], kind: TextKind) -> np.ndarray:
+        return pooled([vec for _, vec in self.encoder.encode(texts)])
