@@ -52,6 +52,7 @@ SESSION_LOCAL_OUT = ("block_id", "summary")
 TEXT_COLUMN = "_text"
 KEY_COLUMN = "session_key"
 SESSION_ACTOR_CPUS = 0.25
+TURN_NODES_CPUS = 0.05
 
 
 def to_ipc(table: pa.Table) -> bytes:
@@ -99,7 +100,8 @@ class EmbedOp:
         for bid, data in zip(batch["block_id"], batch["turns"]):
             turns = from_ipc(data)
             start = time.perf_counter()
-            tv = self.encoder.encode(turns.column("node_id").to_pylist(), turns.column(TEXT_COLUMN).to_pylist())
+            tv = self.encoder.encode(turns.column("node_id").to_pylist(), turns.column(TEXT_COLUMN).to_pylist(),
+                                     turns.column(KEY_COLUMN).to_pylist())
             table = tv.table(turns.column(KEY_COLUMN).to_pylist(), turns.column("tenant_id").to_pylist(),
                              self.encoder.dim)
             meta = {"embed_s": round(time.perf_counter() - start, 4), "embed_pid": os.getpid(),
@@ -194,7 +196,10 @@ class TenantOp:
         read_s = time.perf_counter() - start
         extras = self._extras()
         out = tenant_stage(turns, parts, vectors, self.cfg, order, self.recipe, nlp=self.nlp, extras=extras)
-        write_parquet(out.nodes, shard.nodes_path, schema.nodes_schema(out.nodes.schema.field("embedding").type.list_size),
+        nodes = out.nodes
+        if shard.graph_path:
+            nodes = self._graph(shard, out)
+        write_parquet(nodes, shard.nodes_path, schema.nodes_schema(nodes.schema.field("embedding").type.list_size),
                       "nodes")
         write_parquet(out.edges, shard.edges_path, schema.EDGES, "edges")
         write_parquet(out.segments, shard.segments_path, schema.SEGMENTS, "segments")
@@ -210,6 +215,17 @@ class TenantOp:
                 "timings": out.timings, "seconds": round(time.perf_counter() - start, 3), "pid": os.getpid(),
                 "node_id": ray.get_runtime_context().get_node_id(), **out.counts(),
                 **({"llm": llm} if llm else {})}
+
+    def _graph(self, shard: TenantShard, out: Any) -> pa.Table:
+        """The tenant's graph-tool graph (.gt) and global importance, joined into its nodes."""
+        from memlib.graph.tenant import build_tenant_graph
+        from pipelines.store_sink import with_importance
+
+        t0 = time.perf_counter()
+        cols = [c for c in out.nodes.column_names if c != "embedding"]
+        importance = build_tenant_graph(out.nodes.select(cols), out.edges, self.cfg.graph, shard.graph_path)
+        out.timings["graph"] = round(time.perf_counter() - t0, 3)
+        return schema.conform(with_importance(out.nodes, importance), out.nodes.schema, name="nodes")
 
     def _store_matrix(self, shard: TenantShard, turns: pa.Table, out: Any) -> None:
         from memlib.build.vectors import auto_encoder_model
@@ -292,14 +308,16 @@ class Resources:
 def resources(cfg: MemlibConfig, total_cpus: float, n_blocks: int) -> Resources:
     """Actor counts and per-actor resources of the session pass, from config and the cluster size.
 
-    The embed actors leave room for one session-local actor; their encoder threads share the
-    node's cores (one embed actor on a 2-core node runs 2 threads)."""
+    Default: one embed actor per ``ray.embed_cpus`` of the cluster, each running the encoder on
+    that many threads (one thread per actor is the most work per core: onnxruntime gains less
+    than 2x from a second thread). Their reservations leave room for one session-local actor,
+    which interleaves with them (spaCy while the encoder waits on the next block)."""
     r = cfg.ray
-    free = max(SESSION_ACTOR_CPUS, total_cpus - SESSION_ACTOR_CPUS)
-    cpus = min(r.embed_cpus, free)
-    actors = r.embed_actors or max(1, int(free // cpus))
+    free = max(SESSION_ACTOR_CPUS, total_cpus - SESSION_ACTOR_CPUS - TURN_NODES_CPUS)
+    actors = r.embed_actors or max(1, int(round(total_cpus / r.embed_cpus)))
     actors = max(1, min(actors, max(1, n_blocks)))
-    threads = cfg.embed.threads or max(1, int(total_cpus // actors))
+    cpus = min(r.embed_cpus, free / actors)
+    threads = cfg.embed.threads or max(1, int(r.embed_cpus))
     session_actors = max(1, min(int(total_cpus), max(1, n_blocks)))
     return Resources(actors, cpus, r.embed_gpus, threads, session_actors)
 
@@ -311,7 +329,7 @@ def run_sessions(plan: SessionPlan, cfg: MemlibConfig, recipe: str, store: str, 
         return
     res = resources(cfg, total_cpus, len(plan.blocks))
     ds = ray.data.from_items([{"block_path": p} for p in plan.blocks], override_num_blocks=len(plan.blocks))
-    ds = ds.map_batches(turn_nodes_op, batch_size=1, num_cpus=0.1, fn_kwargs={"cfg": cfg})
+    ds = ds.map_batches(turn_nodes_op, batch_size=1, num_cpus=TURN_NODES_CPUS, fn_kwargs={"cfg": cfg})
     gpus = {"num_gpus": res.embed_gpus} if res.embed_gpus else {}
     ds = ds.map_batches(EmbedOp, batch_size=1, num_cpus=res.embed_cpus, **gpus,
                         compute=ray.data.ActorPoolStrategy(size=res.embed_actors),

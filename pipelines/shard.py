@@ -32,6 +32,7 @@ class TenantShard:
     edges_path: str
     segments_path: str
     turns: int
+    graph_path: str = ""   # the tenant's graph-tool file (built by the tenant stage)
 
     def row(self) -> dict[str, Any]:
         return asdict(self)
@@ -114,4 +115,4 @@ def _write_tenant(writer: StoreWriter, tenant: str, result) -> TenantShard | Non
                        nodes_path=str(staged_nodes_path(writer, tenant)),
                        edges_path=str(writer.table_path("edges", tenant)),
                        segments_path=str(writer.table_path("segments", tenant)),
-                       turns=turns.num_rows)
+                       turns=turns.num_rows, graph_path=str(writer.graph_path(tenant)))

@@ -70,6 +70,8 @@ class BuildState:
     facts: pa.Table | None = None
     embedded_nodes: pa.Table | None = None
     extras: dict[str, Any] = field(default_factory=dict)  # backend handles (e.g. the LLM client), per worker
+    token_vectors: TurnVectors | None = None  # the embed pass's output (token vectors, when kept)
+    pooled_turns: bool = False                # turn vectors are the mean of those token vectors
 
     def add(self, nodes: pa.Table | None = None, edges: pa.Table | None = None) -> None:
         if nodes is not None and nodes.num_rows:
@@ -108,6 +110,15 @@ def _in_session_order(table: pa.Table, order: dict[str, int]) -> pa.Table:
     return table.take(pa.array(idx, pa.int64()))
 
 
+def _pooled_backend(cfg: MemlibConfig) -> bool:
+    """Whether the turn vectors are the mean of the kept token vectors (same encoder)."""
+    from memlib.build.vectors import auto_encoder_model
+    from memlib.embed.registry import EmbedBackend, parse_backend
+    from memlib.retrieve.late import DEFAULT_MODEL
+
+    return parse_backend(cfg.embed.backend) is EmbedBackend.MINILM_TOKENS and auto_encoder_model(cfg) == DEFAULT_MODEL
+
+
 def token_matrix(turns: pa.Table, vectors: TurnVectors) -> Any:
     """``auto``'s token matrix of the tenant's turns (the order a TenantIndex reads), or None."""
     if vectors.token_ids is None or vectors.token_vectors is None:
@@ -140,7 +151,8 @@ def tenant_stage(turns: pa.Table, parts: SessionOutput, vectors: TurnVectors, cf
         raise ValueError(f"no turn vector for {len(missing)} turn(s), e.g. {missing[0]}")
     dim = int(vectors.vectors.shape[1]) if vectors.vectors.ndim == 2 else int(cfg.embed.dim)
     state = BuildState(turns=turns, cfg=cfg, dim=dim, nlp=nlp, extras=dict(extras) if extras is not None else {},
-                       turn_vectors=vectors.vectors[[row[n] for n in turns.column("node_id").to_pylist()]])
+                       turn_vectors=vectors.vectors[[row[n] for n in turns.column("node_id").to_pylist()]],
+                       token_vectors=vectors, pooled_turns=_pooled_backend(cfg))
     keyed = {name: _in_session_order(parts.table(name), order) for name in parts.tables}
     state.add(keyed["nodes"].drop_columns(["session_key"]), keyed["edges"].drop_columns(["session_key"]))
     if keyed["segments"].num_rows:

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memlib import schema
-from memlib.build.vectors import pooled_vectors, with_embeddings
+from memlib.build.vectors import pooled_vectors, span_pooled_vectors, with_embeddings
 from memlib.config import Backend
 
 if TYPE_CHECKING:
@@ -57,9 +57,17 @@ def extract(state: BuildState, stage_name: str) -> None:
 
 
 def embed_nodes(state: BuildState) -> None:
-    """Every node with its vector: turns their own, derived nodes pooled from their turns."""
+    """Every node with its vector, from the embed pass only: turns their own; derived nodes the
+    mean of their turns' token vectors that match their words (when the pass kept token vectors
+    and the turn vectors are pooled from them), else the mean of their turns' vectors."""
     nodes = state.all_nodes()
-    vectors = pooled_vectors(nodes, state.turns.column("node_id").to_pylist(), state.turn_vectors)
+    tv = state.token_vectors
+    if tv is not None and tv.token_ids is not None and state.pooled_turns:
+        from memlib.embed.tokens_backend import content_tokenizer
+
+        vectors = span_pooled_vectors(nodes, tv, content_tokenizer())
+    else:
+        vectors = pooled_vectors(nodes, state.turns.column("node_id").to_pylist(), state.turn_vectors)
     state.embedded_nodes = with_embeddings(nodes, vectors, state.dim)
 
 

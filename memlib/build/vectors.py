@@ -72,6 +72,29 @@ def auto_encoder_model(cfg: Any) -> str:
     return str(strategy_params("auto", cfg).get("encoder", late.DEFAULT_MODEL))
 
 
+def length_sorted(encode: Any, texts: list[str], groups: Sequence[str] | None = None) -> list[Any]:
+    """``encode`` over ``texts``, one group (session) at a time, each in length order (less
+    padding per batch); results in the input order.
+
+    Batches never mix groups: the int8 encoder quantizes activations per batch tensor, so a
+    text's vectors depend (slightly) on its batch-mates. Encoding each session on its own makes a
+    session's vectors a function of that session alone, whatever block it travels in, which
+    is what lets a nightly run reuse kept sessions and still equal a full build."""
+    keys = list(groups) if groups is not None else [""] * len(texts)
+    order = sorted(range(len(texts)), key=lambda i: (keys[i], len(texts[i]), i))
+    out: list[Any] = [None] * len(texts)
+    start = 0
+    while start < len(order):
+        end = start
+        while end < len(order) and keys[order[end]] == keys[order[start]]:
+            end += 1
+        idx = order[start:end]
+        for i, res in zip(idx, encode([texts[i] for i in idx])):
+            out[i] = res
+        start = end
+    return out
+
+
 class TurnEncoder:
     """Turn texts -> :class:`TurnVectors`; the one place the build loads a model.
 
@@ -98,11 +121,13 @@ class TurnEncoder:
             self.passages = get_embedder(embed_cfg)
         self.tag = self.tokens.tag if self.tokens is not None else None
 
-    def encode(self, node_ids: Sequence[str], texts: Sequence[str]) -> TurnVectors:
+    def encode(self, node_ids: Sequence[str], texts: Sequence[str], sessions: Sequence[str] | None = None) -> TurnVectors:
+        """Vectors of ``texts``; ``sessions`` (one key per text) keeps each session's texts in
+        batches of their own (see :func:`length_sorted`)."""
         from memlib.embed.tokens_backend import pooled
 
         texts = [t or "" for t in texts]
-        tok = self.tokens.encode(texts) if self.tokens is not None and texts else []
+        tok = length_sorted(self.tokens.encode, texts, sessions) if self.tokens is not None and texts else []
         ids = [i.astype(np.int32) for i, _ in tok] if self.tokens is not None else None
         vecs = [v.astype(np.float16) for _, v in tok] if self.tokens is not None else None
         if not texts:
@@ -110,7 +135,7 @@ class TurnEncoder:
         elif self.passages is not None:
             vectors = np.asarray(self.passages.embed_passages(texts), dtype=np.float32)
         elif self.pool_encoder is not None:
-            vectors = pooled([v for _, v in self.pool_encoder.encode(texts)], self.dim)
+            vectors = pooled([v for _, v in length_sorted(self.pool_encoder.encode, texts, sessions)], self.dim)
         else:
             vectors = pooled([v for _, v in tok], self.dim)
         return TurnVectors(list(node_ids), vectors, ids, vecs)
@@ -132,6 +157,38 @@ def pooled_vectors(nodes: pa.Table, turn_ids: Sequence[str], turn_vectors: np.nd
         np.add.at(out, node, turn_vectors[turn])
     norms = np.linalg.norm(out, axis=1, keepdims=True)
     return out / np.maximum(norms, 1e-12)
+
+
+def span_pooled_vectors(nodes: pa.Table, tv: TurnVectors, tokenizer: Any) -> np.ndarray:
+    """Vector of every node from the token vectors of its provenance turns: the mean of those
+    turns' token vectors whose WordPiece id occurs in the node's own text (a fact's words in its
+    turn's context), normalized; a node none of whose words occur there falls back to the mean
+    of its turns' vectors. Turn nodes keep their own vector."""
+    assert tv.token_ids is not None and tv.token_vectors is not None
+    fallback = pooled_vectors(nodes, tv.node_ids, tv.vectors)
+    row = {n: i for i, n in enumerate(tv.node_ids)}
+    texts = [t or "" for t in nodes.column("text").to_pylist()]
+    kinds = nodes.column("kind").to_pylist()
+    provenance = nodes.column("provenance").to_pylist()
+    out = fallback.copy()
+    derived = [i for i, k in enumerate(kinds) if k != schema.NodeKind.TURN.value]
+    node_ids = tokenizer.ids([texts[i] for i in derived]) if derived else []
+    for i, ids in zip(derived, node_ids):
+        if len(ids) == 0:
+            continue
+        acc = np.zeros(tv.vectors.shape[1], dtype=np.float32)
+        n = 0
+        for turn in provenance[i] or []:
+            r = row.get(turn)
+            if r is None:
+                continue
+            mask = np.isin(tv.token_ids[r], ids)
+            if mask.any():
+                acc += tv.token_vectors[r][mask].astype(np.float32).sum(axis=0)
+                n += int(mask.sum())
+        if n:
+            out[i] = acc / max(float(np.linalg.norm(acc)), 1e-12)
+    return out
 
 
 def with_embeddings(nodes: pa.Table, vectors: np.ndarray, dim: int) -> pa.Table:

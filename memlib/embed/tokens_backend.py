@@ -9,6 +9,7 @@ docs/benchmarks.md ("Embedding at the floor").
 """
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -41,3 +42,32 @@ class MiniLMTokensEmbedder(Embedder):
 
     def _encode(self, texts: list[str], kind: TextKind) -> np.ndarray:
         return pooled([vec for _, vec in self.encoder.encode(texts)])
+
+
+class ContentTokenizer:
+    """Content-token ids of texts exactly as ``auto``'s token encoder keeps them (WordPiece,
+    128-token cap, special and punctuation tokens dropped), without running the model."""
+
+    def __init__(self) -> None:
+        from memlib.embed.minilm_backend import _load_tokenizer
+        from memlib.retrieve import late
+
+        self._tok = _load_tokenizer(late.MAX_TOKENS)
+        self._tok.no_padding()
+        vocab = self._tok.get_vocab()
+        self._drop = np.zeros(max(vocab.values()) + 1, dtype=bool)
+        for tok, i in vocab.items():
+            self._drop[i] = tok in late._SPECIAL or bool(late._PUNCT.match(tok))
+
+    def ids(self, texts: list[str]) -> list[np.ndarray]:
+        out = []
+        for enc in self._tok.encode_batch(texts):
+            ids = np.asarray(enc.ids, dtype=np.int32)
+            out.append(ids[~self._drop[ids]])
+        return out
+
+
+@lru_cache(maxsize=1)
+def content_tokenizer() -> ContentTokenizer:
+    """One :class:`ContentTokenizer` per process."""
+    return ContentTokenizer()

@@ -18,6 +18,8 @@ import pytest
 from tests.jobs.conftest import ALL, node_rows, write_jsonl
 
 pytestmark = pytest.mark.ray
+# the build's Ray Data actors: the embed operator, the session-local stages, the tenant stages
+ACTORS = ("EmbedOp", "SessionLocalOp", "TenantOp")
 ENV = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "HF_HUB_OFFLINE": "1"}
 
 
@@ -57,7 +59,7 @@ def _actor_procs(proc: subprocess.Popen) -> list[psutil.Process]:
     out = []
     for p in kids:
         try:
-            if "TenantBuildActor" in " ".join(p.cmdline()):
+            if any(name in " ".join(p.cmdline()) for name in ACTORS):
                 out.append(p)
         except psutil.Error:
             continue

@@ -91,10 +91,15 @@ def run_cli(args: list[str]):
     return CliRunner().invoke(app, args)
 
 
+BLOCK_TURNS = 7
+
+
 @pytest.fixture(scope="session")
 def built_store(ray_local, tiny_input, tmp_path_factory) -> Path:
     """`memlib build` on the tiny input, on the local 2-CPU Ray of the test session."""
     out = tmp_path_factory.mktemp("pipeline_store") / "store"
-    result = run_cli(["build", "--input", str(tiny_input), "--format", "jsonl", "--out", str(out), "--num-cpus", "2"])
+    # blocks of at most 7 turns: ana's two sessions land in two blocks, the second shared with ben
+    result = run_cli(["build", "--input", str(tiny_input), "--format", "jsonl", "--out", str(out), "--num-cpus", "2",
+                      "--set", f"ray.block_turns={BLOCK_TURNS}"])
     assert result.exit_code == 0, result.output + repr(result.exception)
     return out

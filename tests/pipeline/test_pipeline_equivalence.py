@@ -1,4 +1,5 @@
-"""The Ray pipeline (2 workers, 3 tenants) produces what process_tenant produces in one process."""
+"""The staged Ray pipeline (2 CPUs, 3 tenants, small session blocks: a tenant split over two
+blocks, a block holding two tenants) produces what process_tenant produces in one process."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,7 +9,7 @@ import pytest
 
 from memlib.build import process_tenant
 from memlib.config import MemlibConfig
-from memlib.embed import get_embedder
+from memlib.build.vectors import TurnEncoder
 from memlib.io.store import StoreReader
 
 from tests.pipeline.conftest import SESSIONS
@@ -28,11 +29,13 @@ def test_ray_output_equals_single_process(built_store):
     assert len(reader.tenants()) >= 3
     pids = {reader.manifest["tenants"][t]["turns"] for t in reader.tenants()}
     assert pids  # every tenant was built
+    sessions = reader.manifest["sessions"]
+    assert sessions["blocks"] >= 3 and sessions["sessions_computed"] == sessions["sessions"] == 5
     cfg = MemlibConfig()
-    embedder = get_embedder(cfg.embed)
+    encoder = TurnEncoder(cfg)
     for tenant in SESSIONS:
         turns = reader.table("turns", tenant)
-        local = process_tenant(turns, cfg, embedder)
+        local = process_tenant(turns, cfg, encoder)
         ray_nodes = reader.nodes(tenant=tenant).sort_by("node_id")
         local_nodes = local.nodes.sort_by("node_id")
         assert pl.from_arrow(ray_nodes.select(COLS)).equals(pl.from_arrow(local_nodes.select(COLS))), tenant

@@ -8,29 +8,6 @@ import pytest
 from memlib import schema
 from memlib.build.finalize import finalize
 from memlib.build.recipe import RECIPES, BuildStage, UnknownRecipeError, get_recipe
-from memlib.build.vectors import VectorCache
-
-
-class CountingEmbedder:
-    dim = 4
-
-    def __init__(self):
-        self.calls: list[list[str]] = []
-
-    def embed_passages(self, texts):
-        self.calls.append(list(texts))
-        return np.array([[len(t), 1.0, 0.0, float(i)] for i, t in enumerate(texts)], dtype=np.float32)
-
-
-def test_vector_cache_embeds_each_distinct_text_once():
-    emb = CountingEmbedder()
-    cache = VectorCache(emb)
-    a = cache.get(["x", "yy", "x"])
-    b = cache.get(["yy", "zzz", "x"])
-    assert emb.calls == [["x", "yy"], ["zzz"]]
-    assert cache.embedded == 3
-    np.testing.assert_array_equal(a[0], a[2])
-    np.testing.assert_array_equal(a[1], b[0])
 
 
 def _nodes(ids):

@@ -1,0 +1,169 @@
+"""The staged build's parts: operator column contracts, kept session outputs and their reuse by
+a nightly run (unchanged sessions not recomputed, changed ones recomputed, deleted ones gone with
+everything derived from them), and the embed operator's resources from config (fake GPU)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from memlib.build.session_store import SessionStore
+from memlib.build.sessions import SESSION_TABLES, keyed_schema
+from memlib.config import MemlibConfig
+from memlib.io.store import StoreReader
+from tests.pipeline.conftest import SESSIONS, run_cli, turn_lines
+
+pytestmark = pytest.mark.ray
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _shards(tmp_path: Path, cfg: MemlibConfig):
+    """Tenant shards of the tiny input written into a store version directory, as the driver does."""
+    from memlib.io.store import StoreWriter
+    from pipelines.shard import shard_input
+
+    inp = tmp_path / "in.jsonl"
+    inp.write_text("\n".join(turn_lines()) + "\n", encoding="utf-8")
+    writer = StoreWriter(tmp_path / "store", dim=cfg.embed.dim)
+    return writer, shard_input(inp, "jsonl", cfg, writer).shards
+
+
+def test_operators_read_and_write_their_declared_columns(ray_local, tmp_path):
+    from pipelines import session_stage as ss
+
+    cfg = MemlibConfig()
+    writer, shards = _shards(tmp_path, cfg)
+    store = SessionStore(writer.path, "k", cfg.embed.dim)
+    plan = ss.plan_sessions(shards, store, "k", tmp_path / "blocks", block_turns=7)
+    assert plan.pending == plan.sessions == 5 and len(plan.blocks) == 4
+    batch = {"block_path": [plan.blocks[0]]}
+    assert set(batch) == set(ss.TURN_NODES_IN)
+    out = ss.turn_nodes_op(batch, cfg)
+    assert tuple(out) == ss.TURN_NODES_OUT
+    embedded = ss.EmbedOp(cfg, threads=1)({k: out[k] for k in ss.EMBED_IN})
+    assert tuple(embedded) == ss.EMBED_OUT
+    vectors = ss.from_ipc(embedded["vectors"][0])
+    assert vectors.schema.remove_metadata().equals(__import__("memlib").schema.turn_vectors_schema(cfg.embed.dim))
+    kept = ss.SessionLocalOp(cfg, "full", str(writer.path), "k")({k: embedded[k] for k in ss.SESSION_LOCAL_IN})
+    assert tuple(kept) == ss.SESSION_LOCAL_OUT
+    summary = json.loads(kept["summary"][0])
+    block_dir = store.root / "blocks" / summary["block_id"]
+    for name in SESSION_TABLES:
+        assert pq.read_schema(block_dir / f"{name}.parquet").remove_metadata().equals(keyed_schema(name)), name
+    keys = set(ss.from_ipc(out["turns"][0]).column("session_key").to_pylist())
+    assert store.known(keys) == keys
+
+
+def test_embed_resources_come_from_config():
+    from pipelines.session_stage import resources
+
+    cfg = MemlibConfig()
+    r = resources(cfg, total_cpus=2, n_blocks=10)
+    assert (r.embed_actors, r.embed_cpus, r.embed_gpus, r.embed_threads) == (1, 1.0, 0.0, 2)
+    cfg.ray.embed_gpus, cfg.ray.embed_cpus, cfg.ray.embed_actors = 1.0, 0.5, 3
+    r = resources(cfg, total_cpus=8, n_blocks=10)
+    assert (r.embed_actors, r.embed_cpus, r.embed_gpus) == (3, 0.5, 1.0)
+    assert resources(cfg, total_cpus=8, n_blocks=2).embed_actors == 2  # never more actors than blocks
+
+
+FAKE_GPU_BUILD = """
+import json, sys, ray
+ray.init(address="local", num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
+from memlib.config import MemlibConfig
+from jobs.build import run_build
+cfg = MemlibConfig()
+cfg.ray.embed_gpus = 1.0
+m = run_build(cfg, sys.argv[1], "jsonl", sys.argv[2], num_cpus=2)
+print("RESULT " + json.dumps(m["sessions"]))
+"""
+
+
+def test_embed_operator_runs_on_a_gpu_resource(tmp_path):
+    """A local Ray started with a fake GPU: the embed actors are scheduled on it (Ray assigns them
+    GPU 0) while the model still runs on the CPU."""
+    inp = tmp_path / "in.jsonl"
+    inp.write_text("\n".join(turn_lines()) + "\n", encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    proc = subprocess.run([sys.executable, "-c", FAKE_GPU_BUILD, str(inp), str(tmp_path / "store")], env=env,
+                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert proc.returncode == 0 and line, proc.stdout[-2000:] + proc.stderr[-3000:]
+    stats = json.loads(line[0][7:])
+    assert stats["embed_gpus"] == ["0"] and stats["sessions_computed"] == 5
+
+
+def _lines(changes: dict[tuple[str, int], list[tuple[str, str, str]] | None], extra=()) -> list[str]:
+    """The tiny input with sessions replaced (list) or deleted (None), plus extra sessions."""
+    out = []
+    sessions = {t: list(s) for t, s in SESSIONS.items()}
+    for tenant, si, when, turns in extra:
+        sessions[tenant].insert(si - 1, (when, turns))
+    for tenant, ss in sessions.items():
+        for si, (when, turns) in enumerate(ss, start=1):
+            if (tenant, si) in changes:
+                if changes[(tenant, si)] is None:
+                    continue
+                turns = changes[(tenant, si)]
+            for ti, (role, speaker, text) in enumerate(turns, start=1):
+                out.append(json.dumps({"tenant_id": tenant, "conversation_id": f"{tenant}-c", "session_id": f"s{si}",
+                                       "session_time": when, "turn_id": f"s{si}:{ti}", "speaker": speaker,
+                                       "role": role, "text": text}))
+    return out
+
+
+def _build(inp: Path, store: Path, *extra: str) -> dict:
+    res = run_cli(["build", "--input", str(inp), "--format", "jsonl", "--out", str(store), "--num-cpus", "2",
+                   "--set", "ray.block_turns=7", *extra])
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    return json.loads((store / "manifest.json").read_text())
+
+
+def _published(store: Path):
+    r = StoreReader(store)
+    nodes = pl.from_arrow(r.nodes(columns=["node_id", "tenant_id", "kind", "text", "session_id", "provenance"]))
+    edges = pl.from_arrow(r.table("edges").select(["src", "dst", "kind", "relation"]))
+    return nodes.sort("node_id"), edges.sort(["src", "dst", "kind", "relation"])
+
+
+NEW_BEN = ("2023-05-01T08:00:00+00:00", [("user", "Ben", "My sister Maud visits Glasgow in June to see the robots."),
+                                         ("assistant", "Bot", "She will love Finnieston.")])
+EDITED_ANA = [("user", "Ana", "I started training for the Porto marathon in November instead."),
+              ("assistant", "Bot", "A full marathon, brave!")]
+
+
+def test_nightly_reuses_unchanged_sessions_and_equals_a_full_build(ray_local, tmp_path):
+    store = tmp_path / "store"
+    v1 = tmp_path / "v1.jsonl"
+    v1.write_text("\n".join(_lines({})) + "\n", encoding="utf-8")
+    m1 = _build(v1, store, "--incremental")
+    assert m1["sessions"]["sessions_computed"] == 5
+    # nightly: ben gets a third session, ana's second session is edited, cara is unchanged
+    v2 = tmp_path / "v2.jsonl"
+    v2.write_text("\n".join(_lines({("ana", 2): EDITED_ANA}, extra=[("ben", 3, *NEW_BEN)])) + "\n", encoding="utf-8")
+    m2 = _build(v2, store, "--incremental")
+    assert m2["incremental"]["built"] == ["ana", "ben"] and m2["incremental"]["carried"] == ["cara"]
+    # ana 2 + ben 3 sessions; only ana/s2 (edited) and ben/s3 (new) go through the session pass
+    assert (m2["sessions"]["sessions"], m2["sessions"]["sessions_computed"]) == (5, 2)
+    full = tmp_path / "full"
+    _build(v2, full)
+    got, want = _published(store), _published(full)
+    assert got[0].equals(want[0]) and got[1].equals(want[1])
+    texts = " ".join(got[0]["text"].to_list())
+    assert "Porto marathon" in texts and "Lisbon half marathon" not in texts and "Maud" in texts
+    # a deleted session disappears with everything derived from it
+    v3 = tmp_path / "v3.jsonl"
+    v3.write_text("\n".join(_lines({("ana", 1): None}, extra=[("ben", 3, *NEW_BEN)])) + "\n", encoding="utf-8")
+    m3 = _build(v3, store, "--incremental")
+    assert m3["incremental"]["built"] == ["ana"]
+    nodes, _ = _published(store)
+    ana = nodes.filter(pl.col("tenant_id") == "ana")
+    assert not any(w in " ".join(ana["text"].to_list()) for w in ("Pixel", "kitten", "Rita", "feather"))
+    gone = {n for n in pl.from_arrow(StoreReader(store).table("turns", "ana"))["node_id"].to_list()}
+    assert all(set(p) <= gone for p in ana["provenance"].to_list())
