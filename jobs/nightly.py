@@ -239,6 +239,11 @@ def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: st
     with timer.stage(JobStage.READ), staged_input(input_path, cfg.io.staging_dir) as local_input:
         sources = input_sources(local_input, str(fmt))
         hashes, tenant_source, failed_sources = _fingerprints(sources, str(fmt), cfg, forget)
+        if failed_sources and (full or not hashes):
+            # a full build of an unreadable input, or a run that could read nothing at all, is an
+            # error: it publishes nothing (an incremental run keeps the tenants of readable files)
+            name, reason = next(iter(failed_sources.items()))
+            raise InputError(name, reason)
         plan = make_plan(None if full else base, hashes, tenant_source, key,
                          {} if full else writer.done_markers(), failed_sources)
         if full:

@@ -4,11 +4,12 @@ composed by :mod:`memlib.scale.haystack` and measure it.
 Prints one JSON line: build_s, peak_rss_mb (driver + Ray processes), turns, turns_per_s,
 nodes, edges, haystack_turn_recall@10, conversation_turn_recall@10 (the same LoCoMo questions
 against the conversation alone, built as a separate store), recall_ratio, and p50_ms / p95_ms
-of ``POST /v1/search`` on the big tenant through the real service (Ray Serve HTTP proxy started
+of ``POST /v1/search`` on the big tenant (default strategy ``auto``) through the real service (Ray Serve HTTP proxy started
 by :mod:`jobs.serve`, requests by :class:`memlib.client.MemlibClient` with a tenant token made
 for the run); ``inprocess_p50_ms`` / ``inprocess_p95_ms`` are the same searches without HTTP
 (TenantCache + strategy, query embedding excluded). ``--no-http`` keeps only the in-process
-figures. The corpus is written to a temporary directory, never into the repository.
+figures. The haystack run also rebuilds the tenant on one CPU: tenant_speedup = that wall /
+the main build's wall. The corpus is written to a temporary directory, never into the repository.
 """
 from __future__ import annotations
 
@@ -98,8 +99,27 @@ def _evaluate(store: Path, strategy: str, cfg) -> pl.DataFrame:
     return evaluate(store, questions, strategy, [10], cfg, dataset=Dataset.LOCOMO).per_question
 
 
+def tenant_speedup(cfg, corpus: Path, workdir: Path, build_s: float, num_cpus: Optional[int]) -> dict:
+    """The same build on a fresh local Ray with one CPU: ``tenant_speedup`` = 1-worker wall /
+    the main build's wall (same run). The staged build spreads one tenant's sessions over every
+    embed and session-local actor, so a big tenant gets faster with more workers."""
+    import ray
+
+    from jobs.build import run_build
+
+    if ray.is_initialized():
+        ray.shutdown()
+    start = time.perf_counter()
+    run_build(cfg, corpus, "jsonl", workdir / "store_1cpu", num_cpus=1)
+    one_s = time.perf_counter() - start
+    ray.shutdown()
+    shutil.rmtree(workdir / "store_1cpu", ignore_errors=True)
+    return {"build_1cpu_s": round(one_s, 1), "build_cpus": num_cpus,
+            "tenant_speedup": round(one_s / build_s, 3) if build_s else None}
+
+
 def run_scale(cfg, data: Path, workdir: Path, *, conversation: str, sessions: int, tenants: int, seed: int,
-              strategy: str, num_cpus: Optional[int], http: bool = True) -> dict:
+              strategy: str, num_cpus: Optional[int], http: bool = True, speedup: bool = True) -> dict:
     from jobs.build import run_build
     from jobs.nightly import allow_long_tenants
     from memlib.cli.bench_build import RssSampler
@@ -131,6 +151,8 @@ def run_scale(cfg, data: Path, workdir: Path, *, conversation: str, sessions: in
         queries = pq.filter(pl.col("tenant_id") == evaluated[0]).get_column("question").unique(
             maintain_order=True).to_list()
         out.update(http_latency(workdir / "store", cfg, evaluated[0], queries, strategy, num_cpus))
+    if speedup and not tenants:
+        out.update(tenant_speedup(cfg, workdir / "scale.jsonl", workdir, build_s, num_cpus))
     return out
 
 
@@ -147,13 +169,15 @@ def register(bench_app: typer.Typer) -> None:
                                              "one haystack")] = 0,
         tenant_size: Annotated[TenantSize, typer.Option("--tenant-size", help="size of each tenant in the "
                                                         "many-tenant run")] = TenantSize.LOCOMO,
-        strategy: Annotated[str, typer.Option("--strategy", help="retrieval strategy evaluated")] = "hybrid",
+        strategy: Annotated[str, typer.Option("--strategy", help="retrieval strategy evaluated")] = "auto",
         seed: Annotated[int, typer.Option("--seed")] = 0,
         num_cpus: Annotated[Optional[int], typer.Option("--num-cpus")] = None,
         workdir: Annotated[Optional[Path], typer.Option("--workdir", help="where corpus and store go "
                                                         "(default: a temporary directory, removed)")] = None,
         http: Annotated[bool, typer.Option("--http/--no-http", help="measure latency through the real HTTP "
                                            "service (Ray Serve) as well")] = True,
+        speedup: Annotated[bool, typer.Option("--speedup/--no-speedup", help="haystack run: build the same "
+                                              "tenant again with one CPU (tenant_speedup)")] = True,
         config: ConfigOpt = None,
         set_: SetOpt = None,
     ) -> None:
@@ -162,7 +186,7 @@ def register(bench_app: typer.Typer) -> None:
         tmp = workdir or Path(tempfile.mkdtemp(prefix="memlib-scale-"))
         try:
             res = run_scale(cfg, data, tmp, conversation=conversation, sessions=sessions, tenants=tenants,
-                            seed=seed, strategy=strategy, num_cpus=num_cpus, http=http)
+                            seed=seed, strategy=strategy, num_cpus=num_cpus, http=http, speedup=speedup)
         finally:
             if workdir is None:
                 shutil.rmtree(tmp, ignore_errors=True)

@@ -58,7 +58,7 @@ def test_operators_read_and_write_their_declared_columns(ray_local, tmp_path):
     for name in SESSION_TABLES:
         assert pq.read_schema(block_dir / f"{name}.parquet").remove_metadata().equals(keyed_schema(name)), name
     keys = set(ss.from_ipc(out["turns"][0]).column("session_key").to_pylist())
-    assert store.known(keys) == keys
+    assert SessionStore(writer.path, "k", cfg.embed.dim).known(keys) == keys
 
 
 def test_embed_resources_come_from_config():
@@ -66,7 +66,8 @@ def test_embed_resources_come_from_config():
 
     cfg = MemlibConfig()
     r = resources(cfg, total_cpus=2, n_blocks=10)
-    assert (r.embed_actors, r.embed_cpus, r.embed_gpus, r.embed_threads) == (1, 1.0, 0.0, 2)
+    # two single-thread embed actors on 2 CPUs, their reservations leaving room for the other operators
+    assert (r.embed_actors, r.embed_cpus, r.embed_gpus, r.embed_threads) == (2, 0.85, 0.0, 1)
     cfg.ray.embed_gpus, cfg.ray.embed_cpus, cfg.ray.embed_actors = 1.0, 0.5, 3
     r = resources(cfg, total_cpus=8, n_blocks=10)
     assert (r.embed_actors, r.embed_cpus, r.embed_gpus) == (3, 0.5, 1.0)
