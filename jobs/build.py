@@ -7,20 +7,16 @@ environment variable (read here, never in memlib/) targets a cluster.
 """
 from __future__ import annotations
 
-import importlib.util
 import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
 import ray
 
 from memlib.build.recipe import DEFAULT_RECIPE
 from memlib.config import MemlibConfig
-from memlib.io.store import StoreWriter
-from pipelines.shard import TenantShard
 
 log = logging.getLogger("memlib.build")
 Progress = Callable[[str, dict[str, Any]], None]
@@ -40,30 +36,6 @@ def init_ray(address: str | None, num_cpus: int | None) -> int:
             ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
     ray.data.DataContext.get_current().enable_progress_bars = True
     return int(num_cpus or ray.cluster_resources().get("CPU", 1))
-
-
-def graph_stage_available() -> bool:
-    return importlib.util.find_spec("pipelines.graph_stage") is not None
-
-
-def _graph_inputs(shards: list[TenantShard]):
-    """(tenant, nodes ref, edges ref) per tenant: read one tenant at a time, embeddings left out."""
-    for s in shards:
-        if not Path(s.nodes_path).exists():
-            continue
-        cols = [c for c in pq.read_schema(s.nodes_path).names if c != "embedding"]
-        yield s.tenant_id, ray.put(pq.read_table(s.nodes_path, columns=cols)), ray.put(pq.read_table(s.edges_path))
-
-
-def run_graphs(writer: StoreWriter, shards: list[TenantShard], cfg: MemlibConfig) -> tuple[dict, dict[str, Any]]:
-    """Graph per tenant (.gt files) and importance tables via pipelines.graph_stage."""
-    if not graph_stage_available():
-        return {}, {"status": "skipped", "reason": "pipelines.graph_stage is not installed"}
-    from pipelines.graph_stage import build_graphs
-
-    paths = {s.tenant_id: writer.graph_path(s.tenant_id) for s in shards}
-    importance = build_graphs(_graph_inputs(shards), writer.version_dir / "graphs", cfg.graph, paths=paths)
-    return importance, {"status": "built", "tenants": len(importance)}
 
 
 def run_build(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: str | Path, address: str | None = None,

@@ -38,7 +38,7 @@ from memlib.io.remote import staged_input
 from memlib.io.store import StoreWriter, atomic_write_json, read_manifest, rollback, version_name
 from pipelines.shard import QUARANTINE_PART, TenantShard, shard_input
 from pipelines.store_sink import drop_staging, with_importance
-from pipelines.session_stage import run_staged
+from pipelines.session_stage import run_staged, session_build_key
 
 log = logging.getLogger("memlib.nightly")
 Progress = Callable[[str, dict[str, Any]], None]
@@ -273,7 +273,7 @@ def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: st
         drop_staging(writer, ok_shards)
         shutil.rmtree(writer.version_dir / DONE_DIR, ignore_errors=True)
     with timer.stage(JobStage.INDEX):
-        writer.index_nodes()
+        writer.index_nodes(incremental=not full and base is not None)
     timings = {**timer.rounded(), "total": round(time.perf_counter() - wall, 3)}
     carried = [_carried_summary(t, prev[t]) for t in plan.carry]
     manifest = build_manifest(cfg=cfg, recipe=recipe, input_path=str(input_path), fmt=str(fmt),
@@ -282,6 +282,7 @@ def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: st
                               timings=timings, graph=graph_info)
     manifest = _finish_manifest(manifest, plan, base, key, forget, *_kind_counts(writer), summaries)
     manifest["sessions"] = session_stats
+    manifest["session_build_key"] = session_build_key(cfg, key)
     published = writer.publish(manifest)
     progress("published", {"version": published["version"], "store": str(out), **plan.to_json()})
     return published
@@ -339,13 +340,15 @@ def compact(store: str | Path) -> dict[str, Any]:
 def purge_caches(store: Path) -> dict[str, int]:
     """Hard deletion also covers what the store caches outside its tables: LLM responses not
     referenced by the published ``llm_calls`` (their outputs quote forgotten conversations;
-    eval QA answers too) and every token matrix of ``auto`` (re-encoded on first use)."""
+    eval QA answers too), every token matrix of ``auto`` (re-encoded on first use), and every
+    kept session output that no published turn belongs to (other build keys entirely)."""
     from memlib.io.store import LATE_CACHE_SUBDIR, StoreReader
     from pipelines.llm_stage import CACHE_SUBDIR
 
     llm_dir, late_dir = store / CACHE_SUBDIR, store / LATE_CACHE_SUBDIR
     keep: set[str] = set()
-    calls = StoreReader(store).table("llm_calls", columns=["cache_key"])
+    reader = StoreReader(store)
+    calls = reader.table("llm_calls", columns=["cache_key"])
     if calls.num_rows:
         keep = {k for k in calls.column("cache_key").to_pylist() if k}
     removed_llm = kept_llm = removed_late = 0
@@ -361,7 +364,28 @@ def purge_caches(store: Path) -> dict[str, int]:
     if late_dir.is_dir():
         removed_late = sum(1 for f in late_dir.iterdir() if f.is_file())
         shutil.rmtree(late_dir)
-    return {"llm_cache_removed": removed_llm, "llm_cache_kept": kept_llm, "token_matrices_removed": removed_late}
+    return {"llm_cache_removed": removed_llm, "llm_cache_kept": kept_llm, "token_matrices_removed": removed_late,
+            **purge_sessions(store, reader)}
+
+
+def purge_sessions(store: Path, reader) -> dict[str, int]:
+    """Keep only the session outputs of the published turns, under the published session build key."""
+    from memlib.build.session_store import SessionStore, other_build_keys
+    from memlib.build.sessions import session_keys
+
+    skey = reader.manifest.get("session_build_key")
+    stale = other_build_keys(store, skey or "")
+    for d in stale:
+        shutil.rmtree(d, ignore_errors=True)
+    out = {"session_key_dirs_removed": len(stale)}
+    if skey:
+        live: set[str] = set()
+        for tenant in reader.tenants():
+            turns = reader.table("turns", tenant)
+            if turns.num_rows:
+                live.update(session_keys(turns, skey).to_pylist())
+        out.update(SessionStore(store, skey).retain(live, rewrite=True))
+    return out
 
 
 def rollback_store(store: str | Path, version: str) -> dict[str, Any]:

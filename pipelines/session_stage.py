@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -391,6 +392,6 @@ def run_staged(shards: list[TenantShard], cfg: MemlibConfig, recipe: str, *, sto
                  session_local_s=round(sum(b.get("session_local_s", 0.0) for b in blocks), 3),
                  embed_actors=len({b.get("embed_pid") for b in blocks}),
                  embed_gpus=sorted({g for b in blocks for g in b.get("embed_gpus", [])}))
-    for p in plan.blocks:
-        Path(p).unlink(missing_ok=True)
+    shutil.rmtree(work.parent, ignore_errors=True)  # the pending-block files (<version>/_work)
+    stats["key"] = key
     yield from run_tenant_stage(shards, cfg, recipe, store, key, workers=workers, total_cpus=total_cpus)

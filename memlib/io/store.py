@@ -25,6 +25,8 @@ or duckdb read them without memlib.
 """
 from __future__ import annotations
 
+from datetime import timedelta
+
 import json
 import os
 import re
@@ -276,15 +278,25 @@ class StoreWriter:
                 turn_tbl.add(turns.select(TURN_TEXT_SCHEMA.names).cast(TURN_TEXT_SCHEMA))
         return tbl.version
 
-    def index_nodes(self, *, min_rows_for_ann: int = 5_000) -> int:
+    def index_nodes(self, *, min_rows_for_ann: int = 5_000, incremental: bool = False) -> int:
         """(Re)build the full-text, tenant/kind and vector indexes; returns the Lance version.
 
         Below ``min_rows_for_ann`` rows the vector index is skipped: a flat scan is exact and
-        as fast. IVF_FLAT partitions grow with the table (about sqrt(n))."""
+        as fast. IVF_FLAT partitions grow with the table (about sqrt(n)).
+
+        ``incremental`` (a nightly run over a store whose indexes exist): the rows added since
+        are merged into the existing indexes (Lance ``optimize``, no old version pruned, so
+        rollback keeps working) instead of rebuilding them over the whole table; the cost
+        follows what changed. Deleted rows were already invisible through deletion files."""
         tbl = self.open_nodes()
         n = tbl.count_rows()
         if n == 0:
             return tbl.version
+        if incremental and self._indexed(tbl, n, min_rows_for_ann):
+            keep_versions = timedelta(days=36_500)
+            tbl.optimize(cleanup_older_than=keep_versions)
+            self.open_turn_text().optimize(cleanup_older_than=keep_versions)
+            return self.open_nodes().version
         from lancedb.index import FTS, Bitmap, IvfFlat
 
         tbl.create_index("text", config=FTS(with_position=False, stem=True, remove_stop_words=False),
@@ -302,6 +314,14 @@ class StoreWriter:
             tbl.create_index("embedding", config=IvfFlat(distance_type="cosine", num_partitions=parts),
                              replace=True)
         return tbl.version
+
+    def _indexed(self, tbl, n: int, min_rows_for_ann: int) -> bool:
+        """Whether every index :meth:`index_nodes` makes already exists on both tables."""
+        names = {c for i in tbl.list_indices() for c in i.columns}
+        want = {"text", "tenant_id", "kind"} | ({"embedding"} if n >= min_rows_for_ann else set())
+        turn_tbl = self.open_turn_text()
+        turn_names = {c for i in turn_tbl.list_indices() for c in i.columns}
+        return want <= names and (turn_tbl.count_rows() == 0 or {"text", "tenant_id"} <= turn_names)
 
     def lance_tables(self) -> dict[str, Any]:
         """Manifest key -> open lancedb table, for every Lance table of the store."""
