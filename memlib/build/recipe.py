@@ -21,7 +21,7 @@ class BuildStage(str, Enum):
     TRIPLETS = "triplets"              # triplets + entities (MemORAI, PersonalAI)
     EVENTS = "events"                  # events / dates (MAGMA)
     REFLECTIONS = "reflections"        # reflections over facts (GAAMA)
-    EMBED_NODES = "embed_nodes"        # every other node text, batched and deduplicated
+    EMBED_NODES = "embed_nodes"        # derived node vectors, span-pooled from their turns (no model pass)
     LINK = "link"                      # merge clues, SIMILAR edges (uses the node vectors)
     FINALIZE = "finalize"              # drop dangling edges, conform to schemas
 
@@ -29,8 +29,8 @@ class BuildStage(str, Enum):
 class JobStage(str, Enum):
     """Driver-side stages of a store build, around the per-tenant recipe."""
     READ = "read"
-    TENANTS = "tenants"                # the per-tenant recipe on Ray workers
-    GRAPH = "graph"
+    TENANTS = "tenants"                # session pass + tenant stages (graph included) on Ray Data
+    GRAPH = "graph"                    # (older manifests: the graph pass before it joined the tenant stage)
     WRITE = "write"
     INDEX = "index"
     PUBLISH = "publish"

@@ -4,8 +4,10 @@
 vector every vector strategy reads and, from the same pass when the backend is
 ``minilm-tokens`` (default), ``auto``'s content-token ids and vectors. Nodes derived from
 turns (facts, triplets, concepts, entities, events, segments, sessions, clues,
-reflections) get no encoder pass of their own: their vector is the normalized mean of the
-vectors of the turns in their ``provenance``. Measured: docs/benchmarks.md.
+reflections) get no encoder pass of their own: their vector is the normalized mean of the token
+vectors of their ``provenance`` turns whose WordPiece ids occur in their own text
+(:func:`span_pooled_vectors`; the plain mean of those turns' vectors when the pass kept no
+token vectors). Measured: docs/benchmarks.md.
 """
 from __future__ import annotations
 
