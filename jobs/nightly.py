@@ -38,6 +38,7 @@ from memlib.io.remote import staged_input
 from memlib.io.store import StoreWriter, atomic_write_json, read_manifest, rollback, version_name
 from pipelines.shard import QUARANTINE_PART, TenantShard, shard_input
 from pipelines.store_sink import drop_staging, with_importance
+from jobs.purge import purge_caches
 from pipelines.session_stage import run_staged, session_build_key
 
 log = logging.getLogger("memlib.nightly")
@@ -335,57 +336,6 @@ def compact(store: str | Path) -> dict[str, Any]:
                  version=manifest["version"], lance_version=manifest["lance_version"],
                  **purge_caches(store))
     return stats
-
-
-def purge_caches(store: Path) -> dict[str, int]:
-    """Hard deletion also covers what the store caches outside its tables: LLM responses not
-    referenced by the published ``llm_calls`` (their outputs quote forgotten conversations;
-    eval QA answers too), every token matrix of ``auto`` (re-encoded on first use), and every
-    kept session output that no published turn belongs to (other build keys entirely)."""
-    from memlib.io.store import LATE_CACHE_SUBDIR, StoreReader
-    from pipelines.llm_stage import CACHE_SUBDIR
-
-    llm_dir, late_dir = store / CACHE_SUBDIR, store / LATE_CACHE_SUBDIR
-    keep: set[str] = set()
-    reader = StoreReader(store)
-    calls = reader.table("llm_calls", columns=["cache_key"])
-    if calls.num_rows:
-        keep = {k for k in calls.column("cache_key").to_pylist() if k}
-    removed_llm = kept_llm = removed_late = 0
-    if llm_dir.is_dir():
-        for f in llm_dir.glob("*/*.json"):
-            if f.stem in keep:
-                kept_llm += 1
-            else:
-                f.unlink()
-                removed_llm += 1
-        for tmp in llm_dir.glob("*/.tmp-*"):
-            tmp.unlink(missing_ok=True)
-    if late_dir.is_dir():
-        removed_late = sum(1 for f in late_dir.iterdir() if f.is_file())
-        shutil.rmtree(late_dir)
-    return {"llm_cache_removed": removed_llm, "llm_cache_kept": kept_llm, "token_matrices_removed": removed_late,
-            **purge_sessions(store, reader)}
-
-
-def purge_sessions(store: Path, reader) -> dict[str, int]:
-    """Keep only the session outputs of the published turns, under the published session build key."""
-    from memlib.build.session_store import SessionStore, other_build_keys
-    from memlib.build.sessions import session_keys
-
-    skey = reader.manifest.get("session_build_key")
-    stale = other_build_keys(store, skey or "")
-    for d in stale:
-        shutil.rmtree(d, ignore_errors=True)
-    out = {"session_key_dirs_removed": len(stale)}
-    if skey:
-        live: set[str] = set()
-        for tenant in reader.tenants():
-            turns = reader.table("turns", tenant)
-            if turns.num_rows:
-                live.update(session_keys(turns, skey).to_pylist())
-        out.update(SessionStore(store, skey).retain(live, rewrite=True))
-    return out
 
 
 def rollback_store(store: str | Path, version: str) -> dict[str, Any]:

@@ -165,6 +165,7 @@ class TenantOp:
         self.nlp = None
         self.extras: dict[str, Any] | None = None
         self.llm_limiter = llm_limiter
+        self._encoder_tag: str | None = None
 
     def _extras(self) -> dict[str, Any]:
         if self.extras is None:
@@ -235,7 +236,9 @@ class TenantOp:
 
         node_text = dict(zip(out.nodes.column("node_id").to_pylist(), out.nodes.column("text").to_pylist()))
         texts = [node_text[t] for t in out.token_matrix.turn_ids]
-        _, tag = late.model_file(auto_encoder_model(self.cfg), self.cfg.embed.model_cache)
+        if self._encoder_tag is None:  # the derived model's digest: hashed once per actor
+            self._encoder_tag = late.model_file(auto_encoder_model(self.cfg), self.cfg.embed.model_cache)[1]
+        tag = self._encoder_tag
         late.store_matrix(shard.tenant_id, texts, out.token_matrix, tag, Path(self.store_dir) / LATE_CACHE_SUBDIR)
 
 

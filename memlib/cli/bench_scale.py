@@ -103,16 +103,14 @@ def tenant_speedup(cfg, corpus: Path, workdir: Path, build_s: float, num_cpus: O
     """The same build on a fresh local Ray with one CPU: ``tenant_speedup`` = 1-worker wall /
     the main build's wall (same run). The staged build spreads one tenant's sessions over every
     embed and session-local actor, so a big tenant gets faster with more workers."""
-    import ray
-
     from jobs.build import run_build
+    from jobs.nightly import release_ray
 
-    if ray.is_initialized():
-        ray.shutdown()
+    release_ray()  # the 1-CPU build starts a Ray of its own
     start = time.perf_counter()
     run_build(cfg, corpus, "jsonl", workdir / "store_1cpu", num_cpus=1)
     one_s = time.perf_counter() - start
-    ray.shutdown()
+    release_ray()
     shutil.rmtree(workdir / "store_1cpu", ignore_errors=True)
     return {"build_1cpu_s": round(one_s, 1), "build_cpus": num_cpus,
             "tenant_speedup": round(one_s / build_s, 3) if build_s else None}

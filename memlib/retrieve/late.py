@@ -212,12 +212,7 @@ class TokenMatrix:
 
 def build_token_matrix(encoder: TokenEncoder, turn_ids: Sequence[str], texts: Sequence[str]) -> TokenMatrix:
     encoded = encoder.encode(texts)
-    owner = np.concatenate([np.full(len(ids), i, dtype=np.int32) for i, (ids, _) in enumerate(encoded)] or
-                           [np.zeros(0, dtype=np.int32)])
-    tok_ids = np.concatenate([ids for ids, _ in encoded] or [np.zeros(0, dtype=np.int64)])
-    dim = encoded[0][1].shape[1] if encoded else 384
-    vectors = np.concatenate([v for _, v in encoded] or [np.zeros((0, dim), np.float32)]).astype(np.float16)
-    return TokenMatrix(tuple(turn_ids), owner, vectors, token_idf(owner, tok_ids, len(turn_ids), encoder.vocab_size))
+    return matrix_from_tokens(turn_ids, [ids for ids, _ in encoded], [v for _, v in encoded], encoder.vocab_size)
 
 
 def token_idf(owner: np.ndarray, tok_ids: np.ndarray, n_docs: int, vocab_size: int) -> np.ndarray:
