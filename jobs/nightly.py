@@ -165,6 +165,10 @@ def _build_tenants(writer: ResumableWriter, shards: list[TenantShard], cfg, reci
         for s in run_staged(shards, cfg, recipe, store=writer.path, build_key=key, workers=cpus, total_cpus=cpus,
                             reuse=reuse, stats=stats):
             shard = next(x for x in shards if x.tenant_id == s["tenant_id"])
+            if "error" in s:
+                plan.failed[s["tenant_id"]] = f"tenant build raised {s['error']}"
+                progress("tenant_failed", s)
+                continue
             s["nodes_path"] = shard.nodes_path
             writer.mark_done(s["tenant_id"], {"input_hash": plan.hashes[s["tenant_id"]], "build_key": key,
                                               "summary": s})
@@ -172,7 +176,7 @@ def _build_tenants(writer: ResumableWriter, shards: list[TenantShard], cfg, reci
             progress("tenant", s)
     finished = {s["tenant_id"] for s in summaries}
     for shard in shards:
-        if shard.tenant_id not in finished:
+        if shard.tenant_id not in finished and shard.tenant_id not in plan.failed:
             plan.failed[shard.tenant_id] = "tenant build raised (see the Ray task logs)"
     return summaries
 

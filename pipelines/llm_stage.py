@@ -1,6 +1,6 @@
 """LLM extraction on Ray: one rate limiter shared by every worker, per-actor clients, dry run.
 
-``shared_limiter(cfg)`` gets or creates a named detached-free Ray actor holding a
+``shared_limiter(cfg)`` creates the run's (non-detached) Ray actor holding a
 :class:`memlib.llm.limiter.LocalRateLimiter`; :class:`ActorRateLimiter` is the worker-side
 proxy implementing memlib's ``RateLimiter`` interface (it asks the actor for a start slot and
 sleeps locally), so the configured requests/tokens per minute hold across all workers.
@@ -49,10 +49,15 @@ class ActorRateLimiter:
 
 
 def shared_limiter(cfg: MemlibConfig, name: str | None = None) -> ActorRateLimiter:
-    """The run's limiter actor (created on first use, found by name afterwards). The default
-    name carries the limits, so a later build with other limits in the same Ray session does
-    not reuse a limiter holding the old ones."""
-    name = name or f"{LIMITER_NAME}-{cfg.llm.requests_per_minute}-{cfg.llm.tokens_per_minute}"
+    """A new limiter actor for one build run, shared by its workers through the handle the
+    driver passes them (the driver's handle keeps it alive for the run).
+
+    The default name is unique per call: a named actor found again with ``get_if_exists``
+    could be the previous run's, already losing its last reference and about to die (seen as
+    ``ActorDiedError`` in every tenant of the next build). ``name`` joins an existing one."""
+    import uuid
+
+    name = name or f"{LIMITER_NAME}-{uuid.uuid4().hex[:12]}"
     handle = RateLimiterActor.options(name=name, get_if_exists=True).remote(
         cfg.llm.requests_per_minute, cfg.llm.tokens_per_minute)
     return ActorRateLimiter(handle)
@@ -88,7 +93,9 @@ def llm_extras(cfg: MemlibConfig, store_dir: str | Path, limiter: ActorRateLimit
     from memlib.extract.llm_common import CLIENT_KEY
     from memlib.llm.client import LLMClient
 
-    client = LLMClient(cfg.llm, cache_dir=cache_dir(store_dir), limiter=limiter or shared_limiter(cfg))
+    if limiter is None:  # no run-wide limiter given: this worker limits its own calls
+        limiter = LocalRateLimiter(cfg.llm.requests_per_minute, cfg.llm.tokens_per_minute)
+    client = LLMClient(cfg.llm, cache_dir=cache_dir(store_dir), limiter=limiter)
     return {CLIENT_KEY: client}
 
 

@@ -67,6 +67,16 @@ def from_ipc(data: bytes) -> pa.Table:
     return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
 
 
+def failure_reason(exc: BaseException) -> str:
+    """One line: the exception and the innermost frame of memlib code that raised it."""
+    import traceback
+
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "/memlib/" in f.filename
+              or "/pipelines/" in f.filename]
+    where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
+    return f"{type(exc).__name__}: {str(exc)[:300]}{where}".replace("\n", " ")
+
+
 def _scalar(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
@@ -180,7 +190,11 @@ class TenantOp:
         for i in range(len(batch["tenant_id"])):
             shard = TenantShard(**{k: _scalar(batch[k][i]) for k in TenantShard.__dataclass_fields__})
             rows["tenant_id"].append(shard.tenant_id)
-            rows["summary"].append(json.dumps(self.build_one(shard)))
+            try:
+                summary = self.build_one(shard)
+            except Exception as exc:  # one tenant's failure is reported, never another tenant's
+                summary = {"tenant_id": shard.tenant_id, "error": failure_reason(exc)}
+            rows["summary"].append(json.dumps(summary))
         return rows
 
     def build_one(self, shard: TenantShard) -> dict[str, Any]:

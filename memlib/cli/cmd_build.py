@@ -42,6 +42,8 @@ def _progress(event: str, info: dict[str, Any]) -> None:
                    f"{info['edges']} edges in {info['seconds']:.1f}s")
         if info.get("llm"):
             typer.echo(f"    llm: {_kv(info['llm'])}")
+    elif event == "tenant_failed":
+        typer.echo(f"  tenant {info['tenant_id']} FAILED: {info['error']}")
     elif event == "graph":
         typer.echo(f"graph: {info.get('status')} {info.get('reason', '')}".rstrip())
     elif event == "plan":

@@ -38,3 +38,22 @@ def test_rpm_holds_across_two_workers(ray_local, fake_server):
     assert max(sum(1 for t in times if a <= t < a + 2.0) for a in times) <= 5
     span = times[-1] - times[0]
     assert (len(times) - 1) / span * 60 <= 120 * 1.1
+
+
+@pytest.mark.ray
+def test_each_run_gets_a_live_limiter(ray_local, fake_server):
+    """A build drops its limiter when it ends; the next build in the same Ray session must not
+    be handed that dying actor (it was found by name: ActorDiedError in every tenant)."""
+    import gc
+
+    from pipelines.llm_stage import shared_limiter
+
+    cfg = llm_config(fake_server().url, requests_per_minute=100_000, tokens_per_minute=10_000_000)
+    first, second = shared_limiter(cfg), shared_limiter(cfg)
+    assert first.handle._actor_id != second.handle._actor_id  # each run owns its limiter
+    del first, second
+    for _ in range(8):
+        limiter = shared_limiter(cfg)
+        assert limiter.reserve(1) >= 0.0
+        del limiter
+        gc.collect()

@@ -168,3 +168,22 @@ def test_nightly_reuses_unchanged_sessions_and_equals_a_full_build(ray_local, tm
     assert not any(w in " ".join(ana["text"].to_list()) for w in ("Pixel", "kitten", "Rita", "feather"))
     gone = {n for n in pl.from_arrow(StoreReader(store).table("turns", "ana"))["node_id"].to_list()}
     assert all(set(p) <= gone for p in ana["provenance"].to_list())
+
+
+def test_a_failing_tenant_is_reported_with_its_reason(tmp_path):
+    """The tenant operator turns one tenant's exception into that tenant's summary (type, message
+    and the memlib frame that raised), so the build reports why it failed and builds the others."""
+    from pipelines.session_stage import TenantOp
+
+    cfg = MemlibConfig()
+    writer, shards = _shards(tmp_path, cfg)
+    broken = shards[0]
+    Path(broken.turns_path).unlink()  # its input block vanished: reading it raises
+    op = TenantOp(cfg, "turns", str(writer.path), "key")
+    batch = {k: [getattr(broken, k)] for k in broken.row()}
+    out = op(batch)
+    summary = json.loads(out["summary"][0])
+    assert summary["tenant_id"] == broken.tenant_id
+    assert "error" in summary and ("FileNotFoundError" in summary["error"] or "ArrowInvalid" in summary["error"]
+                                   or "OSError" in summary["error"]), summary
+    assert broken.turns_path.split("/")[-1] in summary["error"] or "No such file" in summary["error"], summary
