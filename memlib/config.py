@@ -18,6 +18,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
+from memlib.schema import Role
+
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
@@ -65,6 +67,11 @@ class GateConfig(_Section):
     min_content_words: int = 2
     min_score: float = Field(0.45, description="keep non-phatic turns whose memory_score reaches this")
     summary_sentences: int = 3
+    extract_roles: list[Role] = Field(default_factory=lambda: [Role.USER, Role.OTHER],
+                                      description="roles whose kept turns the extraction stages (facts, "
+                                      "triplets, events) read: memory is what people said; an assistant's "
+                                      "replies stay turn, segment and session nodes (retrievable, summarized) "
+                                      "but are not mined for facts (on LongMemEval they are 88 % of the text)")
 
 
 class ClueConfig(_Section):

@@ -54,6 +54,9 @@ TEXT_COLUMN = "_text"
 KEY_COLUMN = "session_key"
 SESSION_ACTOR_CPUS = 0.25
 TURN_NODES_CPUS = 0.05
+# how the embed pass runs the encoder (memlib.build.vectors.one_by_one); part of the session
+# build key, so outputs kept by an earlier way of encoding are never reused
+EMBED_PASS = "one-by-one"
 
 
 def to_ipc(table: pa.Table) -> bytes:
@@ -110,12 +113,12 @@ class EmbedOp:
         out: dict[str, list[Any]] = {"block_id": [], "turns": [], "vectors": []}
         for bid, data in zip(batch["block_id"], batch["turns"]):
             turns = from_ipc(data)
-            start = time.perf_counter()
-            tv = self.encoder.encode(turns.column("node_id").to_pylist(), turns.column(TEXT_COLUMN).to_pylist(),
-                                     turns.column(KEY_COLUMN).to_pylist())
+            start, cpu = time.perf_counter(), time.process_time()
+            tv = self.encoder.encode(turns.column("node_id").to_pylist(), turns.column(TEXT_COLUMN).to_pylist())
             table = tv.table(turns.column(KEY_COLUMN).to_pylist(), turns.column("tenant_id").to_pylist(),
                              self.encoder.dim)
-            meta = {"embed_s": round(time.perf_counter() - start, 4), "embed_pid": os.getpid(),
+            meta = {"embed_s": round(time.perf_counter() - start, 4),
+                    "embed_cpu_s": round(time.process_time() - cpu, 4), "embed_pid": os.getpid(),
                     "embed_gpus": self.gpu_ids}
             table = table.replace_schema_metadata({"memlib": json.dumps(meta)})
             out["block_id"].append(_scalar(bid))
@@ -144,7 +147,7 @@ class SessionLocalOp:
         from memlib.build.sessions import SessionOutput, session_local, split_sessions
         from memlib.build.vectors import TurnVectors
 
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         meta = json.loads((vectors.schema.metadata or {}).get(b"memlib", b"{}"))
         tv = TurnVectors.from_table(vectors)
         row = {n: i for i, n in enumerate(tv.node_ids)}
@@ -160,7 +163,8 @@ class SessionLocalOp:
                           "turns": pc.cast(index.column("count_all"), pa.int32())})
         self.store.write_block(bid, SessionOutput.concat(parts), vectors.replace_schema_metadata(None), index)
         return {"block_id": bid, "sessions": index.num_rows, "turns": turns.num_rows,
-                "session_local_s": round(time.perf_counter() - start, 4), **meta}
+                "session_local_s": round(time.perf_counter() - start, 4),
+                "session_local_cpu_s": round(time.process_time() - cpu, 4), **meta}
 
 
 class TenantOp:
@@ -203,7 +207,7 @@ class TenantOp:
         from pipelines.store_sink import write_llm_calls
         from pipelines.tenant_stage import write_parquet
 
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         turns = sort_turns(pq.read_table(shard.turns_path))
         keys = session_keys(turns, self.build_key)
         order = list(dict.fromkeys(keys.to_pylist()))
@@ -228,7 +232,8 @@ class TenantOp:
         llm = call_summary(calls)
         out.timings["read_sessions"] = round(read_s, 3)
         return {"tenant_id": shard.tenant_id, "turns": turns.num_rows, "sessions": len(order),
-                "timings": out.timings, "seconds": round(time.perf_counter() - start, 3), "pid": os.getpid(),
+                "timings": out.timings, "seconds": round(time.perf_counter() - start, 3),
+                "cpu_s": round(time.process_time() - cpu, 3), "pid": os.getpid(),
                 "node_id": ray.get_runtime_context().get_node_id(), **out.counts(),
                 **({"llm": llm} if llm else {})}
 
@@ -384,7 +389,7 @@ def session_build_key(cfg: MemlibConfig, key: str) -> str:
 
     from memlib.build.vectors import auto_encoder_model
 
-    extra = f"{auto_encoder_model(cfg)}|{cfg.retrieve.precompute_token_matrices}"
+    extra = f"{auto_encoder_model(cfg)}|{cfg.retrieve.precompute_token_matrices}|{EMBED_PASS}"
     return f"{key}-{hashlib.sha256(extra.encode()).hexdigest()[:8]}"
 
 
@@ -407,6 +412,8 @@ def run_staged(shards: list[TenantShard], cfg: MemlibConfig, recipe: str, *, sto
                  blocks=len(plan.blocks), session_pass_s=round(time.perf_counter() - start, 3),
                  embed_s=round(sum(b.get("embed_s", 0.0) for b in blocks), 3),
                  session_local_s=round(sum(b.get("session_local_s", 0.0) for b in blocks), 3),
+                 embed_cpu_s=round(sum(b.get("embed_cpu_s", 0.0) for b in blocks), 3),
+                 session_local_cpu_s=round(sum(b.get("session_local_cpu_s", 0.0) for b in blocks), 3),
                  embed_actors=len({b.get("embed_pid") for b in blocks}),
                  embed_gpus=sorted({g for b in blocks for g in b.get("embed_gpus", [])}))
     shutil.rmtree(work.parent, ignore_errors=True)  # the pending-block files (<version>/_work)

@@ -74,26 +74,19 @@ def auto_encoder_model(cfg: Any) -> str:
     return str(strategy_params("auto", cfg).get("encoder", late.DEFAULT_MODEL))
 
 
-def length_sorted(encode: Any, texts: list[str], groups: Sequence[str] | None = None) -> list[Any]:
-    """``encode`` over ``texts``, one group (session) at a time, each in length order (less
-    padding per batch); results in the input order.
+def one_by_one(encode: Any, texts: Sequence[str]) -> list[Any]:
+    """``encode`` applied to each text on its own (a batch of one, so no padding).
 
-    Batches never mix groups: the int8 encoder quantizes activations per batch tensor, so a
-    text's vectors depend (slightly) on its batch-mates. Encoding each session on its own makes a
-    session's vectors a function of that session alone, whatever block it travels in, which
-    is what lets a nightly run reuse kept sessions and still equal a full build."""
-    keys = list(groups) if groups is not None else [""] * len(texts)
-    order = sorted(range(len(texts)), key=lambda i: (keys[i], len(texts[i]), i))
-    out: list[Any] = [None] * len(texts)
-    start = 0
-    while start < len(order):
-        end = start
-        while end < len(order) and keys[order[end]] == keys[order[start]]:
-            end += 1
-        idx = order[start:end]
-        for i, res in zip(idx, encode([texts[i] for i in idx])):
-            out[i] = res
-        start = end
+    The int8 encoder quantizes activations per batch tensor, so in a batch a text's vectors
+    depend (slightly) on its batch-mates. Alone, a text's vectors are a function of the text:
+    a session encodes the same in a full build and in a nightly run, whatever block or batch
+    it travels in, which is what lets a nightly run reuse kept sessions and still equal a full
+    build. It is also the cheapest way to run this encoder on a CPU: measured on locomo_dev3
+    and LongMemEval-S turns, a batch of one costs 25-35 % less CPU per text than batches of
+    32 in length order (docs/benchmarks.md)."""
+    out: list[Any] = []
+    for text in texts:
+        out.extend(encode([text]))
     return out
 
 
@@ -123,13 +116,12 @@ class TurnEncoder:
             self.passages = get_embedder(embed_cfg)
         self.tag = self.tokens.tag if self.tokens is not None else None
 
-    def encode(self, node_ids: Sequence[str], texts: Sequence[str], sessions: Sequence[str] | None = None) -> TurnVectors:
-        """Vectors of ``texts``; ``sessions`` (one key per text) keeps each session's texts in
-        batches of their own (see :func:`length_sorted`)."""
+    def encode(self, node_ids: Sequence[str], texts: Sequence[str]) -> TurnVectors:
+        """Vectors of ``texts``, each text encoded on its own (see :func:`one_by_one`)."""
         from memlib.embed.tokens_backend import pooled
 
         texts = [t or "" for t in texts]
-        tok = length_sorted(self.tokens.encode, texts, sessions) if self.tokens is not None and texts else []
+        tok = one_by_one(self.tokens.encode, texts) if self.tokens is not None and texts else []
         ids = [i.astype(np.int32) for i, _ in tok] if self.tokens is not None else None
         vecs = [v.astype(np.float16) for _, v in tok] if self.tokens is not None else None
         if not texts:
@@ -137,7 +129,7 @@ class TurnEncoder:
         elif self.passages is not None:
             vectors = np.asarray(self.passages.embed_passages(texts), dtype=np.float32)
         elif self.pool_encoder is not None:
-            vectors = pooled([v for _, v in length_sorted(self.pool_encoder.encode, texts, sessions)], self.dim)
+            vectors = pooled([v for _, v in one_by_one(self.pool_encoder.encode, texts)], self.dim)
         else:
             vectors = pooled([v for _, v in tok], self.dim)
         return TurnVectors(list(node_ids), vectors, ids, vecs)

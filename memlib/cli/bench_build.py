@@ -2,8 +2,9 @@
 
 Prints one JSON line: build_s (the whole `memlib build` job: Ray start, read, session pass,
 tenant stages, graph, Lance write, indexes, publish), floor_s (one pass of the default token
-encoder -- the int8 MiniLM that ``auto`` uses -- over the same turn texts, in this process,
-with every core, batches of 32 in length order, after a warm-up; same run), floor_ratio =
+encoder -- the int8 MiniLM that ``auto`` uses -- over the same turn texts with every core,
+after a warm-up, same run: the faster of intra-op threads with length-ordered batches and one
+process per core encoding texts one by one, both reported; memlib/embed/floor.py), floor_ratio =
 build_s / floor_s, turns_per_s, the session pass's figures, and peak_rss_mb (driver plus
 every child process: Ray's GCS, raylet and workers, sampled every 0.25 s).
 """
@@ -58,21 +59,16 @@ class RssSampler:
         self.peak = max(self.peak, self._sample())
 
 
-def floor_seconds(store: Path, cfg, threads: int) -> tuple[float, int]:
-    """Seconds of one pass of the default token encoder over the store's turn texts, here."""
+def floor_seconds(store: Path, cfg, cores: int) -> tuple[dict[str, float], int]:
+    """One pass of the default token encoder over the store's turn texts, here (memlib.embed.floor)."""
     import pyarrow.compute as pc
 
-    from memlib.build.vectors import length_sorted
+    from memlib.embed.floor import encoder_floor
     from memlib.io.store import StoreReader
-    from memlib.retrieve import late
 
     nodes = StoreReader(store).nodes(columns=["kind", "text"])
     texts = nodes.filter(pc.equal(nodes.column("kind"), "turn")).column("text").to_pylist()
-    encoder = late.get_encoder(threads, late.DEFAULT_MODEL, cfg.embed.model_cache)
-    encoder.encode(texts[:8])  # model load and warm-up are not encoding work
-    start = time.perf_counter()
-    length_sorted(encoder.encode, texts)
-    return time.perf_counter() - start, len(texts)
+    return encoder_floor(texts, cores, model_cache=cfg.embed.model_cache), len(texts)
 
 
 def register(bench_app: typer.Typer) -> None:
@@ -96,12 +92,14 @@ def register(bench_app: typer.Typer) -> None:
                 start = time.perf_counter()
                 manifest = run_build(cfg, input, format, store, num_cpus=num_cpus, recipe=recipe)
                 build_s = time.perf_counter() - start
-            floor_s, n_texts = floor_seconds(store, cfg, num_cpus or os.cpu_count() or 1)
+            floor, n_texts = floor_seconds(store, cfg, num_cpus or os.cpu_count() or 1)
+        floor_s = floor["floor_s"]
         turns = manifest["row_counts"]["turns"]
         typer.echo(json.dumps({
             "input": str(input), "recipe": recipe, "embed_backend": cfg.embed.backend, "turns": turns,
             "nodes": manifest["row_counts"]["nodes"], "floor_turns": n_texts, "build_s": round(build_s, 2),
-            "floor_s": round(floor_s, 2), "floor_ratio": round(build_s / floor_s, 3) if floor_s else None,
+            "floor_s": round(floor_s, 2), **{k: round(v, 2) for k, v in floor.items() if k != "floor_s"},
+            "floor_ratio": round(build_s / floor_s, 3) if floor_s else None,
             "turns_per_s": round(turns / build_s, 2), "peak_rss_mb": round(rss.peak / 2**20, 1),
             "sessions": manifest.get("sessions"), "stage_timings_s": manifest["stage_timings_s"],
         }))

@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 
 from memlib import schema
 from memlib.config import Backend, MemlibConfig
+from memlib.schema import Role
 
 
 class Stage(str, Enum):
@@ -84,11 +85,15 @@ class ExtractionContext:
     extras: dict[str, Any] = field(default_factory=dict)
 
     def kept_turns(self) -> pa.Table:
-        """Turns that passed the gate, in (tenant, conversation, session, turn) order."""
+        """Turns that passed the gate and whose role is one extraction reads
+        (``gate.extract_roles``), in (tenant, conversation, session, turn) order."""
         turns = self.turns
         if self.kept_turn_ids is not None:
             mask = pc.is_in(turns.column("node_id"), value_set=pa.array(sorted(self.kept_turn_ids), pa.string()))
             turns = turns.filter(mask)
+        roles = sorted({r.value for r in self.config.gate.extract_roles})
+        if len(roles) < len(Role):
+            turns = turns.filter(pc.is_in(turns.column("role"), value_set=pa.array(roles, pa.string())))
         return turns.sort_by([("tenant_id", "ascending"), ("conversation_id", "ascending"),
                               ("session_index", "ascending"), ("turn_index", "ascending")])
 

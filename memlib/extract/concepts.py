@@ -62,11 +62,29 @@ def _verb_object(chunk: Any, names: set[str], words: list[str]) -> list[str]:
     return [verb.lemma_.lower(), *words]
 
 
-def concept_labels(span: Any, names: set[str], limit: int = 3) -> list[str]:
+def chunks_by_sentence(doc: Any) -> dict[int, list[Any]]:
+    """The doc's noun chunks grouped by the start of the sentence holding them, computed once
+    (``Span.noun_chunks`` walks every chunk of the doc for each sentence: quadratic in long turns)."""
+    starts = [s.start for s in doc.sents]
+    out: dict[int, list[Any]] = {s: [] for s in starts}
+    i = 0
+    for chunk in doc.noun_chunks:
+        while i + 1 < len(starts) and starts[i + 1] <= chunk.start:
+            i += 1
+        out[starts[i]].append(chunk)
+    return out
+
+
+def concept_labels(span: Any, names: set[str], limit: int = 3, chunks: list[Any] | None = None) -> list[str]:
     """Up to ``limit`` snake_case concept labels for a sentence span; ``names`` are lowercase
-    tokens of people (speakers) that must never appear in a label."""
+    tokens of people (speakers) that must never appear in a label. ``chunks``: the span's noun
+    chunks when the caller has them (:func:`chunks_by_sentence`)."""
     out: list[str] = []
-    for chunk in span.noun_chunks:
+    if chunks is None:
+        chunks = list(span.noun_chunks)
+    for chunk in chunks:
+        if chunk.end > span.end:  # a chunk crossing the sentence end is not the sentence's
+            continue
         words = _chunk_words(chunk, names)
         if len(words) == 1:
             words = _verb_object(chunk, names, words)

@@ -17,7 +17,7 @@ import pyarrow as pa
 from memlib import schema
 from memlib.config import Backend
 from memlib.extract.base import ExtractionContext, ExtractResult, Stage, register
-from memlib.extract.concepts import canonicalize, concept_labels
+from memlib.extract.concepts import canonicalize, chunks_by_sentence, concept_labels
 from memlib.extract.entities import ENTITY_LABELS
 from memlib.extract.events import pick_event_time
 from memlib.extract.parse import ParsedTurn, parsed_turns
@@ -73,7 +73,7 @@ def _names(turn: ParsedTurn) -> set[str]:
     return {w.lower() for s in (turn.speaker, turn.other_speaker) if s for w in s.split()}
 
 
-def _sentence_fact(turn: ParsedTurn, index: int, sent: Any, limit: int) -> RawFact:
+def _sentence_fact(turn: ParsedTurn, index: int, sent: Any, limit: int, chunks: list[Any] | None = None) -> RawFact:
     rw = rewrite_speaker(sent, turn.speaker, turn.other_speaker)
     mentions = resolve_dates(rw.text, turn.session_time) if turn.session_time else []
     text = rewrite_relative(rw.text, turn.session_time, mentions) if mentions else rw.text
@@ -82,15 +82,16 @@ def _sentence_fact(turn: ParsedTurn, index: int, sent: Any, limit: int) -> RawFa
     names = _names(turn) | {w.lower() for e in sent.ents if e.label_ == "PERSON" for w in e.text.split()}
     return RawFact(turn, index, text[:_MAX_FACT_CHARS], pick_event_time(mentions, turn.session_time),
                    bool(mentions), [m.to_json() for m in mentions], entities,
-                   concept_labels(sent, names, limit))
+                   concept_labels(sent, names, limit, chunks))
 
 
 def facts_of_turn(turn: ParsedTurn, min_content: int, limit: int) -> list[RawFact]:
     out = []
+    chunks = chunks_by_sentence(turn.doc)
     for i, sent in enumerate(turn.doc.sents):
         if is_question(sent) or is_imperative(sent) or is_phatic(sent, min_content):
             continue
-        out.append(_sentence_fact(turn, i, sent, limit))
+        out.append(_sentence_fact(turn, i, sent, limit, chunks.get(sent.start, [])))
     if turn.caption and turn.speaker:
         text = f"{turn.speaker} shared an image: {turn.caption}"
         out.append(RawFact(turn, len(out) + 1000, text[:_MAX_FACT_CHARS], turn.session_time, False, [],

@@ -66,3 +66,27 @@ def test_run_all_conforms_and_is_stable(ctx, turns, kept_ids):
     ids = set(a.nodes.column("node_id").to_pylist()) | set(turns.column("node_id").to_pylist())
     edges = pl.from_arrow(a.edges)
     assert set(edges["src"]) <= ids and set(edges["dst"]) <= ids
+
+
+def test_extraction_reads_the_configured_roles_only(turns, kept_ids):
+    """gate.extract_roles: an assistant's reply is not mined for facts by default (it stays a turn);
+    listing the role mines it too."""
+    import pyarrow as pa
+
+    from memlib.config import load_config
+
+    roles = ["assistant" if r["speaker"] == "Melanie" else "user" for r in turns.to_pylist()]
+    turns = turns.set_column(turns.schema.get_field_index("role"), "role", pa.array(roles, pa.string()))
+    melanie = {r["node_id"] for r in turns.to_pylist() if r["speaker"] == "Melanie"}
+
+    default = ExtractionContext(turns=turns, kept_turn_ids=kept_ids, config=load_config(environ={}))
+    assert not melanie & set(default.kept_turns().column("node_id").to_pylist())
+    facts = get_extractor("facts", "heuristic").run(default).nodes
+    sources = {p for ps in facts.column("provenance").to_pylist() for p in ps}
+    assert sources and not sources & melanie  # Caroline's facts only
+    assert not any("Paris" in t for t in facts.column("text").to_pylist())
+
+    every = load_config(overrides=["gate.extract_roles=[user,assistant,other]"], environ={})
+    facts = get_extractor("facts", "heuristic").run(ExtractionContext(turns=turns, kept_turn_ids=kept_ids,
+                                                                      config=every)).nodes
+    assert any("Paris" in t for t in facts.column("text").to_pylist())
