@@ -278,21 +278,26 @@ class StoreWriter:
                 turn_tbl.add(turns.select(TURN_TEXT_SCHEMA.names).cast(TURN_TEXT_SCHEMA))
         return tbl.version
 
-    def index_nodes(self, *, min_rows_for_ann: int = 5_000, incremental: bool = False) -> int:
+    def index_nodes(self, *, min_rows_for_ann: int = 5_000, incremental: bool = False,
+                    merge_rows: int = 50_000) -> int:
         """(Re)build the full-text, tenant/kind and vector indexes; returns the Lance version.
 
         Below ``min_rows_for_ann`` rows the vector index is skipped: a flat scan is exact and
         as fast. IVF_FLAT partitions grow with the table (about sqrt(n)).
 
-        ``incremental`` (a nightly run over a store whose indexes exist): the rows added since
-        are merged into the existing indexes (Lance ``optimize``, no old version pruned, so
-        rollback keeps working) instead of rebuilding them over the whole table; the cost
-        follows what changed. Deleted rows were already invisible through deletion files."""
+        ``incremental`` (a nightly run over a store whose indexes exist): searches already see
+        rows added since the last indexing (Lance scans unindexed rows exactly, same scores),
+        so nothing is done until more than ``merge_rows`` rows (or a quarter of the table) are
+        unindexed; then they are merged into the existing indexes (Lance ``optimize``: compaction
+        and index merge, no old version pruned, so rollback keeps working). A nightly run's cost
+        follows what changed; the merge, whose cost follows the table, comes every many nights."""
         tbl = self.open_nodes()
         n = tbl.count_rows()
         if n == 0:
             return tbl.version
         if incremental and self._indexed(tbl, n, min_rows_for_ann):
+            if self.unindexed_rows() <= max(merge_rows, n // 4):
+                return tbl.version
             keep_versions = timedelta(days=36_500)
             tbl.optimize(cleanup_older_than=keep_versions)
             self.open_turn_text().optimize(cleanup_older_than=keep_versions)
@@ -314,6 +319,11 @@ class StoreWriter:
             tbl.create_index("embedding", config=IvfFlat(distance_type="cosine", num_partitions=parts),
                              replace=True)
         return tbl.version
+
+    def unindexed_rows(self) -> int:
+        """Rows of either Lance table that some index of it does not cover yet."""
+        return max([0] + [int(i.num_unindexed_rows or 0) for t in self.lance_tables().values()
+                          for i in t.list_indices()])
 
     def _indexed(self, tbl, n: int, min_rows_for_ann: int) -> bool:
         """Whether every index :meth:`index_nodes` makes already exists on both tables."""

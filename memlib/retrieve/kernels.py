@@ -15,6 +15,7 @@ from memlib.retrieve.tenant import TenantIndex
 RRF_K = 60  # Cormack et al. reciprocal rank fusion constant
 DEFAULT_WORD_BUDGET = 1000  # GAAMA context budget, in words
 _FTS_TOKEN = re.compile(r"[A-Za-z0-9]+")
+FTS_TIE_MARGIN = 16  # extra hits fetched so ties at the k-th score are ordered by id, not storage
 
 Ranking = list[tuple[str, float]]  # (node id, score), best first
 
@@ -63,10 +64,13 @@ def lance_fts(index: TenantIndex, query: str, k: int, kinds: Iterable[str] | Non
         query = turn_tbl.search(q, query_type="fts").where(index.where(None), prefilter=True)
     else:
         query = index.table.search(q, query_type="fts").where(index.where(kinds), prefilter=True)
-    res = query.select(["node_id", "_score"]).limit(k).to_arrow()
+    res = query.select(["node_id", "_score"]).limit(k + FTS_TIE_MARGIN).to_arrow()
     ids = res.column("node_id").to_pylist()
     scores = res.column("_score").to_numpy(zero_copy_only=False)
-    return [(i, float(s)) for i, s in zip(ids, scores)]
+    # equal scores in node id order: Lance returns ties in storage order, which differs between
+    # a full build and a nightly run that added the same rows later
+    ranked = sorted(zip(ids, scores.tolist()), key=lambda r: (-r[1], r[0]))
+    return [(i, float(s)) for i, s in ranked[:k]]
 
 
 def rrf(rankings: Sequence[Ranking], k: int = RRF_K, weights: Sequence[float] | None = None) -> Ranking:
