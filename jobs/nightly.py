@@ -278,7 +278,8 @@ def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: st
         drop_staging(writer, ok_shards)
         shutil.rmtree(writer.version_dir / DONE_DIR, ignore_errors=True)
     with timer.stage(JobStage.INDEX):
-        writer.index_nodes(incremental=not full and base is not None, merge_rows=cfg.io.index_merge_rows)
+        writer.index_nodes(incremental=not full and base is not None, merge_rows=cfg.io.index_merge_rows,
+                           vector_index=cfg.io.vector_index)
     timings = {**timer.rounded(), "total": round(time.perf_counter() - wall, 3)}
     carried = [_carried_summary(t, prev[t]) for t in plan.carry]
     manifest = build_manifest(cfg=cfg, recipe=recipe, input_path=str(input_path), fmt=str(fmt),

@@ -36,6 +36,8 @@ class IOConfig(_Section):
     image_caption_in_text: bool = Field(True, description="append '[image: caption]' to turn text for indexing")
     staging_dir: str | None = Field(None, description="where inputs given as object storage URIs (s3://...) are "
                                                       "staged while read (None: the system temp dir)")
+    vector_index: bool = Field(False, description="also build an IVF_FLAT index on node vectors (Lance ANN over "
+                               "the whole table); memlib's searches are per tenant and scan exactly without it")
     index_merge_rows: int = Field(50_000, ge=0, description="a nightly run merges rows added since the last "
                                   "indexing into the Lance indexes once more than this many (or a quarter of the "
                                   "table) are unindexed; until then searches scan them exactly")

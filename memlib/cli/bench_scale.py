@@ -8,13 +8,16 @@ of ``POST /v1/search`` on the big tenant (default strategy ``auto``) through the
 by :mod:`jobs.serve`, requests by :class:`memlib.client.MemlibClient` with a tenant token made
 for the run); ``inprocess_p50_ms`` / ``inprocess_p95_ms`` are the same searches without HTTP
 (TenantCache + strategy, query embedding excluded). ``--no-http`` keeps only the in-process
-figures. The haystack run also rebuilds the tenant on one CPU: tenant_speedup = that wall /
-the main build's wall. The corpus is written to a temporary directory, never into the repository.
+figures. The haystack run then builds the tenant twice more in child processes, on one core and
+on every core: tenant_speedup = one-core wall / all-core wall (same run). The corpus is written to a temporary directory, never into the repository.
 """
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from enum import Enum
@@ -99,25 +102,46 @@ def _evaluate(store: Path, strategy: str, cfg) -> pl.DataFrame:
     return evaluate(store, questions, strategy, [10], cfg, dataset=Dataset.LOCOMO).per_question
 
 
-def tenant_speedup(cfg, corpus: Path, workdir: Path, build_s: float, num_cpus: Optional[int]) -> dict:
-    """The same build on a fresh local Ray with one CPU: ``tenant_speedup`` = 1-worker wall /
-    the main build's wall (same run). The staged build spreads one tenant's sessions over every
-    embed and session-local actor, so a big tenant gets faster with more workers."""
-    from jobs.build import run_build
+def timed_build(corpus: Path, store: Path, num_cpus: int, cores: set[int] | None, log: Path,
+                config: Optional[Path] = None, sets: Optional[list[str]] = None) -> float:
+    """Wall seconds of ``memlib build`` in a child process (its own local Ray); ``cores``: the CPU
+    cores the child and every process it starts may run on (Linux affinity, inherited)."""
+    cmd = [sys.executable, "-m", "memlib", "build", "--input", str(corpus), "--format", "jsonl",
+           "--out", str(store), "--num-cpus", str(num_cpus)]
+    cmd += ["--config", str(config)] if config else []
+    for item in sets or []:
+        cmd += ["--set", item]
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    pin = (lambda: os.sched_setaffinity(0, cores)) if cores else None
+    start = time.perf_counter()
+    with log.open("w") as out:
+        subprocess.run(cmd, check=True, env=env, preexec_fn=pin, stdout=out, stderr=subprocess.STDOUT)
+    return time.perf_counter() - start
+
+
+def tenant_speedup(corpus: Path, workdir: Path, num_cpus: Optional[int], config: Optional[Path] = None,
+                   sets: Optional[list[str]] = None) -> dict:
+    """The haystack tenant built twice more, each in a fresh process with a local Ray of its own:
+    on one core (affinity: every Ray process shares that core; ``--num-cpus 1``) and on every
+    core of the run. ``tenant_speedup`` = one-core wall / all-core wall, same run: the staged
+    build spreads one tenant's sessions over all embed and session-local actors."""
     from jobs.nightly import release_ray
 
-    release_ray()  # the 1-CPU build starts a Ray of its own
-    start = time.perf_counter()
-    run_build(cfg, corpus, "jsonl", workdir / "store_1cpu", num_cpus=1)
-    one_s = time.perf_counter() - start
     release_ray()
-    shutil.rmtree(workdir / "store_1cpu", ignore_errors=True)
-    return {"build_1cpu_s": round(one_s, 1), "build_cpus": num_cpus,
-            "tenant_speedup": round(one_s / build_s, 3) if build_s else None}
+    cores = sorted(os.sched_getaffinity(0))
+    n = num_cpus or len(cores)
+    one = timed_build(corpus, workdir / "store_1core", 1, {cores[0]}, workdir / "build_1core.log", config, sets)
+    shutil.rmtree(workdir / "store_1core", ignore_errors=True)
+    many = timed_build(corpus, workdir / f"store_{n}core", n, set(cores[:n]), workdir / f"build_{n}core.log",
+                       config, sets)
+    shutil.rmtree(workdir / f"store_{n}core", ignore_errors=True)
+    return {"build_1core_s": round(one, 1), f"build_{n}core_s": round(many, 1), "speedup_cores": n,
+            "tenant_speedup": round(one / many, 3) if many else None}
 
 
 def run_scale(cfg, data: Path, workdir: Path, *, conversation: str, sessions: int, tenants: int, seed: int,
-              strategy: str, num_cpus: Optional[int], http: bool = True, speedup: bool = True) -> dict:
+              strategy: str, num_cpus: Optional[int], http: bool = True, speedup: bool = True,
+              config: Optional[Path] = None, sets: Optional[list[str]] = None) -> dict:
     from jobs.build import run_build
     from jobs.nightly import allow_long_tenants
     from memlib.cli.bench_build import RssSampler
@@ -150,7 +174,7 @@ def run_scale(cfg, data: Path, workdir: Path, *, conversation: str, sessions: in
             maintain_order=True).to_list()
         out.update(http_latency(workdir / "store", cfg, evaluated[0], queries, strategy, num_cpus))
     if speedup and not tenants:
-        out.update(tenant_speedup(cfg, workdir / "scale.jsonl", workdir, build_s, num_cpus))
+        out.update(tenant_speedup(workdir / "scale.jsonl", workdir, num_cpus, config, sets))
     return out
 
 
@@ -184,7 +208,8 @@ def register(bench_app: typer.Typer) -> None:
         tmp = workdir or Path(tempfile.mkdtemp(prefix="memlib-scale-"))
         try:
             res = run_scale(cfg, data, tmp, conversation=conversation, sessions=sessions, tenants=tenants,
-                            seed=seed, strategy=strategy, num_cpus=num_cpus, http=http, speedup=speedup)
+                            seed=seed, strategy=strategy, num_cpus=num_cpus, http=http, speedup=speedup,
+                            config=config, sets=set_)
         finally:
             if workdir is None:
                 shutil.rmtree(tmp, ignore_errors=True)

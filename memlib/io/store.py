@@ -279,11 +279,16 @@ class StoreWriter:
         return tbl.version
 
     def index_nodes(self, *, min_rows_for_ann: int = 5_000, incremental: bool = False,
-                    merge_rows: int = 50_000) -> int:
-        """(Re)build the full-text, tenant/kind and vector indexes; returns the Lance version.
+                    merge_rows: int = 50_000, vector_index: bool = False) -> int:
+        """(Re)build the full-text and tenant/kind indexes, and with ``vector_index`` an IVF_FLAT
+        index on the node vectors; returns the Lance version.
 
-        Below ``min_rows_for_ann`` rows the vector index is skipped: a flat scan is exact and
-        as fast. IVF_FLAT partitions grow with the table (about sqrt(n)).
+        The vector index is off by default: every memlib search is filtered to one tenant,
+        and a flat scan of that tenant's rows (found through the tenant bitmap) is exact and
+        fast, while a table-wide IVF index searched with that filter missed 9 % of the exact
+        top 10 on longmemeval_s_dev24 and cost more CPU than the rest of the indexing together
+        (docs/benchmarks.md). Below ``min_rows_for_ann`` rows it is skipped anyway; its
+        partitions grow with the table (about sqrt(n)).
 
         ``incremental`` (a nightly run over a store whose indexes exist): searches already see
         rows added since the last indexing (Lance scans unindexed rows exactly, same scores),
@@ -295,7 +300,8 @@ class StoreWriter:
         n = tbl.count_rows()
         if n == 0:
             return tbl.version
-        if incremental and self._indexed(tbl, n, min_rows_for_ann):
+        ann = vector_index and n >= min_rows_for_ann
+        if incremental and self._indexed(tbl, ann):
             if self.unindexed_rows() <= max(merge_rows, n // 4):
                 return tbl.version
             keep_versions = timedelta(days=36_500)
@@ -314,7 +320,7 @@ class StoreWriter:
                                   replace=True)
             turn_tbl.create_index("tenant_id", config=Bitmap(), replace=True)
         tbl.create_index("kind", config=Bitmap(), replace=True)
-        if n >= min_rows_for_ann:
+        if ann:
             parts = max(8, int(n ** 0.5))
             tbl.create_index("embedding", config=IvfFlat(distance_type="cosine", num_partitions=parts),
                              replace=True)
@@ -325,10 +331,10 @@ class StoreWriter:
         return max([0] + [int(i.num_unindexed_rows or 0) for t in self.lance_tables().values()
                           for i in t.list_indices()])
 
-    def _indexed(self, tbl, n: int, min_rows_for_ann: int) -> bool:
+    def _indexed(self, tbl, ann: bool) -> bool:
         """Whether every index :meth:`index_nodes` makes already exists on both tables."""
         names = {c for i in tbl.list_indices() for c in i.columns}
-        want = {"text", "tenant_id", "kind"} | ({"embedding"} if n >= min_rows_for_ann else set())
+        want = {"text", "tenant_id", "kind"} | ({"embedding"} if ann else set())
         turn_tbl = self.open_turn_text()
         turn_names = {c for i in turn_tbl.list_indices() for c in i.columns}
         return want <= names and (turn_tbl.count_rows() == 0 or {"text", "tenant_id"} <= turn_names)

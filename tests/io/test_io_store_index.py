@@ -48,3 +48,16 @@ def test_nightly_rows_are_searchable_before_the_indexes_take_them_in(tmp_path):
     assert writer.unindexed_rows() == 0 and _index_ids(writer) != indexes
     assert sorted(_fts(writer, "zebra", "b")) == ["b-0", "b-1"]
     assert len(_fts(writer, "zebra", "c")) == 5
+
+
+def test_vector_index_only_when_asked(tmp_path):
+    """Per-tenant searches scan exactly, so no IVF index by default; ``vector_index`` builds it."""
+    texts = [f"word {i}" for i in range(40)]
+    plain = StoreWriter(tmp_path / "plain", dim=DIM)
+    plain.replace_tenant_nodes(["a"], _nodes("a", texts))
+    plain.index_nodes(min_rows_for_ann=10)
+    assert "embedding" not in {c for i in plain.open_nodes().list_indices() for c in i.columns}
+    ann = StoreWriter(tmp_path / "ann", dim=DIM)
+    ann.replace_tenant_nodes(["a"], _nodes("a", texts))
+    ann.index_nodes(min_rows_for_ann=10, vector_index=True)
+    assert "embedding" in {c for i in ann.open_nodes().list_indices() for c in i.columns}
