@@ -57,6 +57,10 @@ TURN_NODES_CPUS = 0.05
 # how the embed pass runs the encoder (memlib.build.vectors.one_by_one); part of the session
 # build key, so outputs kept by an earlier way of encoding are never reused
 EMBED_PASS = "one-by-one"
+# the build's actors share the node's cores with each other: the libraries that would start a
+# thread pool per process (polars, HF tokenizers / rayon) run on the actor's own thread
+WORKER_ENV = {"POLARS_MAX_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "RAYON_NUM_THREADS": "1"}
+RUNTIME_ENV = {"env_vars": WORKER_ENV}
 
 
 def to_ipc(table: pa.Table) -> bytes:
@@ -354,10 +358,10 @@ def run_sessions(plan: SessionPlan, cfg: MemlibConfig, recipe: str, store: str, 
     ds = ray.data.from_items([{"block_path": p} for p in plan.blocks], override_num_blocks=len(plan.blocks))
     ds = ds.map_batches(turn_nodes_op, batch_size=1, num_cpus=TURN_NODES_CPUS, fn_kwargs={"cfg": cfg})
     gpus = {"num_gpus": res.embed_gpus} if res.embed_gpus else {}
-    ds = ds.map_batches(EmbedOp, batch_size=1, num_cpus=res.embed_cpus, **gpus,
+    ds = ds.map_batches(EmbedOp, batch_size=1, num_cpus=res.embed_cpus, **gpus, runtime_env=RUNTIME_ENV,
                         compute=ray.data.ActorPoolStrategy(size=res.embed_actors),
                         fn_constructor_kwargs={"cfg": cfg, "threads": res.embed_threads})
-    ds = ds.map_batches(SessionLocalOp, batch_size=1, num_cpus=SESSION_ACTOR_CPUS,
+    ds = ds.map_batches(SessionLocalOp, batch_size=1, num_cpus=SESSION_ACTOR_CPUS, runtime_env=RUNTIME_ENV,
                         compute=ray.data.ActorPoolStrategy(min_size=1, max_size=res.session_actors),
                         fn_constructor_kwargs={"cfg": cfg, "recipe": recipe, "store": store, "build_key": build_key})
     for row in ds.iter_rows():
@@ -376,6 +380,7 @@ def run_tenant_stage(shards: list[TenantShard], cfg: MemlibConfig, recipe: str, 
     ds = ray.data.from_items([s.row() for s in sorted(shards, key=lambda s: -s.turns)], override_num_blocks=len(shards))
     pool = ray.data.ActorPoolStrategy(size=workers, max_tasks_in_flight_per_actor=1)
     ds = ds.map_batches(TenantOp, batch_size=1, compute=pool, num_cpus=max(0.25, total_cpus / workers / 2),
+                        runtime_env=RUNTIME_ENV,
                         fn_constructor_kwargs={"cfg": cfg, "recipe": recipe, "store": store, "build_key": build_key,
                                                "llm_limiter": limiter})
     for row in ds.iter_rows():

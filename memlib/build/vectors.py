@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pyarrow as pa
+from scipy import sparse
 
 from memlib import schema
 
@@ -157,31 +158,61 @@ def span_pooled_vectors(nodes: pa.Table, tv: TurnVectors, tokenizer: Any) -> np.
     """Vector of every node from the token vectors of its provenance turns: the mean of those
     turns' token vectors whose WordPiece id occurs in the node's own text (a fact's words in its
     turn's context), normalized; a node none of whose words occur there falls back to the mean
-    of its turns' vectors. Turn nodes keep their own vector."""
+    of its turns' vectors. Turn nodes keep their own vector.
+
+    Vectorized as a join on (turn, token id): every token of every turn gets the key
+    ``turn * vocab + id``, every derived node the keys of its (provenance turn, word id) pairs;
+    the matching token rows are found by binary search and summed per node."""
     assert tv.token_ids is not None and tv.token_vectors is not None
-    fallback = pooled_vectors(nodes, tv.node_ids, tv.vectors)
+    out = pooled_vectors(nodes, tv.node_ids, tv.vectors)
     row = {n: i for i, n in enumerate(tv.node_ids)}
-    texts = [t or "" for t in nodes.column("text").to_pylist()]
     kinds = nodes.column("kind").to_pylist()
-    provenance = nodes.column("provenance").to_pylist()
-    out = fallback.copy()
     derived = [i for i, k in enumerate(kinds) if k != schema.NodeKind.TURN.value]
-    node_ids = tokenizer.ids([texts[i] for i in derived]) if derived else []
-    for i, ids in zip(derived, node_ids):
-        if len(ids) == 0:
+    if not derived or not tv.token_ids:
+        return out
+    texts = nodes.column("text").to_pylist()
+    provenance = nodes.column("provenance").to_pylist()
+    word_ids = tokenizer.ids([texts[i] or "" for i in derived])
+    vocab = int(max((int(t.max()) for t in tv.token_ids if t.size), default=0)
+                + max((int(w.max()) for w in word_ids if w.size), default=0) + 2)
+    # token side: one key per token row of every turn, sorted (stable: token order kept)
+    lengths = np.fromiter((t.size for t in tv.token_ids), dtype=np.int64, count=len(tv.token_ids))
+    owner = np.repeat(np.arange(len(tv.token_ids), dtype=np.int64), lengths)
+    tok_keys = owner * vocab + np.concatenate(tv.token_ids).astype(np.int64)
+    order = np.argsort(tok_keys, kind="stable")
+    sorted_keys = tok_keys[order]
+    # node side: the keys of each derived node's (provenance turn, distinct word id) pairs
+    pair_node, pair_key = [], []
+    for i, ids in zip(derived, word_ids):
+        if ids.size == 0:
             continue
-        acc = np.zeros(tv.vectors.shape[1], dtype=np.float32)
-        n = 0
+        ids = np.unique(ids).astype(np.int64)
         for turn in provenance[i] or []:
             r = row.get(turn)
-            if r is None:
-                continue
-            mask = np.isin(tv.token_ids[r], ids)
-            if mask.any():
-                acc += tv.token_vectors[r][mask].astype(np.float32).sum(axis=0)
-                n += int(mask.sum())
-        if n:
-            out[i] = acc / max(float(np.linalg.norm(acc)), 1e-12)
+            if r is not None:
+                pair_key.append(r * vocab + ids)
+                pair_node.append(np.full(ids.size, i, dtype=np.int64))
+    if not pair_key:
+        return out
+    keys, key_node = np.concatenate(pair_key), np.concatenate(pair_node)
+    lo = np.searchsorted(sorted_keys, keys, side="left")
+    counts = np.searchsorted(sorted_keys, keys, side="right") - lo
+    hit = counts > 0
+    lo, counts, key_node = lo[hit], counts[hit], key_node[hit]
+    if counts.size == 0:
+        return out
+    # expand each [lo, lo + count) range into token rows, grouped by node (pairs are node-major)
+    total = int(counts.sum())
+    starts = np.repeat(lo - np.cumsum(np.r_[0, counts[:-1]]), counts) + np.arange(total)
+    rows = order[starts]
+    row_node = np.repeat(key_node, counts)
+    first = np.flatnonzero(np.r_[True, row_node[1:] != row_node[:-1]])
+    segment = np.cumsum(np.r_[False, row_node[1:] != row_node[:-1]])
+    select = sparse.csr_matrix((np.ones(total, dtype=np.float32), (segment, rows)),
+                               shape=(first.size, owner.size))
+    sums = np.asarray(select @ np.concatenate(tv.token_vectors).astype(np.float32))
+    norms = np.maximum(np.linalg.norm(sums, axis=1, keepdims=True), 1e-12)
+    out[row_node[first]] = sums / norms
     return out
 
 
