@@ -337,15 +337,18 @@ def resources(cfg: MemlibConfig, total_cpus: float, n_blocks: int) -> Resources:
 
     Default: one embed actor per ``ray.embed_cpus`` of the cluster, each running the encoder on
     that many threads (one thread per actor is the most work per core: onnxruntime gains less
-    than 2x from a second thread). Their reservations leave room for one session-local actor,
-    which interleaves with them (spaCy while the encoder waits on the next block)."""
+    than 2x from a second thread), and one session-local (spaCy) actor per CPU. Both pools are
+    fixed-size and their reservations fit the cluster together, so neither waits for the other
+    to give up CPU: with the session-local pool sized by Ray Data's autoscaler from one actor,
+    the embed actors held the CPUs and a single spaCy actor became the pass's bottleneck (seen:
+    one busy core once the embedding was done, 34 blocks queued before it)."""
     r = cfg.ray
-    free = max(SESSION_ACTOR_CPUS, total_cpus - SESSION_ACTOR_CPUS - TURN_NODES_CPUS)
+    session_actors = max(1, min(int(total_cpus), max(1, n_blocks)))
+    free = max(SESSION_ACTOR_CPUS, total_cpus - session_actors * SESSION_ACTOR_CPUS - TURN_NODES_CPUS)
     actors = r.embed_actors or max(1, int(round(total_cpus / r.embed_cpus)))
     actors = max(1, min(actors, max(1, n_blocks)))
-    cpus = min(r.embed_cpus, free / actors)
+    cpus = round(min(r.embed_cpus, free / actors), 3)
     threads = cfg.embed.threads or max(1, int(r.embed_cpus))
-    session_actors = max(1, min(int(total_cpus), max(1, n_blocks)))
     return Resources(actors, cpus, r.embed_gpus, threads, session_actors)
 
 
@@ -362,7 +365,7 @@ def run_sessions(plan: SessionPlan, cfg: MemlibConfig, recipe: str, store: str, 
                         compute=ray.data.ActorPoolStrategy(size=res.embed_actors),
                         fn_constructor_kwargs={"cfg": cfg, "threads": res.embed_threads})
     ds = ds.map_batches(SessionLocalOp, batch_size=1, num_cpus=SESSION_ACTOR_CPUS, runtime_env=RUNTIME_ENV,
-                        compute=ray.data.ActorPoolStrategy(min_size=1, max_size=res.session_actors),
+                        compute=ray.data.ActorPoolStrategy(size=res.session_actors),
                         fn_constructor_kwargs={"cfg": cfg, "recipe": recipe, "store": store, "build_key": build_key})
     for row in ds.iter_rows():
         yield json.loads(row["summary"])

@@ -66,8 +66,9 @@ def test_embed_resources_come_from_config():
 
     cfg = MemlibConfig()
     r = resources(cfg, total_cpus=2, n_blocks=10)
-    # two single-thread embed actors on 2 CPUs, their reservations leaving room for the other operators
-    assert (r.embed_actors, r.embed_cpus, r.embed_gpus, r.embed_threads) == (2, 0.85, 0.0, 1)
+    # two single-thread embed actors and two session-local actors on 2 CPUs, all placed at once
+    assert (r.embed_actors, r.embed_cpus, r.embed_gpus, r.embed_threads, r.session_actors) == (2, 0.725, 0.0, 1, 2)
+    assert r.embed_actors * r.embed_cpus + r.session_actors * 0.25 + 0.05 <= 2
     cfg.ray.embed_gpus, cfg.ray.embed_cpus, cfg.ray.embed_actors = 1.0, 0.5, 3
     r = resources(cfg, total_cpus=8, n_blocks=10)
     assert (r.embed_actors, r.embed_cpus, r.embed_gpus) == (3, 0.5, 1.0)
