@@ -35,40 +35,68 @@ def _shards(tmp_path: Path, cfg: MemlibConfig):
     return writer, shard_input(inp, "jsonl", cfg, writer).shards
 
 
+def _only_declared_changed(before: dict, after: dict, io: tuple, mine: bool) -> None:
+    """An operator returns every ROW column; for its kind of row it writes only its declared
+    outputs (or an error summary), for the other kind it changes nothing."""
+    from pipelines.operators import ROW
+
+    assert tuple(after.column_names) == ROW
+    reads, writes = io
+    for col in ROW:
+        if not mine or col not in (*writes, "summary", *reads):
+            assert after.column(col).to_pylist() == before.column(col).to_pylist(), col
+    if mine:
+        assert all(after.column(c)[0].as_py() is not None for c in writes), writes
+
+
 def test_operators_read_and_write_their_declared_columns(ray_local, tmp_path):
-    from pipelines import session_stage as ss
+    from pipelines import operators as ops
+    from pipelines.staged_build import plan_sessions
+    from pipelines.tenant_op import TenantOp, tenant_item
 
     cfg = MemlibConfig()
     writer, shards = _shards(tmp_path, cfg)
     store = SessionStore(writer.path, "k", cfg.embed.dim)
-    plan = ss.plan_sessions(shards, store, "k", tmp_path / "blocks", block_turns=7)
+    plan = plan_sessions(shards, store, "k", tmp_path / "work" / "blocks", block_turns=7)
     assert plan.pending == plan.sessions == 5 and len(plan.blocks) == 4
-    batch = {"block_path": [plan.blocks[0]]}
-    assert set(batch) == set(ss.TURN_NODES_IN)
-    out = ss.turn_nodes_op(batch, cfg)
-    assert tuple(out) == ss.TURN_NODES_OUT
-    embedded = ss.EmbedOp(cfg, threads=1)({k: out[k] for k in ss.EMBED_IN})
-    assert tuple(embedded) == ss.EMBED_OUT
-    vectors = ss.from_ipc(embedded["vectors"][0])
+    assert sorted(b for bs in plan.tenant_blocks.values() for b in bs) == sorted(Path(p).stem for p in plan.blocks) \
+        or set(Path(p).stem for p in plan.blocks) <= {b for bs in plan.tenant_blocks.values() for b in bs}
+    block = ops.batch_of([{"kind": "block", "item": ops.block_item(plan.blocks[0]), "turns": None,
+                           "vectors": None, "summary": None}])
+    tenant = ops.batch_of([{"kind": "tenant", "item": tenant_item(shards[0], [], tmp_path / "work"),
+                            "turns": None, "vectors": None, "summary": None}])
+    read = ops.turn_nodes_op(block, cfg)
+    _only_declared_changed(block, read, ops.TURN_NODES_IO, mine=True)
+    _only_declared_changed(tenant, ops.turn_nodes_op(tenant, cfg), ops.TURN_NODES_IO, mine=False)
+    embed = ops.EmbedOp(cfg, threads=1)
+    embedded = embed(read)
+    _only_declared_changed(read, embedded, ops.EMBED_IO, mine=True)
+    _only_declared_changed(tenant, embed(tenant), ops.EMBED_IO, mine=False)
+    vectors = ops.from_ipc(embedded.column("vectors")[0].as_py())
     assert vectors.schema.remove_metadata().equals(__import__("memlib").schema.turn_vectors_schema(cfg.embed.dim))
-    kept = ss.SessionLocalOp(cfg, "full", str(writer.path), "k")({k: embedded[k] for k in ss.SESSION_LOCAL_IN})
-    assert tuple(kept) == ss.SESSION_LOCAL_OUT
-    summary = json.loads(kept["summary"][0])
+    local = ops.SessionLocalOp(cfg, "full", str(writer.path), "k")
+    kept = local(embedded)
+    assert kept.column_names == list(ops.ROW) and kept.column("summary")[0].as_py()
+    assert kept.column("turns")[0].as_py() is None  # kept on disk: nothing big goes on
+    _only_declared_changed(tenant, local(tenant), ops.SESSION_LOCAL_IO, mine=False)
+    summary = json.loads(kept.column("summary")[0].as_py())
     block_dir = store.root / "blocks" / summary["block_id"]
     for name in SESSION_TABLES:
         assert pq.read_schema(block_dir / f"{name}.parquet").remove_metadata().equals(keyed_schema(name)), name
-    keys = set(ss.from_ipc(out["turns"][0]).column("session_key").to_pylist())
+    keys = set(ops.from_ipc(read.column("turns")[0].as_py()).column("session_key").to_pylist())
     assert SessionStore(writer.path, "k", cfg.embed.dim).known(keys) == keys
+    _only_declared_changed(kept, TenantOp(cfg, "full", str(writer.path), "k")(kept), ops.TENANT_IO, mine=False)
 
 
 def test_embed_resources_come_from_config():
-    from pipelines.session_stage import resources
+    from pipelines.staged_build import resources
 
     cfg = MemlibConfig()
-    r = resources(cfg, total_cpus=2, n_blocks=10)
-    # two single-thread embed actors and two session-local actors on 2 CPUs, all placed at once
-    assert (r.embed_actors, r.embed_cpus, r.embed_gpus, r.embed_threads, r.session_actors) == (2, 0.725, 0.0, 1, 2)
-    assert r.embed_actors * r.embed_cpus + r.session_actors * 0.25 + 0.05 <= 2
+    r = resources(cfg, total_cpus=2, n_blocks=10, n_tenants=5)
+    # two single-thread embed actors, two session-local and two tenant actors on 2 CPUs, all placed at once
+    assert (r.embed_actors, r.embed_cpus, r.embed_gpus, r.embed_threads, r.session_actors, r.tenant_actors) == \
+        (2, 0.475, 0.0, 1, 2, 2)
+    assert r.embed_actors * r.embed_cpus + r.session_actors * 0.25 + r.tenant_actors * 0.25 + 0.05 <= 2
     cfg.ray.embed_gpus, cfg.ray.embed_cpus, cfg.ray.embed_actors = 1.0, 0.5, 3
     r = resources(cfg, total_cpus=8, n_blocks=10)
     assert (r.embed_actors, r.embed_cpus, r.embed_gpus) == (3, 0.5, 1.0)
@@ -173,18 +201,28 @@ def test_nightly_reuses_unchanged_sessions_and_equals_a_full_build(ray_local, tm
 
 def test_a_failing_tenant_is_reported_with_its_reason(tmp_path):
     """The tenant operator turns one tenant's exception into that tenant's summary (type, message
-    and the memlib frame that raised), so the build reports why it failed and builds the others."""
-    from pipelines.session_stage import TenantOp
+    and the memlib frame that raised), so the build reports why it failed and builds the others;
+    a tenant whose block failed in a session operator is reported with that block's reason."""
+    from pipelines import operators as ops
+    from pipelines.tenant_op import TenantOp, tenant_item
 
     cfg = MemlibConfig()
     writer, shards = _shards(tmp_path, cfg)
-    broken = shards[0]
+    broken, other = shards[0], shards[1]
     Path(broken.turns_path).unlink()  # its input block vanished: reading it raises
     op = TenantOp(cfg, "turns", str(writer.path), "key")
-    batch = {k: [getattr(broken, k)] for k in broken.row()}
-    out = op(batch)
-    summary = json.loads(out["summary"][0])
+    row = {"kind": "tenant", "item": tenant_item(broken, [], tmp_path / "work"), "turns": None, "vectors": None,
+           "summary": None}
+    summary = json.loads(op(ops.batch_of([row])).column("summary")[0].as_py())
     assert summary["tenant_id"] == broken.tenant_id
     assert "error" in summary and ("FileNotFoundError" in summary["error"] or "ArrowInvalid" in summary["error"]
                                    or "OSError" in summary["error"]), summary
     assert broken.turns_path.split("/")[-1] in summary["error"] or "No such file" in summary["error"], summary
+    # a block that failed upstream: its failure marker names the reason, the tenant does not wait
+    item = {"block_id": "b1", "work": str(tmp_path / "work")}
+    ops.mark_failed(item, "embed", ValueError("the encoder could not read this"))
+    row = {"kind": "tenant", "item": tenant_item(other, ["b1"], tmp_path / "work"), "turns": None, "vectors": None,
+           "summary": None}
+    summary = json.loads(op(ops.batch_of([row])).column("summary")[0].as_py())
+    assert summary["tenant_id"] == other.tenant_id and "block b1" in summary["error"], summary
+    assert "the encoder could not read this" in summary["error"]

@@ -1,0 +1,210 @@
+"""The staged build's session operators on Ray Data, and the row every operator passes on.
+
+One dataset runs the whole build (:mod:`pipelines.staged_build`). Its rows are of two kinds:
+a *block* (whole sessions of one or more tenants, at most ``ray.block_turns`` turns) and a
+*tenant* (one tenant's shard, built once its sessions are kept). Every row has the columns of
+:data:`ROW`; each operator reads and writes only its declared columns and passes the other
+kind of row on untouched:
+
+==================  ======  ==============================  =====================  ========================
+operator            kind    reads                           writes                 runs on
+==================  ======  ==============================  =====================  ========================
+``turn_nodes``      block   item (block file)               turns (+ node text)    tasks
+``embed``           block   turns                           vectors (TURN_VECTORS)  actors: ray.embed_*
+``session_local``   block   turns, vectors                  summary (outputs kept)  actors (spaCy)
+``tenant``          tenant  item (shard, its blocks)        summary (tables)       actors (pipelines.tenant_op)
+==================  ======  ==============================  =====================  ========================
+
+The embed operator is the only place a model is loaded; its actors take ``ray.embed_cpus``
+CPUs and ``ray.embed_gpus`` GPUs each (config). A block that fails in an operator leaves a
+failure marker (``_work/failed/BLOCK.json``) and an error summary instead of raising: the
+tenants whose sessions it held are reported failed, every other tenant is built.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from memlib.build.recipe import get_recipe
+from memlib.build.session_store import SessionStore
+from memlib.config import MemlibConfig
+
+
+class RowKind(str, Enum):
+    BLOCK = "block"
+    TENANT = "tenant"
+
+
+# every row of the build's dataset has these columns (None where a row has nothing yet)
+ROW = ("kind", "item", "turns", "vectors", "summary")
+# what each operator reads and writes, for its own kind of row (tests/pipeline/test_pipeline_stages.py)
+TURN_NODES_IO = (("item",), ("turns",))
+EMBED_IO = (("turns",), ("vectors",))
+SESSION_LOCAL_IO = (("turns", "vectors"), ("summary",))
+TENANT_IO = (("item",), ("summary",))
+
+TEXT_COLUMN = "_text"
+KEY_COLUMN = "session_key"
+FAILED_DIR = "failed"
+SESSION_ACTOR_CPUS = 0.25
+TURN_NODES_CPUS = 0.05
+# the build's actors share the node's cores with each other: the libraries that would start a
+# thread pool per process (polars, HF tokenizers / rayon) run on the actor's own thread
+WORKER_ENV = {"POLARS_MAX_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "RAYON_NUM_THREADS": "1"}
+RUNTIME_ENV = {"env_vars": WORKER_ENV}
+
+
+def to_ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def from_ipc(data: bytes) -> pa.Table:
+    return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
+
+
+def failure_reason(exc: BaseException) -> str:
+    """One line: the exception and the innermost frame of memlib code that raised it."""
+    import traceback
+
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "/memlib/" in f.filename
+              or "/pipelines/" in f.filename]
+    where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
+    return f"{type(exc).__name__}: {str(exc)[:300]}{where}".replace("\n", " ")
+
+
+def block_item(path: str | Path) -> str:
+    path = Path(path)
+    return json.dumps({"block_id": path.stem, "path": str(path), "work": str(path.parent.parent)})
+
+
+def mark_failed(item: dict[str, Any], stage: str, exc: BaseException) -> str:
+    """Record that a block failed (read by the tenant operator); return its error summary."""
+    reason = f"{stage}: {failure_reason(exc)}"
+    marker = Path(item["work"]) / FAILED_DIR / f"{item['block_id']}.json"
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    tmp = marker.with_name(f".{marker.name}.{os.getpid()}")
+    tmp.write_text(json.dumps({"block_id": item["block_id"], "error": reason}), encoding="utf-8")
+    os.replace(tmp, marker)
+    return json.dumps({"block_id": item["block_id"], "error": reason})
+
+
+ROW_SCHEMA = pa.schema([("kind", pa.string()), ("item", pa.string()), ("turns", pa.large_binary()),
+                        ("vectors", pa.large_binary()), ("summary", pa.string())])
+BATCH_FORMAT = "pyarrow"  # operators get and return Arrow tables of ROW_SCHEMA (nulls stay nulls)
+
+
+def rows(batch: pa.Table) -> list[dict[str, Any]]:
+    return batch.select(list(ROW)).to_pylist()
+
+
+def batch_of(items: list[dict[str, Any]]) -> pa.Table:
+    return pa.Table.from_pylist([{c: r.get(c) for c in ROW} for r in items], schema=ROW_SCHEMA)
+
+
+# ---- operators -------------------------------------------------------------------------------
+
+def turn_nodes_op(batch: pa.Table, cfg: MemlibConfig) -> pa.Table:
+    """Read a block file; add each turn's node text (what the encoder sees)."""
+    from memlib.build.sessions import turn_texts
+
+    out = []
+    for row in rows(batch):
+        if row["kind"] == RowKind.BLOCK.value and row["turns"] is None and row["summary"] is None:
+            item = json.loads(row["item"])
+            try:
+                turns = pq.read_table(item["path"])
+                row["turns"] = to_ipc(turns.append_column(TEXT_COLUMN, turn_texts(turns, cfg)))
+            except Exception as exc:  # noqa: BLE001 - the block's tenants are reported failed
+                row["summary"] = mark_failed(item, "turn_nodes", exc)
+        out.append(row)
+    return batch_of(out)
+
+
+class EmbedOp:
+    """The embed operator: loads the model once per actor, encodes every turn text of a block."""
+
+    def __init__(self, cfg: MemlibConfig, threads: int | None):
+        import ray
+
+        from memlib.build.vectors import TurnEncoder
+
+        self.encoder = TurnEncoder(cfg, threads=threads)
+        self.gpu_ids = [str(g) for g in ray.get_gpu_ids()]
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        out = []
+        for row in rows(batch):
+            if row["kind"] == RowKind.BLOCK.value and row["turns"] is not None:
+                try:
+                    row["vectors"] = self.encode(from_ipc(row["turns"]))
+                except Exception as exc:  # noqa: BLE001
+                    row["turns"], row["summary"] = None, mark_failed(json.loads(row["item"]), "embed", exc)
+            out.append(row)
+        return batch_of(out)
+
+    def encode(self, turns: pa.Table) -> bytes:
+        start, cpu = time.perf_counter(), time.process_time()
+        tv = self.encoder.encode(turns.column("node_id").to_pylist(), turns.column(TEXT_COLUMN).to_pylist())
+        table = tv.table(turns.column(KEY_COLUMN).to_pylist(), turns.column("tenant_id").to_pylist(),
+                         self.encoder.dim)
+        meta = {"embed_s": round(time.perf_counter() - start, 4), "embed_cpu_s": round(time.process_time() - cpu, 4),
+                "embed_pid": os.getpid(), "embed_gpus": self.gpu_ids}
+        return to_ipc(table.replace_schema_metadata({"memlib": json.dumps(meta)}))
+
+
+class SessionLocalOp:
+    """Session-local stages of every session of a block; writes the block's kept outputs."""
+
+    def __init__(self, cfg: MemlibConfig, recipe: str, store: str, build_key: str):
+        self.cfg = cfg
+        self.plan = get_recipe(recipe)
+        self.store = SessionStore(store, build_key, cfg.embed.dim)
+        self.nlp = None  # spaCy, loaded by the first session that needs it, then kept
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        out = []
+        for row in rows(batch):
+            if row["kind"] == RowKind.BLOCK.value and row["vectors"] is not None:
+                item = json.loads(row["item"])
+                try:
+                    summary = self.run_block(item["block_id"], from_ipc(row["turns"]), from_ipc(row["vectors"]))
+                    row["summary"] = json.dumps(summary)
+                except Exception as exc:  # noqa: BLE001
+                    row["summary"] = mark_failed(item, "session_local", exc)
+                row["turns"] = row["vectors"] = None  # kept on disk now; nothing big travels further
+            out.append(row)
+        return batch_of(out)
+
+    def run_block(self, bid: str, turns: pa.Table, vectors: pa.Table) -> dict[str, Any]:
+        from memlib.build.sessions import SessionOutput, session_local, split_sessions
+        from memlib.build.vectors import TurnVectors
+
+        start, cpu = time.perf_counter(), time.process_time()
+        meta = json.loads((vectors.schema.metadata or {}).get(b"memlib", b"{}"))
+        tv = TurnVectors.from_table(vectors)
+        position = {n: i for i, n in enumerate(tv.node_ids)}
+        parts = []
+        for session in split_sessions(turns.drop_columns([TEXT_COLUMN])):
+            key = session.column(KEY_COLUMN)[0].as_py()
+            vec = tv.vectors[[position[n] for n in session.column("node_id").to_pylist()]]
+            part, self.nlp = session_local(session.drop_columns([KEY_COLUMN]), vec, key, self.cfg, self.plan, self.nlp)
+            parts.append(part)
+        index = (pa.table({"key": turns.column(KEY_COLUMN), "tenant": turns.column("tenant_id")})
+                 .group_by(["key", "tenant"], use_threads=False).aggregate([([], "count_all")]))
+        index = pa.table({"session_key": index.column("key"), "tenant_id": index.column("tenant"),
+                          "turns": pc.cast(index.column("count_all"), pa.int32())})
+        self.store.write_block(bid, SessionOutput.concat(parts), vectors.replace_schema_metadata(None), index)
+        return {"block_id": bid, "sessions": index.num_rows, "turns": turns.num_rows, "kept_at": time.time(),
+                "session_local_s": round(time.perf_counter() - start, 4),
+                "session_local_cpu_s": round(time.process_time() - cpu, 4), **meta}

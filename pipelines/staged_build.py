@@ -1,0 +1,213 @@
+"""The staged build on Ray Data: one dataset whose rows are session blocks and tenants.
+
+The driver packs the pending sessions of the tenants to build (new or changed ones; all of
+them in a full build) into block files of whole sessions, many tenants per block, largest
+tenant first, and starts one dataset: the block rows go through ``turn_nodes`` -> ``embed`` ->
+``session_local`` (:mod:`pipelines.operators`), which keeps every session's outputs; the tenant
+rows go through the tenant operator (:mod:`pipelines.tenant_op`), each starting as soon as
+its own blocks are kept, while other blocks are still being worked on. The actors of all four
+operators start together, so their start-up (model, spaCy, imports) overlaps, and a tenant
+stage overlaps the session work of the next tenants. Summaries stream back to the driver: one
+per block, one per tenant.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import ray
+
+from memlib.build.session_store import SessionStore, block_id
+from memlib.build.sessions import session_keys, sort_turns
+from memlib.config import MemlibConfig
+from pipelines.operators import (BATCH_FORMAT, KEY_COLUMN, ROW_SCHEMA, RUNTIME_ENV, SESSION_ACTOR_CPUS,
+                                 TURN_NODES_CPUS, EmbedOp, RowKind, SessionLocalOp, block_item, turn_nodes_op)
+from pipelines.shard import TenantShard
+from pipelines.tenant_op import TENANT_ACTOR_CPUS, TenantOp, tenant_item
+
+# how the embed pass runs the encoder (memlib.build.vectors.one_by_one); part of the session
+# build key, so outputs kept by an earlier way of encoding are never reused
+EMBED_PASS = "one-by-one"
+
+
+@dataclass
+class SessionPlan:
+    """What the session operators must compute: the block files of pending sessions."""
+    blocks: list[str]
+    sessions: int          # sessions of the tenants to build
+    pending: int           # of which not kept yet
+    pending_turns: int
+    tenant_blocks: dict[str, list[str]] = field(default_factory=dict)  # tenant -> ids of blocks it waits for
+
+
+def plan_sessions(shards: list[TenantShard], store: SessionStore, build_key: str, work_dir: Path,
+                  block_turns: int, reuse: bool = True) -> SessionPlan:
+    """Pack the pending sessions of ``shards`` into block files of at most ``block_turns`` turns
+    (whole sessions, many tenants per block, the largest tenant's first so its tenant stage can
+    start earliest); a tenant's turns are read one tenant at a time."""
+    work_dir.mkdir(parents=True, exist_ok=True)
+    plan = SessionPlan(blocks=[], sessions=0, pending=0, pending_turns=0)
+    buf: list[pa.Table] = []
+    buf_turns = 0
+    waiting: set[str] = set()  # tenants with sessions in the current buffer
+
+    def flush() -> None:
+        nonlocal buf, buf_turns
+        if not buf:
+            return
+        table = pa.concat_tables(buf)
+        bid = block_id(table.column(KEY_COLUMN).to_pylist())
+        path = work_dir / f"{bid}.parquet"
+        pq.write_table(table, path)
+        plan.blocks.append(str(path))
+        for tenant in waiting:
+            plan.tenant_blocks.setdefault(tenant, []).append(bid)
+        buf, buf_turns = [], 0
+        waiting.clear()
+
+    for shard in sorted(shards, key=lambda s: (-s.turns, s.tenant_id)):
+        plan.tenant_blocks.setdefault(shard.tenant_id, [])
+        turns = sort_turns(pq.read_table(shard.turns_path))
+        keys = session_keys(turns, build_key)
+        turns = turns.append_column(KEY_COLUMN, keys)
+        distinct = list(dict.fromkeys(keys.to_pylist()))
+        plan.sessions += len(distinct)
+        kept = store.known(distinct) if reuse else set()
+        todo = [k for k in distinct if k not in kept]
+        if not todo:
+            continue
+        todo_turns = turns.filter(pc.is_in(turns.column(KEY_COLUMN), value_set=pa.array(todo, pa.string())))
+        plan.pending += len(todo)
+        plan.pending_turns += todo_turns.num_rows
+        # sessions are contiguous in ``todo_turns`` (sorted): cut between sessions only
+        k = todo_turns.column(KEY_COLUMN).to_numpy(zero_copy_only=False)
+        starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+        ends = np.r_[starts[1:], len(k)]
+        for a, b in zip(starts, ends):
+            n = int(b - a)
+            if buf_turns and buf_turns + n > block_turns:
+                flush()
+            buf.append(todo_turns.slice(int(a), n))
+            buf_turns += n
+            waiting.add(shard.tenant_id)
+    flush()
+    return plan
+
+
+@dataclass(frozen=True)
+class Resources:
+    embed_actors: int
+    embed_cpus: float
+    embed_gpus: float
+    embed_threads: int | None
+    session_actors: int
+    tenant_actors: int
+
+
+def resources(cfg: MemlibConfig, total_cpus: float, n_blocks: int, n_tenants: int = 1) -> Resources:
+    """Actor counts and per-actor resources of the build's operators, from config and the cluster.
+
+    Default: one embed actor per ``ray.embed_cpus`` of the cluster, each running the encoder on
+    that many threads (one thread per actor is the most work per core: onnxruntime gains less
+    than 2x from a second thread), one session-local (spaCy) actor and one tenant actor per CPU.
+    The pools are fixed-size and their reservations fit the cluster together, so no operator
+    waits for another to give up CPU (an autoscaled session-local pool stayed at one actor
+    behind the embed actors' reservations: one busy core once the embedding was done). The
+    reservations are what Ray places by; the operating system shares the cores among the busy
+    actors of the moment."""
+    r = cfg.ray
+    session_actors = max(1, min(int(total_cpus), max(1, n_blocks)))
+    tenant_actors = max(1, min(int(total_cpus), max(1, n_tenants)))
+    taken = session_actors * SESSION_ACTOR_CPUS + tenant_actors * TENANT_ACTOR_CPUS + TURN_NODES_CPUS
+    free = max(SESSION_ACTOR_CPUS, total_cpus - taken)
+    actors = r.embed_actors or max(1, int(round(total_cpus / r.embed_cpus)))
+    actors = max(1, min(actors, max(1, n_blocks)))
+    cpus = round(min(r.embed_cpus, free / actors), 3)
+    threads = cfg.embed.threads or max(1, int(r.embed_cpus))
+    return Resources(actors, cpus, r.embed_gpus, threads, session_actors, tenant_actors)
+
+
+def build_dataset(plan: SessionPlan, shards: list[TenantShard], cfg: MemlibConfig, recipe: str, store: str,
+                  build_key: str, work: Path, total_cpus: float) -> ray.data.Dataset:
+    """The build's one dataset: block rows, then tenant rows (largest first), four operators."""
+    from pipelines.llm_stage import llm_stages, shared_limiter
+
+    res = resources(cfg, total_cpus, len(plan.blocks), len(shards))
+    items = [{"kind": RowKind.BLOCK.value, "item": block_item(p)} for p in plan.blocks]
+    items += [{"kind": RowKind.TENANT.value, "item": tenant_item(s, plan.tenant_blocks.get(s.tenant_id, []), work)}
+              for s in sorted(shards, key=lambda s: (-s.turns, s.tenant_id))]
+    table = pa.Table.from_pylist([{**i, "turns": None, "vectors": None, "summary": None} for i in items],
+                                 schema=ROW_SCHEMA)
+    ds = ray.data.from_arrow([table.slice(i, 1) for i in range(table.num_rows)])  # one row per block
+    common = {"batch_size": 1, "batch_format": BATCH_FORMAT, "runtime_env": RUNTIME_ENV}
+    ds = ds.map_batches(turn_nodes_op, num_cpus=TURN_NODES_CPUS, fn_kwargs={"cfg": cfg}, **common)
+    gpus = {"num_gpus": res.embed_gpus} if res.embed_gpus else {}
+    ds = ds.map_batches(EmbedOp, num_cpus=res.embed_cpus, **gpus, **common,
+                        compute=ray.data.ActorPoolStrategy(size=res.embed_actors),
+                        fn_constructor_kwargs={"cfg": cfg, "threads": res.embed_threads})
+    ds = ds.map_batches(SessionLocalOp, num_cpus=SESSION_ACTOR_CPUS, **common,
+                        compute=ray.data.ActorPoolStrategy(size=res.session_actors),
+                        fn_constructor_kwargs={"cfg": cfg, "recipe": recipe, "store": store, "build_key": build_key})
+    limiter = shared_limiter(cfg) if llm_stages(cfg, recipe) else None
+    return ds.map_batches(TenantOp, num_cpus=TENANT_ACTOR_CPUS, **common,
+                          compute=ray.data.ActorPoolStrategy(size=res.tenant_actors, max_tasks_in_flight_per_actor=1),
+                          fn_constructor_kwargs={"cfg": cfg, "recipe": recipe, "store": store,
+                                                 "build_key": build_key, "llm_limiter": limiter})
+
+
+def session_build_key(cfg: MemlibConfig, key: str) -> str:
+    """The key session outputs are kept under: the build key plus what decides the embed pass's
+    token vectors (``auto``'s encoder, whether token matrices are kept, how texts are encoded)."""
+    from memlib.build.vectors import auto_encoder_model
+
+    extra = f"{auto_encoder_model(cfg)}|{cfg.retrieve.precompute_token_matrices}|{EMBED_PASS}"
+    return f"{key}-{hashlib.sha256(extra.encode()).hexdigest()[:8]}"
+
+
+def _session_stats(plan: SessionPlan, blocks: list[dict[str, Any]], pass_s: float) -> dict[str, Any]:
+    done = [b for b in blocks if "error" not in b]
+    total = lambda name: round(sum(b.get(name, 0.0) for b in done), 3)  # noqa: E731
+    return {"sessions": plan.sessions, "sessions_computed": plan.pending, "turns_computed": plan.pending_turns,
+            "blocks": len(plan.blocks), "blocks_failed": len(blocks) - len(done), "session_pass_s": round(pass_s, 3),
+            "embed_s": total("embed_s"), "session_local_s": total("session_local_s"),
+            "embed_cpu_s": total("embed_cpu_s"), "session_local_cpu_s": total("session_local_cpu_s"),
+            "embed_actors": len({b.get("embed_pid") for b in done}),
+            "embed_gpus": sorted({g for b in done for g in b.get("embed_gpus", [])})}
+
+
+def run_staged(shards: list[TenantShard], cfg: MemlibConfig, recipe: str, *, store: str | Path, build_key: str,
+               workers: int, total_cpus: float, reuse: bool = True,
+               stats: dict[str, Any] | None = None) -> Iterator[dict[str, Any]]:
+    """The staged build of ``shards``; yields one summary per tenant as it finishes (an ``error``
+    key when it failed). ``stats`` receives the session operators' figures once all are done."""
+    if not shards:
+        return
+    del workers  # the tenant pool has one actor per CPU (resources())
+    store = str(store)
+    key = session_build_key(cfg, build_key)
+    work = Path(shards[0].turns_path).parent.parent / "_work"
+    start = time.time()
+    plan = plan_sessions(shards, SessionStore(store, key, cfg.embed.dim), key, work / "blocks",
+                         cfg.ray.block_turns, reuse)
+    ds = build_dataset(plan, shards, cfg, recipe, store, key, work, total_cpus)
+    blocks: list[dict[str, Any]] = []
+    for row in ds.iter_rows():
+        summary = json.loads(row["summary"])
+        if row["kind"] == RowKind.BLOCK.value:
+            blocks.append(summary)
+        else:
+            yield summary
+    shutil.rmtree(work, ignore_errors=True)  # block files and failure markers (<version>/_work)
+    if stats is not None:  # session pass: from the start until the last block was kept
+        kept = max([b.get("kept_at", start) for b in blocks] or [start])
+        stats.update(_session_stats(plan, blocks, kept - start), key=key)

@@ -1,0 +1,159 @@
+"""The tenant operator: a tenant's tenant-level stages, once every one of its sessions is kept.
+
+A tenant row reaches the operator while the session operators may still be working on its
+blocks; the actor waits until each block the tenant needs has its index file (the commit point
+of :meth:`memlib.build.session_store.SessionStore.write_block`), then reads the tenant's kept
+session outputs and runs :func:`memlib.build.compose.tenant_stage`, the graph and importance,
+and writes the tenant's staged tables and ``auto``'s token matrix. A failed block (its failure
+marker) or any exception of the tenant's own stages makes that tenant's summary an error; the
+other tenants go on.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from memlib import schema
+from memlib.build.session_store import SessionStore
+from memlib.build.sessions import session_keys, sort_turns
+from memlib.config import MemlibConfig
+from pipelines.operators import FAILED_DIR, RowKind, batch_of, failure_reason, rows
+from pipelines.shard import TenantShard
+
+TENANT_ACTOR_CPUS = 0.25
+
+
+class SessionPassError(RuntimeError):
+    """A block holding some of the tenant's sessions failed in a session operator."""
+
+
+def write_parquet(table: pa.Table, path: str, table_schema: pa.Schema, name: str) -> None:
+    """Conform and write atomically (temp file + rename)."""
+    table = schema.conform(table, table_schema, name=name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.tmp"
+    pq.write_table(table, tmp, compression="zstd")
+    os.replace(tmp, path)
+
+
+def tenant_item(shard: TenantShard, blocks: list[str], work: str | Path) -> str:
+    return json.dumps({"shard": shard.row(), "blocks": sorted(blocks), "work": str(work)})
+
+
+class TenantOp:
+    """Tenant-level stages of one tenant from its kept session outputs; writes its staged tables."""
+
+    def __init__(self, cfg: MemlibConfig, recipe: str, store: str, build_key: str, llm_limiter: Any = None):
+        self.cfg = cfg
+        self.recipe = recipe
+        self.store_dir = store
+        self.sessions = SessionStore(store, build_key, cfg.embed.dim)
+        self.build_key = build_key
+        self.nlp = None
+        self.extras: dict[str, Any] | None = None
+        self.llm_limiter = llm_limiter
+        self._encoder_tag: str | None = None
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        out = []
+        for row in rows(batch):
+            if row["kind"] == RowKind.TENANT.value:
+                item = json.loads(row["item"])
+                shard = TenantShard(**item["shard"])
+                try:
+                    waited = self.wait_for_blocks(item["blocks"], Path(item["work"]))
+                    summary = {**self.build_one(shard), "waited_s": round(waited, 3)}
+                except Exception as exc:  # noqa: BLE001 - one tenant's failure is reported, never another's
+                    summary = {"tenant_id": shard.tenant_id, "error": failure_reason(exc)}
+                row["summary"] = json.dumps(summary)
+            out.append(row)
+        return batch_of(out)
+
+    def wait_for_blocks(self, blocks: list[str], work: Path) -> float:
+        """Seconds spent waiting until every block in ``blocks`` is kept (its index file exists)."""
+        start, delay = time.perf_counter(), 0.02
+        index, failed = self.sessions.root / "index", work / FAILED_DIR
+        timeout = self.cfg.ray.tenant_wait_s
+        while True:
+            for b in blocks:
+                if (failed / f"{b}.json").exists():
+                    reason = json.loads((failed / f"{b}.json").read_text(encoding="utf-8"))["error"]
+                    raise SessionPassError(f"block {b} with some of its sessions failed: {reason}")
+            if all((index / f"{b}.parquet").exists() for b in blocks):
+                return time.perf_counter() - start
+            if time.perf_counter() - start > timeout:
+                raise SessionPassError(f"its sessions were not kept within ray.tenant_wait_s={timeout:g}")
+            time.sleep(delay)
+            delay = min(delay * 1.5, 0.5)
+
+    def _extras(self) -> dict[str, Any]:
+        if self.extras is None:
+            from pipelines.llm_stage import llm_extras, llm_stages
+
+            uses_llm = bool(llm_stages(self.cfg, self.recipe))
+            self.extras = llm_extras(self.cfg, self.store_dir, self.llm_limiter) if uses_llm else {}
+        return self.extras
+
+    def build_one(self, shard: TenantShard) -> dict[str, Any]:
+        import ray
+
+        from memlib.build.compose import tenant_stage
+        from pipelines.llm_stage import call_summary, drain_llm_calls
+        from pipelines.store_sink import write_llm_calls
+
+        start, cpu = time.perf_counter(), time.process_time()
+        turns = sort_turns(pq.read_table(shard.turns_path))
+        keys = session_keys(turns, self.build_key)
+        order = list(dict.fromkeys(keys.to_pylist()))
+        self.sessions._index = None  # blocks written since this actor started
+        parts, vectors = self.sessions.read(order)
+        read_s = time.perf_counter() - start
+        extras = self._extras()
+        out = tenant_stage(turns, parts, vectors, self.cfg, order, self.recipe, nlp=self.nlp, extras=extras)
+        nodes = self._graph(shard, out) if shard.graph_path else out.nodes
+        write_parquet(nodes, shard.nodes_path, schema.nodes_schema(nodes.schema.field("embedding").type.list_size),
+                      "nodes")
+        write_parquet(out.edges, shard.edges_path, schema.EDGES, "edges")
+        write_parquet(out.segments, shard.segments_path, schema.SEGMENTS, "segments")
+        if out.token_matrix is not None:
+            t0 = time.perf_counter()
+            self._store_matrix(shard, out)
+            out.timings["token_matrix"] = round(time.perf_counter() - t0, 3)
+        calls = drain_llm_calls(extras)
+        write_llm_calls(shard, calls)
+        llm = call_summary(calls)
+        out.timings["read_sessions"] = round(read_s, 3)
+        return {"tenant_id": shard.tenant_id, "turns": turns.num_rows, "sessions": len(order),
+                "timings": out.timings, "seconds": round(time.perf_counter() - start, 3),
+                "cpu_s": round(time.process_time() - cpu, 3), "pid": os.getpid(),
+                "node_id": ray.get_runtime_context().get_node_id(), **out.counts(),
+                **({"llm": llm} if llm else {})}
+
+    def _graph(self, shard: TenantShard, out: Any) -> pa.Table:
+        """The tenant's graph-tool graph (.gt) and global importance, joined into its nodes."""
+        from memlib.graph.tenant import build_tenant_graph
+        from pipelines.store_sink import with_importance
+
+        t0 = time.perf_counter()
+        cols = [c for c in out.nodes.column_names if c != "embedding"]
+        importance = build_tenant_graph(out.nodes.select(cols), out.edges, self.cfg.graph, shard.graph_path)
+        out.timings["graph"] = round(time.perf_counter() - t0, 3)
+        return schema.conform(with_importance(out.nodes, importance), out.nodes.schema, name="nodes")
+
+    def _store_matrix(self, shard: TenantShard, out: Any) -> None:
+        from memlib.build.vectors import auto_encoder_model
+        from memlib.io.store import LATE_CACHE_SUBDIR
+        from memlib.retrieve import late
+
+        node_text = dict(zip(out.nodes.column("node_id").to_pylist(), out.nodes.column("text").to_pylist()))
+        texts = [node_text[t] for t in out.token_matrix.turn_ids]
+        if self._encoder_tag is None:  # the derived model's digest: hashed once per actor
+            self._encoder_tag = late.model_file(auto_encoder_model(self.cfg), self.cfg.embed.model_cache)[1]
+        late.store_matrix(shard.tenant_id, texts, out.token_matrix, self._encoder_tag,
+                          Path(self.store_dir) / LATE_CACHE_SUBDIR)
