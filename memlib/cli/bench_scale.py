@@ -102,12 +102,14 @@ def _evaluate(store: Path, strategy: str, cfg) -> pl.DataFrame:
     return evaluate(store, questions, strategy, [10], cfg, dataset=Dataset.LOCOMO).per_question
 
 
-def timed_build(corpus: Path, store: Path, num_cpus: int, cores: set[int] | None, log: Path,
-                config: Optional[Path] = None, sets: Optional[list[str]] = None) -> float:
+def timed_build(corpus: Path, store: Path, num_cpus: Optional[int], cores: set[int] | None, log: Path,
+                config: Optional[Path] = None, sets: Optional[list[str]] = None, fmt: str = "jsonl",
+                extra: tuple[str, ...] = ()) -> float:
     """Wall seconds of ``memlib build`` in a child process (its own local Ray); ``cores``: the CPU
     cores the child and every process it starts may run on (Linux affinity, inherited)."""
-    cmd = [sys.executable, "-m", "memlib", "build", "--input", str(corpus), "--format", "jsonl",
-           "--out", str(store), "--num-cpus", str(num_cpus)]
+    cmd = [sys.executable, "-m", "memlib", "build", "--input", str(corpus), "--format", fmt,
+           "--out", str(store), *extra]
+    cmd += ["--num-cpus", str(num_cpus)] if num_cpus else []
     cmd += ["--config", str(config)] if config else []
     for item in sets or []:
         cmd += ["--set", item]
