@@ -6,19 +6,15 @@ from __future__ import annotations
 import threading
 import time
 
-import anyio
 import httpx
-import httpx2
 import pytest
 import uvicorn
 from fastapi.testclient import TestClient
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from memlib.serve.app import build_app
 from memlib.serve.service import SearchService
-from tests.serve.conftest import ADMIN, TOKENS, bearer, serve_config
+from tests.serve.conftest import ADMIN, TOKENS, bearer, mcp_call, serve_config
 
 MODES = ["auto", "legacy"]  # 2026-07-28 per-request envelopes; 2025-11-25 initialize handshake
 SEARCH = {"query": "where did I go hiking", "k": 3, "strategy": "bm25"}
@@ -45,32 +41,6 @@ def base_url(service):
     yield f"http://127.0.0.1:{port}"
     server.should_exit = True
     th.join(timeout=10)
-
-
-def mcp_errors(exc: BaseException) -> list[MCPError]:
-    if isinstance(exc, MCPError):
-        return [exc]
-    if isinstance(exc, BaseExceptionGroup):
-        return [e for sub in exc.exceptions for e in mcp_errors(sub)]
-    return []
-
-
-def mcp_call(url: str, token: str | None, calls, mode: str = "auto"):
-    """Open an SDK client on ``url``/mcp and run ``calls(client)`` (an async function). An
-    MCPError arrives wrapped in the client's task groups; it is raised alone."""
-    async def run():
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        async with httpx2.AsyncClient(headers=headers) as http:
-            async with Client(streamable_http_client(f"{url}/mcp", http_client=http), mode=mode) as client:
-                return await calls(client)
-
-    try:
-        return anyio.run(run)
-    except BaseExceptionGroup as group:
-        errors = mcp_errors(group)
-        if len(errors) == 1:
-            raise errors[0] from None
-        raise
 
 
 @pytest.mark.parametrize("mode", MODES)
