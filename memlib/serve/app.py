@@ -114,7 +114,8 @@ def _explorer_routes(app: FastAPI, service: SearchService) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def bad_query(_: Request, exc: RequestValidationError) -> JSONResponse:
-        reason = "; ".join(f"{'.'.join(str(x) for x in e.get('loc', ())[1:])}: {e.get('msg')}" for e in exc.errors()[:5])
+        reason = "; ".join(f"{'.'.join(str(x) for x in e.get('loc', ())[1:])}: {e.get('msg')}"
+                           for e in exc.errors()[:5])
         return _error(ApiError(ErrorCode.BAD_ARGUMENT, reason))
 
     @app.get("/v1/session", response_model=SessionResponse, responses=ERRORS,

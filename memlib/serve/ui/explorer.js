@@ -106,7 +106,7 @@ function renderResults(resp) {
 function hitCard(turn, rank, via) {
   const signals = via ? Object.entries(via.signals).map(([k, v]) => el("span", { class: "chip" }, `${k} ${fmtNum(v)}`)) : [];
   const kind = via ? el("span", { class: "chip kind", style: `background:${KIND_COLORS[via.kind] || "#888"}` },
-                        `via ${via.kind}`) : null;
+                        via.kind === "turn" ? "turn hit" : `via ${via.kind}`) : null;
   const card = el("li", { class: "hit", "data-turn": turn.turn_id, "data-node": turn.node_id },
     el("span", { class: "rank" }, rank),
     el("span", { class: "meta" }, el("b", {}, fmtDate(turn.time)), ` · session ${turn.session_id} · turn `,
@@ -181,7 +181,7 @@ function renderGraph(graph) {
     g.append(svgEl("title", {}, `${n.kind} ${n.node_id}\n${n.text}`));
     g.append(svgEl("circle", { cx: p.x, cy: p.y, r: n.hops === 0 ? 13 : 9, fill: KIND_COLORS[n.kind] || "#888",
                                stroke: "#fff", "stroke-width": 2 }));
-    g.append(svgEl("text", { x: p.x, y: p.y + (n.hops === 0 ? 25 : 20), "text-anchor": "middle" }, short(n.text, 26)));
+    g.append(svgEl("text", { x: p.x, y: n.hops === 0 ? p.y - 19 : p.y + 20, "text-anchor": "middle" }, short(n.text, 26)));
     svg.append(g);
   }
   const xs = [...pos.values()].map((p) => p.x), ys = [...pos.values()].map((p) => p.y);
@@ -233,8 +233,10 @@ async function compare() {
     grid.replaceChildren(...answers.map((resp) => el("div", { class: "col", "data-strategy": resp.strategy },
       el("h4", {}, `${resp.strategy} `, el("span", { class: "muted" }, `${fmtNum(resp.search_ms)} ms`)),
       el("ol", {}, resp.turns.map((t) => {
+        const via = resp.results.find((n) => n.node_id === t.via);
         const item = el("li", { style: `border-left-color:${colors.get(t.node_id) || "#d5d9e0"}`, title: t.text },
-          el("span", { class: "tid" }, t.turn_id), ` ${fmtDate(t.time).slice(0, 10)} · ${short(t.text, 80)}`);
+          el("span", { class: "tid" }, t.turn_id), ` ${fmtDate(t.time).slice(0, 10)} · ${short(t.text, 80)}`,
+          via && via.kind !== "turn" ? el("span", { class: "muted" }, ` · via ${via.kind}`) : null);
         item.addEventListener("click", () => openHit(t, null));
         return item;
       })))));
