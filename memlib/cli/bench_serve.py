@@ -5,15 +5,17 @@ the store's ``questions`` table (turn texts when a store has none), warms each s
 one question of every tenant plus a few more (untimed, reported as ``warmup_s``), sends
 ``--requests`` requests per strategy from ``--concurrency`` client threads, and prints one
 JSON line: ``{"strategies": {NAME: {"p50_ms", "p95_ms", "p99_ms", "qps", "requests",
-"warmup_s"}}, "errors": N}``.
-Latency is client-side (HTTP round trip through the Serve proxy)."""
+"warmup_s", "mcp": {...}, "mcp_added_p50_ms"}}, "errors": N}``.
+Latency is client-side (HTTP round trip through the Serve proxy). With ``--mcp`` (the default)
+the same requests are also sent as MCP ``search_memory`` calls to ``/mcp`` through the official
+SDK's client, in rounds alternating with the ``/v1/search`` ones, and reported under ``mcp``."""
 from __future__ import annotations
 
 import json
 import threading
 import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Callable, Optional
 
 import numpy as np
 import typer
@@ -66,30 +68,70 @@ def _worker(base_url: str, token: str, jobs: list[dict], out: list[float], error
                 errors.append(detail)
 
 
-def run_load(base_url: str, token: str, strategy: str, questions: list[tuple[str, str]], n: int,
-             concurrency: int, k: int, max_seconds: float) -> tuple[dict, list[str]]:
-    """``n`` requests of ``strategy`` from ``concurrency`` threads; (figures, error details)."""
-    bodies = [{"tenant": t, "query": q, "strategy": strategy, "k": k}
-              for t, q in (questions[i % len(questions)] for i in range(n))]
+Worker = Callable[[str, str, list[dict], list[float], list[str], float], None]
+
+
+def _collect(base_url: str, token: str, bodies: list[dict], concurrency: int, max_seconds: float,
+             worker: Worker) -> tuple[list[float], list[str], float]:
+    """Send ``bodies`` from ``concurrency`` threads; (latencies ms, error details, wall seconds)."""
     lat: list[list[float]] = [[] for _ in range(concurrency)]
     errs: list[list[str]] = [[] for _ in range(concurrency)]
     deadline = time.monotonic() + max_seconds
-    threads = [threading.Thread(target=_worker, args=(base_url, token, bodies[i::concurrency], lat[i], errs[i],
-                                                      deadline)) for i in range(concurrency)]
+    threads = [threading.Thread(target=worker, args=(base_url, token, bodies[i::concurrency], lat[i], errs[i],
+                                                     deadline)) for i in range(concurrency)]
     t0 = time.perf_counter()
     for th in threads:
         th.start()
     for th in threads:
         th.join()
-    wall = time.perf_counter() - t0
-    ms = np.asarray([x for part in lat for x in part], dtype=np.float64)
-    errors = [e for part in errs for e in part]
+    return [x for part in lat for x in part], [e for part in errs for e in part], time.perf_counter() - t0
+
+
+def _figures(latencies: list[float], wall: float) -> dict:
+    ms = np.asarray(latencies, dtype=np.float64)
     figures = {"p50_ms": None, "p95_ms": None, "p99_ms": None, "qps": 0.0, "requests": int(ms.size)}
     if ms.size:
         p50, p95, p99 = np.percentile(ms, [50, 95, 99])
         figures.update(p50_ms=round(float(p50), 2), p95_ms=round(float(p95), 2), p99_ms=round(float(p99), 2),
-                       qps=round(ms.size / wall, 1))
-    return figures, errors
+                       qps=round(ms.size / max(wall, 1e-9), 1))
+    return figures
+
+
+def _bodies(strategy: str, questions: list[tuple[str, str]], n: int, k: int) -> list[dict]:
+    return [{"tenant": t, "query": q, "strategy": strategy, "k": k}
+            for t, q in (questions[i % len(questions)] for i in range(n))]
+
+
+def run_load(base_url: str, token: str, strategy: str, questions: list[tuple[str, str]], n: int,
+             concurrency: int, k: int, max_seconds: float, worker: Worker = _worker) -> tuple[dict, list[str]]:
+    """``n`` requests of ``strategy`` from ``concurrency`` threads; (figures, error details)."""
+    latencies, errors, wall = _collect(base_url, token, _bodies(strategy, questions, n, k), concurrency,
+                                       max_seconds, worker)
+    return _figures(latencies, wall), errors
+
+
+def run_paired(base_url: str, token: str, strategy: str, questions: list[tuple[str, str]], n: int,
+               concurrency: int, k: int, max_seconds: float, rounds: int = 4) -> tuple[dict, dict, list[str]]:
+    """The same ``n`` requests through ``POST /v1/search`` and as MCP ``search_memory`` calls, in
+    alternating rounds (so a change in the machine's load between them hits both arms alike);
+    (HTTP figures, MCP figures, error details)."""
+    from memlib.cli.load_mcp import collect_mcp
+
+    bodies = _bodies(strategy, questions, n, k)
+    budget = max_seconds / (2 * rounds)
+    arms: dict[str, tuple[list[float], float]] = {"http": ([], 0.0), "mcp": ([], 0.0)}
+    errors: list[str] = []
+    step = -(-len(bodies) // rounds)
+    for r in range(rounds):
+        chunk = bodies[r * step:(r + 1) * step]
+        for arm in ("http", "mcp") if r % 2 == 0 else ("mcp", "http"):
+            if arm == "http":
+                lat, errs, wall = _collect(base_url, token, chunk, concurrency, budget, _worker)
+            else:
+                lat, errs, wall = collect_mcp(base_url, token, chunk, concurrency, budget)
+            arms[arm] = (arms[arm][0] + lat, arms[arm][1] + wall)
+            errors.extend(errs)
+    return _figures(*arms["http"]), _figures(*arms["mcp"]), errors
 
 
 def register(bench_app: typer.Typer) -> None:
@@ -102,6 +144,8 @@ def register(bench_app: typer.Typer) -> None:
         k: Annotated[int, typer.Option("--k", help="k of every request")] = 10,
         max_seconds: Annotated[float, typer.Option("--max-seconds", help="time bound per strategy")] = 600.0,
         replicas: Annotated[Optional[int], typer.Option("--replicas", help="default: serve.replicas")] = None,
+        mcp: Annotated[bool, typer.Option("--mcp/--no-mcp", help="also send every request as an MCP search_memory "
+                                          "call (official SDK client, /mcp) and report both")] = True,
         config: ConfigOpt = None,
         overrides: SetOpt = None,
     ) -> None:
@@ -134,8 +178,20 @@ def register(bench_app: typer.Typer) -> None:
             for name in names:
                 started = time.perf_counter()
                 run_load(base_url, token, name, warm, len(warm), concurrency, k, max_seconds)
+                if mcp:
+                    from memlib.cli.load_mcp import collect_mcp
+
+                    collect_mcp(base_url, token, _bodies(name, warm, len(warm), k), concurrency, max_seconds)
                 warmup_s = round(time.perf_counter() - started, 2)
-                figures, errors = run_load(base_url, token, name, questions, requests, concurrency, k, max_seconds)
+                if mcp:
+                    figures, mcp_figures, errors = run_paired(base_url, token, name, questions, requests, concurrency,
+                                                              k, max_seconds)
+                    figures["mcp"] = mcp_figures
+                    if figures["p50_ms"] is not None and mcp_figures["p50_ms"] is not None:
+                        figures["mcp_added_p50_ms"] = round(mcp_figures["p50_ms"] - figures["p50_ms"], 2)
+                else:
+                    figures, errors = run_load(base_url, token, name, questions, requests, concurrency, k,
+                                               max_seconds)
                 figures["warmup_s"] = warmup_s
                 result["strategies"][name] = figures
                 result["errors"] += len(errors)

@@ -14,8 +14,8 @@ tool handlers, which apply the same rule again.
 from __future__ import annotations
 
 import json
-from contextlib import AbstractAsyncContextManager
-from typing import Any
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator
 
 from mcp.server.context import ServerRequestContext
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
@@ -32,6 +32,7 @@ PRINCIPAL_KEY = "memlib.principal"
 UNAUTHENTICATED = -32001  # JSON-RPC server error codes of this service
 FORBIDDEN = -32003
 PAYLOAD_TOO_LARGE = -32004
+UNAVAILABLE = -32005
 _NOBODY = Principal(Role.TENANT, None)  # may query nothing
 
 
@@ -108,17 +109,26 @@ class McpHttp:
     def __init__(self, service: SearchService):
         self.service = service
         self.server = build_server(service, principal_from_request)
-        self.manager = StreamableHTTPSessionManager(app=self.server, json_response=True, stateless=True,
-                                                    max_request_body_size=service.limits.max_body_bytes)
-        self._inner = StreamableHTTPASGIApp(self.manager)
+        self._inner: StreamableHTTPASGIApp | None = None
 
-    def lifespan(self) -> AbstractAsyncContextManager[None]:
-        """Run for the app's lifetime (the SDK's task group for handshake-era requests)."""
-        return self.manager.run()
+    @asynccontextmanager
+    async def lifespan(self) -> AsyncIterator[None]:
+        """Run for the app's lifetime: the SDK's session manager (its task group serves
+        handshake-era requests). A manager runs once, so each lifespan gets a new one."""
+        manager = StreamableHTTPSessionManager(app=self.server, json_response=True, stateless=True,
+                                               max_request_body_size=self.service.limits.max_body_bytes)
+        async with manager.run():
+            self._inner = StreamableHTTPASGIApp(manager)
+            try:
+                yield
+            finally:
+                self._inner = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self._inner(scope, receive, send)
+        inner = self._inner
+        if inner is None:
+            await _reject(503, UNAVAILABLE, "unavailable", "the MCP server is not running (app lifespan not started)",
+                          None, send)
             return
         body = b""
         if scope["method"] == "POST":
@@ -140,7 +150,7 @@ class McpHttp:
             code = UNAUTHENTICATED if exc.status == 401 else FORBIDDEN
             await _reject(exc.status, code, exc.code.value, exc.reason, request_id, send)
             return
-        await self._inner({**scope, PRINCIPAL_KEY: principal}, _replay(body, receive), self._counting(send))
+        await inner({**scope, PRINCIPAL_KEY: principal}, _replay(body, receive), self._counting(send))
 
     def _counting(self, send: Send) -> Send:
         async def counted(message: Message) -> None:

@@ -32,7 +32,7 @@ from memlib.serve.auth import Principal, Role
 from memlib.serve.errors import ApiError, ErrorCode
 from memlib.serve.explore import MAX_WINDOW
 from memlib.serve.mcp_text import pack_search, pack_session, pack_tenants
-from memlib.serve.models import MAX_QUERY_CHARS, SearchResponse, SessionResponse, TenantsResponse
+from memlib.serve.models import MAX_QUERY_CHARS, SessionResponse, TenantsResponse
 from memlib.serve.service import SearchService
 
 log = logging.getLogger("memlib.serve")
@@ -76,8 +76,11 @@ def tool_list(service: SearchService) -> list[types.Tool]:
         "window": {"type": "integer", "minimum": 0, "maximum": MAX_WINDOW,
                    "description": "turns either side of `around` (default 5)"}}}
     return [
+        # no output schema here: a client validates every structured result against it (the SDK's
+        # client with jsonschema: ~2 ms of client CPU per 10-hit answer, measured with memlib bench
+        # serve); the structured content is the /v1/search answer, documented in the OpenAPI
         types.Tool(name=ToolName.SEARCH.value, title="Search long-term memory", input_schema=search,
-                   output_schema=SearchResponse.model_json_schema(), annotations=_READ_ONLY,
+                   annotations=_READ_ONLY,
                    description="Search a tenant's long-term conversational memory. Returns the ranked source "
                                "turns with their session dates, turn ids and the memory node that found them."),
         types.Tool(name=ToolName.TENANTS.value, title="List memory tenants", annotations=_READ_ONLY,
