@@ -5,10 +5,12 @@ the store's ``questions`` table (turn texts when a store has none), warms each s
 one question of every tenant plus a few more (untimed, reported as ``warmup_s``), sends
 ``--requests`` requests per strategy from ``--concurrency`` client threads, and prints one
 JSON line: ``{"strategies": {NAME: {"p50_ms", "p95_ms", "p99_ms", "qps", "requests",
-"warmup_s", "mcp": {...}, "mcp_added_p50_ms"}}, "errors": N}``.
-Latency is client-side (HTTP round trip through the Serve proxy). With ``--mcp`` (the default)
-the same requests are also sent as MCP ``search_memory`` calls to ``/mcp`` through the official
-SDK's client, in rounds alternating with the ``/v1/search`` ones, and reported under ``mcp``."""
+"warmup_s", "mcp_wire": {...}, "mcp": {...}, "mcp_wire_added_p50_ms", "mcp_added_p50_ms"}},
+"errors": N}``. Latency is client-side (HTTP round trip through the Serve proxy). With
+``--mcp`` (the default) the same requests are also sent as MCP ``search_memory`` calls to
+``/mcp``, as plain HTTP requests of the MCP wire protocol (``mcp_wire``: what the service's
+MCP layer adds) and through the official SDK's client (``mcp``: plus the client's own cost),
+in rounds that rotate the three arms (:mod:`memlib.cli.load_mcp`)."""
 from __future__ import annotations
 
 import json
@@ -110,28 +112,33 @@ def run_load(base_url: str, token: str, strategy: str, questions: list[tuple[str
     return _figures(latencies, wall), errors
 
 
+ARMS = ("http", "mcp_wire", "mcp")
+
+
 def run_paired(base_url: str, token: str, strategy: str, questions: list[tuple[str, str]], n: int,
-               concurrency: int, k: int, max_seconds: float, rounds: int = 4) -> tuple[dict, dict, list[str]]:
-    """The same ``n`` requests through ``POST /v1/search`` and as MCP ``search_memory`` calls, in
-    alternating rounds (so a change in the machine's load between them hits both arms alike);
-    (HTTP figures, MCP figures, error details)."""
-    from memlib.cli.load_mcp import collect_mcp
+               concurrency: int, k: int, max_seconds: float, rounds: int = 4) -> tuple[dict[str, dict], list[str]]:
+    """The same ``n`` requests through ``POST /v1/search`` (``http``), as MCP ``search_memory`` calls
+    on the wire (``mcp_wire``) and through the MCP SDK's client (``mcp``), in rounds that rotate
+    the order of the arms (a change in the machine's load hits them alike); (figures per arm,
+    error details)."""
+    from memlib.cli.load_mcp import collect_mcp, wire_worker
 
     bodies = _bodies(strategy, questions, n, k)
-    budget = max_seconds / (2 * rounds)
-    arms: dict[str, tuple[list[float], float]] = {"http": ([], 0.0), "mcp": ([], 0.0)}
+    budget = max_seconds / (len(ARMS) * rounds)
+    got: dict[str, tuple[list[float], float]] = {arm: ([], 0.0) for arm in ARMS}
     errors: list[str] = []
     step = -(-len(bodies) // rounds)
     for r in range(rounds):
         chunk = bodies[r * step:(r + 1) * step]
-        for arm in ("http", "mcp") if r % 2 == 0 else ("mcp", "http"):
-            if arm == "http":
-                lat, errs, wall = _collect(base_url, token, chunk, concurrency, budget, _worker)
-            else:
+        for arm in ARMS[r % len(ARMS):] + ARMS[:r % len(ARMS)]:
+            if arm == "mcp":
                 lat, errs, wall = collect_mcp(base_url, token, chunk, concurrency, budget)
-            arms[arm] = (arms[arm][0] + lat, arms[arm][1] + wall)
+            else:
+                worker = _worker if arm == "http" else wire_worker
+                lat, errs, wall = _collect(base_url, token, chunk, concurrency, budget, worker)
+            got[arm] = (got[arm][0] + lat, got[arm][1] + wall)
             errors.extend(errs)
-    return _figures(*arms["http"]), _figures(*arms["mcp"]), errors
+    return {arm: _figures(*got[arm]) for arm in ARMS}, errors
 
 
 def register(bench_app: typer.Typer) -> None:
@@ -179,16 +186,19 @@ def register(bench_app: typer.Typer) -> None:
                 started = time.perf_counter()
                 run_load(base_url, token, name, warm, len(warm), concurrency, k, max_seconds)
                 if mcp:
-                    from memlib.cli.load_mcp import collect_mcp
+                    from memlib.cli.load_mcp import collect_mcp, wire_worker
 
+                    run_load(base_url, token, name, warm, len(warm), concurrency, k, max_seconds, wire_worker)
                     collect_mcp(base_url, token, _bodies(name, warm, len(warm), k), concurrency, max_seconds)
                 warmup_s = round(time.perf_counter() - started, 2)
                 if mcp:
-                    figures, mcp_figures, errors = run_paired(base_url, token, name, questions, requests, concurrency,
-                                                              k, max_seconds)
-                    figures["mcp"] = mcp_figures
-                    if figures["p50_ms"] is not None and mcp_figures["p50_ms"] is not None:
-                        figures["mcp_added_p50_ms"] = round(mcp_figures["p50_ms"] - figures["p50_ms"], 2)
+                    arms, errors = run_paired(base_url, token, name, questions, requests, concurrency, k,
+                                              max_seconds)
+                    figures = arms["http"]
+                    for arm in ("mcp_wire", "mcp"):
+                        figures[arm] = arms[arm]
+                        if figures["p50_ms"] is not None and arms[arm]["p50_ms"] is not None:
+                            figures[f"{arm}_added_p50_ms"] = round(arms[arm]["p50_ms"] - figures["p50_ms"], 2)
                 else:
                     figures, errors = run_load(base_url, token, name, questions, requests, concurrency, k,
                                                max_seconds)

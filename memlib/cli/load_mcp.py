@@ -1,13 +1,52 @@
-"""The MCP arm of ``memlib bench serve``: the same search requests as ``POST /v1/search``, sent as
-``search_memory`` tool calls through the official MCP SDK's client over streamable HTTP (what
-a Python agent pays). ``concurrency`` client sessions run as tasks of one event loop (the
-SDK's client is asyncio code; one loop per thread would add thread switches under the GIL to
-every call); each session is opened, and its tool listing fetched, before the timed calls."""
+"""The MCP arms of ``memlib bench serve``: the same search requests as ``POST /v1/search``, sent
+as ``search_memory`` tool calls to ``/mcp``
+
+* through the official MCP SDK's client (what a Python agent pays, the SDK's own CPU
+  included): ``concurrency`` sessions as tasks of one event loop, each opened (and its tool
+  listing fetched) before the timed calls;
+* on the wire (what the service adds): the very HTTP requests that client sends on a
+  2026-07-28 connection (headers, JSON-RPC envelope, ``_meta``), from plain HTTP client
+  threads like the ``/v1/search`` arm's.
+"""
 from __future__ import annotations
 
+import itertools
 import time
 
 TOOL = "search_memory"
+PROTOCOL = "2026-07-28"
+WIRE_HEADERS = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": PROTOCOL,
+                "Mcp-Method": "tools/call", "Mcp-Name": TOOL}
+WIRE_META = {"io.modelcontextprotocol/protocolVersion": PROTOCOL,
+             "io.modelcontextprotocol/clientInfo": {"name": "memlib-bench", "version": "1"},
+             "io.modelcontextprotocol/clientCapabilities": {}}
+
+
+def wire_worker(base_url: str, token: str, jobs: list[dict], out: list[float], errors: list[str],
+                deadline: float) -> None:
+    """``jobs`` as JSON-RPC ``tools/call`` POSTs to ``/mcp``, one after another; ms to ``out``."""
+    import httpx
+
+    ids = itertools.count(1)
+    headers = {**WIRE_HEADERS, "Authorization": f"Bearer {token}"}
+    with httpx.Client(base_url=base_url, headers=headers, timeout=30.0) as http:
+        for args in jobs:
+            if time.monotonic() > deadline:
+                errors.append("deadline")
+                continue
+            body = {"jsonrpc": "2.0", "id": next(ids), "method": "tools/call",
+                    "params": {"name": TOOL, "arguments": args, "_meta": WIRE_META}}
+            t0 = time.perf_counter()
+            try:
+                r = http.post("/mcp", json=body)
+                ok = r.status_code == 200 and b'"isError":false' in r.content
+                detail = f"mcp wire {r.status_code} {r.text[:200]}"
+            except httpx.HTTPError as exc:
+                ok, detail = False, f"mcp wire {type(exc).__name__}: {exc}"
+            if ok:
+                out.append((time.perf_counter() - t0) * 1000.0)
+            else:
+                errors.append(detail)
 
 
 def collect_mcp(base_url: str, token: str, bodies: list[dict], concurrency: int,
