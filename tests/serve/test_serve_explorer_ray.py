@@ -74,8 +74,9 @@ def test_mcp_401_and_403_through_serve(serve_url):
     with pytest.raises(MCPError) as e:
         mcp_call(serve_url, "wrong-token", lambda c: c.list_tools())
     assert e.value.code == -32001
-    tenants = mcp_call(serve_url, ADMIN, lambda c: c.call_tool("list_tenants", {}))
-    assert tenants.structured_content["tenants"] == ["elena", "maya", "raj", "tomas-lena"]
+    for mode in ("auto", "legacy"):  # 2026-07-28 envelopes and the 2025-11-25 handshake, through Serve
+        tenants = mcp_call(serve_url, ADMIN, lambda c: c.call_tool("list_tenants", {}), mode)
+        assert tenants.structured_content["tenants"] == ["elena", "maya", "raj", "tomas-lena"]
 
 
 def test_graph_of_a_hit_is_the_stores_derived_memory(serve_url, full_store):
