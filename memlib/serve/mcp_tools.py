@@ -143,10 +143,11 @@ async def call_tool(service: SearchService, principal: Principal, name: str,
     if handler is None:
         raise MCPError(types.INVALID_PARAMS, f"unknown tool {name!r}; known: {', '.join(HANDLERS)}")
     strategy = args.get("strategy") if name == ToolName.SEARCH.value else None
+    known = strategy if isinstance(strategy, str) and strategy in service.strategy_names else None  # bounded labels
     try:
         result = await handler(service, principal, args)
     except ApiError as exc:
-        service.metrics.observe(f"mcp_{name}", exc.status, strategy if isinstance(strategy, str) else None)
+        service.metrics.observe(f"mcp_{name}", exc.status, known)
         return tool_error(exc.code.value, exc.reason)
     except Exception as exc:  # one failing call must not end the connection
         log.exception("MCP tool %s failed", name)
