@@ -3,6 +3,8 @@
 #   1. graph-tool from Debian (it is not on PyPI): python3-graph-tool, plus python3-venv.
 #   2. a venv made by the system python with --system-site-packages, so graph-tool is visible.
 #   3. memlib and its pinned dependencies (pyproject.toml ranges, constraints.txt exact pins).
+#   4. Debian's chromium for the browser test of the /ui explorer page, where apt can install it
+#      (best effort; MEMLIB_NO_BROWSER=1 skips it, as the node image does).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
@@ -20,6 +22,17 @@ if [ "$need_apt" = 1 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends python3-graph-tool python3-venv python3-dev python3-pip >/dev/null
+fi
+
+if [ "${MEMLIB_NO_BROWSER:-0}" != 1 ] && ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "memlib setup: installing chromium from Debian (browser test of /ui) ..."
+    export DEBIAN_FRONTEND=noninteractive
+    { apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium >/dev/null; } \
+      || echo "memlib setup: chromium could not be installed; the /ui browser test will be skipped" >&2
+  else
+    echo "memlib setup: no chromium (needs root and apt); the /ui browser test will be skipped" >&2
+  fi
 fi
 
 if [ ! -x "$VENV/bin/python" ]; then

@@ -1,19 +1,30 @@
 """The FastAPI application over a :class:`SearchService` (Ray Serve wraps it in jobs/serve.py;
-tests drive it directly)."""
+tests drive it directly): the JSON API under ``/v1``, the MCP server at ``/mcp``
+(:mod:`memlib.serve.mcp_http`) and the memory explorer page at ``/ui`` (static files shipped
+in ``memlib/serve/ui``)."""
 from __future__ import annotations
 
 import time
-from typing import Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import AsyncIterator, Awaitable, Callable
 
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi import FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
+from starlette.routing import Route
 
-from memlib.serve.errors import ApiError
-from memlib.serve.models import (ErrorResponse, HealthResponse, ReloadResponse, SearchRequest, SearchResponse,
-                                 TenantsResponse)
+from memlib.serve.errors import ApiError, ErrorCode
+from memlib.serve.explore import MAX_DEPTH, MAX_GRAPH_NODES, MAX_WINDOW
+from memlib.serve.mcp_http import McpHttp
+from memlib.serve.models import (ErrorResponse, HealthResponse, NodeGraphResponse, ReloadResponse, SearchRequest,
+                                 SearchResponse, SessionResponse, TenantsResponse)
 from memlib.serve.requests import check_body_size
 from memlib.serve.service import SearchService
+
+UI_DIR = Path(__file__).resolve().parent / "ui"
 
 ERRORS = {s: {"model": ErrorResponse} for s in (401, 403, 404, 422, 500)}
 SEARCH_BODY = {"requestBody": {"required": True, "content": {
@@ -41,9 +52,17 @@ async def _measured(service: SearchService, endpoint: str, call: Callable[[], Aw
 
 
 def build_app(service: SearchService) -> FastAPI:
-    app = FastAPI(title="memlib retrieval service", version="1",
+    mcp = McpHttp(service)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        async with mcp.lifespan():
+            yield
+
+    app = FastAPI(title="memlib retrieval service", version="1", lifespan=lifespan,
                   description="Multi-tenant retrieval over a memlib memory store. Bearer tokens per tenant; "
-                              "the admin token may query every tenant.")
+                              "the admin token may query every tenant. The same tokens open the MCP server "
+                              "(`/mcp`) and the memory explorer page (`/ui`).")
 
     @app.post("/v1/search", response_model=SearchResponse, responses=ERRORS, openapi_extra=SEARCH_BODY,
               summary="Retrieve ranked memory nodes with provenance and a packed context")
@@ -74,6 +93,9 @@ def build_app(service: SearchService) -> FastAPI:
 
         return await _measured(service, "reload", call)
 
+    _explorer_routes(app, service)
+    _mount_mcp_and_ui(app, mcp)
+
     @app.get("/healthz", response_model=HealthResponse, summary="Liveness and the store version served")
     async def healthz() -> Response:
         return _json(service.health())
@@ -82,4 +104,83 @@ def build_app(service: SearchService) -> FastAPI:
     async def metrics() -> Response:
         return Response(content=service.metrics.render(), media_type=service.metrics.content_type)
 
+    _document_extra_paths(app)
     return app
+
+
+def _explorer_routes(app: FastAPI, service: SearchService) -> None:
+    """Small read endpoints of the explorer page (and of any client): a session's turns and the
+    graph around a node. Authenticated and tenant-scoped like ``/v1/search``."""
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_query(_: Request, exc: RequestValidationError) -> JSONResponse:
+        reason = "; ".join(f"{'.'.join(str(x) for x in e.get('loc', ())[1:])}: {e.get('msg')}"
+                           for e in exc.errors()[:5])
+        return _error(ApiError(ErrorCode.BAD_ARGUMENT, reason))
+
+    @app.get("/v1/session", response_model=SessionResponse, responses=ERRORS,
+             summary="The turns of one session (or a window around one of its turns)")
+    async def session(request: Request, tenant: str = Query(..., description="tenant id"),
+                      session_id: str = Query(..., description="session id, as in a search hit"),
+                      around: str | None = Query(None, description="turn id (e.g. D1:3) or turn node id"),
+                      window: int = Query(5, ge=0, le=MAX_WINDOW, description="turns either side of `around`"),
+                      ) -> Response:
+        async def call() -> Response:
+            principal = service.auth.authenticate(request.headers.get("authorization"))
+            return _json(await run_in_threadpool(service.session, principal, tenant, session_id, around, window))
+
+        return await _measured(service, "session", call)
+
+    @app.get("/v1/graph", response_model=NodeGraphResponse, responses=ERRORS,
+             summary="The nodes derived from a node (facts, entities, events, concepts) and the edges among them")
+    async def graph(request: Request, tenant: str = Query(..., description="tenant id"),
+                    node: str = Query(..., description="node id, or a turn id such as D1:3"),
+                    depth: int = Query(2, ge=1, le=MAX_DEPTH, description="hops from the node"),
+                    limit: int = Query(40, ge=1, le=MAX_GRAPH_NODES, description="at most this many nodes"),
+                    structural: bool = Query(False, description="also NEXT, IN_SEGMENT, IN_SESSION, SIMILAR, "
+                                                                "HAS_CLUE edges"),
+                    ) -> Response:
+        async def call() -> Response:
+            principal = service.auth.authenticate(request.headers.get("authorization"))
+            return _json(await run_in_threadpool(service.node_graph, principal, tenant, node, depth, limit,
+                                                 structural))
+
+        return await _measured(service, "graph", call)
+
+
+def _mount_mcp_and_ui(app: FastAPI, mcp: McpHttp) -> None:
+    # routes, not a mount: a mount would answer "/mcp" with a redirect, one more round trip per call
+    app.router.routes.append(Route("/mcp", endpoint=mcp))
+    app.router.routes.append(Route("/mcp/", endpoint=mcp))
+
+    @app.get("/ui", include_in_schema=False)
+    async def ui_root() -> Response:
+        return RedirectResponse("/ui/")
+
+    app.mount("/ui", StaticFiles(directory=UI_DIR, html=True), name="ui")
+
+
+EXTRA_PATHS = {
+    "/mcp": {"post": {
+        "summary": "MCP server (streamable HTTP, stateless, JSON answers)",
+        "description": "Model Context Protocol endpoint: one JSON-RPC 2.0 request per POST (tools search_memory, "
+                       "list_tenants, get_session). Bearer token as for /v1/search: none or unknown -> 401, a "
+                       "tools/call naming a tenant the token may not query -> 403, both with a JSON-RPC error body.",
+        "requestBody": {"required": True, "content": {"application/json": {"schema": {"type": "object"}}}},
+        "responses": {"200": {"description": "JSON-RPC response"}, "401": {"description": "unauthenticated"},
+                      "403": {"description": "forbidden tenant"}}}},
+    "/ui/": {"get": {"summary": "Memory explorer page (static HTML; paste a token to use it)",
+                     "responses": {"200": {"description": "HTML page", "content": {"text/html": {}}}}}},
+}
+
+
+def _document_extra_paths(app: FastAPI) -> None:
+    """Add the non-FastAPI routes (/mcp, /ui/) to the generated OpenAPI document."""
+    generate = app.openapi
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            generate()["paths"].update(EXTRA_PATHS)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

@@ -8,11 +8,14 @@ class ErrorCode(str, Enum):
     UNAUTHENTICATED = "unauthenticated"      # 401: no or unknown bearer token
     FORBIDDEN = "forbidden"                  # 403: token of another tenant, or not admin
     UNKNOWN_TENANT = "unknown_tenant"        # 404: tenant not in the published store
+    UNKNOWN_SESSION = "unknown_session"      # 404: no such session in the tenant
+    UNKNOWN_NODE = "unknown_node"            # 404: no such node (or turn id) in the tenant
     BODY_TOO_LARGE = "body_too_large"        # 422: body above serve.max_body_bytes
     MALFORMED_BODY = "malformed_body"        # 422: not JSON / not an object / wrong fields
     BAD_TENANT_ID = "bad_tenant_id"          # 422: fails TENANT_ID_RE (path tricks)
     UNKNOWN_STRATEGY = "unknown_strategy"    # 422: not in the retrieval registry
     BAD_K = "bad_k"                          # 422: k outside 1..serve.max_k
+    BAD_ARGUMENT = "bad_argument"            # 422: another parameter out of range or of the wrong type
     SEARCH_FAILED = "search_failed"          # 500: the strategy raised
 
 
@@ -20,11 +23,14 @@ STATUS = {
     ErrorCode.UNAUTHENTICATED: 401,
     ErrorCode.FORBIDDEN: 403,
     ErrorCode.UNKNOWN_TENANT: 404,
+    ErrorCode.UNKNOWN_SESSION: 404,
+    ErrorCode.UNKNOWN_NODE: 404,
     ErrorCode.BODY_TOO_LARGE: 422,
     ErrorCode.MALFORMED_BODY: 422,
     ErrorCode.BAD_TENANT_ID: 422,
     ErrorCode.UNKNOWN_STRATEGY: 422,
     ErrorCode.BAD_K: 422,
+    ErrorCode.BAD_ARGUMENT: 422,
     ErrorCode.SEARCH_FAILED: 500,
 }
 

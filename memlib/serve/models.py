@@ -1,7 +1,7 @@
 """Request and response models of the HTTP API (shared by the service and the client)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -34,6 +34,7 @@ class TurnHit(BaseModel):
     turn_id: str
     session_id: str
     time: str | None
+    speaker: str | None = None
     text: str
     via: str = Field(..., description="the best-ranked result node that cited this turn")
 
@@ -70,14 +71,64 @@ class ReloadResponse(BaseModel):
     previous: str
 
 
+class SessionTurn(BaseModel):
+    node_id: str
+    turn_id: str
+    speaker: str | None
+    text: str
+    position: int = Field(..., description="0-based position of the turn in its session")
+
+
+class SessionResponse(BaseModel):
+    tenant: str
+    version: str
+    session_id: str
+    time: str | None = Field(..., description="ISO 8601 session time")
+    n_turns: int = Field(..., description="turns in the whole session")
+    focus: str | None = Field(None, description="node id of the turn the window is centred on")
+    turns: list[SessionTurn] = Field(..., description="the session's turns (or the window around `focus`), in order")
+
+
+class GraphNode(BaseModel):
+    node_id: str
+    kind: str
+    text: str
+    time: str | None
+    session_id: str | None
+    turn_ids: list[str] = Field(default_factory=list, description="source turn ids through provenance")
+    hops: int = Field(..., description="edges from the centre node")
+
+
+class GraphEdge(BaseModel):
+    src: str
+    dst: str
+    kind: str
+    relation: str | None = None
+    weight: float | None = None
+
+
+class NodeGraphResponse(BaseModel):
+    tenant: str
+    version: str
+    center: str = Field(..., description="node id of the centre node")
+    nodes: list[GraphNode]
+    edges: list[GraphEdge] = Field(..., description="edges among `nodes`")
+    truncated: bool = Field(..., description="more nodes were within `depth` than `limit` allowed")
+
+
 class ErrorResponse(BaseModel):
     error: str
     reason: str
 
 
-def search_response(result: Any, version: str, k: int, latency_ms: float) -> SearchResponse:
-    """A :class:`SearchResponse` from a ``memlib.retrieve.base.SearchResult``."""
+def search_response(result: Any, version: str, k: int, latency_ms: float,
+                    speakers: Mapping[str, str | None] | None = None) -> SearchResponse:
+    """A :class:`SearchResponse` from a ``memlib.retrieve.base.SearchResult`` (``speakers``: turn
+    node id -> speaker)."""
     d = result.to_dict()
+    if speakers:
+        for turn in d["turns"]:
+            turn["speaker"] = speakers.get(turn["node_id"])
     return SearchResponse(tenant=d["tenant"], query=d["query"], strategy=d["strategy"], k=k, version=version,
                           results=d["nodes"], turns=d["turns"], context=d["context"],
                           search_ms=round(d["latency_ms"], 3), latency_ms=round(latency_ms, 3))

@@ -59,6 +59,12 @@ def parse_search(raw: bytes, limits: Limits, strategies: Collection[str]) -> Sea
         raise ApiError(ErrorCode.MALFORMED_BODY, f"body is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ApiError(ErrorCode.MALFORMED_BODY, f"body must be a JSON object, got {type(data).__name__}")
+    return validate_search(data, limits, strategies)
+
+
+def validate_search(data: dict, limits: Limits, strategies: Collection[str]) -> SearchRequest:
+    """A decoded request object (``/v1/search`` body, MCP ``search_memory`` arguments) -> a complete
+    SearchRequest (defaults filled) or :class:`ApiError` (422)."""
     if isinstance(data.get("tenant"), str):
         check_tenant_id(data["tenant"])
     try:

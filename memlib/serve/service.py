@@ -21,10 +21,11 @@ from memlib.retrieve.tenant import QueryEmbedder, TenantCache, TenantIndex
 from memlib.serve.auth import Authorizer, Principal
 from memlib.serve.errors import ApiError, ErrorCode
 from memlib.serve.metrics import ServiceMetrics
-from memlib.serve.models import (HealthResponse, ReloadResponse, SearchRequest, SearchResponse, TenantsResponse,
-                                 search_response)
+from memlib.serve.explore import node_graph, session_view
+from memlib.serve.models import (HealthResponse, NodeGraphResponse, ReloadResponse, SearchRequest, SearchResponse,
+                                 SessionResponse, TenantsResponse, search_response)
 from memlib.serve.poller import VersionPoller
-from memlib.serve.requests import Limits, check_tenant_id, parse_search
+from memlib.serve.requests import Limits, check_tenant_id, parse_search, validate_search
 
 log = logging.getLogger("memlib.serve")
 
@@ -121,13 +122,37 @@ class SearchService:
         except Exception as exc:
             log.exception("strategy %s failed on tenant %s", req.strategy, req.tenant)
             raise ApiError(ErrorCode.SEARCH_FAILED, f"strategy {req.strategy!r} failed: {type(exc).__name__}: {exc}")
-        return search_response(result, idx.version, req.k, (time.perf_counter() - t0) * 1000.0)
+        speakers = {t.node_id: idx.turns[t.node_id].speaker for t in result.turns}
+        return search_response(result, idx.version, req.k, (time.perf_counter() - t0) * 1000.0, speakers)
 
     def tenants(self, authorization: str | None) -> TenantsResponse:
-        principal = self.auth.authenticate(authorization)
+        return self.visible_tenants(self.auth.authenticate(authorization))
+
+    def visible_tenants(self, principal: Principal) -> TenantsResponse:
         known = self.cache.tenants()
         visible = known if principal.is_admin else [t for t in known if principal.may_access(t)]
         return TenantsResponse(version=self.cache.version, tenants=visible)
+
+    # -- the same rules for MCP tools and the explorer's endpoints -----------------------------
+    def search_request(self, principal: Principal, data: dict) -> SearchRequest:
+        """A decoded search request (MCP tool arguments) validated and authorized exactly like a
+        ``/v1/search`` body."""
+        req = validate_search(data, self.limits, self.strategy_names)
+        self.auth.authorize(principal, req.tenant)
+        return req
+
+    def authorized_index(self, principal: Principal, tenant: str) -> TenantIndex:
+        check_tenant_id(tenant)
+        self.auth.authorize(principal, tenant)
+        return self.index(tenant)
+
+    def session(self, principal: Principal, tenant: str, session_id: str, around: str | None = None,
+                window: int = 5) -> SessionResponse:
+        return session_view(self.authorized_index(principal, tenant), session_id, around, window)
+
+    def node_graph(self, principal: Principal, tenant: str, node: str, depth: int = 2, limit: int = 40,
+                   structural: bool = False) -> NodeGraphResponse:
+        return node_graph(self.authorized_index(principal, tenant), node, depth, limit, structural)
 
     def health(self) -> HealthResponse:
         return HealthResponse(status="ok", version=self.cache.version, tenants=len(self.cache.tenants()),

@@ -1,5 +1,6 @@
 """Serve fixtures: a two-tenant store written directly with StoreWriter (hashing vectors,
-no Ray) for the in-process app tests, and tokens with their config digests."""
+no Ray) for the in-process app tests, and tokens with their config digests; the sample
+conversations built into a full store by `memlib build`; an MCP client helper (the SDK's)."""
 from __future__ import annotations
 
 import re
@@ -7,9 +8,14 @@ import zlib
 from datetime import datetime, timezone
 from pathlib import Path
 
+import anyio
+import httpx2
 import numpy as np
 import pyarrow as pa
 import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 
 from memlib import ids
 from memlib.config import MemlibConfig
@@ -95,3 +101,55 @@ def serve_config(**serve) -> MemlibConfig:
 
 def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
+
+
+SAMPLE = Path(__file__).resolve().parents[2] / "memlib" / "data" / "sample_conversations.jsonl"
+# tokens of the sample store's tenants (maya, raj) and the admin
+SAMPLE_TOKENS = {"maya": TOKENS["alice"], "raj": TOKENS["bob"]}
+
+
+@pytest.fixture(scope="session")
+def full_store(tmp_path_factory) -> Path:
+    """The bundled sample conversations built by `memlib build` with the default (full) recipe and
+    embedder: facts, triplets, entities, events and their edges, as a real store has them."""
+    import subprocess
+    import sys
+
+    out = tmp_path_factory.mktemp("full_store") / "store"
+    proc = subprocess.run([sys.executable, "-m", "memlib", "build", "-i", str(SAMPLE), "-f", "jsonl", "-o", str(out),
+                           "--num-cpus", "2"], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
+
+
+def sample_serve_config(**serve) -> MemlibConfig:
+    """Tokens of the sample store's tenants, the default embedder (the one the store was built with)."""
+    cfg = serve_config(**serve)
+    cfg.serve.tenant_token_hashes = {t: hash_token(tok) for t, tok in SAMPLE_TOKENS.items()}
+    return cfg
+
+
+def mcp_errors(exc: BaseException) -> list[MCPError]:
+    if isinstance(exc, MCPError):
+        return [exc]
+    if isinstance(exc, BaseExceptionGroup):
+        return [e for sub in exc.exceptions for e in mcp_errors(sub)]
+    return []
+
+
+def mcp_call(url: str, token: str | None, calls, mode: str = "auto"):
+    """Open an SDK client on ``url``/mcp and run ``calls(client)`` (an async function). An
+    MCPError arrives wrapped in the client's task groups; it is raised alone."""
+    async def run():
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        async with httpx2.AsyncClient(headers=headers) as http:
+            async with Client(streamable_http_client(f"{url}/mcp", http_client=http), mode=mode) as client:
+                return await calls(client)
+
+    try:
+        return anyio.run(run)
+    except BaseExceptionGroup as group:
+        errors = mcp_errors(group)
+        if len(errors) == 1:
+            raise errors[0] from None
+        raise

@@ -7,7 +7,7 @@ import time
 import pytest
 import uvicorn
 
-from memlib.cli.bench_serve import load_questions, run_load, warmup_questions
+from memlib.cli.bench_serve import load_questions, run_load, run_paired, warmup_questions
 from memlib.serve.app import build_app
 from memlib.serve.auth import AuthConfigError, Authorizer, Role, hash_token
 from memlib.serve.errors import ApiError, ErrorCode
@@ -72,6 +72,13 @@ def test_bench_load_loop_against_a_live_app(store, embedder):
         assert 0 < figures["p50_ms"] <= figures["p95_ms"] <= figures["p99_ms"]
         _, errors = run_load(url, TOKENS["alice"], "bm25", questions, 8, 2, 5, 60)
         assert len(errors) == 4 and all(e.startswith("403") for e in errors)  # bob's questions are forbidden
+        arms, errors = run_paired(url, ADMIN, "bm25", questions, 24, 2, 5, 120)
+        assert errors == [] and [arms[a]["requests"] for a in ("http", "mcp_wire", "mcp")] == [24, 24, 24]
+        assert all(0 < f["p50_ms"] <= f["p95_ms"] and f["qps"] > 0 for f in arms.values())
+        _, errors = run_paired(url, TOKENS["alice"], "bm25", questions, 8, 2, 5, 60)
+        assert sum(e.startswith("403") for e in errors) == 4  # /v1/search arm
+        assert sum(e.startswith("mcp wire 403") and "forbidden" in e for e in errors) == 4
+        assert sum(e.startswith("mcp MCPError") and "forbidden" in e for e in errors) == 4
     finally:
         server.should_exit = True
         th.join(timeout=10)

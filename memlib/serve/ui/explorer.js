@@ -1,0 +1,251 @@
+// memlib memory explorer: a static page over the service's JSON API (no build step).
+// The token stays in this tab's sessionStorage and is only sent to this origin.
+"use strict";
+
+const KIND_COLORS = {
+  turn: "#4c78a8", fact: "#f58518", entity: "#54a24b", event: "#e45756", concept: "#72b7b2",
+  triplet: "#b279a2", reflection: "#ff9da6", segment: "#9d755d", session: "#bab0ac", clue: "#d6b32a",
+};
+const $ = (id) => document.getElementById(id);
+const state = { token: sessionStorage.getItem("memlib.token") || "", strategies: [], tenant: null };
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (key === "class") node.className = value;
+    else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else node.setAttribute(key, value);
+  }
+  for (const child of children.flat()) {
+    if (child !== null && child !== undefined) node.append(child instanceof Node ? child : String(child));
+  }
+  return node;
+}
+
+function svgEl(tag, attrs = {}, ...children) {
+  const node = document.createElementNS("http://www.w3.org/2000/svg", tag);
+  for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, value);
+  for (const child of children) node.append(child instanceof Node ? child : String(child));
+  return node;
+}
+
+function showError(message) {
+  const box = $("error");
+  box.textContent = message || "";
+  box.hidden = !message;
+}
+
+async function api(path, options = {}) {
+  const headers = Object.assign({ Authorization: `Bearer ${state.token}` }, options.headers || {});
+  const resp = await fetch(path, Object.assign({}, options, { headers }));
+  const body = await resp.json().catch(() => ({}));
+  if (!resp.ok) throw new Error(`${resp.status} ${body.error || ""}: ${body.reason || resp.statusText}`);
+  return body;
+}
+
+const fmtDate = (iso) => (iso ? iso.slice(0, 16).replace("T", " ") : "date unknown");
+const fmtNum = (x) => (Math.abs(x) >= 100 ? x.toFixed(0) : Math.abs(x) >= 1 ? x.toFixed(2) : x.toFixed(3));
+const short = (text, n) => (text.length > n ? text.slice(0, n - 1) + "…" : text);
+
+// -- connect ------------------------------------------------------------------------------
+async function connect(event) {
+  if (event) event.preventDefault();
+  state.token = $("token").value.trim() || state.token;
+  showError("");
+  try {
+    const [health, tenants] = await Promise.all([fetch("/healthz").then((r) => r.json()), api("/v1/tenants")]);
+    sessionStorage.setItem("memlib.token", state.token);
+    state.strategies = health.strategies;
+    fillSelect($("tenant"), tenants.tenants);
+    fillSelect($("strategy"), health.strategies, "auto");
+    $("compare-pick").replaceChildren(...health.strategies.map((name) => el("label", {},
+      el("input", Object.assign({ type: "checkbox", value: name },
+        ["auto", "bm25", "dense", "magma"].includes(name) ? { checked: "" } : {})), " ", name)));
+    $("status").textContent = `store ${tenants.version} · ${tenants.tenants.length} tenant(s)`;
+    $("ask").hidden = false;
+  } catch (err) {
+    $("status").textContent = "not connected";
+    showError(`Could not connect: ${err.message}`);
+  }
+}
+
+function fillSelect(select, values, preferred) {
+  select.replaceChildren(...values.map((v) => el("option", { value: v }, v)));
+  if (preferred && values.includes(preferred)) select.value = preferred;
+}
+
+function searchBody(strategy) {
+  return JSON.stringify({ tenant: $("tenant").value, query: $("question").value.trim(), strategy,
+                          k: Number($("k").value) || 10 });
+}
+
+// -- one strategy ---------------------------------------------------------------------------
+async function search(event) {
+  event.preventDefault();
+  showError("");
+  state.tenant = $("tenant").value;
+  try {
+    const resp = await api("/v1/search", { method: "POST", body: searchBody($("strategy").value),
+                                           headers: { "Content-Type": "application/json" } });
+    renderResults(resp);
+  } catch (err) {
+    showError(`Search failed: ${err.message}`);
+  }
+}
+
+function renderResults(resp) {
+  $("comparison").replaceChildren();
+  const nodes = new Map(resp.results.map((n) => [n.node_id, n]));
+  const title = $("results-title");
+  title.hidden = false;
+  title.textContent = `${resp.turns.length} ranked turns · ${resp.strategy} · ${fmtNum(resp.search_ms)} ms · store ${resp.version}`;
+  $("results").replaceChildren(...resp.turns.map((turn, i) => hitCard(turn, i + 1, nodes.get(turn.via))));
+  if (!resp.turns.length) $("results").append(el("li", { class: "muted" }, "Nothing in memory matched."));
+}
+
+function hitCard(turn, rank, via) {
+  const signals = via ? Object.entries(via.signals).map(([k, v]) => el("span", { class: "chip" }, `${k} ${fmtNum(v)}`)) : [];
+  const kind = via ? el("span", { class: "chip kind", style: `background:${KIND_COLORS[via.kind] || "#888"}` },
+                        via.kind === "turn" ? "turn hit" : `via ${via.kind}`) : null;
+  const card = el("li", { class: "hit", "data-turn": turn.turn_id, "data-node": turn.node_id },
+    el("span", { class: "rank" }, rank),
+    el("span", { class: "meta" }, el("b", {}, fmtDate(turn.time)), ` · session ${turn.session_id} · turn `,
+       el("b", {}, turn.turn_id), via ? ` · score ${fmtNum(via.score)}` : ""),
+    el("span", { class: "text" }, turn.speaker ? `${turn.speaker}: ${turn.text}` : turn.text),
+    el("span", { class: "signals" }, kind, signals));
+  card.addEventListener("click", () => openHit(turn, card));
+  return card;
+}
+
+// -- a hit: its session and its derived graph -------------------------------------------------
+async function openHit(turn, card) {
+  document.querySelectorAll(".hit.open").forEach((c) => c.classList.remove("open"));
+  if (card) card.classList.add("open");
+  showError("");
+  const tenant = encodeURIComponent(state.tenant);
+  try {
+    const [session, graph] = await Promise.all([
+      api(`/v1/session?tenant=${tenant}&session_id=${encodeURIComponent(turn.session_id)}` +
+          `&around=${encodeURIComponent(turn.node_id)}&window=4`),
+      api(`/v1/graph?tenant=${tenant}&node=${encodeURIComponent(turn.node_id)}&depth=2&limit=30`),
+    ]);
+    $("detail-pane").hidden = false;
+    $("detail-title").textContent = `Turn ${turn.turn_id} · session ${turn.session_id} · ${fmtDate(session.time)}`;
+    $("session").replaceChildren(...session.turns.map((t) => el("li", { class: t.node_id === session.focus ? "focus" : "" },
+      el("span", { class: "tid" }, t.turn_id), t.speaker ? `${t.speaker}: ${t.text}` : t.text)));
+    renderGraph(graph);
+  } catch (err) {
+    showError(`Could not open the hit: ${err.message}`);
+  }
+}
+
+function layout(graph, width, height) {
+  // the centre in the middle, each hop on a ring; a node sits near the angle of its parent
+  const pos = new Map([[graph.center, { x: width / 2, y: height / 2, angle: 0, hop: 0 }]]);
+  const neighbours = new Map();
+  const link = (a, b) => { if (!neighbours.has(a)) neighbours.set(a, []); neighbours.get(a).push(b); };
+  for (const e of graph.edges) { link(e.src, e.dst); link(e.dst, e.src); }
+  const side = Math.min(width, height);
+  const radii = [0, side * 0.25, side * 0.42, side * 0.48];
+  for (const hop of [1, 2, 3]) {
+    const ring = graph.nodes.filter((n) => n.hops === hop);
+    const angleOf = (n) => {
+      const p = (neighbours.get(n.node_id) || []).map((id) => pos.get(id)).find((q) => q && q.hop === hop - 1);
+      return p ? p.angle : 0;
+    };
+    ring.sort((a, b) => angleOf(a) - angleOf(b));
+    ring.forEach((n, j) => {
+      const angle = (2 * Math.PI * j) / ring.length - Math.PI / 2 + (hop > 1 ? Math.PI / ring.length : 0);
+      pos.set(n.node_id, { x: width / 2 + radii[hop] * Math.cos(angle), y: height / 2 + radii[hop] * Math.sin(angle),
+                           angle, hop });
+    });
+  }
+  return pos;
+}
+
+function renderGraph(graph) {
+  const width = 560, height = 420;
+  const pos = layout(graph, width, height);
+  const svg = svgEl("svg", { viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": "derived memory graph" });
+  for (const e of graph.edges) {
+    const a = pos.get(e.src), b = pos.get(e.dst);
+    if (!a || !b) continue;
+    svg.append(svgEl("line", { x1: a.x, y1: a.y, x2: b.x, y2: b.y, stroke: "#aab2c0", "stroke-width": 1.2 }));
+    svg.append(svgEl("text", { x: 0.45 * a.x + 0.55 * b.x, y: 0.45 * a.y + 0.55 * b.y - 2, "text-anchor": "middle",
+                               class: "edge-label" },
+      e.relation || e.kind));
+  }
+  for (const n of graph.nodes) {
+    const p = pos.get(n.node_id);
+    const g = svgEl("g", { class: "node", "data-kind": n.kind });
+    g.append(svgEl("title", {}, `${n.kind} ${n.node_id}\n${n.text}`));
+    g.append(svgEl("circle", { cx: p.x, cy: p.y, r: n.hops === 0 ? 13 : 9, fill: KIND_COLORS[n.kind] || "#888",
+                               stroke: "#fff", "stroke-width": 2 }));
+    g.append(svgEl("text", { x: p.x, y: n.hops === 0 ? p.y - 19 : p.y + 20, "text-anchor": "middle" }, short(n.text, 26)));
+    svg.append(g);
+  }
+  const xs = [...pos.values()].map((p) => p.x), ys = [...pos.values()].map((p) => p.y);
+  // fit the view to the drawing, but never zoom in past a 520 x 300 window (labels stay small)
+  const x0 = Math.min(...xs) - 90, x1 = Math.max(...xs) + 90, y0 = Math.min(...ys) - 25, y1 = Math.max(...ys) + 35;
+  const w = Math.max(x1 - x0, 520), h = Math.max(y1 - y0, 300);
+  svg.setAttribute("viewBox", `${(x0 + x1 - w) / 2} ${(y0 + y1 - h) / 2} ${w} ${h}`);
+  $("graph").replaceChildren(svg);
+  const kinds = [...new Set(graph.nodes.map((n) => n.kind))];
+  $("legend").replaceChildren(...kinds.map((k) => el("li", {}, el("i", { style: `background:${KIND_COLORS[k] || "#888"}` }), k)));
+  $("graph-note").textContent = `${graph.nodes.length - 1} nodes, ${graph.edges.length} edges${graph.truncated ? " (truncated)" : ""}`;
+  $("derived").replaceChildren(...graph.nodes.filter((n) => n.hops > 0).map((n) => el("li", {},
+    el("span", { class: "chip kind", style: `background:${KIND_COLORS[n.kind] || "#888"}` }, n.kind), " ", n.text,
+    n.turn_ids.length ? el("span", { class: "muted" }, `  (turns ${n.turn_ids.slice(0, 4).join(", ")})`) : "")));
+}
+
+// -- strategies side by side ---------------------------------------------------------------------
+const PALETTE = ["#e6194b", "#3cb44b", "#4363d8", "#f58231", "#911eb4", "#42d4f4", "#f032e6", "#bfef45",
+                 "#469990", "#9a6324", "#800000", "#808000", "#000075", "#fabed4", "#ffd8b1", "#aaffc3"];
+
+function sharedColors(answers) {
+  // a colour per turn that several strategies found (in order of first appearance); others stay grey
+  const count = new Map();
+  for (const resp of answers) for (const id of new Set(resp.turns.map((t) => t.node_id))) count.set(id, (count.get(id) || 0) + 1);
+  const colors = new Map();
+  for (const [id, n] of count) if (n > 1) colors.set(id, PALETTE[colors.size % PALETTE.length]);
+  return colors;
+}
+
+async function compare() {
+  showError("");
+  state.tenant = $("tenant").value;
+  const names = [...document.querySelectorAll("#compare-pick input:checked")].map((i) => i.value);
+  if (!names.length || !$("question").value.trim()) {
+    showError("Pick at least one strategy and type a question.");
+    return;
+  }
+  try {
+    const answers = await Promise.all(names.map((s) => api("/v1/search", {
+      method: "POST", body: searchBody(s), headers: { "Content-Type": "application/json" } })));
+    $("results").replaceChildren();
+    $("detail-pane").hidden = true;
+    const title = $("results-title");
+    title.hidden = false;
+    title.textContent = `${names.length} strategies side by side · a colour marks a turn several of them found`;
+    const colors = sharedColors(answers);
+    const grid = $("comparison");
+    grid.style.gridTemplateColumns = `repeat(${Math.min(answers.length, 4)}, minmax(0, 1fr))`;
+    grid.replaceChildren(...answers.map((resp) => el("div", { class: "col", "data-strategy": resp.strategy },
+      el("h4", {}, `${resp.strategy} `, el("span", { class: "muted" }, `${fmtNum(resp.search_ms)} ms`)),
+      el("ol", {}, resp.turns.map((t) => {
+        const via = resp.results.find((n) => n.node_id === t.via);
+        const item = el("li", { style: `border-left-color:${colors.get(t.node_id) || "#d5d9e0"}`, title: t.text },
+          el("span", { class: "tid" }, t.turn_id), ` ${fmtDate(t.time).slice(0, 10)} · ${short(t.text, 80)}`,
+          via && via.kind !== "turn" ? el("span", { class: "muted" }, ` · via ${via.kind}`) : null);
+        item.addEventListener("click", () => openHit(t, null));
+        return item;
+      })))));
+  } catch (err) {
+    showError(`Comparison failed: ${err.message}`);
+  }
+}
+
+$("connect").addEventListener("submit", connect);
+$("query").addEventListener("submit", search);
+$("compare").addEventListener("click", compare);
+if (state.token) connect();
