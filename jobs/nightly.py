@@ -255,7 +255,7 @@ def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: st
             plan.failed[tenant] = "no valid turns in the input (every record quarantined)"
     to_build = [s for s in shards if s.tenant_id not in plan.resume and s.tenant_id not in plan.failed]
     progress("plan", plan.to_json())
-    cpus = init_ray(address, num_cpus)
+    cpus = init_ray(address, num_cpus, token_auth=cfg.ray.local_token_auth)
     session_stats: dict[str, Any] = {}
     with timer.stage(JobStage.TENANTS):
         summaries = _build_tenants(writer, to_build, cfg, recipe, plan, key, cpus, progress, reuse=not full,

@@ -179,6 +179,9 @@ class ServeConfig(_Section):
 class RayConfig(_Section):
     address: str | None = None
     num_cpus: int | None = None
+    local_token_auth: bool = Field(True, description="a local Ray instance that memlib starts requires a fresh "
+                                   "random token (Ray token authentication): Ray 2.60 binds its control plane "
+                                   "to every interface, with no setting for loopback (jobs/local_ray.py)")
     block_turns: int = Field(256, ge=1, description="turns per session block of the staged build (whole "
                              "sessions of many tenants; a longer session is a block of its own)")
     embed_actors: int | None = Field(None, ge=1, description="embed operator actors (None: one per "
@@ -270,12 +273,13 @@ def env_overrides(environ: dict[str, str]) -> list[str]:
     return out
 
 
-LOCAL_RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+LOCAL_RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0"}
 
 
 def export_local_ray_env() -> None:
     """Set the environment memlib needs before it starts a local Ray (kept unless the user set
-    it): token auth off on a single machine, no usage statistics sent anywhere."""
+    it): no usage statistics sent anywhere. Token authentication of a local instance is set where
+    it starts (jobs/local_ray.py, ``ray.local_token_auth``)."""
     for key, value in LOCAL_RAY_ENV.items():
         os.environ.setdefault(key, value)
 
