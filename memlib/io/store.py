@@ -72,7 +72,7 @@ def sql_str(value: str) -> str:
 
 
 def _safe(name: str) -> str:
-    if not _SAFE_NAME.match(name):
+    if not _SAFE_NAME.fullmatch(name):
         raise StoreError(f"unsafe file name for a store partition: {name!r}")
     return name
 
@@ -202,7 +202,7 @@ class StoreWriter:
         for d in (self.path / "versions", self.path / "manifests"):
             if d.exists():
                 for p in d.iterdir():
-                    m = _VERSION_RE.match(p.stem)
+                    m = _VERSION_RE.fullmatch(p.stem)
                     if m:
                         nums.append(int(m.group(1)))
         if self.base is not None:
