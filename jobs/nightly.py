@@ -26,14 +26,14 @@ import pyarrow.parquet as pq
 import ray
 
 from jobs.build import init_ray
-from jobs.nightly_plan import ForgetList, Plan, TenantStatus, build_key, effective_hash, make_plan
+from jobs.nightly_plan import (ForgetList, Plan, TenantStatus, build_key, check_readable, fingerprint_sources,
+                               make_plan, settle_missing, source_names)
 from memlib import schema
 from memlib.build.manifest import build_manifest
 from memlib.build.recipe import DEFAULT_RECIPE, JobStage, get_recipe
 from memlib.build.timing import StageTimer
 from memlib.config import MemlibConfig
 from memlib.io.errors import InputError
-from memlib.io.readers import input_fingerprints
 from memlib.io.remote import staged_input
 from memlib.io.store import StoreWriter, atomic_write_json, read_manifest, rollback, version_name
 from pipelines.shard import QUARANTINE_PART, TenantShard, shard_input
@@ -110,29 +110,16 @@ def input_sources(path: Path, fmt: str) -> list[Path]:
     return [path]
 
 
-def _fingerprints(sources: list[Path], fmt: str, cfg: MemlibConfig, forget: ForgetList):
-    hashes, tenant_source, failed = {}, {}, {}
-    for src in sources:
-        try:
-            fps = input_fingerprints(src, fmt, cfg.io)
-        except (InputError, OSError, ValueError) as exc:
-            failed[src.name] = str(exc)[:300]
-            continue
-        for tenant, h in fps.items():
-            if tenant and tenant not in forget.tenants:
-                hashes[tenant] = effective_hash(h, forget, tenant)
-                tenant_source[tenant] = src.name
-    return hashes, tenant_source, failed
-
-
 def restore_published_lance(writer: StoreWriter, base: dict[str, Any] | None) -> None:
     """Make the newest Lance version equal the published one (after a rollback or a crashed build)."""
     writer.restore_published(base)
 
 
 def _shard_all(sources, fmt, cfg, writer, plan: Plan, forget: ForgetList,
-               skip: dict[str, str]) -> tuple[list[TenantShard], dict, Any]:
-    shards, seen, quarantine = [], {}, {}
+               skip: dict[str, str], *, full: bool) -> tuple[list[TenantShard], dict, Any]:
+    """Shard every readable file; a tenant found in several files gets their turns merged. A file
+    failing now fails its tenants (their published data is kept), or stops a full or one-file build."""
+    shards, seen, quarantine, merged = {}, {}, {}, set()
     todo = set(plan.build) | set(plan.resume)
     for src in sources:
         if src.name in skip:
@@ -140,17 +127,20 @@ def _shard_all(sources, fmt, cfg, writer, plan: Plan, forget: ForgetList,
         part = QUARANTINE_PART if len(sources) == 1 else src.stem
         try:
             res = shard_input(src, fmt, cfg, writer, keep_rows=forget.keep_rows, rebuild=todo.__contains__,
-                              quarantine_part=part)
+                              quarantine_part=part, merged=merged)
         except (InputError, OSError, ValueError) as exc:
-            for t, s in plan.sources.items():
-                if s == src.name:
+            if full or len(sources) == 1:
+                raise exc if isinstance(exc, InputError) else InputError(src.name, str(exc)[:300]) from exc
+            for t, names in plan.sources.items():
+                if src.name in source_names(names):
                     plan.failed[t] = f"input file {src.name} unreadable: {str(exc)[:200]}"
             continue
-        shards += res.shards
-        seen.update(res.seen)
+        shards.update({s.tenant_id: s for s in res.shards})
+        for tenant, n in res.seen.items():
+            seen[tenant] = seen.get(tenant, 0) + n
         for k, v in res.quarantine_by_reason.items():
             quarantine[k] = quarantine.get(k, 0) + v
-    return shards, seen, quarantine
+    return list(shards.values()), seen, quarantine
 
 
 def _build_tenants(writer: ResumableWriter, shards: list[TenantShard], cfg, recipe, plan: Plan, key: str,
@@ -239,17 +229,13 @@ def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: st
     key = build_key(cfg, recipe)
     with timer.stage(JobStage.READ), staged_input(input_path, cfg.io.staging_dir) as local_input:
         sources = input_sources(local_input, str(fmt))
-        hashes, tenant_source, failed_sources = _fingerprints(sources, str(fmt), cfg, forget)
-        if failed_sources and (full or not hashes):
-            # a full build of an unreadable input, or a run that could read nothing at all, is an
-            # error: it publishes nothing (an incremental run keeps the tenants of readable files)
-            name, reason = next(iter(failed_sources.items()))
-            raise InputError(name, reason)
-        plan = make_plan(None if full else base, hashes, tenant_source, key,
-                         {} if full else writer.done_markers(), failed_sources)
-        if full:
-            plan.gone = sorted(set((base or {}).get("tenants", {})) - set(hashes))
-        shards, seen, quarantine = _shard_all(sources, str(fmt), cfg, writer, plan, forget, failed_sources)
+        read = fingerprint_sources(sources, str(fmt), cfg, forget)
+        check_readable(input_path, sources, read, full=full)  # an unusable input publishes nothing
+        plan = make_plan(None if full else base, read.hashes, read.sources, key,
+                         {} if full else writer.done_markers(), read.failed)
+        settle_missing(plan, base, forget.tenants, complete=full or cfg.nightly.input_is_complete,
+                       max_share=cfg.nightly.max_removed_share)
+        shards, seen, quarantine = _shard_all(sources, str(fmt), cfg, writer, plan, forget, read.failed, full=full)
     for tenant in plan.build:
         if seen.get(tenant, 0) == 0 and tenant not in plan.failed:
             plan.failed[tenant] = "no valid turns in the input (every record quarantined)"
