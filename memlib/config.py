@@ -162,7 +162,7 @@ class LLMConfig(_Section):
     concurrency: int = 4
     turns_per_call: int = Field(24, description="turns per extraction call (a LoCoMo session is ~21)")
     cache_version: str = "1"
-    prompts_dir: str | None = Field(None, description="prompt files directory (None: the repo's prompts/)")
+    prompts_dir: str | None = Field(None, description="prompt files directory (None: the prompts shipped with memlib)")
     chars_per_token: float = Field(3.6, description="dry-run estimate: characters per prompt token (calibrated)")
     price_per_million: dict[str, dict[str, float]] = Field(default_factory=lambda: {
         "gpt-4o-mini": {"input": 0.15, "output": 0.60},

@@ -14,6 +14,7 @@ import pyarrow as pa
 from memlib import ids, schema
 from memlib.config import IOConfig
 from memlib.io.result import ReadResult
+from memlib.io.scan import MAX_DEPTH, too_deep
 from memlib.io.validate import Quarantine, ReasonCode, is_id, unstorable_field, validate_tenant_id
 
 TimeParser = Callable[[Any], "datetime | None"]
@@ -30,11 +31,13 @@ def _extras(value: Any) -> tuple[str | None, Issue | None]:
         return None, None
     if isinstance(value, str):
         try:
+            if too_deep(value):
+                raise RecursionError
             value = json.loads(value)
         except json.JSONDecodeError:
             return None, (ReasonCode.BAD_EXTRAS, "extras is a string that is not a JSON object")
         except RecursionError:
-            return None, (ReasonCode.TOO_DEEP, "extras nested too deep to decode")
+            return None, (ReasonCode.TOO_DEEP, f"extras nested deeper than {MAX_DEPTH} levels")
     if not isinstance(value, dict):
         return None, (ReasonCode.BAD_EXTRAS, f"extras must be an object, got {type(value).__name__}")
     try:

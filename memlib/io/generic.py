@@ -22,7 +22,7 @@ from memlib.io.builder import TenantBuilder
 from memlib.io.errors import InputError
 from memlib.io.jsonarray import UTF8_BOM, check_head, open_checked
 from memlib.io.result import ReadResult
-from memlib.io.scan import top_level_string
+from memlib.io.scan import MAX_DEPTH, too_deep, top_level_string
 from memlib.io.validate import ReasonCode, parse_iso_time, validate_tenant_id
 
 TURN_KIND, QUESTION_KIND = "turn", "question"
@@ -49,10 +49,10 @@ def _line_tenant(line: bytes) -> tuple[bool, str | None]:
     """(line is a JSON object, its valid tenant id or None). A line that cannot be decoded
     (bad UTF-8, broken JSON, nested too deep) still belongs to the tenant it names."""
     try:
+        if too_deep(line):
+            raise RecursionError
         obj = json.loads(line.decode("utf-8"))
-    except UnicodeDecodeError:
-        return False, raw_tenant(line)
-    except (ValueError, RecursionError):
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
         return False, raw_tenant(line)
     if not isinstance(obj, dict):
         return False, None
@@ -128,13 +128,15 @@ def _add_line(b: TenantBuilder, line: bytes, where: str) -> None:
     if not text.strip():
         return
     try:
+        if too_deep(text):
+            raise RecursionError
         obj = json.loads(text)
     except json.JSONDecodeError as exc:
         b.reject((ReasonCode.BAD_JSON, f"not JSON: {exc.msg} (column {exc.colno})"), where, text,
                  {"tenant_id": raw_tenant(text)})
         return
     except RecursionError:
-        b.reject((ReasonCode.TOO_DEEP, "record nested too deep to decode"), where, text,
+        b.reject((ReasonCode.TOO_DEEP, f"record nested deeper than {MAX_DEPTH} levels"), where, text,
                  {"tenant_id": raw_tenant(text)})
         return
     add_object(b, obj, where, text.rstrip("\n"))

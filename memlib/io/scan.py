@@ -52,3 +52,25 @@ def top_level_string(raw: Any, key: str) -> str | None:
         elif tok == "," and depth == 1:
             after_colon, last = False, None
     return None
+
+
+MAX_DEPTH = 100  # records nested deeper are refused whatever Python's recursion limit is
+
+
+def too_deep(raw: str | bytes, limit: int = MAX_DEPTH) -> bool:
+    """True when ``raw`` (JSON text) nests objects/arrays deeper than ``limit``. Cheap for
+    ordinary records: the exact walk runs only when the text holds more than ``limit`` brackets."""
+    opening = raw.count(b"[") + raw.count(b"{") if isinstance(raw, bytes) else raw.count("[") + raw.count("{")
+    if opening <= limit:
+        return False
+    text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
+    depth = 0
+    for m in _TOKEN.finditer(text):
+        tok = m.group()
+        if tok in "{[":
+            depth += 1
+            if depth > limit:
+                return True
+        elif tok in "}]":
+            depth -= 1
+    return False

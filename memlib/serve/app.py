@@ -2,6 +2,7 @@
 tests drive it directly)."""
 from __future__ import annotations
 
+import logging
 import time
 from typing import Awaitable, Callable
 
@@ -9,13 +10,14 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from memlib.serve.errors import ApiError
+from memlib.serve.errors import ApiError, ErrorCode
 from memlib.serve.models import (ErrorResponse, HealthResponse, ReloadResponse, SearchRequest, SearchResponse,
                                  TenantsResponse)
-from memlib.serve.requests import check_body_size
+from memlib.serve.requests import check_body_size, read_body
 from memlib.serve.service import SearchService
 
-ERRORS = {s: {"model": ErrorResponse} for s in (401, 403, 404, 422, 500)}
+log = logging.getLogger("memlib.serve")
+ERRORS = {s: {"model": ErrorResponse} for s in (401, 403, 404, 422, 500, 503)}
 SEARCH_BODY = {"requestBody": {"required": True, "content": {
     "application/json": {"schema": SearchRequest.model_json_schema()}}}}
 
@@ -36,6 +38,11 @@ async def _measured(service: SearchService, endpoint: str, call: Callable[[], Aw
     except ApiError as exc:
         service.metrics.observe(endpoint, exc.status, strategy())
         return _error(exc)
+    except Exception as exc:  # noqa: BLE001 - any other failure is still one counted JSON answer
+        log.exception("%s failed", endpoint)
+        err = ApiError(ErrorCode.INTERNAL, f"{type(exc).__name__} while handling the request")
+        service.metrics.observe(endpoint, err.status, strategy())
+        return _error(err)
     service.metrics.observe(endpoint, resp.status_code, strategy(), time.perf_counter() - t0)
     return resp
 
@@ -52,7 +59,7 @@ def build_app(service: SearchService) -> FastAPI:
 
         async def call() -> Response:
             check_body_size(request.headers.get("content-length"), service.limits.max_body_bytes)
-            raw = await request.body()
+            raw = await read_body(request.stream(), service.limits.max_body_bytes)
             _, req = service.parse(request.headers.get("authorization"), raw)
             seen["strategy"] = req.strategy
             return _json(await run_in_threadpool(service.search, req))

@@ -14,6 +14,8 @@ class ErrorCode(str, Enum):
     UNKNOWN_STRATEGY = "unknown_strategy"    # 422: not in the retrieval registry
     BAD_K = "bad_k"                          # 422: k outside 1..serve.max_k
     SEARCH_FAILED = "search_failed"          # 500: the strategy raised
+    TENANT_UNAVAILABLE = "tenant_unavailable"  # 503: the tenant's files cannot be loaded (others are served)
+    INTERNAL = "internal_error"              # 500: anything else that went wrong handling the request
 
 
 STATUS = {
@@ -26,6 +28,8 @@ STATUS = {
     ErrorCode.UNKNOWN_STRATEGY: 422,
     ErrorCode.BAD_K: 422,
     ErrorCode.SEARCH_FAILED: 500,
+    ErrorCode.TENANT_UNAVAILABLE: 503,
+    ErrorCode.INTERNAL: 500,
 }
 
 

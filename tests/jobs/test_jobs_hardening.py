@@ -115,3 +115,74 @@ def test_tenant_split_over_two_files_keeps_both_files_turns(ray_local, tmp_path)
     res = _build(d, store)
     m = json.loads((store / "manifest.json").read_text())
     assert res.exit_code == 0 and m["incremental"]["built"] == ["dora"] and m["tenants"]["dora"]["turns"] == 17
+
+
+def test_incremental_run_after_a_full_build_carries_every_tenant(ray_local, tmp_path):
+    """Issue 16, item 9: a full build records the build key and input hashes the next nightly run
+    compares against, so an unchanged input rebuilds nothing."""
+    inp = write_jsonl(tmp_path / "in.jsonl", ["emil", "gus"])
+    store = tmp_path / "store"
+    res = _build(inp, store, incremental=False)
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    full = json.loads((store / "manifest.json").read_text())
+    assert full["build_key"] and all(t["input_hash"] for t in full["tenants"].values())
+    res = _build(inp, store)
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    inc = json.loads((store / "manifest.json").read_text())["incremental"]
+    assert inc["built"] == [] and inc["carried"] == ["emil", "gus"]
+
+
+SECRET_WORDS = ("nilla", "queen sacrifice", "obsidian trophy", "quetzalcoatl", "zugzwang", "pirc defence",
+                "kasparov")
+
+
+def _decoded(path: Path) -> str:
+    """A store file as text: Parquet decoded (it is compressed), npz arrays listed, the rest as bytes."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    if path.suffix == ".parquet":
+        return str(pq.read_table(path).to_pylist())
+    if path.suffix == ".npz":
+        with np.load(path, allow_pickle=False) as z:
+            return " ".join(str(z[k].tolist()) for k in z.files)
+    return path.read_bytes().decode("latin-1")
+
+
+def _words_in_store(store: Path) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for p in sorted(store.rglob("*")):
+        if p.is_file():
+            text = _decoded(p).lower()
+            for w in SECRET_WORDS:
+                if w in text:
+                    found.setdefault(w, []).append(str(p.relative_to(store)))
+    return found
+
+
+def test_forget_and_compact_leave_no_word_of_the_tenant(ray_local, tmp_path):
+    """Issue 16, item 13: after --delete and --compact no distinctive word of the forgotten tenant is
+    in any decoded file of the store, including its quarantined records that could not be decoded."""
+    gus = tenant_lines("gus")
+    bad = [
+        '{"tenant_id": "gus", "conversation_id": "gus-a", "turn_id": "x1", "text": "the obsidian trophy',
+        json.dumps({"tenant_id": "gus", "conversation_id": "gus-a", "session_id": "s1", "turn_id": "x2",
+                    "role": "user", "text": "Quetzalcoatl \udcff"}),
+        '{"tenant_id": "gus", "conversation_id": "gus-a", "session_id": "s1", "turn_id": "x3", "role": "user", '
+        '"text": "Zugzwang", "extras": {"x": ' + "[" * 5000 + "]" * 5000 + "}}",
+        json.dumps({"tenant_id": "gus", "conversation_id": "gus-a", "session_id": "s1", "turn_id": "x4",
+                    "session_time": "never", "role": "user", "text": "Kasparov opened with the Pirc defence"}),
+    ]
+    inp = tmp_path / "in.jsonl"
+    raw = ("\n".join(tenant_lines("dora") + gus + bad + tenant_lines("emil")) + "\n").encode("utf-8", "surrogatepass")
+    inp.write_bytes(raw.replace(b"Quetzalcoatl \\udcff", b"Quetzalcoatl \xff"))
+    store = tmp_path / "store"
+    assert _build(inp, store).exit_code == 0
+    before = _words_in_store(store)
+    assert set(before) == set(SECRET_WORDS), before  # the check can fail: every word was stored somewhere
+    forget = tmp_path / "forget.txt"
+    forget.write_text("gus\n", encoding="utf-8")
+    res = _build(inp, store, "--delete", str(forget), "--compact")
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    assert _words_in_store(store) == {}
+    assert {r[1] for r in node_rows(store)} == {"dora", "emil"}

@@ -24,7 +24,8 @@ def test_llm_facts_with_heuristic_events_and_reflections(ray_local, tmp_path):
     with FakeLLMServer() as srv:
         sets = {"facts.backend": "llm", "llm.base_url": srv.url, "llm.api_key": "sk-test-secret",
                 "llm.max_retries": "0", "llm.timeout_s": "5", "llm.requests_per_minute": "100000",
-                "reflections.min_facts": "2", "embed.backend": "wordllama"}
+                "reflections.min_facts": "1", "reflections.min_sessions": "1",
+                "embed.backend": "wordllama"}
         args = ["build", "--input", str(SAMPLE), "--format", "jsonl", "--out", str(store), "--num-cpus", "2"]
         for k, v in sets.items():
             args += ["--set", f"{k}={v}"]
