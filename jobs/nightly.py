@@ -2,8 +2,9 @@
 
 Only tenants whose input hash or build key changed are rebuilt (:mod:`jobs.nightly_plan`);
 unchanged tenants are carried over (hard links, Lance rows untouched); forgotten tenants and
-conversations (``--delete FILE``, persisted in the manifest) and tenants gone from the input
-disappear from every table of the next version. A tenant whose build fails, or whose input
+conversations (``--delete FILE``, persisted in the manifest) disappear from every table of the
+next version. A tenant missing from the input is kept, unless ``nightly.input_is_complete``
+(then within ``nightly.max_removed_share``); an unusable input publishes nothing. A tenant whose build fails, or whose input
 file cannot be read, keeps its previous published data and is listed as failed. Every
 finished tenant leaves a completion marker in the unpublished version directory, so a rerun
 after a driver crash resumes from the finished tenants.
@@ -219,7 +220,8 @@ def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: st
     Incremental (default): unchanged tenants are carried over, and a changed tenant recomputes only
     its new or changed sessions before its tenant-level stages. ``full``: every tenant of the input
     is rebuilt from scratch (no carry-over, no kept session outputs reused); the published version
-    holds exactly the input's tenants. A full build is this run against an empty store."""
+    holds exactly the input's tenants (removing published ones only within
+    ``nightly.max_removed_share``). A full build is this run against an empty store."""
     get_recipe(recipe)
     timer, wall = StageTimer(), time.perf_counter()
     base = read_manifest(out)

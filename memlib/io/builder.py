@@ -34,7 +34,7 @@ def _extras(value: Any) -> tuple[str | None, Issue | None]:
             if too_deep(value):
                 raise RecursionError
             value = json.loads(value)
-        except json.JSONDecodeError:
+        except ValueError:  # JSONDecodeError, or a number too long to convert
             return None, (ReasonCode.BAD_EXTRAS, "extras is a string that is not a JSON object")
         except RecursionError:
             return None, (ReasonCode.TOO_DEEP, f"extras nested deeper than {MAX_DEPTH} levels")

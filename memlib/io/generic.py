@@ -135,6 +135,10 @@ def _add_line(b: TenantBuilder, line: bytes, where: str) -> None:
         b.reject((ReasonCode.BAD_JSON, f"not JSON: {exc.msg} (column {exc.colno})"), where, text,
                  {"tenant_id": raw_tenant(text)})
         return
+    except ValueError as exc:  # e.g. an integer of more than 4300 digits
+        b.reject((ReasonCode.BAD_JSON, f"not decodable: {str(exc)[:120]}"), where, text,
+                 {"tenant_id": raw_tenant(text)})
+        return
     except RecursionError:
         b.reject((ReasonCode.TOO_DEEP, f"record nested deeper than {MAX_DEPTH} levels"), where, text,
                  {"tenant_id": raw_tenant(text)})

@@ -71,16 +71,31 @@ def iter_array(path: str | Path) -> Iterator[tuple[int, Any]]:
             raise InputError(p, f"not valid UTF-8: {exc.reason}") from exc
         except RecursionError:
             raise InputError(p, "JSON nested too deep to read") from None
-
-
-def canonical_json(record: Any) -> str:
-    """A record's canonical JSON (sorted keys); records too deep to encode get their repr."""
-    try:
-        return json.dumps(record, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
-    except (RecursionError, ValueError):
-        return repr(record)
+        except ValueError as exc:  # e.g. an integer of more than 4300 digits
+            raise InputError(p, f"JSON value not decodable: {str(exc)[:160]}") from None
 
 
 def record_hash(record: Any) -> str:
-    """sha256 of a record's canonical JSON (sorted keys): stable across runs and key order."""
-    return hashlib.sha256(canonical_json(record).encode("utf-8", "surrogatepass")).hexdigest()
+    """sha256 of a record's canonical JSON (sorted keys): stable across runs and key order. A
+    record too deep to encode is hashed by an iterative walk, so its edits still change the hash."""
+    try:
+        text = json.dumps(record, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+    except (RecursionError, ValueError):
+        return _walk_hash(record)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _walk_hash(record: Any) -> str:
+    h, stack = hashlib.sha256(b"deep:"), [record]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            h.update(b"{%d" % len(item))
+            for key in sorted(item, key=str, reverse=True):
+                stack += [item[key], str(key)]
+        elif isinstance(item, list):
+            h.update(b"[%d" % len(item))
+            stack += reversed(item)
+        else:
+            h.update(repr(item).encode("utf-8", "surrogatepass") + b"\x1e")
+    return h.hexdigest()

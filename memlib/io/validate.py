@@ -68,7 +68,7 @@ def raw_text(record: Any) -> str:
         try:
             text = json.dumps(record, ensure_ascii=False, default=str)
         except (RecursionError, ValueError):
-            text = repr(record)[:RAW_LIMIT]
+            text = f"<{type(record).__name__} nested too deep to print>"
     return storable(text[:RAW_LIMIT])
 
 

@@ -72,6 +72,8 @@ def parse_search(raw: bytes, limits: Limits, strategies: Collection[str]) -> Sea
         raise ApiError(ErrorCode.MALFORMED_BODY, f"body is not valid JSON: {exc}") from None
     except RecursionError:
         raise ApiError(ErrorCode.MALFORMED_BODY, "body is nested too deep") from None
+    except ValueError as exc:  # e.g. an integer of more than 4300 digits
+        raise ApiError(ErrorCode.MALFORMED_BODY, f"body is not decodable: {str(exc)[:120]}") from None
     if not isinstance(data, dict):
         raise ApiError(ErrorCode.MALFORMED_BODY, f"body must be a JSON object, got {type(data).__name__}")
     if isinstance(data.get("tenant"), str):

@@ -215,3 +215,85 @@ def test_colliding_ids_of_the_issue_keep_both_turns(tmp_path):
 @pytest.mark.parametrize("value", ["maya\n", "maya\r\n", "\nmaya", "ma\nya"])
 def test_tenant_id_with_newline_is_invalid(value):
     assert validate_tenant_id(value) is not None
+
+
+# -- the next ones of the same families ---------------------------------------------------------
+
+def test_number_too_long_to_convert_is_quarantined(tmp_path):
+    path = tmp_path / "in.jsonl"
+    huge = json.dumps(_turn("s1:2"))[:-1] + ', "n": ' + "9" * 5000 + "}"
+    _jsonl(path, [_turn("s1:1"), huge])
+    result = read_input(path, "jsonl")
+    assert result.turns.column("turn_id").to_pylist() == ["s1:1"]
+    q = result.quarantine.to_pylist()
+    assert [(r["reason_code"], r["tenant_id"]) for r in q] == [("bad_json", "maya")]
+
+
+def _locomo(samples) -> str:
+    return json.dumps(samples)
+
+
+def _sample(sid, **sessions) -> dict:
+    conv = {"speaker_a": "A", "speaker_b": "B"}
+    for key, turns in sessions.items():
+        conv[key] = turns
+        conv[f"{key}_date_time"] = "1:56 pm on 8 May, 2023"
+    return {"sample_id": sid, "conversation": conv, "qa": []}
+
+
+def test_locomo_odd_records_never_crash(tmp_path):
+    deep = "[" * 20_000 + "]" * 20_000
+    good = _sample("a", session_1=[{"speaker": "A", "dia_id": "D1:1", "text": "hello"},
+                                   {"speaker": "A", "dia_id": "D1:2", "text": "deep", "img_url": "IMG"}])
+    text = _locomo([good, {"sample_id": ["not", "a", "string"], "conversation": {}}])
+    path = tmp_path / "in.json"
+    path.write_text(text.replace('"IMG"', deep), encoding="utf-8")
+    fps = input_fingerprints(path, "locomo")
+    assert "a" in fps and len(fps) == 2
+    result = read_input(path, "locomo")
+    assert result.turns.column("turn_id").to_pylist() == ["D1:1"]
+    assert sorted(r["reason_code"] for r in result.quarantine.to_pylist()) == ["missing_field", "too_deep"]
+    # editing the deep record changes its tenant's fingerprint
+    path.write_text(text.replace('"IMG"', deep.replace("[]", "[1]")), encoding="utf-8")
+    assert input_fingerprints(path, "locomo")["a"] != fps["a"]
+
+
+def test_locomo_session_key_is_matched_exactly(tmp_path):
+    sample = _sample("a", session_1=[{"speaker": "A", "dia_id": "D1:1", "text": "hello"}])
+    sample["conversation"]["session_1\n"] = [{"speaker": "A", "dia_id": "D1:1", "text": "a second session 1"}]
+    path = tmp_path / "in.json"
+    path.write_text(_locomo([sample]), encoding="utf-8")
+    result = read_input(path, "locomo")
+    assert result.turns.column("text").to_pylist() == ["hello"] and result.quarantine.num_rows == 0
+
+
+def test_corrupt_parquet_pages_are_an_input_error(tmp_path):
+    path = tmp_path / "in.parquet"
+    rows = [_turn(f"s1:{i}", "some words " * 50) for i in range(200)]
+    pq.write_table(pa.Table.from_pylist(rows), path, compression="zstd")
+    data = bytearray(path.read_bytes())
+    footer = int.from_bytes(data[-8:-4], "little") + 8
+    data[4:len(data) - footer] = b"\xa5" * (len(data) - footer - 4)
+    path.write_bytes(bytes(data))
+    for call in (lambda: read_input(path, "parquet"), lambda: input_fingerprints(path, "parquet")):
+        with pytest.raises(InputError, match="unreadable Parquet data"):
+            call()
+
+
+def test_duplicate_locomo_sample_is_one_tenant_in_the_build(tmp_path):
+    """Two samples with one sample_id: the reader yields both; the shard step merges them (the
+    second's repeated dia_ids quarantined) instead of the second overwriting the first."""
+    from memlib.config import MemlibConfig
+    from memlib.io.store import StoreWriter
+    from pipelines.shard import shard_input
+
+    a = _sample("a", session_1=[{"speaker": "A", "dia_id": "D1:1", "text": "first copy"}])
+    b = _sample("a", session_1=[{"speaker": "A", "dia_id": "D1:1", "text": "repeated id"},
+                                {"speaker": "B", "dia_id": "D1:2", "text": "only in the second"}])
+    path = tmp_path / "in.json"
+    path.write_text(_locomo([a, b]), encoding="utf-8")
+    writer = StoreWriter(tmp_path / "store", dim=8)
+    res = shard_input(path, "locomo", MemlibConfig(), writer, merged=set())
+    turns = pq.read_table(writer.table_path("turns", "a")).to_pylist()
+    assert [t["text"] for t in turns] == ["first copy", "only in the second"] and len(res.shards) == 2
+    assert res.quarantine_by_reason == {"duplicate_turn_id": 1}
