@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import shutil
 import time
 import warnings
@@ -27,6 +28,7 @@ import pyarrow.parquet as pq
 import ray
 
 from jobs.build import init_ray
+from jobs.store_lock import locked
 from jobs.nightly_plan import (ForgetList, Plan, TenantStatus, build_key, check_readable, fingerprint_sources,
                                make_plan, settle_missing, source_names)
 from memlib import schema
@@ -36,7 +38,7 @@ from memlib.build.timing import StageTimer
 from memlib.config import MemlibConfig
 from memlib.io.errors import InputError
 from memlib.io.remote import staged_input
-from memlib.io.store import StoreWriter, atomic_write_json, read_manifest, rollback, version_name
+from memlib.io.store import StoreError, StoreWriter, atomic_write_json, read_manifest, rollback, version_name
 from pipelines.shard import QUARANTINE_PART, TenantShard, shard_input
 from pipelines.store_sink import drop_staging, with_importance
 from jobs.purge import purge_caches
@@ -212,6 +214,7 @@ def _finish_manifest(manifest, plan: Plan, base, key, forget, node_kinds, edge_k
     return manifest
 
 
+@locked("out")
 def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: str | Path, *,
                     address: str | None = None, num_cpus: int | None = None, recipe: str = DEFAULT_RECIPE,
                     delete: str | Path | None = None, progress: Progress = _quiet, full: bool = False) -> dict[str, Any]:
@@ -225,9 +228,9 @@ def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: st
     get_recipe(recipe)
     timer, wall = StageTimer(), time.perf_counter()
     base = read_manifest(out)
+    forget = ForgetList.load(delete, (base or {}).get("forgotten"))
     writer = ResumableWriter(out, dim=cfg.embed.dim)
     restore_published_lance(writer, base)
-    forget = ForgetList.load(delete, (base or {}).get("forgotten"))
     key = build_key(cfg, recipe)
     with timer.stage(JobStage.READ), staged_input(input_path, cfg.io.staging_dir) as local_input:
         sources = input_sources(local_input, str(fmt))
@@ -296,6 +299,7 @@ def _count_rows(writer: StoreWriter, name: str) -> int:
     return sum(pq.read_metadata(f).num_rows for f in d.glob("*.parquet")) if d.exists() else 0
 
 
+@locked("store")
 def compact(store: str | Path) -> dict[str, Any]:
     """Hard deletion: keep only the published version (Lance old versions, version dirs, manifests)."""
     store = Path(store)
@@ -326,8 +330,11 @@ def compact(store: str | Path) -> dict[str, Any]:
     return stats
 
 
+@locked("store")
 def rollback_store(store: str | Path, version: str) -> dict[str, Any]:
     """Publish an earlier version again; Lance is restored to its rows so later builds start from them."""
+    if not re.fullmatch(r"v?\d{1,6}", version):
+        raise StoreError(f"version {version!r} is not a version name (v000003, or 3)")
     data = rollback(store, version if version.startswith("v") else version_name(int(version)))
     _lance_writer(Path(store), int(data.get("embedding_dim", schema.DEFAULT_EMBED_DIM))).restore_published(data)
     return data

@@ -68,15 +68,23 @@ class ForgetList:
     conversations: set[tuple[str, str]] = field(default_factory=set)
 
     @classmethod
-    def parse(cls, text: str) -> ForgetList:
+    def parse(cls, text: str, source: str = "forget list") -> ForgetList:
+        """``tenant`` or ``tenant/conversation`` per line, ``#`` comments. A line that names no valid
+        tenant, or a tenant followed by ``/`` and no conversation, is an error: a typo must never
+        forget a whole tenant, nor silently nothing."""
         out = cls()
-        for raw in text.splitlines():
+        for n, raw in enumerate(text.splitlines(), 1):
             line = raw.split("#", 1)[0].strip()
             if not line:
                 continue
-            tenant, _, conv = line.partition("/")
+            tenant, slash, conv = (p.strip() for p in line.partition("/"))
+            problem = validate_tenant_id(tenant)
+            if problem is None and slash and not conv:
+                problem = "a '/' with no conversation id after it"
+            if problem is not None:
+                raise InputError(source, f"line {n}: {line[:80]!r}: {problem}")
             if conv:
-                out.conversations.add((tenant.strip(), conv.strip()))
+                out.conversations.add((tenant, conv))
             else:
                 out.tenants.add(tenant)
         return out
@@ -84,7 +92,7 @@ class ForgetList:
     @classmethod
     def load(cls, path: str | Path | None, previous: dict[str, Any] | None = None) -> ForgetList:
         """The deletion file merged with the list persisted in the published manifest."""
-        out = cls.parse(Path(path).read_text(encoding="utf-8")) if path else cls()
+        out = cls.parse(_forget_text(Path(path)), str(path)) if path else cls()
         prev = previous or {}
         out.tenants |= set(prev.get("tenants", []))
         out.conversations |= {tuple(c.split("/", 1)) for c in prev.get("conversations", [])}
@@ -108,6 +116,19 @@ class ForgetList:
             pairs = pa.array(sorted(f"{t}/{c}" for t, c in self.conversations), pa.string())
             drop = pc.or_(drop, pc.fill_null(pc.is_in(key, pairs), False))
         return table.filter(pc.invert(drop))
+
+
+def _forget_text(path: Path) -> str:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise InputError(path, "forget list not found") from None
+    except OSError as exc:
+        raise InputError(path, f"forget list unreadable: {exc.strerror or exc}") from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise InputError(path, "forget list is not UTF-8 text (UTF-16? convert it first)") from None
 
 
 def effective_hash(input_hash: str, forget: ForgetList, tenant: str) -> str:

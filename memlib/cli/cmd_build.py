@@ -132,6 +132,7 @@ def register(app: typer.Typer) -> None:
         from memlib.build.recipe import UnknownRecipeError
         from memlib.io.errors import InputError
         from memlib.io.remote import is_uri
+        from memlib.io.store import StoreError
         if not is_uri(input) and not Path(input).exists():
             fail(f"input file not found: {input}")
         if dry_run:
@@ -151,7 +152,7 @@ def register(app: typer.Typer) -> None:
             else:
                 manifest = run_build(cfg, input, format, out, address=address or cfg.ray.address,
                                      num_cpus=num_cpus or cfg.ray.num_cpus, recipe=recipe, progress=_progress)
-        except (InputError, UnknownRecipeError) as exc:
+        except (InputError, UnknownRecipeError, StoreError) as exc:
             fail(str(exc).strip("'\""))
         typer.echo(format_summary(manifest))
         if compact:

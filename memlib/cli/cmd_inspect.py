@@ -78,7 +78,13 @@ def register(app: typer.Typer) -> None:
             fail("pass exactly one of --input PATH or --store STORE")
         if store is not None:
             from memlib.cli import inspect_store
-            broken = [s["tenant"] for s in inspect_store.run(store) or [] if s.get("broken")]
+            from memlib.io.store import StoreError
+            try:
+                summaries = inspect_store.run(store) or []
+            except StoreError as exc:
+                fail(str(exc))
+                return
+            broken = [s["tenant"] for s in summaries if s.get("broken")]
             if broken:
                 fail(f"{len(broken)} tenant(s) cannot be served: {', '.join(broken)}", code=1)
             return

@@ -91,7 +91,14 @@ def read_manifest(store: str | Path) -> dict[str, Any] | None:
     p = Path(store) / MANIFEST
     if not p.exists():
         return None
-    return json.loads(p.read_text(encoding="utf-8"))
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise StoreError(f"{p} unreadable ({str(exc)[:120]}): publish a version again with "
+                         f"`memlib build --out {store} --rollback VERSION` (manifests/ holds each one)") from None
+    if not isinstance(data, dict) or not isinstance(data.get("version"), str):
+        raise StoreError(f"{p} is not a memlib manifest: publish a version again with --rollback VERSION")
+    return data
 
 
 def _connect(store: Path):
