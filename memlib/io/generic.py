@@ -65,6 +65,25 @@ def _check_start(fh, path: str | Path) -> None:
     check_head(head, path, whole_file=len(head) < 4096)
 
 
+MAX_RECORD_BYTES = 16 << 20  # a longer line is quarantined without ever being held whole
+_DRAIN = 1 << 20
+
+
+def _read_line(fh) -> tuple[bytes, int, bytes]:
+    """(line, its full size, what the run hash takes). A line longer than MAX_RECORD_BYTES comes
+    back cut to that size, read through in chunks; the hash then takes its own digest."""
+    line = fh.readline(MAX_RECORD_BYTES + 1)
+    if len(line) <= MAX_RECORD_BYTES or line.endswith(b"\n"):
+        return line, len(line), line
+    digest, size = hashlib.sha256(line), len(line)
+    while more := fh.readline(_DRAIN):
+        digest.update(more)
+        size += len(more)
+        if more.endswith(b"\n"):
+            break
+    return line[:MAX_RECORD_BYTES], size, b"\x00oversize:" + digest.digest()
+
+
 def _no_bom(line: bytes, offset: int) -> bytes:
     return line[len(UTF8_BOM):] if offset == 0 and line.startswith(UTF8_BOM) else line
 
@@ -75,9 +94,17 @@ def index_runs(path: str | Path) -> dict[str | None, list[_Run]]:
     run, owner, offset, any_object = None, None, 0, False
     with open_checked(path) as fh:
         _check_start(fh, path)
-        for lineno, line in enumerate(fh, 1):
+        lineno = 0
+        while True:
+            line, size, feed = _read_line(fh)
+            if not size:
+                break
+            lineno += 1
             content = _no_bom(line, offset)
-            is_object, tenant = _line_tenant(content) if content.strip() else (False, None)
+            if size > len(line):
+                is_object, tenant = False, raw_tenant(content)
+            else:
+                is_object, tenant = _line_tenant(content) if content.strip() else (False, None)
             any_object = any_object or is_object
             if run is None or (tenant is not None and owner is not None and tenant != owner):
                 run, owner = _Run(start=offset, first_line=lineno), tenant
@@ -86,8 +113,8 @@ def index_runs(path: str | Path) -> dict[str | None, list[_Run]]:
             elif owner is None and tenant is not None:  # leading tenant-less lines join the first tenant
                 owner = tenant
                 runs.setdefault(owner, []).append(run)
-            run.sha.update(line)
-            offset += len(line)
+            run.sha.update(feed)
+            offset += size
             run.end = offset
     if run is None:
         raise InputError(path, "file is empty")
@@ -157,12 +184,16 @@ def _tenant_result(fh, runs: list[_Run], source: str, cfg: IOConfig) -> ReadResu
         fh.seek(run.start)
         offset, lineno, sha = run.start, run.first_line, hashlib.sha256()
         while offset < run.end:
-            line = fh.readline()
-            if not line:
+            line, size, feed = _read_line(fh)
+            if not size:
                 raise _changed(source, offset, run, "file ended early")
-            sha.update(line)
-            _add_line(b, _no_bom(line, offset), f"line {lineno}")
-            offset += len(line)
+            sha.update(feed)
+            if size > len(line):
+                b.reject((ReasonCode.OVERSIZE_RECORD, f"line of {size} bytes, more than {MAX_RECORD_BYTES}"),
+                         f"line {lineno}", line[:4096], {"tenant_id": raw_tenant(line)})
+            else:
+                _add_line(b, _no_bom(line, offset), f"line {lineno}")
+            offset += size
             lineno += 1
         if offset != run.end or sha.digest() != run.sha.digest():
             raise _changed(source, offset, run, "content differs")

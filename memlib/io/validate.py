@@ -33,6 +33,7 @@ class ReasonCode(str, Enum):
     UNKNOWN_KIND = "unknown_kind"          # a JSONL line whose "kind" is not turn | question
     TOO_DEEP = "too_deep"                  # a record nested deeper than JSON decoding allows
     BAD_UNICODE = "bad_unicode"            # a string with a lone surrogate (cannot be stored as UTF-8)
+    OVERSIZE_RECORD = "oversize_record"    # a JSONL line longer than 16 MiB (never read whole)
 
 
 def validate_tenant_id(value: Any) -> str | None:

@@ -297,3 +297,18 @@ def test_duplicate_locomo_sample_is_one_tenant_in_the_build(tmp_path):
     turns = pq.read_table(writer.table_path("turns", "a")).to_pylist()
     assert [t["text"] for t in turns] == ["first copy", "only in the second"] and len(res.shards) == 2
     assert res.quarantine_by_reason == {"duplicate_turn_id": 1}
+
+
+def test_line_longer_than_the_record_limit_is_quarantined_unread(tmp_path, monkeypatch):
+    monkeypatch.setattr(generic, "MAX_RECORD_BYTES", 4096)
+    monkeypatch.setattr(generic, "_DRAIN", 1000)
+    path = tmp_path / "in.jsonl"
+    long = json.dumps(_turn("s1:2", "word " * 5000))
+    _jsonl(path, [_turn("s1:1"), long, _turn("s1:3")])
+    fps = input_fingerprints(path, "jsonl")
+    result = read_input(path, "jsonl")
+    assert result.turns.column("turn_id").to_pylist() == ["s1:1", "s1:3"]
+    q = result.quarantine.to_pylist()
+    assert [(r["reason_code"], r["tenant_id"], r["location"]) for r in q] == [("oversize_record", "maya", "line 2")]
+    _jsonl(path, [_turn("s1:1"), long.replace("word", "wore"), _turn("s1:3")])  # same size, other bytes
+    assert input_fingerprints(path, "jsonl") != fps
