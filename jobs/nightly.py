@@ -350,17 +350,28 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--address")
     p.add_argument("--num-cpus", type=int)
     p.add_argument("--recipe", default=DEFAULT_RECIPE)
+    p.add_argument("--input-is-complete", action="store_true")
+    p.add_argument("--max-removed-share", type=float)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m jobs.nightly --input X --format F --out STORE [--delete FILE]`` (cron / RayJob)."""
-    from memlib.config import load_config
+    """``python -m jobs.nightly --input X --format F --out STORE [--delete FILE]`` (cron / RayJob).
+    An unusable input or store is one line on stderr and exit 2, with nothing published."""
+    import sys
+
+    from memlib.config import ConfigError, load_config
 
     a = parser().parse_args(argv)
-    cfg = load_config(Path(a.config) if a.config else None)
-    m = run_incremental(cfg, a.input, a.format, a.out, address=a.address, num_cpus=a.num_cpus,
-                        recipe=a.recipe, delete=a.delete)
+    sets = (["nightly.input_is_complete=true"] if a.input_is_complete else []) + (
+        [f"nightly.max_removed_share={a.max_removed_share}"] if a.max_removed_share is not None else [])
+    try:
+        cfg = load_config(Path(a.config) if a.config else None, sets)
+        m = run_incremental(cfg, a.input, a.format, a.out, address=a.address, num_cpus=a.num_cpus,
+                            recipe=a.recipe, delete=a.delete)
+    except (ConfigError, InputError, StoreError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(json.dumps({"version": m["version"], **m["incremental"]}))
     return 1 if m["incremental"]["failed"] else 0
 

@@ -82,3 +82,13 @@ def test_a_second_build_on_a_store_being_written_is_refused(tmp_path):
             with store_lock(store):
                 pass
     assert json.loads((store / "manifest.json").read_text())["version"] == before
+
+
+def test_nightly_entrypoint_reports_an_unusable_input_in_one_line(tmp_path, capsys):
+    from jobs.nightly import main
+
+    inp = tmp_path / "in.jsonl"
+    inp.write_bytes(b"")
+    assert main(["--input", str(inp), "--format", "jsonl", "--out", str(tmp_path / "store")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "empty" in err and len(err.strip().splitlines()) == 1
