@@ -15,7 +15,7 @@ from memlib import ids, schema
 from memlib.config import IOConfig
 from memlib.io.result import ReadResult
 from memlib.io.scan import MAX_DEPTH, too_deep
-from memlib.io.validate import Quarantine, ReasonCode, is_id, unstorable_field, validate_tenant_id
+from memlib.io.validate import YEARS, Quarantine, ReasonCode, is_id, unstorable_field, validate_tenant_id
 
 TimeParser = Callable[[Any], "datetime | None"]
 ID_FIELDS = ("tenant_id", "conversation_id", "session_id", "turn_id")
@@ -101,7 +101,8 @@ class TenantBuilder:
             return None, None
         parsed = self.parse_time(value)
         if parsed is None:
-            return None, (ReasonCode.BAD_DATE, f"unparseable session_time {str(value)[:80]!r}")
+            return None, (ReasonCode.BAD_DATE, f"unparseable session_time {str(value)[:80]!r} (ISO 8601, years "
+                                               f"{YEARS[0]}-{YEARS[1]})")
         return parsed, None
 
     def add_turn(self, rec: dict[str, Any], location: str, raw: Any) -> bool:

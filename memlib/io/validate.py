@@ -92,8 +92,15 @@ _LOCOMO_FORMATS = ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %b, %Y", "%I:%M%p on
 _WEEKDAY_RE = re.compile(r"\s*\([A-Za-z]{2,9}\)\s*")
 
 
-def _utc(dt: datetime) -> datetime:
-    return dt.replace(tzinfo=timezone.utc) if dt.tzinfo is None else dt.astimezone(timezone.utc)
+YEARS = (1000, 9000)  # dates outside are refused: relative dates around them would overflow datetime
+
+
+def _utc(dt: datetime) -> datetime | None:
+    try:
+        out = dt.replace(tzinfo=timezone.utc) if dt.tzinfo is None else dt.astimezone(timezone.utc)
+    except OverflowError:  # e.g. 0001-01-01T00:00:00+01:00
+        return None
+    return out if YEARS[0] <= out.year <= YEARS[1] else None
 
 
 def parse_locomo_time(value: Any) -> datetime | None:

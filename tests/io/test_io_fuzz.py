@@ -26,6 +26,8 @@ SETTINGS = settings(max_examples=100, deadline=None, derandomize=True, database=
 
 TENANTS = st.sampled_from(["maya", "raj", "t-1.x"])
 TIMES = st.sampled_from([None, "2024-01-09", "2024-03-01T10:00:00Z", "2023-12-31T23:59:59+05:30"])
+BAD_TIMES = ["the day after never", "31 Smarch", "0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00",
+             "2024-02-30", "0500-01-01"]
 TEXT = st.text(min_size=1, max_size=60).filter(lambda t: t.strip() != "")
 EXTRAS = st.none() | st.dictionaries(st.text(max_size=5), st.integers() | st.text(max_size=8), max_size=3)
 
@@ -66,7 +68,7 @@ JSONL_BAD = {
     "empty_text": lambda r, d: _line({**r, "text": " \t "}),
     "non_string_text": lambda r, d: _line({**r, "text": d(st.sampled_from([42, None, ["x"], {"a": 1}]))}),
     "unknown_role": lambda r, d: _line({**r, "role": "robot"}),
-    "bad_date": lambda r, d: _line({**r, "session_time": "the day after never"}),
+    "bad_date": lambda r, d: _line({**r, "session_time": d(st.sampled_from(BAD_TIMES))}),
     "oversize": lambda r, d: _line({**r, "text": "x" * (MAX_CHARS + 1)}),
     "bad_extras": lambda r, d: _line({**r, "extras": d(st.sampled_from([[1], "not json", 3]))}),
     "deep": lambda r, d: _line(r)[:-1] + b', "x": ' + _deep(d(st.sampled_from([1500, 20_000]))).encode() + b"}",
@@ -137,7 +139,7 @@ PARQUET_BAD = {
     "bad_tenant": lambda r, d: {**r, "tenant_id": d(st.sampled_from(["../x", "a b", "maya\n"]))},
     "empty_text": lambda r, d: {**r, "text": "  "},
     "unknown_role": lambda r, d: {**r, "role": "robot"},
-    "bad_date": lambda r, d: {**r, "session_time": "31 Smarch"},
+    "bad_date": lambda r, d: {**r, "session_time": d(st.sampled_from(BAD_TIMES))},
     "oversize": lambda r, d: {**r, "text": "y" * (MAX_CHARS + 1)},
     "bad_extras": lambda r, d: {**r, "extras": d(st.sampled_from(["[1]", "not json", "{" * 3000]))},
     "unknown_kind": lambda r, d: {**r, "kind": "memo"},

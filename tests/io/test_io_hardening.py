@@ -312,3 +312,15 @@ def test_line_longer_than_the_record_limit_is_quarantined_unread(tmp_path, monke
     assert [(r["reason_code"], r["tenant_id"], r["location"]) for r in q] == [("oversize_record", "maya", "line 2")]
     _jsonl(path, [_turn("s1:1"), long.replace("word", "wore"), _turn("s1:3")])  # same size, other bytes
     assert input_fingerprints(path, "jsonl") != fps
+
+
+@pytest.mark.parametrize("when", ["0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00", "0500-01-01"])
+def test_dates_beyond_datetime_range_are_bad_dates(tmp_path, when):
+    """Converting these to UTC overflowed datetime (OverflowError: a crash of the whole read)."""
+    path = tmp_path / "in.jsonl"
+    _jsonl(path, [_turn("s1:1"), _turn("s1:2", session_time=when),
+                  {"kind": "question", "tenant_id": "maya", "question_id": "q1", "question": "when?",
+                   "question_time": when}])
+    result = read_input(path, "jsonl")
+    assert result.turns.column("turn_id").to_pylist() == ["s1:1"]
+    assert result.quarantine.column("reason_code").to_pylist() == ["bad_date", "bad_date"]
