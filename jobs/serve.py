@@ -127,16 +127,40 @@ def start(store: str | Path, cfg: MemlibConfig, *, host: str | None = None, port
 
 
 def stop() -> None:
-    """Shut down Serve and the Ray instance this process started."""
+    """Shut down Serve and the Ray instance this process started, and the HAProxy processes of that
+    instance: one spawned by a reload while Serve shuts down outlives its manager actor (it is not
+    in Ray's process group) and would keep the service's ports."""
+    node = ray.get_runtime_context().get_node_id() if _LOCAL and ray.is_initialized() else None
     try:
         serve.shutdown()
     finally:
         if ray.is_initialized():
             ray.shutdown()
+        if node is not None:
+            _end_haproxies(node)
         while _LOCAL:
             wrapper = _LOCAL.pop().wrapper_dir
             if wrapper is not None:
                 shutil.rmtree(wrapper, ignore_errors=True)
+
+
+def _end_haproxies(node_id: str, timeout_s: float = 10.0) -> None:
+    """Terminate the HAProxy processes whose config lives under this node's directory."""
+    import psutil
+
+    mine = [p for p in psutil.process_iter(["name", "cmdline"])
+            if p.info["name"] == "haproxy" and any(node_id in arg for arg in p.info["cmdline"] or [])]
+    for p in mine:
+        try:
+            p.terminate()
+        except psutil.Error:
+            continue
+    _, alive = psutil.wait_procs(mine, timeout=timeout_s)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.Error:
+            continue
 
 
 def run_forever(store: str | Path, cfg: MemlibConfig, **kwargs) -> None:

@@ -65,6 +65,17 @@ def _listeners(pid: int) -> list[tuple[str, str, int]]:
     return sorted(out)
 
 
+def _settled_listeners(pid: int, port: int, timeout_s: float = 90.0) -> list[tuple[str, str, int]]:
+    """The listeners once HAProxy holds the service port: while replicas come up, HAProxy reloads
+    (a new process takes the sockets over from the old one), so a snapshot can fall between them."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        listening = _listeners(pid)
+        if any(x[0] == "haproxy" and x[2] == port for x in listening) or time.monotonic() > deadline:
+            return listening
+        time.sleep(1.0)
+
+
 def _stop(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGTERM)
@@ -93,7 +104,7 @@ def test_two_services_on_one_machine_bind_loopback_and_free_ports(tmp_path, embe
         _wait_healthy(f"http://127.0.0.1:{ports[0]}", procs[0], logs[0])
         procs.append(_spawn(store, ports[1], logs[1]))
         _wait_healthy(f"http://127.0.0.1:{ports[1]}", procs[1], logs[1])
-        per_service = [_listeners(p.pid) for p in procs]
+        per_service = [_settled_listeners(p.pid, port) for p, port in zip(procs, ports)]
         haproxies = [x for p in procs for x in _tree(p.pid) if x.name() == "haproxy"]
         for listening, port in zip(per_service, ports):
             haproxy = [x for x in listening if x[0] == "haproxy"]
