@@ -4,8 +4,9 @@ Only tenants whose input hash or build key changed are rebuilt (:mod:`jobs.night
 unchanged tenants are carried over (hard links, Lance rows untouched); forgotten tenants and
 conversations (``--delete FILE``, persisted in the manifest) disappear from every table of the
 next version. A tenant missing from the input is kept, unless ``nightly.input_is_complete``
-(then within ``nightly.max_removed_share``); an unusable input publishes nothing. A tenant whose build fails, or whose input
-file cannot be read, keeps its previous published data and is listed as failed. Every
+(then within ``nightly.max_removed_share``); an unusable input publishes nothing. A tenant
+whose build fails, or whose input file cannot be read, keeps its previous published data and
+is listed as failed. Every
 finished tenant leaves a completion marker in the unpublished version directory, so a rerun
 after a driver crash resumes from the finished tenants.
 """

@@ -116,7 +116,8 @@ def shard_input(path: str | Path, fmt: str, cfg: MemlibConfig, writer: StoreWrit
 
 def _tenant_part(result: ReadResult, tenant: str) -> ReadResult:
     of = lambda t: t.filter(pc.equal(t.column("tenant_id"), tenant))  # noqa: E731
-    return ReadResult(turns=of(result.turns), questions=of(result.questions), quarantine=schema.empty(schema.QUARANTINE))
+    return ReadResult(turns=of(result.turns), questions=of(result.questions),
+                      quarantine=schema.empty(schema.QUARANTINE))
 
 
 def _written(writer: StoreWriter, tenant: str) -> ReadResult:
