@@ -15,6 +15,7 @@ from typing import Any
 
 import ray
 
+from jobs.local_ray import start_local
 from memlib.build.recipe import DEFAULT_RECIPE
 from memlib.config import MemlibConfig
 
@@ -26,14 +27,16 @@ def _quiet(event: str, info: dict[str, Any]) -> None:
     log.info("%s %s", event, info)
 
 
-def init_ray(address: str | None, num_cpus: int | None) -> int:
-    """Connect to (or start) Ray; returns the CPUs the build may use."""
+def init_ray(address: str | None, num_cpus: int | None, *, token_auth: bool = True) -> int:
+    """Connect to (or start) Ray; returns the CPUs the build may use. A local instance is started
+    with free ports and, with ``token_auth`` (``ray.local_token_auth``), a fresh token
+    (:mod:`jobs.local_ray`)."""
     address = address or os.environ.get("RAY_ADDRESS")
     if not ray.is_initialized():
         if address:
             ray.init(address=address, log_to_driver=False)
         else:
-            ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+            start_local(num_cpus, token_auth=token_auth)
     ray.data.DataContext.get_current().enable_progress_bars = True
     return int(num_cpus or ray.cluster_resources().get("CPU", 1))
 

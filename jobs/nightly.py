@@ -2,9 +2,11 @@
 
 Only tenants whose input hash or build key changed are rebuilt (:mod:`jobs.nightly_plan`);
 unchanged tenants are carried over (hard links, Lance rows untouched); forgotten tenants and
-conversations (``--delete FILE``, persisted in the manifest) and tenants gone from the input
-disappear from every table of the next version. A tenant whose build fails, or whose input
-file cannot be read, keeps its previous published data and is listed as failed. Every
+conversations (``--delete FILE``, persisted in the manifest) disappear from every table of the
+next version. A tenant missing from the input is kept, unless ``nightly.input_is_complete``
+(then within ``nightly.max_removed_share``); an unusable input publishes nothing. A tenant
+whose build fails, or whose input file cannot be read, keeps its previous published data and
+is listed as failed. Every
 finished tenant leaves a completion marker in the unpublished version directory, so a rerun
 after a driver crash resumes from the finished tenants.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import shutil
 import time
 import warnings
@@ -26,16 +29,17 @@ import pyarrow.parquet as pq
 import ray
 
 from jobs.build import init_ray
-from jobs.nightly_plan import ForgetList, Plan, TenantStatus, build_key, effective_hash, make_plan
+from jobs.store_lock import locked
+from jobs.nightly_plan import (ForgetList, Plan, TenantStatus, build_key, check_readable, fingerprint_sources,
+                               make_plan, settle_missing, source_names)
 from memlib import schema
 from memlib.build.manifest import build_manifest
 from memlib.build.recipe import DEFAULT_RECIPE, JobStage, get_recipe
 from memlib.build.timing import StageTimer
 from memlib.config import MemlibConfig
 from memlib.io.errors import InputError
-from memlib.io.readers import input_fingerprints
 from memlib.io.remote import staged_input
-from memlib.io.store import StoreWriter, atomic_write_json, read_manifest, rollback, version_name
+from memlib.io.store import StoreError, StoreWriter, atomic_write_json, read_manifest, rollback, version_name
 from pipelines.shard import QUARANTINE_PART, TenantShard, shard_input
 from pipelines.store_sink import drop_staging, with_importance
 from jobs.purge import purge_caches
@@ -110,29 +114,16 @@ def input_sources(path: Path, fmt: str) -> list[Path]:
     return [path]
 
 
-def _fingerprints(sources: list[Path], fmt: str, cfg: MemlibConfig, forget: ForgetList):
-    hashes, tenant_source, failed = {}, {}, {}
-    for src in sources:
-        try:
-            fps = input_fingerprints(src, fmt, cfg.io)
-        except (InputError, OSError, ValueError) as exc:
-            failed[src.name] = str(exc)[:300]
-            continue
-        for tenant, h in fps.items():
-            if tenant and tenant not in forget.tenants:
-                hashes[tenant] = effective_hash(h, forget, tenant)
-                tenant_source[tenant] = src.name
-    return hashes, tenant_source, failed
-
-
 def restore_published_lance(writer: StoreWriter, base: dict[str, Any] | None) -> None:
     """Make the newest Lance version equal the published one (after a rollback or a crashed build)."""
     writer.restore_published(base)
 
 
 def _shard_all(sources, fmt, cfg, writer, plan: Plan, forget: ForgetList,
-               skip: dict[str, str]) -> tuple[list[TenantShard], dict, Any]:
-    shards, seen, quarantine = [], {}, {}
+               skip: dict[str, str], *, full: bool) -> tuple[list[TenantShard], dict, Any]:
+    """Shard every readable file; a tenant found in several files gets their turns merged. A file
+    failing now fails its tenants (their published data is kept), or stops a full or one-file build."""
+    shards, seen, quarantine, merged = {}, {}, {}, set()
     todo = set(plan.build) | set(plan.resume)
     for src in sources:
         if src.name in skip:
@@ -140,17 +131,20 @@ def _shard_all(sources, fmt, cfg, writer, plan: Plan, forget: ForgetList,
         part = QUARANTINE_PART if len(sources) == 1 else src.stem
         try:
             res = shard_input(src, fmt, cfg, writer, keep_rows=forget.keep_rows, rebuild=todo.__contains__,
-                              quarantine_part=part)
+                              quarantine_part=part, merged=merged)
         except (InputError, OSError, ValueError) as exc:
-            for t, s in plan.sources.items():
-                if s == src.name:
+            if full or len(sources) == 1:
+                raise exc if isinstance(exc, InputError) else InputError(src.name, str(exc)[:300]) from exc
+            for t, names in plan.sources.items():
+                if src.name in source_names(names):
                     plan.failed[t] = f"input file {src.name} unreadable: {str(exc)[:200]}"
             continue
-        shards += res.shards
-        seen.update(res.seen)
+        shards.update({s.tenant_id: s for s in res.shards})
+        for tenant, n in res.seen.items():
+            seen[tenant] = seen.get(tenant, 0) + n
         for k, v in res.quarantine_by_reason.items():
             quarantine[k] = quarantine.get(k, 0) + v
-    return shards, seen, quarantine
+    return list(shards.values()), seen, quarantine
 
 
 def _build_tenants(writer: ResumableWriter, shards: list[TenantShard], cfg, recipe, plan: Plan, key: str,
@@ -225,6 +219,7 @@ def _finish_manifest(manifest, plan: Plan, base, key, forget, node_kinds, edge_k
     return manifest
 
 
+@locked("out")
 def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: str | Path, *,
                     address: str | None = None, num_cpus: int | None = None, recipe: str = DEFAULT_RECIPE,
                     delete: str | Path | None = None, progress: Progress = _quiet, full: bool = False) -> dict[str, Any]:
@@ -233,33 +228,30 @@ def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: st
     Incremental (default): unchanged tenants are carried over, and a changed tenant recomputes only
     its new or changed sessions before its tenant-level stages. ``full``: every tenant of the input
     is rebuilt from scratch (no carry-over, no kept session outputs reused); the published version
-    holds exactly the input's tenants. A full build is this run against an empty store."""
+    holds exactly the input's tenants (removing published ones only within
+    ``nightly.max_removed_share``). A full build is this run against an empty store."""
     get_recipe(recipe)
     timer, wall = StageTimer(), time.perf_counter()
     base = read_manifest(out)
+    forget = ForgetList.load(delete, (base or {}).get("forgotten"))
     writer = ResumableWriter(out, dim=cfg.embed.dim)
     restore_published_lance(writer, base)
-    forget = ForgetList.load(delete, (base or {}).get("forgotten"))
     key = build_key(cfg, recipe)
     with timer.stage(JobStage.READ), staged_input(input_path, cfg.io.staging_dir) as local_input:
         sources = input_sources(local_input, str(fmt))
-        hashes, tenant_source, failed_sources = _fingerprints(sources, str(fmt), cfg, forget)
-        if failed_sources and (full or not hashes):
-            # a full build of an unreadable input, or a run that could read nothing at all, is an
-            # error: it publishes nothing (an incremental run keeps the tenants of readable files)
-            name, reason = next(iter(failed_sources.items()))
-            raise InputError(name, reason)
-        plan = make_plan(None if full else base, hashes, tenant_source, key,
-                         {} if full else writer.done_markers(), failed_sources)
-        if full:
-            plan.gone = sorted(set((base or {}).get("tenants", {})) - set(hashes))
-        shards, seen, quarantine = _shard_all(sources, str(fmt), cfg, writer, plan, forget, failed_sources)
+        read = fingerprint_sources(sources, str(fmt), cfg, forget)
+        check_readable(input_path, sources, read, full=full)  # an unusable input publishes nothing
+        plan = make_plan(None if full else base, read.hashes, read.sources, key,
+                         {} if full else writer.done_markers(), read.failed)
+        settle_missing(plan, base, forget.tenants, complete=full or cfg.nightly.input_is_complete,
+                       max_share=cfg.nightly.max_removed_share)
+        shards, seen, quarantine = _shard_all(sources, str(fmt), cfg, writer, plan, forget, read.failed, full=full)
     for tenant in plan.build:
         if seen.get(tenant, 0) == 0 and tenant not in plan.failed:
             plan.failed[tenant] = "no valid turns in the input (every record quarantined)"
     to_build = [s for s in shards if s.tenant_id not in plan.resume and s.tenant_id not in plan.failed]
     progress("plan", plan.to_json())
-    cpus = init_ray(address, num_cpus)
+    cpus = init_ray(address, num_cpus, token_auth=cfg.ray.local_token_auth)
     session_stats: dict[str, Any] = {}
     with timer.stage(JobStage.TENANTS):
         summaries = _build_tenants(writer, to_build, cfg, recipe, plan, key, cpus, progress, reuse=not full,
@@ -313,6 +305,7 @@ def _count_rows(writer: StoreWriter, name: str) -> int:
     return sum(pq.read_metadata(f).num_rows for f in d.glob("*.parquet")) if d.exists() else 0
 
 
+@locked("store")
 def compact(store: str | Path) -> dict[str, Any]:
     """Hard deletion: keep only the published version (Lance old versions, version dirs, manifests)."""
     store = Path(store)
@@ -343,8 +336,11 @@ def compact(store: str | Path) -> dict[str, Any]:
     return stats
 
 
+@locked("store")
 def rollback_store(store: str | Path, version: str) -> dict[str, Any]:
     """Publish an earlier version again; Lance is restored to its rows so later builds start from them."""
+    if not re.fullmatch(r"v?\d{1,6}", version):
+        raise StoreError(f"version {version!r} is not a version name (v000003, or 3)")
     data = rollback(store, version if version.startswith("v") else version_name(int(version)))
     _lance_writer(Path(store), int(data.get("embedding_dim", schema.DEFAULT_EMBED_DIM))).restore_published(data)
     return data
@@ -360,17 +356,28 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--address")
     p.add_argument("--num-cpus", type=int)
     p.add_argument("--recipe", default=DEFAULT_RECIPE)
+    p.add_argument("--input-is-complete", action="store_true")
+    p.add_argument("--max-removed-share", type=float)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m jobs.nightly --input X --format F --out STORE [--delete FILE]`` (cron / RayJob)."""
-    from memlib.config import load_config
+    """``python -m jobs.nightly --input X --format F --out STORE [--delete FILE]`` (cron / RayJob).
+    An unusable input or store is one line on stderr and exit 2, with nothing published."""
+    import sys
+
+    from memlib.config import ConfigError, load_config
 
     a = parser().parse_args(argv)
-    cfg = load_config(Path(a.config) if a.config else None)
-    m = run_incremental(cfg, a.input, a.format, a.out, address=a.address, num_cpus=a.num_cpus,
-                        recipe=a.recipe, delete=a.delete)
+    sets = (["nightly.input_is_complete=true"] if a.input_is_complete else []) + (
+        [f"nightly.max_removed_share={a.max_removed_share}"] if a.max_removed_share is not None else [])
+    try:
+        cfg = load_config(Path(a.config) if a.config else None, sets)
+        m = run_incremental(cfg, a.input, a.format, a.out, address=a.address, num_cpus=a.num_cpus,
+                            recipe=a.recipe, delete=a.delete)
+    except (ConfigError, InputError, StoreError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(json.dumps({"version": m["version"], **m["incremental"]}))
     return 1 if m["incremental"]["failed"] else 0
 

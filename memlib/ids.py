@@ -3,6 +3,10 @@
 An id is ``"<kind>:<hex>"`` where ``hex`` is the first 20 hex digits (80 bits) of the
 BLAKE2b digest of the id's parts joined by the unit separator. The same inputs give the
 same id on every machine and every run, so retries and reruns are idempotent.
+
+Parts are encoded unambiguously: inside a part, the unit separator, NUL and ESC are escaped
+with ESC, and ``None`` is a lone NUL, so ``("c\x1fx", "s1")`` and ``("c", "x\x1fs1")`` differ.
+Parts without those three characters (every ordinary id and text) encode as before.
 """
 from __future__ import annotations
 
@@ -11,6 +15,20 @@ from collections.abc import Iterable, Sequence
 
 _SEP = "\x1f"
 HEX_LEN = 20
+_ESC = {0x1b: b"\x1b\x1b", 0x1f: b"\x1b\x1f", 0x1e: b"\x1b\x1e", 0x00: b"\x1b\x00"}
+_SPECIAL = bytes(_ESC)
+
+
+def escape(raw: bytes) -> bytes:
+    """``raw`` with the separators (\\x1e, \\x1f), NUL and ESC escaped by ESC: joining escaped
+    parts with a separator is unambiguous; bytes without them are returned unchanged."""
+    if not any(c in raw for c in _SPECIAL):
+        return raw
+    return b"".join(_ESC.get(c, bytes((c,))) for c in raw)
+
+
+def _part(p: object) -> bytes:
+    return b"\x00" if p is None else escape(str(p).encode("utf-8", "surrogatepass"))
 
 
 def digest(*parts: object, length: int = HEX_LEN) -> str:
@@ -19,7 +37,7 @@ def digest(*parts: object, length: int = HEX_LEN) -> str:
     for i, p in enumerate(parts):
         if i:
             h.update(_SEP.encode())
-        h.update(b"\x00" if p is None else str(p).encode("utf-8", "surrogatepass"))
+        h.update(_part(p))
     return h.hexdigest()[:length]
 
 

@@ -14,10 +14,13 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from memlib import schema
 from memlib.config import MemlibConfig
+from memlib.io.merge import merge_tenant
 from memlib.io.readers import iter_tenants
+from memlib.io.result import ReadResult
 from memlib.io.store import StoreWriter
 
 QUARANTINE_PART = "input"
@@ -72,11 +75,13 @@ def _forget(result, keep_rows: RowFilter | None):
 
 def shard_input(path: str | Path, fmt: str, cfg: MemlibConfig, writer: StoreWriter, *,
                 keep_rows: RowFilter | None = None, rebuild: Callable[[str], bool] | None = None,
-                quarantine_part: str = QUARANTINE_PART) -> ShardResult:
+                quarantine_part: str = QUARANTINE_PART, merged: set[str] | None = None) -> ShardResult:
     """Write per-tenant turns/questions partitions and the quarantine; return the shards.
 
     Incremental builds pass ``keep_rows`` (forgetting: drops deleted tenants/conversations from
-    every table) and ``rebuild`` (False: the tenant is carried over, so no partition is written)."""
+    every table) and ``rebuild`` (False: the tenant is carried over, so no partition is written).
+    ``merged`` (one set for all files of a run) names the tenants already written by an earlier
+    file: a tenant found again is merged with what was written (:mod:`memlib.io.merge`)."""
     shards: list[TenantShard] = []
     quarantine: list[pa.Table] = []
     seen: dict[str, int] = {}
@@ -90,20 +95,36 @@ def shard_input(path: str | Path, fmt: str, cfg: MemlibConfig, writer: StoreWrit
                                                                      tenant)).as_py() or 0)
         if rebuild is not None:
             tenants = [t for t in tenants if rebuild(t)]
+        n_questions += result.questions.num_rows
         for tenant in tenants:
-            shard = _write_tenant(writer, tenant, result)
+            part = _tenant_part(result, tenant)
+            if merged is not None and tenant in merged:
+                part = merge_tenant(_written(writer, tenant), part, str(path), cfg.io)
+                quarantine.append(schema.conform(part.quarantine, schema.QUARANTINE, name="quarantine"))
+            shard = _write_tenant(writer, tenant, part)
             if shard is not None:
                 shards.append(shard)
-        n_questions += result.questions.num_rows
-        if result.questions.num_rows:
-            for tenant in tenants:
-                q = result.questions.filter(pc.equal(result.questions.column("tenant_id"), tenant))
-                if q.num_rows:
-                    writer.write_table("questions", tenant, q)
+            if part.questions.num_rows:
+                writer.write_table("questions", tenant, part.questions)
+            if merged is not None and (shard is not None or part.questions.num_rows):
+                merged.add(tenant)
     q_all = pa.concat_tables(quarantine) if quarantine else schema.empty(schema.QUARANTINE)
     writer.write_table("quarantine", quarantine_part, q_all)
     return ShardResult(shards=shards, questions=n_questions, quarantine_by_reason=_reason_counts(q_all),
                        quarantined=q_all.num_rows, seen=seen)
+
+
+def _tenant_part(result: ReadResult, tenant: str) -> ReadResult:
+    of = lambda t: t.filter(pc.equal(t.column("tenant_id"), tenant))  # noqa: E731
+    return ReadResult(turns=of(result.turns), questions=of(result.questions),
+                      quarantine=schema.empty(schema.QUARANTINE))
+
+
+def _written(writer: StoreWriter, tenant: str) -> ReadResult:
+    """What an earlier file of this run wrote for ``tenant``."""
+    read = lambda name, sch: (pq.read_table(p) if (p := writer.table_path(name, tenant)).exists()  # noqa: E731
+                              else schema.empty(sch))
+    return ReadResult(turns=read("turns", schema.TURNS), questions=read("questions", schema.QUESTIONS))
 
 
 def _write_tenant(writer: StoreWriter, tenant: str, result) -> TenantShard | None:

@@ -33,7 +33,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from memlib import schema
+from memlib import ids, schema
 from memlib.build.recipe import BuildStage
 from memlib.config import Backend, MemlibConfig
 
@@ -69,7 +69,8 @@ def session_keys(turns: pa.Table, build_key: str) -> pa.Array:
     for (t, c, s), part in df.group_by(SESSION_COLUMNS, maintain_order=True):
         h = hashlib.sha256(build_key.encode("utf-8"))
         for row in part.drop("_r").iter_rows():
-            h.update(b"\x1e" + "\x1f".join("" if v is None else str(v) for v in row).encode("utf-8", "surrogatepass"))
+            h.update(b"\x1e" + b"\x1f".join(ids.escape(("" if v is None else str(v)).encode("utf-8", "surrogatepass"))
+                                            for v in row))
         keyed[(t, c, s)] = h.hexdigest()[:32]
     rows = pl.from_arrow(turns.select(SESSION_COLUMNS)).iter_rows()
     return pa.array([keyed[r] for r in rows], pa.string())

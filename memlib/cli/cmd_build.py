@@ -20,6 +20,12 @@ def extractor_overrides(extractor: Optional[Backend], set_: Optional[list[str]])
     return pre + list(set_ or [])
 
 
+def nightly_overrides(input_is_complete: bool, max_removed_share: Optional[float]) -> list[str]:
+    """``--input-is-complete`` / ``--max-removed-share`` as settings (they win over --set)."""
+    out = ["nightly.input_is_complete=true"] if input_is_complete else []
+    return out + ([f"nightly.max_removed_share={max_removed_share}"] if max_removed_share is not None else [])
+
+
 def format_dry_run(est: dict[str, Any]) -> str:
     lines = [f"dry run ({est['recipe']}, model {est['model']}): {est['tenants']} tenant(s), "
              f"{est['sessions']} sessions, {est['turns']} turns; LLM stages: {', '.join(est['llm_stages']) or 'none'}",
@@ -52,6 +58,10 @@ def _progress(event: str, info: dict[str, Any]) -> None:
         typer.echo(f"published {info['version']} to {info['store']}")
         for tenant, reason in (info.get("failed") or {}).items():
             typer.echo(f"  FAILED tenant {tenant}: {reason}")
+        kept = info.get("missing_kept") or []
+        if kept:
+            typer.echo(f"  kept {len(kept)} tenant(s) missing from the input as published ({', '.join(kept[:10])}"
+                       f"{', …' if len(kept) > 10 else ''}): forget with --delete, or pass --input-is-complete")
 
 
 def _kv(d: dict[str, Any]) -> str:
@@ -104,6 +114,13 @@ def register(app: typer.Typer) -> None:
         rollback: Annotated[Optional[str], typer.Option("--rollback", help="publish an earlier VERSION again")] = None,
         compact: Annotated[bool, typer.Option("--compact", help="hard deletion: drop every unpublished and older "
                                               "version (Lance + Parquet); rollback is no longer possible")] = False,
+        input_is_complete: Annotated[bool, typer.Option("--input-is-complete", help="the input holds every tenant: "
+                                                        "published tenants missing from it are deleted, within "
+                                                        "--max-removed-share (default: kept)")] = False,
+        max_removed_share: Annotated[Optional[float], typer.Option("--max-removed-share", min=0.0, max=1.0,
+                                                                   help="largest share of published tenants a build "
+                                                                   "may delete for missing from the input "
+                                                                   "(nightly.max_removed_share, default 0.1)")] = None,
     ) -> None:
         """Build memory tables (Lance/Parquet) and graphs from conversations, on Ray Data."""
         export_local_ray_env()
@@ -112,10 +129,12 @@ def register(app: typer.Typer) -> None:
             return
         if input is None or format is None:
             fail("--input and --format are required to build")
-        cfg = get_config(config, extractor_overrides(extractor, set_))
+        cfg = get_config(config, extractor_overrides(extractor, set_) + nightly_overrides(input_is_complete,
+                                                                                          max_removed_share))
         from memlib.build.recipe import UnknownRecipeError
         from memlib.io.errors import InputError
         from memlib.io.remote import is_uri
+        from memlib.io.store import StoreError
         if not is_uri(input) and not Path(input).exists():
             fail(f"input file not found: {input}")
         if dry_run:
@@ -135,7 +154,7 @@ def register(app: typer.Typer) -> None:
             else:
                 manifest = run_build(cfg, input, format, out, address=address or cfg.ray.address,
                                      num_cpus=num_cpus or cfg.ray.num_cpus, recipe=recipe, progress=_progress)
-        except (InputError, UnknownRecipeError) as exc:
+        except (InputError, UnknownRecipeError, StoreError) as exc:
             fail(str(exc).strip("'\""))
         typer.echo(format_summary(manifest))
         if compact:

@@ -78,7 +78,15 @@ def register(app: typer.Typer) -> None:
             fail("pass exactly one of --input PATH or --store STORE")
         if store is not None:
             from memlib.cli import inspect_store
-            inspect_store.run(store)
+            from memlib.io.store import StoreError
+            try:
+                summaries = inspect_store.run(store) or []
+            except StoreError as exc:
+                fail(str(exc))
+                return
+            broken = [s["tenant"] for s in summaries if s.get("broken")]
+            if broken:
+                fail(f"{len(broken)} tenant(s) cannot be served: {', '.join(broken)}", code=1)
             return
         from memlib.io.errors import InputError
 

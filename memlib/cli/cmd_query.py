@@ -43,13 +43,16 @@ def register(app: typer.Typer) -> None:
         from memlib.retrieve.tenant import TenantCache
 
         cfg = get_config(config, overrides)
-        name = strategy or cfg.retrieve.default_strategy
+        name = cfg.retrieve.default_strategy if strategy is None else strategy
         try:
             strat = get_strategy(name, cfg)
             index = TenantCache(store, embedder=default_embedder(cfg), max_tenants=1).get(tenant)
             res = run_search(index, strat, question, k or cfg.retrieve.k)
         except (StoreError, RetrievalError, KeyError) as exc:
             fail(str(exc))
+            return
+        except (OSError, ValueError) as exc:  # a corrupt file of this tenant (pyarrow, graph-tool)
+            fail(f"tenant {tenant!r} cannot be loaded: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}")
             return
         if as_json:
             typer.echo(json.dumps(res.to_dict(), indent=2, default=str))

@@ -31,9 +31,14 @@ def serve_cmd(
     if store is None:
         fail("--store is required")
         return
-    from memlib.io.store import read_manifest
+    from memlib.io.store import StoreError, read_manifest
 
-    if read_manifest(store) is None:
+    try:
+        manifest = read_manifest(store)
+    except StoreError as exc:
+        fail(str(exc))
+        return
+    if manifest is None:
         fail(f"{store} is not a memlib store (no manifest.json); run `memlib build` first")
     cfg = get_config(config, overrides)
     if cfg.serve.auth_enabled and not (cfg.serve.admin_token_hash or cfg.serve.tenant_token_hashes):

@@ -9,7 +9,9 @@ from typing import Any
 import polars as pl
 import typer
 
-from memlib.io.store import StoreReader
+import pyarrow.parquet as pq
+
+from memlib.io.store import PARQUET_TABLES, StoreReader
 
 TOP = 5
 TEXT_CHARS = 60
@@ -69,12 +71,39 @@ def _echo_tenant(s: dict[str, Any]) -> None:
         typer.echo(f"    {n['importance']:.3f}  {n['kind']:<10} {n['node_id']}  {_short(n['text'])}")
 
 
+def tenant_problem(reader: StoreReader, tenant: str) -> str | None:
+    """Why a tenant of the published version cannot be served (a Parquet partition that does not
+    decode, a graph file that does not load), or ``None``."""
+    for name in PARQUET_TABLES:
+        path = reader.version_dir / name / f"{tenant}.parquet"
+        if path.exists():
+            try:
+                pq.read_table(path)
+            except Exception as exc:  # noqa: BLE001 - any decoding failure names the file
+                return f"{name}/{path.name} unreadable: {' '.join(str(exc).split())[:200]}"
+    gpath = Path(reader.graph_path(tenant))
+    if gpath.exists():
+        from memlib.graph.build import load
+
+        try:
+            load(gpath)
+        except Exception as exc:  # noqa: BLE001 - graph-tool raises C++ errors of many types
+            return f"graphs/{gpath.name} unreadable: {' '.join(str(exc).split())[:200]}"
+    return None
+
+
 def run(store_path: str | Path, top: int = TOP) -> list[dict[str, Any]]:
-    """Print the summary of every tenant of the store; return the summaries."""
+    """Print the summary of every tenant of the store; return the summaries. A tenant whose files
+    cannot be read is printed as BROKEN with the reason (its summary has ``broken``)."""
     reader = StoreReader(store_path)
     typer.echo(f"store {reader.path} version {reader.version}: {len(reader.tenants())} tenant(s)")
     out = []
     for tenant in reader.tenants():
+        problem = tenant_problem(reader, tenant)
+        if problem is not None:
+            typer.secho(f"BROKEN tenant {tenant}: {problem}", fg=typer.colors.RED)
+            out.append({"tenant": tenant, "broken": problem})
+            continue
         s = tenant_summary(reader, tenant, top)
         _echo_tenant(s)
         out.append(s)

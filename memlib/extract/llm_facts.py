@@ -14,6 +14,7 @@ import polars as pl
 from memlib.config import Backend
 from memlib.extract.base import ExtractionContext, ExtractResult, Stage, register
 from memlib.extract.concepts import token_key
+from memlib.extract.contract import complete_facts
 from memlib.extract.llm_common import Unit, numbered, run_stage
 from memlib.extract.llm_outdated import supersede
 from memlib.extract.tables import edge_table, node_table
@@ -96,6 +97,6 @@ class LLMFacts:
     backend = Backend.LLM
 
     def run(self, ctx: ExtractionContext) -> ExtractResult:
-        res = run_stage(ctx, Stage.FACTS, Task.FACTS, variables_for(ctx), convert)
-        return supersede(ctx, res)
+        res = supersede(ctx, run_stage(ctx, Stage.FACTS, Task.FACTS, variables_for(ctx), convert))
+        return ExtractResult(complete_facts(res.nodes, ctx.turns), res.edges)  # the heuristic fact contract
 

@@ -64,7 +64,7 @@ def _rows(theme: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     text = f"{theme['speaker']} repeatedly talks about {label} ({n} facts" + (f", {when})" if when else ")")
     node = {"node_id": rid, "tenant_id": t, "kind": NodeKind.REFLECTION.value, "text": text,
             "time": theme["end"], "valid_from": theme["start"], "provenance": theme["turns"],
-            "attributes": {"speaker": theme["speaker"], "concept": theme["concept"],
+            "attributes": {"speaker": theme["speaker"], "concept": theme["concept"], "facts": list(theme["facts"]),
                            "concept_id": theme["concept_id"], "n_facts": n, "sessions": theme["sessions"]}}
     edges = [{"tenant_id": t, "src": rid, "dst": f, "kind": EdgeKind.DERIVED_FROM_FACT, "provenance": theme["turns"]}
              for f in theme["facts"]]

@@ -14,7 +14,8 @@ import pyarrow as pa
 from memlib import ids, schema
 from memlib.config import IOConfig
 from memlib.io.result import ReadResult
-from memlib.io.validate import Quarantine, ReasonCode, is_id, validate_tenant_id
+from memlib.io.scan import MAX_DEPTH, too_deep
+from memlib.io.validate import YEARS, Quarantine, ReasonCode, is_id, unstorable_field, validate_tenant_id
 
 TimeParser = Callable[[Any], "datetime | None"]
 ID_FIELDS = ("tenant_id", "conversation_id", "session_id", "turn_id")
@@ -30,12 +31,19 @@ def _extras(value: Any) -> tuple[str | None, Issue | None]:
         return None, None
     if isinstance(value, str):
         try:
+            if too_deep(value):
+                raise RecursionError
             value = json.loads(value)
-        except json.JSONDecodeError:
+        except ValueError:  # JSONDecodeError, or a number too long to convert
             return None, (ReasonCode.BAD_EXTRAS, "extras is a string that is not a JSON object")
+        except RecursionError:
+            return None, (ReasonCode.TOO_DEEP, f"extras nested deeper than {MAX_DEPTH} levels")
     if not isinstance(value, dict):
         return None, (ReasonCode.BAD_EXTRAS, f"extras must be an object, got {type(value).__name__}")
-    return (json.dumps(value, ensure_ascii=False, sort_keys=True, default=str) if value else None), None
+    try:
+        return (json.dumps(value, ensure_ascii=False, sort_keys=True, default=str) if value else None), None
+    except RecursionError:
+        return None, (ReasonCode.TOO_DEEP, "extras nested too deep to encode")
 
 
 class TenantBuilder:
@@ -49,7 +57,6 @@ class TenantBuilder:
         self._turns: list[dict[str, Any]] = []
         self._questions: list[dict[str, Any]] = []
         self._seen: set[tuple[str, str, str]] = set()
-        self._bad_sessions: dict[tuple[str, str, str], str] = {}
 
     # -- turns ---------------------------------------------------------------------------
 
@@ -62,6 +69,9 @@ class TenantBuilder:
                             record_id=record_id if record_id is not None else rec.get("turn_id"))
 
     def _check_turn(self, rec: dict[str, Any]) -> Issue | None:
+        bad_field = unstorable_field(rec)
+        if bad_field is not None:
+            return ReasonCode.BAD_UNICODE, f"field {bad_field!r} holds a lone surrogate (not storable as UTF-8)"
         missing = [k for k in ID_FIELDS if not is_id(rec.get(k))]
         if missing:
             return ReasonCode.MISSING_FIELD, f"missing or empty id field(s): {', '.join(missing)}"
@@ -91,7 +101,8 @@ class TenantBuilder:
             return None, None
         parsed = self.parse_time(value)
         if parsed is None:
-            return None, (ReasonCode.BAD_DATE, f"unparseable session_time {str(value)[:80]!r}")
+            return None, (ReasonCode.BAD_DATE, f"unparseable session_time {str(value)[:80]!r} (ISO 8601, years "
+                                               f"{YEARS[0]}-{YEARS[1]})")
         return parsed, None
 
     def add_turn(self, rec: dict[str, Any], location: str, raw: Any) -> bool:
@@ -100,8 +111,6 @@ class TenantBuilder:
         time, extras = None, None
         if issue is None:
             time, issue = self._session_time(rec)
-            if issue is not None:
-                self._bad_sessions[self._session_key(rec)] = issue[1]
         if issue is None:
             extras, issue = _extras(rec.get("extras"))
         key = (rec.get("tenant_id"), rec.get("conversation_id"), rec.get("turn_id"))
@@ -118,25 +127,9 @@ class TenantBuilder:
             "session_id": rec["session_id"], "session_time": time, "turn_id": rec["turn_id"],
             "speaker": speaker if isinstance(speaker, str) else None,
             "role": rec["role"].strip().lower(), "text": rec["text"], "extras": extras,
-            "_seq": len(self._turns), "_location": location, "_raw": raw,
+            "_seq": len(self._turns),
         })
         return True
-
-    @staticmethod
-    def _session_key(rec: dict[str, Any]) -> tuple[str, str, str]:
-        return rec["tenant_id"], rec["conversation_id"], rec["session_id"]
-
-    def _drop_bad_sessions(self) -> list[dict[str, Any]]:
-        """A session with an unparseable date loses all its turns, each quarantined as bad_date."""
-        kept = []
-        for t in self._turns:
-            reason = self._bad_sessions.get(self._session_key(t))
-            if reason is None:
-                kept.append(t)
-            else:
-                self.reject((ReasonCode.BAD_DATE, f"session {t['session_id']!r}: {reason}"),
-                            t["_location"], t["_raw"], t)
-        return kept
 
     # -- questions -----------------------------------------------------------------------
 
@@ -144,7 +137,10 @@ class TenantBuilder:
         """``q`` has tenant_id, question_id, question, answer, category, evidence,
         evidence_sessions (None -> derived from the turns), question_time (raw)."""
         issue = None
-        if not is_id(q.get("tenant_id")) or not is_id(q.get("question_id")):
+        bad_field = unstorable_field(q)
+        if bad_field is not None:
+            issue = (ReasonCode.BAD_UNICODE, f"field {bad_field!r} holds a lone surrogate (not storable as UTF-8)")
+        elif not is_id(q.get("tenant_id")) or not is_id(q.get("question_id")):
             issue = (ReasonCode.BAD_QUESTION, "question without tenant_id or question_id")
         elif not isinstance(q.get("question"), str) or not q["question"].strip():
             issue = (ReasonCode.BAD_QUESTION, "question text missing or not a non-empty string")
@@ -172,7 +168,7 @@ class TenantBuilder:
     # -- tables --------------------------------------------------------------------------
 
     def result(self) -> ReadResult:
-        turns = self._turn_table(self._drop_bad_sessions())
+        turns = self._turn_table(self._turns)
         return ReadResult(turns=turns, questions=self._question_table(turns),
                           quarantine=self.quarantine.table())
 

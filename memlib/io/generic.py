@@ -20,8 +20,9 @@ from typing import Any
 from memlib.config import IOConfig
 from memlib.io.builder import TenantBuilder
 from memlib.io.errors import InputError
-from memlib.io.jsonarray import open_checked
+from memlib.io.jsonarray import UTF8_BOM, check_head, open_checked
 from memlib.io.result import ReadResult
+from memlib.io.scan import MAX_DEPTH, too_deep, top_level_string
 from memlib.io.validate import ReasonCode, parse_iso_time, validate_tenant_id
 
 TURN_KIND, QUESTION_KIND = "turn", "question"
@@ -35,16 +36,56 @@ class _Run:
     sha: Any = field(default_factory=hashlib.sha256)
 
 
+def _valid(tenant: object) -> str | None:
+    return tenant if isinstance(tenant, str) and validate_tenant_id(tenant) is None else None
+
+
+def raw_tenant(raw: bytes | str) -> str | None:
+    """The valid tenant id a record that cannot be decoded names, if it can be read at all."""
+    return _valid(top_level_string(raw, "tenant_id"))
+
+
 def _line_tenant(line: bytes) -> tuple[bool, str | None]:
-    """(line is a JSON object, its valid tenant id or None)."""
+    """(line is a JSON object, its valid tenant id or None). A line that cannot be decoded
+    (bad UTF-8, broken JSON, nested too deep) still belongs to the tenant it names."""
     try:
-        obj = json.loads(line)
-    except ValueError:
-        return False, None
+        if too_deep(line):
+            raise RecursionError
+        obj = json.loads(line.decode("utf-8"))
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return False, raw_tenant(line)
     if not isinstance(obj, dict):
         return False, None
-    tenant = obj.get("tenant_id")
-    return True, (tenant if validate_tenant_id(tenant) is None else None)
+    return True, _valid(obj.get("tenant_id"))
+
+
+def _check_start(fh, path: str | Path) -> None:
+    head = fh.read(4096)
+    fh.seek(0)
+    check_head(head, path, whole_file=len(head) < 4096)
+
+
+MAX_RECORD_BYTES = 16 << 20  # a longer line is quarantined without ever being held whole
+_DRAIN = 1 << 20
+
+
+def _read_line(fh) -> tuple[bytes, int, bytes]:
+    """(line, its full size, what the run hash takes). A line longer than MAX_RECORD_BYTES comes
+    back cut to that size, read through in chunks; the hash then takes its own digest."""
+    line = fh.readline(MAX_RECORD_BYTES + 1)
+    if len(line) <= MAX_RECORD_BYTES or line.endswith(b"\n"):
+        return line, len(line), line
+    digest, size = hashlib.sha256(line), len(line)
+    while more := fh.readline(_DRAIN):
+        digest.update(more)
+        size += len(more)
+        if more.endswith(b"\n"):
+            break
+    return line[:MAX_RECORD_BYTES], size, b"\x00oversize:" + digest.digest()
+
+
+def _no_bom(line: bytes, offset: int) -> bytes:
+    return line[len(UTF8_BOM):] if offset == 0 and line.startswith(UTF8_BOM) else line
 
 
 def index_runs(path: str | Path) -> dict[str | None, list[_Run]]:
@@ -52,8 +93,18 @@ def index_runs(path: str | Path) -> dict[str | None, list[_Run]]:
     runs: dict[str | None, list[_Run]] = {}
     run, owner, offset, any_object = None, None, 0, False
     with open_checked(path) as fh:
-        for lineno, line in enumerate(fh, 1):
-            is_object, tenant = _line_tenant(line) if line.strip() else (False, None)
+        _check_start(fh, path)
+        lineno = 0
+        while True:
+            line, size, feed = _read_line(fh)
+            if not size:
+                break
+            lineno += 1
+            content = _no_bom(line, offset)
+            if size > len(line):
+                is_object, tenant = False, raw_tenant(content)
+            else:
+                is_object, tenant = _line_tenant(content) if content.strip() else (False, None)
             any_object = any_object or is_object
             if run is None or (tenant is not None and owner is not None and tenant != owner):
                 run, owner = _Run(start=offset, first_line=lineno), tenant
@@ -62,13 +113,15 @@ def index_runs(path: str | Path) -> dict[str | None, list[_Run]]:
             elif owner is None and tenant is not None:  # leading tenant-less lines join the first tenant
                 owner = tenant
                 runs.setdefault(owner, []).append(run)
-            run.sha.update(line)
-            offset += len(line)
+            run.sha.update(feed)
+            offset += size
             run.end = offset
+    if run is None:
+        raise InputError(path, "file is empty")
     if run is not None and owner is None:
         if not any_object:
             raise InputError(path, "no line is a JSON object: not a JSONL file")
-        runs[None] = [run]
+        raise InputError(path, "no record has a valid tenant_id: nothing to read")
     return runs
 
 
@@ -96,28 +149,54 @@ def _add_line(b: TenantBuilder, line: bytes, where: str) -> None:
     try:
         text = line.decode("utf-8")
     except UnicodeDecodeError as exc:
-        b.reject((ReasonCode.BAD_UTF8, f"invalid UTF-8 byte at position {exc.start}"), where, line)
+        b.reject((ReasonCode.BAD_UTF8, f"invalid UTF-8 byte at position {exc.start}"), where, line,
+                 {"tenant_id": raw_tenant(line)})
         return
     if not text.strip():
         return
     try:
+        if too_deep(text):
+            raise RecursionError
         obj = json.loads(text)
     except json.JSONDecodeError as exc:
-        b.reject((ReasonCode.BAD_JSON, f"not JSON: {exc.msg} (column {exc.colno})"), where, text)
+        b.reject((ReasonCode.BAD_JSON, f"not JSON: {exc.msg} (column {exc.colno})"), where, text,
+                 {"tenant_id": raw_tenant(text)})
+        return
+    except ValueError as exc:  # e.g. an integer of more than 4300 digits
+        b.reject((ReasonCode.BAD_JSON, f"not decodable: {str(exc)[:120]}"), where, text,
+                 {"tenant_id": raw_tenant(text)})
+        return
+    except RecursionError:
+        b.reject((ReasonCode.TOO_DEEP, f"record nested deeper than {MAX_DEPTH} levels"), where, text,
+                 {"tenant_id": raw_tenant(text)})
         return
     add_object(b, obj, where, text.rstrip("\n"))
+
+
+def _changed(path: str, offset: int, run: _Run, detail: str) -> InputError:
+    return InputError(path, f"file changed while it was read ({detail} at byte {offset}; the first pass "
+                            f"indexed bytes {run.start}-{run.end}): rerun on a file that is not being written")
 
 
 def _tenant_result(fh, runs: list[_Run], source: str, cfg: IOConfig) -> ReadResult:
     b = TenantBuilder(source, cfg, parse_iso_time, require_time=False)
     for run in runs:
         fh.seek(run.start)
-        offset, lineno = run.start, run.first_line
+        offset, lineno, sha = run.start, run.first_line, hashlib.sha256()
         while offset < run.end:
-            line = fh.readline()
-            _add_line(b, line, f"line {lineno}")
-            offset += len(line)
+            line, size, feed = _read_line(fh)
+            if not size:
+                raise _changed(source, offset, run, "file ended early")
+            sha.update(feed)
+            if size > len(line):
+                b.reject((ReasonCode.OVERSIZE_RECORD, f"line of {size} bytes, more than {MAX_RECORD_BYTES}"),
+                         f"line {lineno}", line[:4096], {"tenant_id": raw_tenant(line)})
+            else:
+                _add_line(b, _no_bom(line, offset), f"line {lineno}")
+            offset += size
             lineno += 1
+        if offset != run.end or sha.digest() != run.sha.digest():
+            raise _changed(source, offset, run, "content differs")
     return b.result()
 
 

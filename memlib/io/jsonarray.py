@@ -27,12 +27,31 @@ def open_checked(path: str | Path):
         raise InputError(p, f"cannot open: {exc.strerror or exc}") from exc
 
 
+UTF8_BOM = b"\xef\xbb\xbf"
+_BOMS = ((b"\x00\x00\xfe\xff", "UTF-32"), (b"\xff\xfe\x00\x00", "UTF-32"), (b"\xfe\xff", "UTF-16"),
+         (b"\xff\xfe", "UTF-16"))
+
+
+def check_head(head: bytes, path: str | Path, *, whole_file: bool) -> None:
+    """Raise :class:`InputError` when the first bytes show the file is not usable UTF-8 text:
+    empty (``whole_file``: ``head`` is the entire file), a UTF-16/32 byte order mark, NUL bytes."""
+    for bom, name in _BOMS:
+        if head.startswith(bom):
+            raise InputError(path, f"file is {name} (byte order mark); memlib reads UTF-8: convert it first, "
+                                   f"e.g. iconv -f {name} -t UTF-8")
+    if b"\x00" in head:
+        raise InputError(path, "file holds NUL bytes: not UTF-8 text (UTF-16 without a byte order mark, or binary)")
+    if whole_file and not head.lstrip(UTF8_BOM + b" \t\r\n"):
+        raise InputError(path, "file is empty")
+
+
 def _first_char(fh, path: Path) -> str:
     head = fh.read(_PEEK)
-    fh.seek(0)
-    text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    check_head(head, path, whole_file=len(head) < _PEEK)
+    text = head.lstrip(UTF8_BOM + b" \t\r\n")
     if not text:
         raise InputError(path, "file is empty")
+    fh.seek(len(UTF8_BOM) if head.startswith(UTF8_BOM) else 0)
     return chr(text[0])
 
 
@@ -50,9 +69,33 @@ def iter_array(path: str | Path) -> Iterator[tuple[int, Any]]:
             raise InputError(p, f"malformed JSON: {str(exc).splitlines()[0][:200]}") from exc
         except UnicodeDecodeError as exc:
             raise InputError(p, f"not valid UTF-8: {exc.reason}") from exc
+        except RecursionError:
+            raise InputError(p, "JSON nested too deep to read") from None
+        except ValueError as exc:  # e.g. an integer of more than 4300 digits
+            raise InputError(p, f"JSON value not decodable: {str(exc)[:160]}") from None
 
 
 def record_hash(record: Any) -> str:
-    """sha256 of a record's canonical JSON (sorted keys): stable across runs and key order."""
-    text = json.dumps(record, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    """sha256 of a record's canonical JSON (sorted keys): stable across runs and key order. A
+    record too deep to encode is hashed by an iterative walk, so its edits still change the hash."""
+    try:
+        text = json.dumps(record, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+    except (RecursionError, ValueError):
+        return _walk_hash(record)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _walk_hash(record: Any) -> str:
+    h, stack = hashlib.sha256(b"deep:"), [record]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            h.update(b"{%d" % len(item))
+            for key in sorted(item, key=str, reverse=True):
+                stack += [item[key], str(key)]
+        elif isinstance(item, list):
+            h.update(b"[%d" % len(item))
+            stack += reversed(item)
+        else:
+            h.update(repr(item).encode("utf-8", "surrogatepass") + b"\x1e")
+    return h.hexdigest()

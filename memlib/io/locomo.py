@@ -25,7 +25,7 @@ IMAGE_FIELDS = ("img_url", "blip_caption", "query")
 
 
 def _sessions(conv: dict[str, Any]) -> list[tuple[int, str]]:
-    found = [(int(m.group(1)), k) for k in conv if (m := _SESSION_KEY.match(k))]
+    found = [(int(m.group(1)), k) for k in conv if (m := _SESSION_KEY.fullmatch(k))]
     return sorted(found)
 
 
@@ -103,5 +103,8 @@ def iter_tenants(path: str | Path, cfg: IOConfig) -> Iterator[ReadResult]:
 
 
 def fingerprints(path: str | Path) -> dict[str, str]:
-    return {(item.get("sample_id") if isinstance(item, dict) else None) or f"[{i}]": record_hash(item)
-            for i, item in _checked(path)}
+    out: dict[str, str] = {}
+    for i, item in _checked(path):
+        key = item.get("sample_id") if isinstance(item, dict) else None
+        out[key if isinstance(key, str) and key else f"[{i}]"] = record_hash(item)
+    return out

@@ -102,5 +102,8 @@ def iter_tenants(path: str | Path, cfg: IOConfig) -> Iterator[ReadResult]:
 
 
 def fingerprints(path: str | Path) -> dict[str, str]:
-    return {(item.get("question_id") if isinstance(item, dict) else None) or f"[{i}]": record_hash(item)
-            for i, item in _checked(path)}
+    out: dict[str, str] = {}
+    for i, item in _checked(path):
+        key = item.get("question_id") if isinstance(item, dict) else None
+        out[key if isinstance(key, str) and key else f"[{i}]"] = record_hash(item)
+    return out

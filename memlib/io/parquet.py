@@ -34,16 +34,26 @@ def _scan(path: str | Path) -> pl.LazyFrame:
         raise InputError(p, f"not a Parquet file: {str(exc).splitlines()[0][:200]}") from exc
     if "tenant_id" not in names:
         raise InputError(p, "Parquet file has no tenant_id column")
+    if pq.read_metadata(p).num_rows == 0:
+        raise InputError(p, "Parquet file has no rows")
     return pl.scan_parquet(p).with_row_index(_ROW, offset=1)
 
 
-def _tenants(lf: pl.LazyFrame) -> list[str | None]:
-    return lf.select(pl.col("tenant_id").unique(maintain_order=True)).collect().get_column("tenant_id").to_list()
+def _collect(lf: pl.LazyFrame, path: str | Path) -> pl.DataFrame:
+    """Collect, turning a corrupt page or an unreadable column into :class:`InputError`."""
+    try:
+        return lf.collect()
+    except (pl.exceptions.PolarsError, pa.ArrowException, OSError) as exc:
+        raise InputError(path, f"unreadable Parquet data: {str(exc).splitlines()[0][:200]}") from None
 
 
-def _frame(lf: pl.LazyFrame, tenant: str | None) -> pl.DataFrame:
+def _tenants(lf: pl.LazyFrame, path: str | Path) -> list[str | None]:
+    return _collect(lf.select(pl.col("tenant_id").unique(maintain_order=True)), path).get_column("tenant_id").to_list()
+
+
+def _frame(lf: pl.LazyFrame, tenant: str | None, path: str | Path) -> pl.DataFrame:
     cond = pl.col("tenant_id").is_null() if tenant is None else pl.col("tenant_id") == tenant
-    return lf.filter(cond).collect()
+    return _collect(lf.filter(cond), path)
 
 
 def _tenant_result(df: pl.DataFrame, source: str, cfg: IOConfig) -> ReadResult:
@@ -56,11 +66,11 @@ def _tenant_result(df: pl.DataFrame, source: str, cfg: IOConfig) -> ReadResult:
 
 def iter_tenants(path: str | Path, cfg: IOConfig) -> Iterator[ReadResult]:
     lf = _scan(path)
-    for tenant in _tenants(lf):
-        yield _tenant_result(_frame(lf, tenant), str(path), cfg)
+    for tenant in _tenants(lf, path):
+        yield _tenant_result(_frame(lf, tenant, path), str(path), cfg)
 
 
 def fingerprints(path: str | Path) -> dict[str, str]:
     lf = _scan(path)
-    return {tenant if tenant is not None else "": record_hash(_frame(lf, tenant).drop(_ROW).to_dicts())
-            for tenant in _tenants(lf)}
+    return {tenant if isinstance(tenant, str) else "": record_hash(_frame(lf, tenant, path).drop(_ROW).to_dicts())
+            for tenant in _tenants(lf, path)}

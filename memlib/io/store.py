@@ -72,7 +72,7 @@ def sql_str(value: str) -> str:
 
 
 def _safe(name: str) -> str:
-    if not _SAFE_NAME.match(name):
+    if not _SAFE_NAME.fullmatch(name):
         raise StoreError(f"unsafe file name for a store partition: {name!r}")
     return name
 
@@ -91,7 +91,14 @@ def read_manifest(store: str | Path) -> dict[str, Any] | None:
     p = Path(store) / MANIFEST
     if not p.exists():
         return None
-    return json.loads(p.read_text(encoding="utf-8"))
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise StoreError(f"{p} unreadable ({str(exc)[:120]}): publish a version again with "
+                         f"`memlib build --out {store} --rollback VERSION` (manifests/ holds each one)") from None
+    if not isinstance(data, dict) or not isinstance(data.get("version"), str):
+        raise StoreError(f"{p} is not a memlib manifest: publish a version again with --rollback VERSION")
+    return data
 
 
 def _connect(store: Path):
@@ -202,7 +209,7 @@ class StoreWriter:
         for d in (self.path / "versions", self.path / "manifests"):
             if d.exists():
                 for p in d.iterdir():
-                    m = _VERSION_RE.match(p.stem)
+                    m = _VERSION_RE.fullmatch(p.stem)
                     if m:
                         nums.append(int(m.group(1)))
         if self.base is not None:

@@ -31,13 +31,16 @@ class ReasonCode(str, Enum):
     BAD_SESSION = "bad_session"            # a session that is not a list of turns
     BAD_QUESTION = "bad_question"          # a question record without id or question text
     UNKNOWN_KIND = "unknown_kind"          # a JSONL line whose "kind" is not turn | question
+    TOO_DEEP = "too_deep"                  # a record nested deeper than JSON decoding allows
+    BAD_UNICODE = "bad_unicode"            # a string with a lone surrogate (cannot be stored as UTF-8)
+    OVERSIZE_RECORD = "oversize_record"    # a JSONL line longer than 16 MiB (never read whole)
 
 
 def validate_tenant_id(value: Any) -> str | None:
     """Reason why ``value`` is not a valid tenant id, or ``None`` when it is valid."""
     if not isinstance(value, str):
         return f"tenant id must be a string, got {type(value).__name__}"
-    if not TENANT_ID_RE.match(value):
+    if not TENANT_ID_RE.fullmatch(value):
         return (f"tenant id {value[:80]!r} must match {TENANT_ID_RE.pattern} "
                 "(letters, digits, '.', '_', '-'; no path separators; at most 128 chars)")
     return None
@@ -47,15 +50,40 @@ def is_id(value: Any) -> bool:
     return isinstance(value, str) and value.strip() != ""
 
 
+def storable(text: str) -> str:
+    """``text`` with lone surrogates written as ``\\udXXX`` escapes (UTF-8 cannot store them)."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def raw_text(record: Any) -> str:
     """The offending record as text, truncated to 2 KB."""
     if isinstance(record, bytes):
-        text = record.decode("utf-8", errors="replace")
+        text = record[:RAW_LIMIT * 4].decode("utf-8", errors="replace")
     elif isinstance(record, str):
-        text = record
+        text = record[:RAW_LIMIT]
     else:
-        text = json.dumps(record, ensure_ascii=False, default=str)
-    return text[:RAW_LIMIT]
+        try:
+            text = json.dumps(record, ensure_ascii=False, default=str)
+        except (RecursionError, ValueError):
+            text = f"<{type(record).__name__} nested too deep to print>"
+    return storable(text[:RAW_LIMIT])
+
+
+def unstorable_field(record: dict[str, Any]) -> str | None:
+    """The first field of ``record`` holding a string UTF-8 cannot encode (a lone surrogate)."""
+    for key, value in record.items():
+        try:
+            text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            return storable(str(key))
+        except (RecursionError, ValueError, TypeError):
+            continue
+    return None
 
 
 # -- dates ------------------------------------------------------------------------------
@@ -64,8 +92,15 @@ _LOCOMO_FORMATS = ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %b, %Y", "%I:%M%p on
 _WEEKDAY_RE = re.compile(r"\s*\([A-Za-z]{2,9}\)\s*")
 
 
-def _utc(dt: datetime) -> datetime:
-    return dt.replace(tzinfo=timezone.utc) if dt.tzinfo is None else dt.astimezone(timezone.utc)
+YEARS = (1000, 9000)  # dates outside are refused: relative dates around them would overflow datetime
+
+
+def _utc(dt: datetime) -> datetime | None:
+    try:
+        out = dt.replace(tzinfo=timezone.utc) if dt.tzinfo is None else dt.astimezone(timezone.utc)
+    except OverflowError:  # e.g. 0001-01-01T00:00:00+01:00
+        return None
+    return out if YEARS[0] <= out.year <= YEARS[1] else None
 
 
 def parse_locomo_time(value: Any) -> datetime | None:
@@ -114,14 +149,15 @@ class Quarantine:
 
     def add(self, code: ReasonCode, reason: str, location: str, raw: Any, *,
             tenant_id: Any = None, conversation_id: Any = None, record_id: Any = None) -> None:
+        text = lambda v: storable(v) if isinstance(v, str) else None  # noqa: E731
         self.rows.append({
-            "tenant_id": tenant_id if isinstance(tenant_id, str) else None,
-            "conversation_id": conversation_id if isinstance(conversation_id, str) else None,
-            "record_id": record_id if isinstance(record_id, str) else None,
-            "source": self.source,
+            "tenant_id": text(tenant_id) if validate_tenant_id(tenant_id) is None else None,
+            "conversation_id": text(conversation_id),
+            "record_id": text(record_id),
+            "source": storable(self.source),
             "location": location,
             "reason_code": code.value,
-            "reason": reason,
+            "reason": storable(reason),
             "raw": raw_text(raw),
         })
 

@@ -17,7 +17,9 @@ from memlib.llm.models import TASKS, Task, TaskSpec
 
 PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_]*)\}")
 _SECTION = re.compile(r"^=== (system|user) ===$", re.MULTILINE)
-DEFAULT_DIR = Path(__file__).resolve().parents[2] / "prompts"
+# the prompt files ship inside the package (memlib/prompts, a link to the repository's prompts/ in a
+# source tree, real files in a wheel), so an installed memlib finds them like a checkout does
+DEFAULT_DIR = Path(__file__).resolve().parents[1] / "prompts"
 
 
 class PromptError(ValueError):

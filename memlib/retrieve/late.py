@@ -33,6 +33,7 @@ from typing import Sequence
 
 import numpy as np
 
+from memlib import ids
 from memlib.embed.minilm_backend import _load_session, _load_tokenizer, model_path
 from memlib.embed.quantize import dynamic_int8, file_digest
 from memlib.io.store import LATE_CACHE_SUBDIR
@@ -276,7 +277,7 @@ def content_key(turn_ids: Sequence[str], texts: Sequence[str], encoder_tag: str)
     exact weights, the token limit and the file format."""
     h = hashlib.sha256(f"{encoder_tag}|{MAX_TOKENS}|{CACHE_FORMAT}".encode())
     for tid, text in zip(turn_ids, texts):
-        h.update(b"\x1e" + tid.encode("utf-8") + b"\x1f" + (text or "").encode("utf-8"))
+        h.update(b"\x1e" + ids.escape(tid.encode("utf-8")) + b"\x1f" + ids.escape((text or "").encode("utf-8")))
     return h.hexdigest()[:20]
 
 

@@ -4,6 +4,7 @@ tests drive it directly): the JSON API under ``/v1``, the MCP server at ``/mcp``
 in ``memlib/serve/ui``)."""
 from __future__ import annotations
 
+import logging
 import time
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -21,12 +22,12 @@ from memlib.serve.explore import MAX_DEPTH, MAX_GRAPH_NODES, MAX_WINDOW
 from memlib.serve.mcp_http import McpHttp
 from memlib.serve.models import (ErrorResponse, HealthResponse, NodeGraphResponse, ReloadResponse, SearchRequest,
                                  SearchResponse, SessionResponse, TenantsResponse)
-from memlib.serve.requests import check_body_size
+from memlib.serve.requests import check_body_size, read_body
 from memlib.serve.service import SearchService
 
 UI_DIR = Path(__file__).resolve().parent / "ui"
-
-ERRORS = {s: {"model": ErrorResponse} for s in (401, 403, 404, 422, 500)}
+log = logging.getLogger("memlib.serve")
+ERRORS = {s: {"model": ErrorResponse} for s in (401, 403, 404, 422, 500, 503)}
 SEARCH_BODY = {"requestBody": {"required": True, "content": {
     "application/json": {"schema": SearchRequest.model_json_schema()}}}}
 
@@ -47,6 +48,11 @@ async def _measured(service: SearchService, endpoint: str, call: Callable[[], Aw
     except ApiError as exc:
         service.metrics.observe(endpoint, exc.status, strategy())
         return _error(exc)
+    except Exception as exc:  # noqa: BLE001 - any other failure is still one counted JSON answer
+        log.exception("%s failed", endpoint)
+        err = ApiError(ErrorCode.INTERNAL, f"{type(exc).__name__} while handling the request")
+        service.metrics.observe(endpoint, err.status, strategy())
+        return _error(err)
     service.metrics.observe(endpoint, resp.status_code, strategy(), time.perf_counter() - t0)
     return resp
 
@@ -71,7 +77,7 @@ def build_app(service: SearchService) -> FastAPI:
 
         async def call() -> Response:
             check_body_size(request.headers.get("content-length"), service.limits.max_body_bytes)
-            raw = await request.body()
+            raw = await read_body(request.stream(), service.limits.max_body_bytes)
             _, req = service.parse(request.headers.get("authorization"), raw)
             seen["strategy"] = req.strategy
             return _json(await run_in_threadpool(service.search, req))

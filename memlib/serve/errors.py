@@ -17,6 +17,8 @@ class ErrorCode(str, Enum):
     BAD_K = "bad_k"                          # 422: k outside 1..serve.max_k
     BAD_ARGUMENT = "bad_argument"            # 422: another parameter out of range or of the wrong type
     SEARCH_FAILED = "search_failed"          # 500: the strategy raised
+    TENANT_UNAVAILABLE = "tenant_unavailable"  # 503: the tenant's files cannot be loaded (others are served)
+    INTERNAL = "internal_error"              # 500: anything else that went wrong handling the request
 
 
 STATUS = {
@@ -32,6 +34,8 @@ STATUS = {
     ErrorCode.BAD_K: 422,
     ErrorCode.BAD_ARGUMENT: 422,
     ErrorCode.SEARCH_FAILED: 500,
+    ErrorCode.TENANT_UNAVAILABLE: 503,
+    ErrorCode.INTERNAL: 500,
 }
 
 

@@ -58,11 +58,12 @@ class TenantsResponse(BaseModel):
 
 
 class HealthResponse(BaseModel):
-    status: str
+    status: str = Field(..., description="ok, or degraded when some tenants cannot be served (see broken)")
     version: str
     tenants: int
     cached_tenants: int
     strategies: list[str]
+    broken: dict[str, str] = Field(default_factory=dict, description="tenant -> why it cannot be served")
 
 
 class ReloadResponse(BaseModel):

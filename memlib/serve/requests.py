@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Collection
+from typing import AsyncIterator, Collection
 
 from pydantic import ValidationError
 
@@ -33,6 +33,19 @@ def check_body_size(content_length: str | None, limit: int) -> None:
         raise ApiError(ErrorCode.BODY_TOO_LARGE, f"body of {n} bytes exceeds serve.max_body_bytes={limit}")
 
 
+async def read_body(chunks: AsyncIterator[bytes], limit: int) -> bytes:
+    """The request body, read chunk by chunk and refused as soon as it passes ``limit`` bytes
+    (a chunked upload has no Content-Length to check first)."""
+    parts, size = [], 0
+    async for chunk in chunks:
+        size += len(chunk)
+        if size > limit:
+            raise ApiError(ErrorCode.BODY_TOO_LARGE, f"body of more than {limit} bytes exceeds "
+                                                     f"serve.max_body_bytes={limit}")
+        parts.append(chunk)
+    return b"".join(parts)
+
+
 def check_tenant_id(tenant: str) -> str:
     reason = validate_tenant_id(tenant)
     if reason:
@@ -57,6 +70,10 @@ def parse_search(raw: bytes, limits: Limits, strategies: Collection[str]) -> Sea
         data = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ApiError(ErrorCode.MALFORMED_BODY, f"body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ApiError(ErrorCode.MALFORMED_BODY, "body is nested too deep") from None
+    except ValueError as exc:  # e.g. an integer of more than 4300 digits
+        raise ApiError(ErrorCode.MALFORMED_BODY, f"body is not decodable: {str(exc)[:120]}") from None
     if not isinstance(data, dict):
         raise ApiError(ErrorCode.MALFORMED_BODY, f"body must be a JSON object, got {type(data).__name__}")
     return validate_search(data, limits, strategies)
@@ -74,7 +91,7 @@ def validate_search(data: dict, limits: Limits, strategies: Collection[str]) -> 
     check_tenant_id(req.tenant)
     if not req.query.strip():
         raise ApiError(ErrorCode.MALFORMED_BODY, "query: must not be blank")
-    strategy = req.strategy or limits.default_strategy
+    strategy = limits.default_strategy if req.strategy is None else req.strategy
     if strategy not in strategies:
         raise ApiError(ErrorCode.UNKNOWN_STRATEGY,
                        f"unknown strategy {strategy!r}; known: {', '.join(sorted(strategies))}")

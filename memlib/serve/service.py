@@ -28,6 +28,7 @@ from memlib.serve.poller import VersionPoller
 from memlib.serve.requests import Limits, check_tenant_id, parse_search, validate_search
 
 log = logging.getLogger("memlib.serve")
+FILES_UNREADABLE = "files unreadable"
 
 
 def load_embedder(cfg: MemlibConfig) -> QueryEmbedder:
@@ -49,20 +50,44 @@ class SearchService:
         self.metrics = ServiceMetrics()
         self.metrics.set_version(self.cache.version)
         self._strategies: dict[str, Strategy] = {}
+        self.broken: dict[str, str] = {}  # tenant -> why it cannot be served (this store version)
         self._lock = threading.Lock()
         self.poller = VersionPoller(self.refresh, cfg.serve.poll_interval_s)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> "SearchService":
-        """Load the first ``serve.preload_tenants`` tenants, warm the embedder and every strategy, start polling."""
-        tenants = self.cache.tenants()[:self.cfg.serve.preload_tenants]
-        for tenant in tenants:
-            self.cache.get(tenant)
-        if tenants:
-            self._warm(tenants[0])
+        """Load the first ``serve.preload_tenants`` tenants (and their graphs), warm the embedder and
+        every strategy on a healthy one, start polling. A tenant that cannot be loaded is recorded
+        as broken (503 for it, ``/healthz`` degraded); the others are served."""
+        healthy = []
+        for tenant in self.cache.tenants()[:self.cfg.serve.preload_tenants]:
+            try:
+                idx = self.index(tenant)
+            except ApiError:
+                continue
+            if self._graph_error(tenant, idx) is None:
+                healthy.append(tenant)
+        if healthy:
+            self._warm(healthy[0])
         self.metrics.cached.set(len(self.cache))
         self.poller.start()
         return self
+
+    def _broken(self, tenant: str, what: str, exc: BaseException) -> str:
+        reason = f"{what}: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+        if self.broken.get(tenant) != reason:
+            log.error("tenant %s of store version %s is broken: %s", tenant, self.cache.version, reason)
+        self.broken[tenant] = reason
+        return reason
+
+    def _graph_error(self, tenant: str, idx: TenantIndex) -> str | None:
+        """Why the tenant's graph cannot be loaded (``None``: it loads, or the tenant has none)."""
+        try:
+            if idx.graph_path.exists():
+                idx.graph  # noqa: B018 - loads and keeps the graph
+        except Exception as exc:  # noqa: BLE001 - graph-tool raises C++ errors of many types
+            return self._broken(tenant, "graph file unreadable", exc)
+        return None
 
     def _warm(self, tenant: str) -> None:
         idx = self.cache.get(tenant)
@@ -78,6 +103,7 @@ class SearchService:
     def refresh(self) -> bool:
         changed = self.cache.refresh()
         if changed:
+            self.broken = {}
             self.metrics.reloads.inc()
             self.metrics.set_version(self.cache.version)
             log.info("now serving store version %s", self.cache.version)
@@ -98,10 +124,16 @@ class SearchService:
         check_tenant_id(tenant)
         if tenant not in self.cache.tenants():
             raise ApiError(ErrorCode.UNKNOWN_TENANT, f"tenant {tenant!r} is not in store version {self.cache.version}")
+        known = self.broken.get(tenant, "")
+        if known.startswith(FILES_UNREADABLE):  # do not reread a corrupt file on every request
+            raise ApiError(ErrorCode.TENANT_UNAVAILABLE, f"tenant {tenant!r} is unavailable: {known}")
         try:
             idx = self.cache.get(tenant)
         except KeyError:  # a version without this tenant was published in between
             raise ApiError(ErrorCode.UNKNOWN_TENANT, f"tenant {tenant!r} is not in the published store") from None
+        except Exception as exc:  # noqa: BLE001 - a corrupt file of one tenant must not fail the others
+            reason = self._broken(tenant, FILES_UNREADABLE, exc)
+            raise ApiError(ErrorCode.TENANT_UNAVAILABLE, f"tenant {tenant!r} is unavailable: {reason}") from None
         self.metrics.cached.set(len(self.cache))
         return idx
 
@@ -120,8 +152,13 @@ class SearchService:
         try:
             result = run_search(idx, strategy, req.query, req.k)
         except Exception as exc:
+            graph = self._graph_error(req.tenant, idx)
+            if graph is not None:
+                raise ApiError(ErrorCode.TENANT_UNAVAILABLE, f"strategy {req.strategy!r} needs the graph of tenant "
+                                                             f"{req.tenant!r}: {graph}") from None
             log.exception("strategy %s failed on tenant %s", req.strategy, req.tenant)
-            raise ApiError(ErrorCode.SEARCH_FAILED, f"strategy {req.strategy!r} failed: {type(exc).__name__}: {exc}")
+            raise ApiError(ErrorCode.SEARCH_FAILED, f"strategy {req.strategy!r} failed: {type(exc).__name__}: "
+                                                    f"{' '.join(str(exc).split())[:200]}") from None
         speakers = {t.node_id: idx.turns[t.node_id].speaker for t in result.turns}
         return search_response(result, idx.version, req.k, (time.perf_counter() - t0) * 1000.0, speakers)
 
@@ -155,8 +192,10 @@ class SearchService:
         return node_graph(self.authorized_index(principal, tenant), node, depth, limit, structural)
 
     def health(self) -> HealthResponse:
-        return HealthResponse(status="ok", version=self.cache.version, tenants=len(self.cache.tenants()),
-                              cached_tenants=len(self.cache), strategies=self.strategy_names)
+        broken = dict(sorted(self.broken.items()))
+        return HealthResponse(status="degraded" if broken else "ok", version=self.cache.version,
+                              tenants=len(self.cache.tenants()), cached_tenants=len(self.cache),
+                              strategies=self.strategy_names, broken=broken)
 
     def reload(self, authorization: str | None) -> ReloadResponse:
         self.auth.require_admin(self.auth.authenticate(authorization))

@@ -143,8 +143,8 @@ def _session_starts(df: pl.DataFrame) -> list[int]:
     """Row offsets where each session run starts in the sorted frame, plus the end."""
     if len(df) == 0:
         return [0]
-    key = df.select(pl.concat_str(SESSION_KEYS, separator="\x1f")).to_series()
-    change = np.flatnonzero((key != key.shift(1)).fill_null(True).to_numpy())
+    changed = pl.any_horizontal([pl.col(k).ne_missing(pl.col(k).shift(1)) for k in SESSION_KEYS])
+    change = np.flatnonzero(df.select(changed.fill_null(True)).to_series().to_numpy())
     return [*change.tolist(), len(df)]
 
 

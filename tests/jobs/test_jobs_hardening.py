@@ -1,0 +1,188 @@
+"""The nightly driver under bad inputs (issue 16, items 1, 2 and 4): an unusable input publishes
+nothing (exit 2); a tenant missing from the input is kept unless the input is declared complete,
+and then only within nightly.max_removed_share; a tenant split over two files of an input
+directory keeps the turns of both."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from tests.jobs.conftest import ALL, node_rows, run_cli, tenant_lines, write_jsonl
+
+pytestmark = pytest.mark.ray
+
+
+def _build(inp: Path, store: Path, *extra: str, incremental: bool = True):
+    args = ["build", "--input", str(inp), "--format", "jsonl", "--out", str(store), "--num-cpus", "2",
+            "--recipe", "turns", *extra]
+    return run_cli(args + (["--incremental"] if incremental else []))
+
+
+def _version(store: Path) -> str:
+    return json.loads((store / "manifest.json").read_text())["version"]
+
+
+@pytest.fixture()
+def store(base_store, tmp_path) -> Path:
+    out = tmp_path / "store"
+    shutil.copytree(base_store[1], out)
+    return out
+
+
+@pytest.mark.parametrize("content, message", [(b"", "empty"), ("x".encode("utf-16"), "UTF-16"),
+                                              (b"\n\n   \n", "empty"), (b"\x00" * 64, "NUL")])
+def test_unusable_input_publishes_nothing(store, tmp_path, content, message):
+    before = _version(store)
+    inp = tmp_path / "in.jsonl"
+    inp.write_bytes(content)
+    for incremental in (True, False):
+        res = _build(inp, store, incremental=incremental)
+        assert res.exit_code == 2, res.output
+        assert message in res.output and "Traceback" not in res.output
+        assert _version(store) == before and len(list((store / "manifests").glob("v*.json"))) == 1
+
+
+def test_empty_directory_publishes_nothing(store, tmp_path):
+    before = _version(store)
+    (tmp_path / "exports").mkdir()
+    res = _build(tmp_path / "exports", store)
+    assert res.exit_code == 2 and "no input file" in res.output, res.output
+    assert _version(store) == before
+
+
+def test_missing_tenants_are_kept_unless_the_input_is_complete(store, tmp_path):
+    m1 = json.loads((store / "manifest.json").read_text())
+    inp = tmp_path / "in.jsonl"
+    inp.write_text("\n".join(tenant_lines("dora")) + "\n", encoding="utf-8")  # 3 of 4 tenants missing
+    res = _build(inp, store)
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    m2 = json.loads((store / "manifest.json").read_text())
+    assert m2["incremental"]["deleted"] == [] and m2["incremental"]["missing_kept"] == ["emil", "fay", "gus"]
+    assert sorted(m2["tenants"]) == ALL and "missing from the input" in res.output
+    kept = lambda m: [r for r in node_rows(store, m) if r[1] != "dora"]  # noqa: E731
+    assert kept(m2) == kept(m1) and kept(m1)
+    # declared complete: deleting 3 of 4 tenants is above the default share (0.1): refused
+    res = _build(inp, store, "--input-is-complete")
+    assert res.exit_code == 2 and "max_removed_share" in res.output, res.output
+    assert _version(store) == m2["version"]
+    res = _build(inp, store, "--input-is-complete", "--max-removed-share", "0.75")
+    assert res.exit_code == 0, res.output
+    m3 = json.loads((store / "manifest.json").read_text())
+    assert sorted(m3["tenants"]) == ["dora"] and m3["incremental"]["deleted"] == ["emil", "fay", "gus"]
+    assert {r[1] for r in node_rows(store)} == {"dora"}
+
+
+def test_full_build_does_not_wipe_tenants_missing_from_its_input(store, tmp_path):
+    before = _version(store)
+    inp = write_jsonl(tmp_path / "in.jsonl", ["dora"])
+    res = _build(inp, store, incremental=False)
+    assert res.exit_code == 2 and "max_removed_share" in res.output, res.output
+    assert _version(store) == before
+
+
+def test_tenant_split_over_two_files_keeps_both_files_turns(ray_local, tmp_path):
+    lines = tenant_lines("dora")  # conversations dora-a (8 turns) and dora-b (8 turns)
+    a = [json.loads(x) for x in lines if '"dora-a"' in x]
+    b = [json.loads(x) for x in lines if '"dora-b"' in x]
+    dup = dict(a[0], text="the same turn id again, from the second file")
+    d = tmp_path / "exports"
+    d.mkdir()
+    (d / "day1.jsonl").write_text("".join(json.dumps(r) + "\n" for r in a), encoding="utf-8")
+    (d / "day2.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [*b, dup]), encoding="utf-8")
+    write_jsonl(d / "day3.jsonl", ["emil"])
+    store = tmp_path / "store"
+    res = _build(d, store)
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    from memlib.io.store import StoreReader
+
+    r = StoreReader(store)
+    turns = r.table("turns", "dora").to_pylist()
+    assert len(turns) == 16 and {t["conversation_id"] for t in turns} == {"dora-a", "dora-b"}
+    assert next(t for t in turns if t["turn_id"] == a[0]["turn_id"] and t["conversation_id"] == "dora-a")[
+        "text"] == a[0]["text"]
+    m = json.loads((store / "manifest.json").read_text())
+    assert m["tenants"]["dora"]["turns"] == 16 and m["tenants"]["dora"]["source"] == ["day1.jsonl", "day2.jsonl"]
+    q = r.table("quarantine").to_pylist()
+    assert [(x["reason_code"], x["tenant_id"]) for x in q] == [("duplicate_turn_id", "dora")]
+    # unchanged files: everything carried; a new file naming dora again rebuilds dora only
+    res = _build(d, store)
+    assert res.exit_code == 0 and json.loads((store / "manifest.json").read_text())["incremental"]["built"] == []
+    (d / "day4.jsonl").write_text(json.dumps(dict(b[0], session_id="s9", turn_id="s9:1",
+                                                  session_time="2023-03-01T10:00:00+00:00",
+                                                  text="Back from the regatta.")) + "\n", encoding="utf-8")
+    res = _build(d, store)
+    m = json.loads((store / "manifest.json").read_text())
+    assert res.exit_code == 0 and m["incremental"]["built"] == ["dora"] and m["tenants"]["dora"]["turns"] == 17
+
+
+def test_incremental_run_after_a_full_build_carries_every_tenant(ray_local, tmp_path):
+    """Issue 16, item 9: a full build records the build key and input hashes the next nightly run
+    compares against, so an unchanged input rebuilds nothing."""
+    inp = write_jsonl(tmp_path / "in.jsonl", ["emil", "gus"])
+    store = tmp_path / "store"
+    res = _build(inp, store, incremental=False)
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    full = json.loads((store / "manifest.json").read_text())
+    assert full["build_key"] and all(t["input_hash"] for t in full["tenants"].values())
+    res = _build(inp, store)
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    inc = json.loads((store / "manifest.json").read_text())["incremental"]
+    assert inc["built"] == [] and inc["carried"] == ["emil", "gus"]
+
+
+SECRET_WORDS = ("nilla", "queen sacrifice", "obsidian trophy", "quetzalcoatl", "zugzwang", "pirc defence",
+                "kasparov")
+
+
+def _decoded(path: Path) -> str:
+    """A store file as text: Parquet decoded (it is compressed), npz arrays listed, the rest as bytes."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    if path.suffix == ".parquet":
+        return str(pq.read_table(path).to_pylist())
+    if path.suffix == ".npz":
+        with np.load(path, allow_pickle=False) as z:
+            return " ".join(str(z[k].tolist()) for k in z.files)
+    return path.read_bytes().decode("latin-1")
+
+
+def _words_in_store(store: Path) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for p in sorted(store.rglob("*")):
+        if p.is_file():
+            text = _decoded(p).lower()
+            for w in SECRET_WORDS:
+                if w in text:
+                    found.setdefault(w, []).append(str(p.relative_to(store)))
+    return found
+
+
+def test_forget_and_compact_leave_no_word_of_the_tenant(ray_local, tmp_path):
+    """Issue 16, item 13: after --delete and --compact no distinctive word of the forgotten tenant is
+    in any decoded file of the store, including its quarantined records that could not be decoded."""
+    gus = tenant_lines("gus")
+    bad = [
+        '{"tenant_id": "gus", "conversation_id": "gus-a", "turn_id": "x1", "text": "the obsidian trophy',
+        json.dumps({"tenant_id": "gus", "conversation_id": "gus-a", "session_id": "s1", "turn_id": "x2",
+                    "role": "user", "text": "Quetzalcoatl \udcff"}),
+        '{"tenant_id": "gus", "conversation_id": "gus-a", "session_id": "s1", "turn_id": "x3", "role": "user", '
+        '"text": "Zugzwang", "extras": {"x": ' + "[" * 5000 + "]" * 5000 + "}}",
+        json.dumps({"tenant_id": "gus", "conversation_id": "gus-a", "session_id": "s1", "turn_id": "x4",
+                    "session_time": "never", "role": "user", "text": "Kasparov opened with the Pirc defence"}),
+    ]
+    inp = tmp_path / "in.jsonl"
+    raw = ("\n".join(tenant_lines("dora") + gus + bad + tenant_lines("emil")) + "\n").encode("utf-8", "surrogatepass")
+    inp.write_bytes(raw.replace(b"Quetzalcoatl \\udcff", b"Quetzalcoatl \xff"))
+    store = tmp_path / "store"
+    assert _build(inp, store).exit_code == 0
+    before = _words_in_store(store)
+    assert set(before) == set(SECRET_WORDS), before  # the check can fail: every word was stored somewhere
+    forget = tmp_path / "forget.txt"
+    forget.write_text("gus\n", encoding="utf-8")
+    res = _build(inp, store, "--delete", str(forget), "--compact")
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    assert _words_in_store(store) == {}
+    assert {r[1] for r in node_rows(store)} == {"dora", "emil"}

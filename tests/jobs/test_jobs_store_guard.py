@@ -1,0 +1,94 @@
+"""Operator mistakes and concurrent runs on one store (the next bugs of issue 16's families):
+each is a one-line error (exit 2) before any work, and no second build can run on a store
+while another one writes it."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from jobs.nightly_plan import ForgetList
+from memlib.io.errors import InputError
+from tests.jobs.conftest import run_cli, write_jsonl
+
+
+def _one_line_error(res, *words: str) -> None:
+    assert res.exit_code == 2, res.output + repr(res.exception)
+    assert "Traceback" not in res.output and all(w in res.output for w in words), res.output
+    assert len([ln for ln in res.output.splitlines() if ln.strip()]) == 1, res.output
+
+
+@pytest.mark.parametrize("content, words", [
+    (None, ("not found",)),
+    ("gus".encode("utf-16"), ("UTF-8",)),
+    (b"gus\nma ya\n", ("line 2", "ma ya")),
+    (b"gus/\n", ("line 1",)),
+])
+def test_bad_forget_file_is_a_one_line_error(tmp_path, content, words):
+    path = tmp_path / "forget.txt"
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(InputError) as exc:
+        ForgetList.load(path)
+    assert all(w in str(exc.value) for w in words) and "\n" not in str(exc.value)
+    inp = write_jsonl(tmp_path / "in.jsonl", ["gus"])
+    res = run_cli(["build", "-i", str(inp), "-f", "jsonl", "-o", str(tmp_path / "store"), "--delete", str(path)])
+    _one_line_error(res, *words)
+    assert not (tmp_path / "store" / "manifest.json").exists()
+
+
+def test_forget_file_accepts_comments_bom_and_conversations(tmp_path):
+    path = tmp_path / "forget.txt"
+    path.write_bytes(b"\xef\xbb\xbfgus  # gone\n\ndora/dora-b\n")
+    f = ForgetList.load(path)
+    assert f.tenants == {"gus"} and f.conversations == {("dora", "dora-b")}
+
+
+def _store(tmp_path: Path) -> Path:
+    from memlib.io.store import StoreWriter
+
+    store = tmp_path / "store"
+    w = StoreWriter(store, dim=8)
+    w.publish({"tenants": {}})
+    return store
+
+
+def test_rollback_to_a_malformed_version_is_a_one_line_error(tmp_path):
+    store = _store(tmp_path)
+    _one_line_error(run_cli(["build", "--out", str(store), "--rollback", "abc"]), "abc")
+
+
+def test_corrupt_manifest_is_a_one_line_error(tmp_path):
+    store = _store(tmp_path)
+    (store / "manifest.json").write_text('{"version": "v0000', encoding="utf-8")
+    inp = write_jsonl(tmp_path / "in.jsonl", ["gus"])
+    res = run_cli(["build", "--incremental", "-i", str(inp), "-f", "jsonl", "-o", str(store)])
+    _one_line_error(res, "manifest.json", "--rollback")
+
+
+def test_a_second_build_on_a_store_being_written_is_refused(tmp_path):
+    from jobs.store_lock import StoreBusy, store_lock
+
+    store = _store(tmp_path)
+    inp = write_jsonl(tmp_path / "in.jsonl", ["gus"])
+    before = json.loads((store / "manifest.json").read_text())["version"]
+    with store_lock(store):
+        res = run_cli(["build", "--incremental", "-i", str(inp), "-f", "jsonl", "-o", str(store)])
+        _one_line_error(res, "another memlib process")
+        for args in (["--compact"], ["--rollback", before]):
+            _one_line_error(run_cli(["build", "--out", str(store), *args]), "another memlib process")
+        with pytest.raises(StoreBusy):
+            with store_lock(store):
+                pass
+    assert json.loads((store / "manifest.json").read_text())["version"] == before
+
+
+def test_nightly_entrypoint_reports_an_unusable_input_in_one_line(tmp_path, capsys):
+    from jobs.nightly import main
+
+    inp = tmp_path / "in.jsonl"
+    inp.write_bytes(b"")
+    assert main(["--input", str(inp), "--format", "jsonl", "--out", str(tmp_path / "store")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "empty" in err and len(err.strip().splitlines()) == 1
