@@ -36,39 +36,57 @@ import numpy as np
 from memlib.embed.minilm_backend import _load_session, _load_tokenizer, model_path
 from memlib.embed.quantize import dynamic_int8, file_digest
 from memlib.io.store import LATE_CACHE_SUBDIR
+from memlib.retrieve import token_windows
 
 MAX_TOKENS = 128
 _PUNCT = re.compile(r"^\W+$")
 _SPECIAL = frozenset({"[CLS]", "[SEP]", "[PAD]", "[UNK]", "[MASK]"})
 
 
-DEFAULT_MODEL = "minilm-int8-dynamic"
-MODELS = ("minilm-int8-dynamic", "minilm-int8")
+WINDOWED = "-windows"  # encoder names ending so read long texts by windows (memlib/retrieve/token_windows.py)
+DEFAULT_MODEL = "minilm-int8-dynamic-windows"
+MODELS = ("minilm-int8-dynamic-windows", "minilm-int8-windows", "minilm-int8-dynamic", "minilm-int8")
 
 
 def model_file(model: str, model_cache: str | Path | None = None) -> tuple[Path, str]:
-    """(ONNX file, tag naming the exact weights) of an encoder name in :data:`MODELS`.
+    """(ONNX file, tag naming the exact weights and text handling) of an encoder name in :data:`MODELS`.
 
     ``minilm-int8`` is the bundled file (int8 weights, float32 compute); ``minilm-int8-dynamic``
-    (default) is its dynamically quantized copy, derived once and cached (memlib/embed/quantize.py):
+    is its dynamically quantized copy, derived once and cached (memlib/embed/quantize.py):
     about half the CPU per query for -0.6 turn R@10 on locomo_dev3. The tag of the derived
     copy carries its digest, so token matrices encoded by another derivation are not reused.
+    Both read the first :data:`MAX_TOKENS` tokens of a text; with the ``-windows`` suffix
+    (default ``minilm-int8-dynamic-windows``) a longer text is read by windows, and the tag says
+    so, so matrices of the truncating encoder are never reused for it.
     ``model_cache`` is ``embed.model_cache`` (None: ~/.cache/memlib/models)."""
-    if model == "minilm-int8":
-        return model_path(), "all-MiniLM-L6-v2-int8"
-    if model == "minilm-int8-dynamic":
-        path = dynamic_int8(model_path(), "all-MiniLM-L6-v2", model_cache)
-        return path, f"all-MiniLM-L6-v2-dynint8-{file_digest(path)[:12]}"
-    raise ValueError(f"unknown token encoder {model!r}; known: {', '.join(MODELS)}")
+    base = model.removesuffix(WINDOWED)
+    suffix = f"-{token_windows.spec()}" if model.endswith(WINDOWED) else ""
+    if model not in MODELS:
+        raise ValueError(f"unknown token encoder {model!r}; known: {', '.join(MODELS)}")
+    if base == "minilm-int8":
+        return model_path(), "all-MiniLM-L6-v2-int8" + suffix
+    path = dynamic_int8(model_path(), "all-MiniLM-L6-v2", model_cache)
+    return path, f"all-MiniLM-L6-v2-dynint8-{file_digest(path)[:12]}" + suffix
 
 
 class TokenEncoder:
-    """Content-token vectors (L2-normalized float32) and token ids for texts."""
+    """Content-token vectors (L2-normalized float32) and token ids for texts.
+
+    With a ``-windows`` encoder a text longer than :data:`MAX_TOKENS` tokens is encoded as
+    overlapping windows (memlib/retrieve/token_windows.py) and its output is every content
+    token once, in text order, up to ``token_windows.MAX_WINDOWS`` windows; otherwise (and for
+    every shorter text) the first :data:`MAX_TOKENS` positions. Batches hold ``batch_size``
+    windows, in input order, padded to their longest: input without a long text is batched and
+    encoded exactly as by the truncating encoder."""
 
     def __init__(self, threads: int | None = 1, batch_size: int = 32, model: str = DEFAULT_MODEL,
                  model_cache: str | Path | None = None):
         path, self.tag = model_file(model, model_cache)
+        self.windowed = model.endswith(WINDOWED)
         self._tok = _load_tokenizer(MAX_TOKENS)
+        self._tok.no_padding()  # batches are padded here, per batch of windows
+        if self.windowed:
+            self._tok.no_truncation()
         self._sess = _load_session(threads, path)
         self._inputs = {i.name for i in self._sess.get_inputs()}
         self.batch_size = batch_size
@@ -80,22 +98,21 @@ class TokenEncoder:
 
     def encode(self, texts: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per text: (token ids, (n_tokens, dim) unit vectors), content tokens only."""
-        out: list[tuple[np.ndarray, np.ndarray]] = []
-        for start in range(0, len(texts), self.batch_size):
-            out.extend(self._batch(list(texts[start:start + self.batch_size])))
-        return out
+        limit = token_windows.MAX_WINDOWS if self.windowed else 1
+        windows = token_windows.split([e.ids for e in self._tok.encode_batch(list(texts))], max_windows=limit)
+        out = [r for start in range(0, len(windows), self.batch_size)
+               for r in self._batch(windows[start:start + self.batch_size])]
+        return token_windows.joined(windows, out, len(texts))
 
-    def _batch(self, texts: list[str]) -> list[tuple[np.ndarray, np.ndarray]]:
-        enc = self._tok.encode_batch(texts)
-        ids = np.array([e.ids for e in enc], dtype=np.int64)
-        mask = np.array([e.attention_mask for e in enc], dtype=np.int64)
+    def _batch(self, windows: list[token_windows.Window]) -> list[tuple[np.ndarray, np.ndarray]]:
+        ids, mask, share = token_windows.padded(windows)
         feeds = {"input_ids": ids, "attention_mask": mask}
         if "token_type_ids" in self._inputs:
             feeds["token_type_ids"] = np.zeros_like(ids)
         hidden = self._sess.run(None, feeds)[0]  # onnxruntime's run is thread-safe
         res = []
-        for row in range(len(texts)):
-            keep = (mask[row] == 1) & ~self._drop[ids[row]]
+        for row in range(len(windows)):
+            keep = (mask[row] == 1) & ~self._drop[ids[row]] & share[row]
             vec = hidden[row][keep].astype(np.float32)
             vec /= np.maximum(np.linalg.norm(vec, axis=1, keepdims=True), 1e-12)
             res.append((ids[row][keep], vec))
@@ -226,15 +243,22 @@ def maxsim(matrix: TokenMatrix, q_ids: np.ndarray, q_vecs: np.ndarray, use_idf: 
            exact: bool = False) -> np.ndarray:
     """Per-turn ``sum_q w_q * max_t cos(q, t)`` (w = idf or 1); turns without tokens score 0.
     Similarities come from :class:`Int8Similarity` unless ``exact`` (numpy float32)."""
-    scores = np.zeros(matrix.n_turns, dtype=np.float32)
+    best, weights = best_per_turn(matrix, q_ids, q_vecs, use_idf, exact)
+    return (weights @ best).astype(np.float32)
+
+
+def best_per_turn(matrix: TokenMatrix, q_ids: np.ndarray, q_vecs: np.ndarray, use_idf: bool = True,
+                  exact: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """((Q, n_turns) best cosine of each query token in each turn, 0 for a turn without tokens;
+    (Q,) query token weights: idf or 1)."""
+    weights = matrix.idf[q_ids] if use_idf else np.ones(q_ids.size, dtype=np.float32)
+    best = np.zeros((q_ids.size, matrix.n_turns), dtype=np.float32)
     if q_vecs.shape[0] == 0 or matrix.vectors.shape[0] == 0:
-        return scores
+        return best, weights
     sim = (matrix.float32 @ q_vecs.T).T if exact or not matrix.int8_ok else matrix.int8(q_vecs)   # (Q, T)
     owners, starts = matrix.groups
-    best = np.maximum.reduceat(sim, starts, axis=1)                          # (Q, turns with tokens)
-    weights = matrix.idf[q_ids] if use_idf else np.ones(q_ids.size, dtype=np.float32)
-    scores[owners[starts]] = weights @ best
-    return scores
+    best[:, owners[starts]] = np.maximum.reduceat(sim, starts, axis=1)
+    return best, weights
 
 
 def content_query_tokens(matrix: TokenMatrix, q_ids: np.ndarray, q_vecs: np.ndarray,
