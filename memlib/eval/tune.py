@@ -116,7 +116,8 @@ def per_question(data: TuneData, strategy: str, configs: list[dict[str, Any]], c
                  cache_dir: Path | None, progress=None) -> list[pl.DataFrame]:
     """Per-question metrics of every configuration on ``data`` (cached), in grid order."""
     cache = TenantCache(data.store, embedder=CachedQueryEmbedder(_embedder(cfg)), max_tenants=4)
-    paths = [_cache_path(cache_dir, data, cache.version, strategy, c) for c in configs]
+    base = dict(cfg.retrieve.params.get(strategy, {}))  # --set overrides are part of each configuration
+    paths = [_cache_path(cache_dir, data, cache.version, strategy, {**base, **c}) for c in configs]
     todo = [i for i, p in enumerate(paths) if p is None or not p.exists()]
     rows: dict[int, list[dict[str, Any]]] = {i: [] for i in todo}
     depth = rank_depth(KS, data.dataset)

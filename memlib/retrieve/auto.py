@@ -41,20 +41,26 @@ from typing import Any
 
 import numpy as np
 
-from memlib.retrieve import kernels, late
+from memlib.retrieve import keys, kernels, late
 from memlib.retrieve.base import RetrievedNode, StrategyBase
 from memlib.retrieve.registry import register
 from memlib.retrieve.signals import turn_frame, zscore
 
 
-def late_scores(index, query: str, p: dict[str, Any], model_cache: str | None = None) -> np.ndarray:
-    """idf-weighted MaxSim of ``query`` against every turn (conversation order)."""
+def late_parts(index, query: str, p: dict[str, Any], model_cache: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(Q, n_turns) best cosine of each kept query token per turn (conversation order) and the
+    (Q,) token weights (idf or 1)."""
     encoder = late.get_encoder(p.get("threads"), p.get("encoder", late.DEFAULT_MODEL), model_cache)
     cache_dir = p.get("cache_dir") or (late.default_cache_dir(index) if p.get("disk_cache", True) else None)
     matrix = late.tenant_matrix(index, encoder, cache_dir)
     q_ids, q_vecs = late.content_query_tokens(matrix, *encoder.encode([query])[0], float(p.get("query_max_df", 1.0)))
-    return late.maxsim(matrix, q_ids, q_vecs, bool(p.get("idf", True)), exact=not p.get("int8_maxsim", True)
-                       ).astype(np.float64)
+    return late.best_per_turn(matrix, q_ids, q_vecs, bool(p.get("idf", True)), exact=not p.get("int8_maxsim", True))
+
+
+def late_scores(index, query: str, p: dict[str, Any], model_cache: str | None = None) -> np.ndarray:
+    """idf-weighted MaxSim of ``query`` against every turn (conversation order)."""
+    best, weights = late_parts(index, query, p, model_cache)
+    return (weights @ best).astype(np.float64)
 
 
 def graph_term(index, frame, base: np.ndarray, seeds: int) -> np.ndarray | None:
@@ -73,7 +79,7 @@ def graph_term(index, frame, base: np.ndarray, seeds: int) -> np.ndarray | None:
 @register("auto")
 class Auto(StrategyBase):
     defaults = {"session_top": 2, "session_weight": 0.5, "adjacent_weight": 0.3, "idf": True,
-                "graph_weight": 0.0, "graph_seeds": 20, "threads": 1, "cache_dir": None,
+                "session_maxsim_weight": 0.0, "key_weight": 0.0, "key_kinds": "fact", "graph_weight": 0.0, "graph_seeds": 20, "threads": 1, "cache_dir": None,
                 "disk_cache": True, "encoder": late.DEFAULT_MODEL, "query_max_df": 0.15, "int8_maxsim": True}
 
     wants_config = True  # for embed.model_cache
@@ -87,11 +93,17 @@ class Auto(StrategyBase):
         frame = turn_frame(tenant)
         if not frame.ids or k <= 0:
             return []
-        ms = late_scores(tenant, query, p, self.model_cache)
+        best, weights = late_parts(tenant, query, p, self.model_cache)
+        ms = (weights @ best).astype(np.float64)
         z_ms = zscore(ms)
         prior = zscore(frame.session_prior(ms, int(p["session_top"])))
         adj = zscore(frame.adjacent(ms))
         score = z_ms + float(p["session_weight"]) * prior + float(p["adjacent_weight"]) * adj
+        if float(p["session_maxsim_weight"]) > 0:
+            score = score + float(p["session_maxsim_weight"]) * zscore(frame.session_maxsim(best, weights))
+        if float(p["key_weight"]) > 0:
+            kinds = [k for k in str(p["key_kinds"]).split("+") if k]
+            score = score + float(p["key_weight"]) * zscore(keys.key_scores(tenant, frame, query, kinds))
         graph = None
         if float(p["graph_weight"]) > 0:
             graph = graph_term(tenant, frame, ms, int(p["graph_seeds"]))
