@@ -79,7 +79,7 @@ def graph_term(index, frame, base: np.ndarray, seeds: int) -> np.ndarray | None:
 @register("auto")
 class Auto(StrategyBase):
     defaults = {"session_top": 2, "session_weight": 0.5, "adjacent_weight": 0.3, "idf": True,
-                "session_maxsim_weight": 0.0, "key_weight": 0.0, "key_kinds": "fact", "graph_weight": 0.0, "graph_seeds": 20, "threads": 1, "cache_dir": None,
+                "session_maxsim_weight": 0.0, "assistant_penalty": 0.0, "key_weight": 0.0, "key_kinds": "fact", "graph_weight": 0.0, "graph_seeds": 20, "threads": 1, "cache_dir": None,
                 "disk_cache": True, "encoder": late.DEFAULT_MODEL, "query_max_df": 0.15, "int8_maxsim": True}
 
     wants_config = True  # for embed.model_cache
@@ -101,6 +101,8 @@ class Auto(StrategyBase):
         score = z_ms + float(p["session_weight"]) * prior + float(p["adjacent_weight"]) * adj
         if float(p["session_maxsim_weight"]) > 0:
             score = score + float(p["session_maxsim_weight"]) * zscore(frame.session_maxsim(best, weights))
+        if float(p["assistant_penalty"]) > 0:
+            score = score - float(p["assistant_penalty"]) * frame.assistant
         if float(p["key_weight"]) > 0:
             kinds = [k for k in str(p["key_kinds"]).split("+") if k]
             score = score + float(p["key_weight"]) * zscore(keys.key_scores(tenant, frame, query, kinds))

@@ -33,6 +33,7 @@ class TurnFrame:
         _, self.session = np.unique(sess, return_inverse=True) if sess.size else (None, np.zeros(0, np.int64))
         self.n_sessions = int(self.session.max()) + 1 if self.session.size else 0
         self.times = np.asarray([_epoch(index.turns[t].time) for t in self.ids], dtype=np.float64)
+        self.assistant = np.asarray([index.turns[t].role == "assistant" for t in self.ids], dtype=bool)
 
     @cached_property
     def same_prev(self) -> np.ndarray:

@@ -6,6 +6,7 @@ import pytest
 
 from memlib.retrieve.kernels import run_search
 from memlib.retrieve.registry import get_strategy, list_strategies
+from memlib.retrieve.signals import turn_frame
 
 from tests.retrieve.conftest import retrieve_config
 
@@ -162,3 +163,18 @@ def test_build_precomputes_auto_token_matrices(sample_store, monkeypatch):
     monkeypatch.setattr(late, "build_token_matrix", no_encoding)
     for tenant in cache.tenants():
         assert run_search(cache.get(tenant), get_strategy("auto", retrieve_config()), "weekend plans", 3).turns
+
+
+def test_auto_assistant_penalty_lowers_assistant_turns_only(cache):
+    tenant = cache.tenants()[0]
+    index = cache.get(tenant)
+    frame = turn_frame(index)
+    assert frame.assistant.any() and not frame.assistant.all()  # the sample has both roles
+    query = "what should I cook for the night shifts?"
+    plain = {n.node_id: n.score for n in get_strategy("auto", retrieve_config(), assistant_penalty=0.0)
+             .search(index, query, len(frame.ids))}
+    penalized = {n.node_id: n.score for n in get_strategy("auto", retrieve_config(), assistant_penalty=1.5)
+                 .search(index, query, len(frame.ids))}
+    for nid, score in plain.items():
+        drop = 1.5 if frame.assistant[frame.pos[nid]] else 0.0
+        assert penalized[nid] == pytest.approx(score - drop)
