@@ -54,7 +54,8 @@ def late_parts(index, query: str, p: dict[str, Any], model_cache: str | None = N
     cache_dir = p.get("cache_dir") or (late.default_cache_dir(index) if p.get("disk_cache", True) else None)
     matrix = late.tenant_matrix(index, encoder, cache_dir)
     q_ids, q_vecs = late.content_query_tokens(matrix, *encoder.encode([query])[0], float(p.get("query_max_df", 1.0)))
-    return late.best_per_turn(matrix, q_ids, q_vecs, bool(p.get("idf", True)), exact=not p.get("int8_maxsim", True))
+    return late.best_per_turn(matrix, q_ids, q_vecs, bool(p.get("idf", True)), exact=not p.get("int8_maxsim", True),
+                              chunk=int(p.get("chunk_tokens", 0)))
 
 
 def late_scores(index, query: str, p: dict[str, Any], model_cache: str | None = None) -> np.ndarray:
@@ -79,7 +80,9 @@ def graph_term(index, frame, base: np.ndarray, seeds: int) -> np.ndarray | None:
 @register("auto")
 class Auto(StrategyBase):
     defaults = {"session_top": 2, "session_weight": 0.5, "adjacent_weight": 0.3, "idf": True,
-                "session_maxsim_weight": 0.0, "assistant_penalty": 0.0, "key_weight": 0.0, "key_kinds": "fact", "graph_weight": 0.0, "graph_seeds": 20, "threads": 1, "cache_dir": None,
+                "chunk_tokens": 0, "assistant_penalty": 0.0, "session_lead": 0.0,
+                "session_maxsim_weight": 0.0, "key_weight": 0.0, "key_kinds": "fact",
+                "graph_weight": 0.0, "graph_seeds": 20, "threads": 1, "cache_dir": None,
                 "disk_cache": True, "encoder": late.DEFAULT_MODEL, "query_max_df": 0.15, "int8_maxsim": True}
 
     wants_config = True  # for embed.model_cache
@@ -111,6 +114,8 @@ class Auto(StrategyBase):
             graph = graph_term(tenant, frame, ms, int(p["graph_seeds"]))
             if graph is not None:
                 score = score + float(p["graph_weight"]) * zscore(graph)
+        if float(p["session_lead"]) > 0:
+            score = score + float(p["session_lead"]) * frame.session_leaders(score)
         top = np.argsort(-score, kind="stable")[:k]
         signals = {frame.ids[i]: {"maxsim": float(ms[i]), "z_maxsim": float(z_ms[i]), "session_prior": float(prior[i]),
                                   "adjacent": float(adj[i]), **({"graph": float(graph[i])} if graph is not None else {})}

@@ -36,7 +36,7 @@ import numpy as np
 from memlib.embed.minilm_backend import _load_session, _load_tokenizer, model_path
 from memlib.embed.quantize import dynamic_int8, file_digest
 from memlib.io.store import LATE_CACHE_SUBDIR
-from memlib.retrieve import token_windows
+from memlib.retrieve import chunks, token_windows
 
 MAX_TOKENS = 128
 _PUNCT = re.compile(r"^\W+$")
@@ -248,15 +248,18 @@ def maxsim(matrix: TokenMatrix, q_ids: np.ndarray, q_vecs: np.ndarray, use_idf: 
 
 
 def best_per_turn(matrix: TokenMatrix, q_ids: np.ndarray, q_vecs: np.ndarray, use_idf: bool = True,
-                  exact: bool = False) -> tuple[np.ndarray, np.ndarray]:
+                  exact: bool = False, chunk: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """((Q, n_turns) best cosine of each query token in each turn, 0 for a turn without tokens;
-    (Q,) query token weights: idf or 1)."""
+    (Q,) query token weights: idf or 1). ``chunk`` > 0: within the turn's best chunk of that
+    many tokens (memlib/retrieve/chunks.py)."""
     weights = matrix.idf[q_ids] if use_idf else np.ones(q_ids.size, dtype=np.float32)
     best = np.zeros((q_ids.size, matrix.n_turns), dtype=np.float32)
     if q_vecs.shape[0] == 0 or matrix.vectors.shape[0] == 0:
         return best, weights
     sim = (matrix.float32 @ q_vecs.T).T if exact or not matrix.int8_ok else matrix.int8(q_vecs)   # (Q, T)
     owners, starts = matrix.groups
+    if chunk > 0:
+        return chunks.best_of_chunks(sim, owners, chunk, weights, matrix.n_turns), weights
     best[:, owners[starts]] = np.maximum.reduceat(sim, starts, axis=1)
     return best, weights
 

@@ -68,6 +68,16 @@ class TurnFrame:
         per_session = weights.astype(np.float64) @ np.maximum.reduceat(best[:, order], starts, axis=1)
         return per_session[self.session]
 
+    def session_leaders(self, scores: np.ndarray) -> np.ndarray:
+        """Per turn: whether it is the best-scored turn of its session (ties: the earlier one)."""
+        lead = np.zeros(scores.size, dtype=bool)
+        if scores.size == 0:
+            return lead
+        order = np.lexsort((np.arange(scores.size), -scores, self.session))
+        sess = self.session[order]
+        lead[order[np.r_[True, sess[1:] != sess[:-1]]]] = True
+        return lead
+
     def adjacent(self, scores: np.ndarray) -> np.ndarray:
         """Per turn: the best score of its previous/next turn in the same session."""
         if scores.size == 0:
