@@ -8,13 +8,15 @@ import typer
 
 from memlib.cli.common import ConfigOpt, SetOpt, fail, get_config
 
+OutOpt = Annotated[Path, typer.Option("--out", "-o", help="output directory (tune.json, tune.md)")]
+
 
 def register(app: typer.Typer) -> None:
     @app.command("tune")
     def tune_cmd(
         data: Annotated[list[str], typer.Option(
-            "--data", help="FORMAT:STORE[:INPUT] (no INPUT: the store's questions table), e.g. locomo:/stores/l3:../shared/data/locomo_dev3.json "
-                           "(repeatable; every dataset is tuned together)")],
+            "--data", help="FORMAT:STORE[:INPUT] (no INPUT: the store's questions table), e.g. "
+                           "locomo:/stores/l3:../shared/data/locomo_dev3.json (repeatable; tuned together)")],
         grid: Annotated[list[str], typer.Option(
             "--grid", help="param=v1,v2,... (repeatable; the grid is the cartesian product; on ties the "
                            "earlier configuration wins, so list the simpler value first)")],
@@ -23,7 +25,7 @@ def register(app: typer.Typer) -> None:
         objective: Annotated[Optional[list[str]], typer.Option(
             "--objective", help="FORMAT=metric+metric (repeatable; default: memlib/eval/tune.py "
                                 "DEFAULT_OBJECTIVE)")] = None,
-        out: Annotated[Path, typer.Option("--out", "-o", help="output directory (tune.json, tune.md)")] = Path("tune_out"),
+        out: OutOpt = Path("tune_out"),
         cache: Annotated[Optional[Path], typer.Option(
             "--cache", help="per-question results per configuration (default: OUT/cache)")] = None,
         config: ConfigOpt = None,

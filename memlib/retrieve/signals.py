@@ -52,22 +52,6 @@ class TurnFrame:
         count = np.bincount(sess[keep], minlength=self.n_sessions)
         return (total / np.maximum(count, 1))[self.session]
 
-    @cached_property
-    def session_runs(self) -> tuple[np.ndarray, np.ndarray]:
-        """(turn positions ordered by session code, start of each session's run in that order)."""
-        order = np.argsort(self.session, kind="stable")
-        codes = self.session[order]
-        return order, np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]]) if codes.size else np.zeros(0, np.int64)
-
-    def session_maxsim(self, best: np.ndarray, weights: np.ndarray) -> np.ndarray:
-        """Per turn: MaxSim of its whole session read as one document, ``sum_q w_q * max over the
-        session's turns of best[q, turn]`` (``best``: (Q, n_turns) best cosine per query token)."""
-        if best.size == 0:
-            return np.zeros(len(self.ids))
-        order, starts = self.session_runs
-        per_session = weights.astype(np.float64) @ np.maximum.reduceat(best[:, order], starts, axis=1)
-        return per_session[self.session]
-
     def session_leaders(self, scores: np.ndarray) -> np.ndarray:
         """Per turn: whether it is the best-scored turn of its session (ties: the earlier one)."""
         lead = np.zeros(scores.size, dtype=bool)

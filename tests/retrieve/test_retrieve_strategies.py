@@ -171,10 +171,11 @@ def test_auto_assistant_penalty_lowers_assistant_turns_only(cache):
     frame = turn_frame(index)
     assert frame.assistant.any() and not frame.assistant.all()  # the sample has both roles
     query = "what should I cook for the night shifts?"
-    plain = {n.node_id: n.score for n in get_strategy("auto", retrieve_config(), assistant_penalty=0.0)
-             .search(index, query, len(frame.ids))}
-    penalized = {n.node_id: n.score for n in get_strategy("auto", retrieve_config(), assistant_penalty=1.5)
-                 .search(index, query, len(frame.ids))}
+    def scores(penalty):
+        strategy = get_strategy("auto", retrieve_config(), assistant_penalty=penalty, session_lead=0.0)
+        return {n.node_id: n.score for n in strategy.search(index, query, len(frame.ids))}
+
+    plain, penalized = scores(0.0), scores(1.5)
     for nid, score in plain.items():
         drop = 1.5 if frame.assistant[frame.pos[nid]] else 0.0
         assert penalized[nid] == pytest.approx(score - drop)

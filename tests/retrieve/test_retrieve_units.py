@@ -77,34 +77,12 @@ def test_turn_frame_signals():
     assert frame.adjacent(s).tolist() == [5.0, 2.0, 5.0, 4.0, 0.0]
 
 
-def test_session_leaders_and_session_maxsim():
+def test_session_leaders():
     from memlib.retrieve.signals import TurnFrame
 
     frame = TurnFrame.__new__(TurnFrame)
-    frame.ids = ["a", "b", "c", "d", "e"]
     frame.session = np.array([0, 0, 0, 1, 1])
     frame.n_sessions = 2
     s = np.array([1.0, 5.0, 5.0, 0.0, 4.0])
     assert frame.session_leaders(s).tolist() == [False, True, False, False, True]  # tie: the earlier turn
-    best = np.array([[0.9, 0.1, 0.2, 0.3, 0.3],    # query token 1: best in turn a, and in d/e
-                     [0.1, 0.1, 0.7, 0.4, 0.5]])   # query token 2: best in turn c, and in e
-    # session 0 read as one document: 2 * 0.9 + 1 * 0.7; session 1: 2 * 0.3 + 1 * 0.5
-    assert frame.session_maxsim(best, np.array([2.0, 1.0])).tolist() == pytest.approx([2.5] * 3 + [1.1] * 2)
-
-
-def test_long_turn_scored_by_its_best_chunk():
-    from memlib.retrieve.late import best_per_turn
-
-    vec = np.eye(4, dtype=np.float32)
-    # turn 0: 6 tokens; query tokens 0 and 1 are matched in different chunks of 3, token 2+3 together
-    owner = np.array([0, 0, 0, 0, 0, 0, 1, 1], dtype=np.int32)
-    rows = vec[[0, 3, 3, 1, 2, 3, 2, 3]]
-    m = TokenMatrix(("a", "b"), owner, rows, np.ones(4, dtype=np.float32))
-    q_ids, q_vecs = np.array([0, 1]), vec[[0, 1]]
-    whole, _ = best_per_turn(m, q_ids, q_vecs, use_idf=False, exact=True)
-    assert whole[:, 0].tolist() == [1.0, 1.0]                     # all tokens: both matched
-    chunked, _ = best_per_turn(m, q_ids, q_vecs, use_idf=False, exact=True, chunk=3)
-    assert chunked[:, 0].tolist() == [1.0, 0.0]                   # best chunk: the first one
-    assert chunked[:, 1].tolist() == whole[:, 1].tolist() == [0.0, 0.0]   # a short turn: unchanged
-    same, _ = best_per_turn(m, q_ids, q_vecs, use_idf=False, exact=True, chunk=6)
-    np.testing.assert_array_equal(same, whole)
+    assert frame.session_leaders(np.zeros(0)).tolist() == []
