@@ -41,7 +41,7 @@ def register(app: typer.Typer) -> None:
         """Run strategies in-process over the questions; write metrics.json, per_question.parquet,
         report.md and plots; print the overall table."""
         from memlib.eval.questions import Dataset, read_questions
-        from memlib.eval.report import format_table
+        from memlib.eval.report import format_table, lme_table
         from memlib.eval.runner import evaluate
         from memlib.io.errors import InputError
         from memlib.io.store import StoreError, StoreReader
@@ -68,6 +68,9 @@ def register(app: typer.Typer) -> None:
 
         paths = write_report(run, out_dir)
         typer.echo(format_table(run.metrics))
+        lme = lme_table(run.metrics)
+        if lme:
+            typer.echo("\n" + lme)
         if qa_note:
             typer.echo(qa_note)
         typer.echo(f"\nwrote {paths['metrics']} and {len(paths) - 1} more files to {out_dir}")

@@ -1,8 +1,8 @@
 """``minilm-tokens``: passage and query vectors from ``auto``'s token encoder, in one pass.
 
 A text's vector is the L2-normalized mean of its content-token vectors from the int8
-all-MiniLM-L6-v2 token encoder that ``auto`` scores with (memlib/retrieve/late.py; 128-token
-cap, special and punctuation tokens dropped). The build encodes every turn once and keeps both
+all-MiniLM-L6-v2 token encoder that ``auto`` scores with (memlib/retrieve/late.py; texts over
+128 tokens read by windows, every content token once; special and punctuation tokens dropped). The build encodes every turn once and keeps both
 outputs of that pass: the token vectors (``auto``'s token matrix) and their mean (the turn's
 passage vector, which every vector strategy reads). Measured against the other backends in
 docs/benchmarks.md ("Embedding at the floor").
@@ -45,8 +45,9 @@ class MiniLMTokensEmbedder(Embedder):
 
 
 class ContentTokenizer:
-    """Content-token ids of texts exactly as ``auto``'s token encoder keeps them (WordPiece,
-    128-token cap, special and punctuation tokens dropped), without running the model."""
+    """Content-token ids of texts as ``auto``'s token encoder keeps them (WordPiece, special and
+    punctuation tokens dropped), without running the model; cut at 128 tokens, as the encoder's
+    first window (the build matches derived node texts, most of them short, against turns)."""
 
     def __init__(self) -> None:
         from memlib.embed.minilm_backend import _load_tokenizer

@@ -16,6 +16,8 @@ Protocol
   distinct sessions (in the order their first turn is ranked). ``turn_ndcg@k``: binary
   gain, DCG = sum over hits of 1/log2(rank+1), normalized by the ideal DCG of
   min(|evidence|, k) hits.
+* LongMemEval also gets the benchmark's own recall_all@k, ndcg_any@k and recall_any@k at turn
+  and session level (``lme_turn_*``, ``lme_session_*``; definitions in :mod:`memlib.eval.lme`).
 * Latency: per-query wall time of the in-process search, p50/p95 in milliseconds.
 """
 from __future__ import annotations
@@ -25,11 +27,13 @@ from typing import Iterable, Sequence
 import numpy as np
 import polars as pl
 
+from memlib.eval import lme
+
 TURN_RECALL = "turn_recall"
 TURN_RECALL_ALL = "turn_recall_all"
 SESSION_RECALL = "session_recall"
 TURN_NDCG = "turn_ndcg"
-METRIC_NAMES = (TURN_RECALL, TURN_RECALL_ALL, SESSION_RECALL, TURN_NDCG)
+METRIC_NAMES = (TURN_RECALL, TURN_RECALL_ALL, SESSION_RECALL, TURN_NDCG, *lme.names())
 
 
 def metric_key(name: str, k: int) -> str:

@@ -36,7 +36,9 @@ ABSTENTION_SUFFIX = "_abs"
 @dataclass
 class QuestionSet:
     dataset: Dataset
-    frame: pl.DataFrame  # tenant_id, question_id, question, category, answer, question_time, evidence, evidence_sessions, group
+    # tenant_id, question_id, question, category, answer, question_time, evidence, evidence_sessions,
+    # evidence_turn_sessions (the session of each evidence turn), group
+    frame: pl.DataFrame
     n_input: int
     n_excluded_malformed: int    # no evidence id that exists in the conversation
     n_excluded_abstention: int
@@ -87,9 +89,11 @@ def select_questions(questions: pa.Table | pl.DataFrame, reader: StoreReader, da
           .drop_nulls("turn_id"))
     n_ev_ids = ev.height
     valid = ev.join(turns, on=["tenant_id", "turn_id"], how="inner")
-    agg = valid.group_by(["tenant_id", "question_id"], maintain_order=True).agg(
-        pl.col("turn_id").unique(maintain_order=True).alias("valid_evidence"),
-        pl.col("session_id").unique(maintain_order=True).alias("turn_sessions"))
+    aligned = valid.unique(subset=["tenant_id", "question_id", "turn_id"], maintain_order=True)
+    agg = aligned.group_by(["tenant_id", "question_id"], maintain_order=True).agg(
+        pl.col("turn_id").alias("valid_evidence"),
+        pl.col("session_id").unique(maintain_order=True).alias("turn_sessions"),
+        pl.col("session_id").alias("evidence_turn_sessions"))
     q = q.join(agg, on=["tenant_id", "question_id"], how="left")
     has_ev = pl.col("valid_evidence").list.len().fill_null(0) > 0
     n_malformed = q.filter(~has_ev).height
@@ -101,7 +105,7 @@ def select_questions(questions: pa.Table | pl.DataFrame, reader: StoreReader, da
     extra = [pl.col(c) if c in q.columns else pl.lit(None).alias(c) for c in ("answer", "question_time")]
     frame = q.select("tenant_id", "question_id", "question", "category", *extra,
                      pl.col("valid_evidence").alias("evidence"), sessions.alias("evidence_sessions"),
-                     group.alias("group"))
+                     "evidence_turn_sessions", group.alias("group"))
     if dataset is Dataset.LOCOMO:
         frame = frame.filter(pl.col("category").is_in(sorted(LOCOMO_SCORED | {LOCOMO_ADVERSARIAL})))
     return QuestionSet(dataset, frame, n_input, n_malformed, n_abs, max(n_dropped, 0))

@@ -33,6 +33,45 @@ def format_table(metrics: dict[str, Any], columns: Sequence[str] = TABLE_METRICS
     return "\n".join([title, "", head, sep, *rows])
 
 
+LME_COLUMNS = ("lme_session_recall_all@5", "lme_session_ndcg_any@5", "lme_session_recall_all@10",
+               "lme_session_ndcg_any@10", "lme_turn_recall_all@5", "lme_turn_ndcg_any@5", "lme_turn_recall_all@10",
+               "lme_turn_ndcg_any@10", "lme_turn_recall_all@50", "lme_turn_ndcg_any@50")
+LME_EASY_COLUMNS = ("lme_session_recall_any@5", "lme_session_recall_any@10", "lme_turn_recall_any@5",
+                    "lme_turn_recall_any@10")
+LME_TYPE_METRICS = ("lme_session_recall_all@5", "lme_turn_recall_all@10", "turn_recall@5")
+
+
+def _short(col: str) -> str:
+    return col.removeprefix("lme_").replace("session_", "sess ").replace("turn_", "turn ")
+
+
+def lme_table(metrics: dict[str, Any]) -> str:
+    """LongMemEval's own metrics per strategy (empty when the run has none), then recall_any,
+    labelled as the easier metric, and the main figures per question type."""
+    strategies = metrics.get("strategies", {})
+    if not any(LME_COLUMNS[0] in s for s in strategies.values()):
+        return ""
+    note = (f"LongMemEval metrics as the benchmark computes them ({metrics.get('n_questions', 0)} questions; "
+            f"{metrics.get('n_excluded_abstention', 0)} abstention questions excluded; definitions in "
+            "memlib/eval/lme.py)")
+    parts = [note, "", _grid(strategies, LME_COLUMNS), "",
+             "recall_any@k (easier: one evidence item suffices; what most memory projects report):", "",
+             _grid(strategies, LME_EASY_COLUMNS), ""]
+    types = sorted({c for s in strategies.values() for c in s.get("by_category", {})})
+    for metric in LME_TYPE_METRICS:
+        head = f"| {_short(metric)} by question type | " + " | ".join(types) + " |"
+        rows = [f"| {n} | " + " | ".join(_pct(s.get("by_category", {}).get(t, {}).get(metric)) for t in types) + " |"
+                for n, s in strategies.items()]
+        parts += [head, "|---|" + "---|" * len(types), *rows, ""]
+    return "\n".join(parts)
+
+
+def _grid(strategies: dict[str, Any], cols: Sequence[str]) -> str:
+    head = "| strategy | " + " | ".join(_short(c) for c in cols) + " |"
+    rows = [f"| {n} | " + " | ".join(_pct(s.get(c)) for c in cols) + " |" for n, s in strategies.items()]
+    return "\n".join([head, "|---|" + "---|" * len(cols), *rows])
+
+
 def _category_table(metrics: dict[str, Any], metric: str = CATEGORY_METRIC) -> str:
     strategies = metrics.get("strategies", {})
     cats = sorted({c for s in strategies.values() for c in s.get("by_category", {})})
@@ -113,6 +152,9 @@ def report_markdown(metrics: dict[str, Any]) -> str:
              f"{metrics.get('n_excluded_abstention', 0)} abstention questions excluded.", "",
              "## Overall", "", format_table(metrics), "",
              "## Per category", "", _category_table(metrics), ""]
+    lme = lme_table(metrics)
+    if lme:
+        parts += ["## LongMemEval metrics", "", lme, ""]
     adv = _adversarial_table(metrics)
     if adv:
         parts += ["## Adversarial (LoCoMo category 5)", "", adv, ""]

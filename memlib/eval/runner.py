@@ -10,6 +10,7 @@ import polars as pl
 import pyarrow as pa
 
 from memlib.config import MemlibConfig
+from memlib.eval import lme
 from memlib.eval import metrics as M
 from memlib.eval.questions import Dataset, Group, QuestionSet, select_questions
 from memlib.retrieve.kernels import run_search
@@ -69,6 +70,7 @@ def _search_rows(cache: TenantCache, name: str, cfg: MemlibConfig, qs: pl.DataFr
         res = run_search(cache.get(tenant), strategy, q["question"], depth)
         rows.append({"strategy": name, "tenant_id": tenant, "question_id": q["question_id"],
                      "ranked_turn_ids": res.turn_ids, "ranked_session_ids": res.session_ids,
+                     "ranked_turn_sessions": [t.session_id for t in res.turns],
                      "latency_ms": res.latency_ms, "warmup_ms": warmup_ms, "n_nodes": len(res.nodes),
                      "context": res.context})
         if progress is not None:
@@ -76,16 +78,28 @@ def _search_rows(cache: TenantCache, name: str, cfg: MemlibConfig, qs: pl.DataFr
     return rows
 
 
-def _score(qs: pl.DataFrame, hits: list[dict[str, Any]], ks: Sequence[int]) -> pl.DataFrame:
+def _score(qs: pl.DataFrame, hits: list[dict[str, Any]], ks: Sequence[int], dataset: Dataset) -> pl.DataFrame:
     res = pl.DataFrame(hits, schema_overrides={"ranked_turn_ids": pl.List(pl.Utf8), "warmup_ms": pl.Float64,
-                                               "ranked_session_ids": pl.List(pl.Utf8)})
+                                               "ranked_session_ids": pl.List(pl.Utf8),
+                                               "ranked_turn_sessions": pl.List(pl.Utf8)})
     frame = qs.join(res, on=["tenant_id", "question_id"], how="inner", maintain_order="left")
-    scores = M.score_questions(frame.get_column("ranked_turn_ids").to_list(), frame.get_column("evidence").to_list(),
-                               frame.get_column("ranked_session_ids").to_list(),
-                               frame.get_column("evidence_sessions").to_list(), ks)
+    col = frame.get_column
+    scores = M.score_questions(col("ranked_turn_ids").to_list(), col("evidence").to_list(),
+                               col("ranked_session_ids").to_list(), col("evidence_sessions").to_list(), ks)
+    if dataset is Dataset.LONGMEMEVAL:
+        scores.update(lme.score_questions(col("ranked_turn_ids").to_list(), col("ranked_turn_sessions").to_list(),
+                                          col("evidence").to_list(), col("evidence_turn_sessions").to_list(),
+                                          col("evidence_sessions").to_list()))
     frame = frame.with_columns([pl.Series(k, v) for k, v in scores.items()])
     return frame.with_columns(pl.col("ranked_turn_ids").list.head(RANKED_DEPTH),
-                              pl.col("ranked_session_ids").list.head(RANKED_DEPTH))
+                              pl.col("ranked_session_ids").list.head(RANKED_DEPTH),
+                              pl.col("ranked_turn_sessions").list.head(RANKED_DEPTH))
+
+
+def rank_depth(ks: Sequence[int], dataset: Dataset) -> int:
+    """Ranked turns asked of every strategy: the largest k, at least :data:`RANKED_DEPTH`, and
+    :data:`memlib.eval.lme.DEPTH` on LongMemEval (turn@50 and the session cut-off)."""
+    return max(max(ks), RANKED_DEPTH, lme.DEPTH if dataset is Dataset.LONGMEMEVAL else 0)
 
 
 def strategy_metrics(frame: pl.DataFrame) -> dict[str, Any]:
@@ -110,8 +124,8 @@ def evaluate(store: str | Path, questions: QuestionSet | pa.Table | pl.DataFrame
     qs = qset.frame.sort(["tenant_id", "question_id"])  # tenant-contiguous: one index load each
     need_vectors = qs.height > 0 and any(uses_query_vector(n) for n in names)
     embed_s = qemb.prime(qs.get_column("question").to_list()) if need_vectors else 0.0
-    depth = max(max(ks), RANKED_DEPTH)
-    frames = [_score(qs, _search_rows(cache, n, cfg, qs, depth, progress), ks) for n in names]
+    depth = rank_depth(ks, qset.dataset)
+    frames = [_score(qs, _search_rows(cache, n, cfg, qs, depth, progress), ks, qset.dataset) for n in names]
     per_question = pl.concat(frames) if frames else pl.DataFrame()
     metrics: dict[str, Any] = {
         "dataset": qset.dataset.value, "store": str(store), "store_version": cache.version, "ks": ks,

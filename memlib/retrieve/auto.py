@@ -1,39 +1,41 @@
-"""``auto``: memlib's own retrieval strategy, chosen by measurement on locomo_dev3.
+"""``auto``: memlib's own retrieval strategy, chosen by cross-validated measurement.
 
-Score of a turn (every term standardized over the tenant's turns):
+Score of a turn (the z terms standardized over the tenant's turns):
 
     z(idf-MaxSim) + session_weight · z(session prior) + adjacent_weight · z(adjacent turn)
+      - assistant_penalty · [assistant turn] + session_lead · [best turn of its session]
 
-* idf-MaxSim: token-level late interaction over MiniLM token vectors (memlib/retrieve/late.py);
+* idf-MaxSim: token-level late interaction over MiniLM token vectors (memlib/retrieve/late.py),
+  every query token (``query_max_df`` 1.0), long turns read by windows;
 * session prior: mean of the ``session_top`` best MaxSim scores of the turn's session;
 * adjacent: the better MaxSim score of the turn's neighbours in the same session;
+* assistant penalty: a role prior. What a user said about themselves is the memory; an
+  assistant turn is long, generic and restates the user's question, and on LongMemEval such
+  turns crowded the evidence out of the top 5 (a no-op where every turn is a user's, as in
+  LoCoMo). A strongly matching assistant turn still ranks: all 4 single-session-assistant
+  questions of longmemeval_s_dev24 keep their evidence at rank <= 5;
+* session lead: the best-scored turn of each session is lifted (applied last), so the top
+  ranks cover more sessions;
 * ``graph_weight`` (off by default) adds GAAMA-style PPR mass from the top turns when the
   tenant has a graph; without a graph the term is skipped (clean fallback).
 
 Token matrices are cached per tenant in memory and, with ``disk_cache`` (default), under
 ``cache_dir`` (default ``<store>/cache/late``) so a restarted server does not re-encode.
 
-Selection protocol (tuned on conv-26 only, reported on conv-30 and conv-41; figures in the
-report of issue 6): on the three conversations BM25 reached turn R@10 59.2, plain MaxSim
-76.4, idf-MaxSim 77.6, + session prior 81.1, + adjacent 81.2-81.9. BM25 or dense added to
-MaxSim did not help (76.2-77.3). Defaults: session_top 2, session_weight 0.5,
-adjacent_weight 0.3 (the conv-26 argmax of a 3×3×4 grid).
+Selection protocol (2026-11-25, docs/evaluation.md): ``memlib tune`` over locomo_dev3 and
+longmemeval_s_dev24 together, three folds of whole conversations / haystacks, one
+configuration for both datasets. Cross-validated: locomo_dev3 turn R@10 81.2, session R@10
+93.2; longmemeval_s_dev24 turn R@5 91.0, lme_turn_recall_all@10 95.8,
+lme_session_recall_all@5 100. The defaults are the grid's best on all questions:
+session_weight 0.25, adjacent_weight 0.3, assistant_penalty 4, session_lead 0.5,
+query_max_df 1.0 (dropping frequent query tokens, 0.15 before, was never chosen), idf on
+(always chosen). Tried and dropped (not chosen, or no cross-validated gain): token-count
+normalisation, scoring a long turn by its best chunk of tokens, the session read as one
+MaxSim document, fact/event nodes voting for their turns (fact-augmented keys), dense turn
+vectors fused in, a cap on turns per session.
 
-Cost (the service target is p50 <= 25 ms at 4 clients on 2 cores). Three changes took an
-``auto`` query from ~10 ms of CPU to ~4 ms, measured on locomo_dev3 (382 questions):
-
-* ``encoder`` "minilm-int8-dynamic": a dynamically quantized copy of the MiniLM model
-  (memlib/embed/quantize.py), 2.3-2.8 ms per query instead of 5.3 ms, and half the time to
-  encode a tenant's turns;
-* ``int8_maxsim``: similarities on onnxruntime's int8 kernels against the tenant's
-  pre-packed token vectors (0.65 ms instead of 7.8 ms for a 20k-token tenant, same top 10);
-* ``query_max_df`` 0.15: query tokens found in more than 15 % of the tenant's turns are
-  dropped (about 9 -> 5.6 tokens per LoCoMo question).
-
-Turn R@10 / R@5 went 81.2 / 73.7 (bundled encoder, float MaxSim, every token) -> 80.6 / 73.6
-(derived encoder) -> 81.7 / 72.3 (+ query_max_df); int8 MaxSim changed no figure. Per
-conversation with all three: conv-26 (tuned on) 81.0 (80.8 without query_max_df), conv-30
-80.4 (75.4), conv-41 83.0 (83.2).
+Cost: the int8 encoder (``encoder``, a dynamically quantized MiniLM, windowed) and int8
+MaxSim (``int8_maxsim``) keep a query at a few ms of CPU; figures in docs/evaluation.md.
 """
 from __future__ import annotations
 
@@ -72,9 +74,10 @@ def graph_term(index, frame, base: np.ndarray, seeds: int) -> np.ndarray | None:
 
 @register("auto")
 class Auto(StrategyBase):
-    defaults = {"session_top": 2, "session_weight": 0.5, "adjacent_weight": 0.3, "idf": True,
-                "graph_weight": 0.0, "graph_seeds": 20, "threads": 1, "cache_dir": None,
-                "disk_cache": True, "encoder": late.DEFAULT_MODEL, "query_max_df": 0.15, "int8_maxsim": True}
+    defaults = {"session_top": 2, "session_weight": 0.25, "adjacent_weight": 0.3, "idf": True,
+                "assistant_penalty": 4.0, "session_lead": 0.5, "graph_weight": 0.0, "graph_seeds": 20,
+                "threads": 1, "cache_dir": None, "disk_cache": True, "encoder": late.DEFAULT_MODEL,
+                "query_max_df": 1.0, "int8_maxsim": True}
 
     wants_config = True  # for embed.model_cache
 
@@ -92,13 +95,19 @@ class Auto(StrategyBase):
         prior = zscore(frame.session_prior(ms, int(p["session_top"])))
         adj = zscore(frame.adjacent(ms))
         score = z_ms + float(p["session_weight"]) * prior + float(p["adjacent_weight"]) * adj
+        if float(p["assistant_penalty"]) > 0:
+            score = score - float(p["assistant_penalty"]) * frame.assistant
         graph = None
         if float(p["graph_weight"]) > 0:
             graph = graph_term(tenant, frame, ms, int(p["graph_seeds"]))
             if graph is not None:
                 score = score + float(p["graph_weight"]) * zscore(graph)
+        lead = frame.session_leaders(score)
+        score = score + float(p["session_lead"]) * lead
         top = np.argsort(-score, kind="stable")[:k]
         signals = {frame.ids[i]: {"maxsim": float(ms[i]), "z_maxsim": float(z_ms[i]), "session_prior": float(prior[i]),
-                                  "adjacent": float(adj[i]), **({"graph": float(graph[i])} if graph is not None else {})}
+                                  "adjacent": float(adj[i]), "assistant": bool(frame.assistant[i]),
+                                  "session_lead": bool(lead[i]),
+                                  **({"graph": float(graph[i])} if graph is not None else {})}
                    for i in top}
         return kernels.make_nodes(tenant, [(frame.ids[i], float(score[i])) for i in top], signals, score_name="auto")

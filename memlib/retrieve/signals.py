@@ -33,6 +33,7 @@ class TurnFrame:
         _, self.session = np.unique(sess, return_inverse=True) if sess.size else (None, np.zeros(0, np.int64))
         self.n_sessions = int(self.session.max()) + 1 if self.session.size else 0
         self.times = np.asarray([_epoch(index.turns[t].time) for t in self.ids], dtype=np.float64)
+        self.assistant = np.asarray([index.turns[t].role == "assistant" for t in self.ids], dtype=bool)
 
     @cached_property
     def same_prev(self) -> np.ndarray:
@@ -50,6 +51,16 @@ class TurnFrame:
         total = np.bincount(sess[keep], weights=scores[order][keep], minlength=self.n_sessions)
         count = np.bincount(sess[keep], minlength=self.n_sessions)
         return (total / np.maximum(count, 1))[self.session]
+
+    def session_leaders(self, scores: np.ndarray) -> np.ndarray:
+        """Per turn: whether it is the best-scored turn of its session (ties: the earlier one)."""
+        lead = np.zeros(scores.size, dtype=bool)
+        if scores.size == 0:
+            return lead
+        order = np.lexsort((np.arange(scores.size), -scores, self.session))
+        sess = self.session[order]
+        lead[order[np.r_[True, sess[1:] != sess[:-1]]]] = True
+        return lead
 
     def adjacent(self, scores: np.ndarray) -> np.ndarray:
         """Per turn: the best score of its previous/next turn in the same session."""

@@ -25,7 +25,7 @@ from memlib.io.store import StoreReader, read_manifest, sql_str
 NODE_COLUMNS = ["node_id", "kind", "text", "time", "session_id", "provenance", "attributes",
                 "importance", "embedding"]
 TURN_COLUMNS = ["node_id", "turn_id", "session_id", "session_index", "session_time", "turn_index",
-                "speaker", "text"]
+                "speaker", "role", "text"]
 
 
 class QueryEmbedder(Protocol):
@@ -72,6 +72,7 @@ class TurnInfo:
     time: datetime | None
     text: str
     speaker: str | None
+    role: str | None = None
 
 
 def _embedding_matrix(col: pa.ChunkedArray, dim: int) -> np.ndarray:
@@ -122,11 +123,12 @@ class TenantIndex:
         tbl = self.reader.table("turns", self.tenant, columns=TURN_COLUMNS)
         tbl = tbl.sort_by([("session_index", "ascending"), ("turn_index", "ascending")])
         cols = {c: tbl.column(c).to_pylist() for c in ("node_id", "turn_id", "session_id", "session_time",
-                                                       "text", "speaker")}
+                                                       "text", "speaker", "role")}
         self.turns: dict[str, TurnInfo] = {
-            nid: TurnInfo(nid, tid, sid, st, txt, spk)
-            for nid, tid, sid, st, txt, spk in zip(cols["node_id"], cols["turn_id"], cols["session_id"],
-                                                   cols["session_time"], cols["text"], cols["speaker"])
+            nid: TurnInfo(nid, tid, sid, st, txt, spk, role)
+            for nid, tid, sid, st, txt, spk, role in zip(cols["node_id"], cols["turn_id"], cols["session_id"],
+                                                         cols["session_time"], cols["text"], cols["speaker"],
+                                                         cols["role"])
         }
         self.turn_order: list[str] = cols["node_id"]  # turns in conversation order
         self.turn_by_source: dict[str, str] = {t.turn_id: nid for nid, t in self.turns.items()}

@@ -216,7 +216,7 @@ def test_auto_takes_the_model_cache_from_the_config(tmp_path):
     cfg = load_config(None, environ={"MEMLIB__EMBED__MODEL_CACHE": str(tmp_path / "models")})
     assert cfg.embed.model_cache == str(tmp_path / "models")
     assert get_strategy("auto", cfg).model_cache == str(tmp_path / "models")
-    encoder = late.get_encoder(1, "minilm-int8-dynamic", cfg.embed.model_cache)
+    encoder = late.get_encoder(1, late.DEFAULT_MODEL, cfg.embed.model_cache)
     assert [p.name for p in (tmp_path / "models").iterdir()] == [derived_path(model_path(), "all-MiniLM-L6-v2",
                                                                                tmp_path / "models").name]
     assert encoder.tag == late.get_encoder(1).tag  # same derivation, same tag: matrices stay valid

@@ -6,6 +6,7 @@ import pytest
 
 from memlib.retrieve.kernels import run_search
 from memlib.retrieve.registry import get_strategy, list_strategies
+from memlib.retrieve.signals import turn_frame
 
 from tests.retrieve.conftest import retrieve_config
 
@@ -162,3 +163,19 @@ def test_build_precomputes_auto_token_matrices(sample_store, monkeypatch):
     monkeypatch.setattr(late, "build_token_matrix", no_encoding)
     for tenant in cache.tenants():
         assert run_search(cache.get(tenant), get_strategy("auto", retrieve_config()), "weekend plans", 3).turns
+
+
+def test_auto_assistant_penalty_lowers_assistant_turns_only(cache):
+    tenant = cache.tenants()[0]
+    index = cache.get(tenant)
+    frame = turn_frame(index)
+    assert frame.assistant.any() and not frame.assistant.all()  # the sample has both roles
+    query = "what should I cook for the night shifts?"
+    def scores(penalty):
+        strategy = get_strategy("auto", retrieve_config(), assistant_penalty=penalty, session_lead=0.0)
+        return {n.node_id: n.score for n in strategy.search(index, query, len(frame.ids))}
+
+    plain, penalized = scores(0.0), scores(1.5)
+    for nid, score in plain.items():
+        drop = 1.5 if frame.assistant[frame.pos[nid]] else 0.0
+        assert penalized[nid] == pytest.approx(score - drop)

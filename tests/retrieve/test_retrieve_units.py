@@ -75,3 +75,14 @@ def test_turn_frame_signals():
     s = np.array([1.0, 5.0, 2.0, 0.0, 4.0])
     assert frame.session_prior(s, 2).tolist() == [3.5, 3.5, 3.5, 2.0, 2.0]
     assert frame.adjacent(s).tolist() == [5.0, 2.0, 5.0, 4.0, 0.0]
+
+
+def test_session_leaders():
+    from memlib.retrieve.signals import TurnFrame
+
+    frame = TurnFrame.__new__(TurnFrame)
+    frame.session = np.array([0, 0, 0, 1, 1])
+    frame.n_sessions = 2
+    s = np.array([1.0, 5.0, 5.0, 0.0, 4.0])
+    assert frame.session_leaders(s).tolist() == [False, True, False, False, True]  # tie: the earlier turn
+    assert frame.session_leaders(np.zeros(0)).tolist() == []
