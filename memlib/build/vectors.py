@@ -75,8 +75,9 @@ def auto_encoder_model(cfg: Any) -> str:
     return str(strategy_params("auto", cfg).get("encoder", late.DEFAULT_MODEL))
 
 
-def one_by_one(encode: Any, texts: Sequence[str]) -> list[Any]:
-    """``encode`` applied to each text on its own (a batch of one, so no padding).
+def one_by_one(encoder: Any, texts: Sequence[str]) -> tuple[list[Any], list[int]]:
+    """``encoder.encode_with_heads`` applied to each text on its own (a batch of one, so no
+    padding): per text (token ids, vectors), and per text the rows of its first window.
 
     The int8 encoder quantizes activations per batch tensor, so in a batch a text's vectors
     depend (slightly) on its batch-mates. Alone, a text's vectors are a function of the text:
@@ -86,9 +87,12 @@ def one_by_one(encode: Any, texts: Sequence[str]) -> list[Any]:
     and LongMemEval-S turns, a batch of one costs 25-35 % less CPU per text than batches of
     32 in length order (docs/benchmarks.md)."""
     out: list[Any] = []
+    heads: list[int] = []
     for text in texts:
-        out.extend(encode([text]))
-    return out
+        enc, head = encoder.encode_with_heads([text])
+        out.extend(enc)
+        heads.extend(head)
+    return out, heads
 
 
 class TurnEncoder:
@@ -122,7 +126,7 @@ class TurnEncoder:
         from memlib.embed.tokens_backend import pooled
 
         texts = [t or "" for t in texts]
-        tok = one_by_one(self.tokens.encode, texts) if self.tokens is not None and texts else []
+        tok, heads = one_by_one(self.tokens, texts) if self.tokens is not None and texts else ([], [])
         ids = [i.astype(np.int32) for i, _ in tok] if self.tokens is not None else None
         vecs = [v.astype(np.float16) for _, v in tok] if self.tokens is not None else None
         if not texts:
@@ -130,9 +134,10 @@ class TurnEncoder:
         elif self.passages is not None:
             vectors = np.asarray(self.passages.embed_passages(texts), dtype=np.float32)
         elif self.pool_encoder is not None:
-            vectors = pooled([v for _, v in one_by_one(self.pool_encoder.encode, texts)], self.dim)
+            enc, pool_heads = one_by_one(self.pool_encoder, texts)
+            vectors = pooled([v for _, v in enc], self.dim, pool_heads)
         else:
-            vectors = pooled([v for _, v in tok], self.dim)
+            vectors = pooled([v for _, v in tok], self.dim, heads)
         return TurnVectors(list(node_ids), vectors, ids, vecs)
 
 

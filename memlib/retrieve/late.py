@@ -92,11 +92,17 @@ class TokenEncoder:
 
     def encode(self, texts: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per text: (token ids, (n_tokens, dim) unit vectors), content tokens only."""
+        return self.encode_with_heads(texts)[0]
+
+    def encode_with_heads(self, texts: Sequence[str]) -> tuple[list[tuple[np.ndarray, np.ndarray]], list[int]]:
+        """:meth:`encode`, plus per text the number of its rows read by its first window (all of
+        them for a text that fits one window)."""
         limit = token_windows.MAX_WINDOWS if self.windowed else 1
         windows = token_windows.split([e.ids for e in self._tok.encode_batch(list(texts))], max_windows=limit)
         out = [r for start in range(0, len(windows), self.batch_size)
                for r in self._batch(windows[start:start + self.batch_size])]
-        return token_windows.joined(windows, out, len(texts))
+        return (token_windows.joined(windows, out, len(texts)),
+                token_windows.first_window_rows(windows, out, len(texts)))
 
     def _batch(self, windows: list[token_windows.Window]) -> list[tuple[np.ndarray, np.ndarray]]:
         ids, mask, share = token_windows.padded(windows)

@@ -74,6 +74,16 @@ def padded(windows: Sequence[Window]) -> tuple[np.ndarray, np.ndarray, np.ndarra
     return ids, mask, share
 
 
+def first_window_rows(windows: Sequence[Window], outputs: Sequence[tuple[np.ndarray, np.ndarray]],
+                      n_texts: int) -> list[int]:
+    """Per text: how many of its output rows (content tokens) come from its first window."""
+    heads = [-1] * n_texts
+    for w, (ids, _) in zip(windows, outputs):
+        if heads[w.text] < 0:
+            heads[w.text] = len(ids)
+    return [max(h, 0) for h in heads]
+
+
 def joined(windows: Sequence[Window], outputs: Sequence[tuple[np.ndarray, np.ndarray]],
            n_texts: int) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per text: its windows' (token ids, vectors) concatenated in window order."""

@@ -83,3 +83,21 @@ def test_windowed_encoder_has_its_own_tag_and_cache_key(encoders):
     assert late.model_file(late.DEFAULT_MODEL)[1] == new.tag  # what the build stores matrices under
     with pytest.raises(ValueError, match="unknown token encoder"):
         late.model_file("minilm-int8-dynamic-window")
+
+
+def test_passage_vector_of_a_long_text_is_its_first_windows_mean(encoders):
+    from memlib.embed.tokens_backend import pooled
+
+    _, windowed = encoders
+    (short_ids, short_vecs), (long_ids, long_vecs) = windowed.encode([SHORT[0], LONG])
+    _, heads = windowed.encode_with_heads([SHORT[0], LONG])
+    assert heads[0] == len(short_ids)                      # a short text: every row
+    assert 0 < heads[1] < len(long_ids)                    # a long one: its first window's share
+    first = token_windows.windows_of(0, windowed._tok.encode(LONG).ids)[0]
+    assert heads[1] <= first.keep_to - first.keep_from     # punctuation rows are dropped
+    vec = pooled([short_vecs, long_vecs], heads=heads)
+    want = long_vecs[:heads[1]].mean(axis=0)
+    assert np.allclose(vec[1], want / np.linalg.norm(want), atol=1e-6)
+    assert np.allclose(vec[0], pooled([short_vecs])[0], atol=1e-7)
+    # the needle lies past the first window: the passage vector does not read it
+    assert not np.allclose(vec[1], pooled([long_vecs])[0], atol=1e-3)
