@@ -13,7 +13,7 @@ def pool(shared_data):
     from memlib.scale.haystack import Pool
 
     return Pool.load(shared_data / "locomo_dev3.json",
-                     [shared_data / "longmemeval_s_3haystacks_thirdparty_modified.json"])
+                     [shared_data / "longmemeval_s_dev24.json"])
 
 
 def test_jobs_scale_haystack_is_longmemeval_l_sized_and_keeps_evidence(pool):
@@ -37,6 +37,25 @@ def test_jobs_scale_haystack_is_longmemeval_l_sized_and_keeps_evidence(pool):
     assert not names & set(distractors.get_column("speaker").unique().to_list())
     # re-dated: the copies are spread over many days, not the source dates
     assert distractors.get_column("session_time").dt.date().n_unique() > 300
+
+
+def test_jobs_scale_smaller_haystacks_are_prefixes_and_filler_reuse_is_counted(pool):
+    from memlib.scale.haystack import HaystackSpec, compose_haystack, filler_summary
+
+    small, _ = compose_haystack(pool, "conv-26", "h", HaystackSpec(sessions=500))
+    big, _ = compose_haystack(pool, "conv-26", "h", HaystackSpec(sessions=2500))
+    # every turn of the 500-session haystack is in the 2,500-session one: same ids, dates, texts
+    keys = ["session_id", "turn_id", "session_time", "speaker", "text"]
+    assert small.join(big, on=keys, how="anti").height == 0 and big.height > 4 * small.height
+    s500, s2500 = filler_summary(pool, "conv-26", HaystackSpec(sessions=500)), \
+        filler_summary(pool, "conv-26", HaystackSpec(sessions=2500))
+    pool_sessions = s500["filler_pool_sessions"]
+    assert 1100 < pool_sessions < 2481  # dev24's distinct sessions + conv-30 + conv-41
+    assert s500["filler_copies"] == 481 and s500["filler_repeated_copies"] == 0
+    # 2,481 copies of fewer sources: each source once before any twice
+    assert s2500["filler_distinct_sources"] == pool_sessions
+    assert s2500["filler_repeated_copies"] == 2481 - pool_sessions
+    assert sum(s2500["filler_by_origin"].values()) == 2481 and set(s2500["filler_by_origin"]) == {"locomo", "longmemeval"}
 
 
 def test_jobs_scale_many_tenants(pool, tmp_path):
