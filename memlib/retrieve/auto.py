@@ -43,20 +43,65 @@ from typing import Any
 
 import numpy as np
 
-from memlib.retrieve import kernels, late
+from memlib.retrieve import first_stage, kernels, late
 from memlib.retrieve.base import RetrievedNode, StrategyBase
 from memlib.retrieve.registry import register
 from memlib.retrieve.signals import turn_frame, zscore
 
 
-def late_scores(index, query: str, p: dict[str, Any], model_cache: str | None = None) -> np.ndarray:
-    """idf-weighted MaxSim of ``query`` against every turn (conversation order)."""
+def _query(index, query: str, p: dict[str, Any], model_cache: str | None):
     encoder = late.get_encoder(p.get("threads"), p.get("encoder", late.DEFAULT_MODEL), model_cache)
     cache_dir = p.get("cache_dir") or (late.default_cache_dir(index) if p.get("disk_cache", True) else None)
     matrix = late.tenant_matrix(index, encoder, cache_dir)
     q_ids, q_vecs = late.content_query_tokens(matrix, *encoder.encode([query])[0], float(p.get("query_max_df", 1.0)))
+    return encoder, matrix, q_ids, q_vecs
+
+
+def late_scores(index, query: str, p: dict[str, Any], model_cache: str | None = None) -> np.ndarray:
+    """idf-weighted MaxSim of ``query`` against every turn (conversation order)."""
+    _, matrix, q_ids, q_vecs = _query(index, query, p, model_cache)
     return late.maxsim(matrix, q_ids, q_vecs, bool(p.get("idf", True)), exact=not p.get("int8_maxsim", True)
                        ).astype(np.float64)
+
+
+def _row_ids(index, encoder, matrix) -> np.ndarray | None:
+    """Token id of every row of ``matrix`` (None when the texts do not give its rows back)."""
+    texts = [index.texts[index.row_of[t]] if t in index.row_of else index.turns[t].text for t in matrix.turn_ids]
+    ids = encoder.content_ids(texts)
+    counts = np.bincount(matrix.owner, minlength=matrix.n_turns) if matrix.owner.size else np.zeros(0, np.int64)
+    if len(ids) != matrix.n_turns or any(len(i) != c for i, c in zip(ids, counts)):
+        return None
+    return np.concatenate(ids) if ids else np.zeros(0, np.int64)
+
+
+def scored_turns(index, frame, query: str, p: dict[str, Any], model_cache: str | None = None
+                 ) -> tuple[np.ndarray | None, np.ndarray]:
+    """(positions scored, their idf-MaxSim): every turn (positions None) on a tenant of at most
+    ``first_stage_turns`` turns, else the first stage's candidates and their neighbours in
+    their sessions (memlib/retrieve/first_stage.py)."""
+    encoder, matrix, q_ids, q_vecs = _query(index, query, p, model_cache)
+    limit = int(p.get("first_stage_turns", 0))
+    post = (first_stage.postings_for(matrix, lambda: _row_ids(index, encoder, matrix))
+            if 0 < limit < matrix.n_turns else None)
+    if post is None:
+        return None, late.maxsim(matrix, q_ids, q_vecs, bool(p.get("idf", True)),
+                                 exact=not p.get("int8_maxsim", True)).astype(np.float64)
+    stage = first_stage.StageParams(int(p["candidates"]), int(p["expand"]), float(p["min_cos"]),
+                                    float(p["stage_max_df"]))
+    approx = first_stage.approximate_scores(post, matrix.idf, q_ids, q_vecs, stage)
+    cand = first_stage.select(approx, stage.candidates)
+    pool = np.unique(np.r_[cand, _neighbours(frame, cand)])
+    return pool, first_stage.maxsim_rows(matrix, post, pool, q_ids, q_vecs, bool(p.get("idf", True))
+                                         ).astype(np.float64)
+
+
+def _neighbours(frame, cand: np.ndarray) -> np.ndarray:
+    """The previous and next turn of each candidate within its session."""
+    prev, nxt = cand - 1, cand + 1
+    prev = prev[(prev >= 0) & (frame.session[np.maximum(prev, 0)] == frame.session[cand])]
+    ok = nxt < frame.session.size
+    nxt = nxt[ok][frame.session[nxt[ok]] == frame.session[cand[ok]]]
+    return np.r_[prev, nxt].astype(np.int64)
 
 
 def graph_term(index, frame, base: np.ndarray, seeds: int) -> np.ndarray | None:
@@ -77,7 +122,8 @@ class Auto(StrategyBase):
     defaults = {"session_top": 2, "session_weight": 0.25, "adjacent_weight": 0.3, "idf": True,
                 "assistant_penalty": 4.0, "session_lead": 0.5, "graph_weight": 0.0, "graph_seeds": 20,
                 "threads": 1, "cache_dir": None, "disk_cache": True, "encoder": late.DEFAULT_MODEL,
-                "query_max_df": 1.0, "int8_maxsim": True}
+                "query_max_df": 1.0, "int8_maxsim": True, "first_stage_turns": 4000, "candidates": 400,
+                "expand": 8, "min_cos": 0.6, "stage_max_df": 0.05}
 
     wants_config = True  # for embed.model_cache
 
@@ -90,7 +136,8 @@ class Auto(StrategyBase):
         frame = turn_frame(tenant)
         if not frame.ids or k <= 0:
             return []
-        ms = late_scores(tenant, query, p, self.model_cache)
+        pool, ms = scored_turns(tenant, frame, query, p, self.model_cache)
+        frame = frame if pool is None else frame.subset(pool)
         z_ms = zscore(ms)
         prior = zscore(frame.session_prior(ms, int(p["session_top"])))
         adj = zscore(frame.adjacent(ms))

@@ -35,6 +35,19 @@ class TurnFrame:
         self.times = np.asarray([_epoch(index.turns[t].time) for t in self.ids], dtype=np.float64)
         self.assistant = np.asarray([index.turns[t].role == "assistant" for t in self.ids], dtype=bool)
 
+    def subset(self, positions: np.ndarray) -> "TurnFrame":
+        """The frame of the turns at ``positions`` (ascending) only: a turn's previous turn is
+        its predecessor in the subset when that is its conversation neighbour in one session."""
+        sub = object.__new__(TurnFrame)
+        sub.ids = [self.ids[i] for i in positions]
+        sub.pos = {t: i for i, t in enumerate(sub.ids)}
+        _, sub.session = np.unique(self.session[positions], return_inverse=True) if positions.size else (
+            None, np.zeros(0, np.int64))
+        sub.n_sessions = int(sub.session.max()) + 1 if sub.session.size else 0
+        sub.times, sub.assistant = self.times[positions], self.assistant[positions]
+        sub.same_prev = np.r_[False, (np.diff(positions) == 1) & (sub.session[1:] == sub.session[:-1])]
+        return sub
+
     @cached_property
     def same_prev(self) -> np.ndarray:
         return np.r_[False, self.session[1:] == self.session[:-1]]
