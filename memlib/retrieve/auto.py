@@ -97,11 +97,8 @@ def scored_turns(index, frame, query: str, p: dict[str, Any], model_cache: str |
 
 def _neighbours(frame, cand: np.ndarray) -> np.ndarray:
     """The previous and next turn of each candidate within its session."""
-    prev, nxt = cand - 1, cand + 1
-    prev = prev[(prev >= 0) & (frame.session[np.maximum(prev, 0)] == frame.session[cand])]
-    ok = nxt < frame.session.size
-    nxt = nxt[ok][frame.session[nxt[ok]] == frame.session[cand[ok]]]
-    return np.r_[prev, nxt].astype(np.int64)
+    both = np.r_[frame.neighbours[0][cand], frame.neighbours[1][cand]]
+    return both[both >= 0]
 
 
 def graph_term(index, frame, base: np.ndarray, seeds: int) -> np.ndarray | None:

@@ -36,8 +36,8 @@ class TurnFrame:
         self.assistant = np.asarray([index.turns[t].role == "assistant" for t in self.ids], dtype=bool)
 
     def subset(self, positions: np.ndarray) -> "TurnFrame":
-        """The frame of the turns at ``positions`` (ascending) only: a turn's previous turn is
-        its predecessor in the subset when that is its conversation neighbour in one session."""
+        """The frame of the turns at ``positions`` (ascending) only; a turn's neighbours are its
+        session neighbours when they are in the subset too."""
         sub = object.__new__(TurnFrame)
         sub.ids = [self.ids[i] for i in positions]
         sub.pos = {t: i for i, t in enumerate(sub.ids)}
@@ -45,12 +45,24 @@ class TurnFrame:
             None, np.zeros(0, np.int64))
         sub.n_sessions = int(sub.session.max()) + 1 if sub.session.size else 0
         sub.times, sub.assistant = self.times[positions], self.assistant[positions]
-        sub.same_prev = np.r_[False, (np.diff(positions) == 1) & (sub.session[1:] == sub.session[:-1])]
+        inverse = np.full(self.session.size + 1, -1, dtype=np.int64)     # last slot: "no neighbour"
+        inverse[positions] = np.arange(positions.size)
+        sub.neighbours = tuple(inverse[n[positions]] for n in self.neighbours)
         return sub
 
     @cached_property
-    def same_prev(self) -> np.ndarray:
-        return np.r_[False, self.session[1:] == self.session[:-1]]
+    def neighbours(self) -> tuple[np.ndarray, np.ndarray]:
+        """(previous, next) turn of each turn in its session, as positions (-1: none). A session's
+        turns keep their order in the frame, but a tenant of several conversations interleaves
+        their sessions there (``session_index`` counts within a conversation), so the neighbour
+        in the frame can belong to another session."""
+        n = self.session.size
+        order = np.lexsort((np.arange(n), self.session))
+        same = self.session[order][1:] == self.session[order][:-1]
+        prev, nxt = np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)
+        prev[order[1:][same]] = order[:-1][same]
+        nxt[order[:-1][same]] = order[1:][same]
+        return prev, nxt
 
     def session_prior(self, scores: np.ndarray, top: int) -> np.ndarray:
         """Per turn: mean of the ``top`` best scores in its session."""
@@ -80,9 +92,8 @@ class TurnFrame:
         if scores.size == 0:
             return scores
         floor = float(scores.min())
-        prev = np.where(self.same_prev, np.r_[floor, scores[:-1]], floor)
-        nxt = np.where(np.r_[self.same_prev[1:], False], np.r_[scores[1:], floor], floor)
-        return np.maximum(prev, nxt)
+        prev, nxt = self.neighbours
+        return np.maximum(np.where(prev >= 0, scores[prev], floor), np.where(nxt >= 0, scores[nxt], floor))
 
     def votes(self, index, node_scores: dict[str, float]) -> np.ndarray:
         """Per turn: the max score of any node citing it through provenance."""
