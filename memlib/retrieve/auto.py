@@ -78,7 +78,8 @@ def scored_turns(index, frame, query: str, p: dict[str, Any], model_cache: str |
                  ) -> tuple[np.ndarray | None, np.ndarray]:
     """(positions scored, their idf-MaxSim): every turn (positions None) on a tenant of at most
     ``first_stage_turns`` turns, else the first stage's candidates and their neighbours in
-    their sessions (memlib/retrieve/first_stage.py)."""
+    their sessions that are not assistant turns (memlib/retrieve/first_stage.py); the other
+    turns are not ranked."""
     encoder, matrix, q_ids, q_vecs = _query(index, query, p, model_cache)
     limit = int(p.get("first_stage_turns", 0))
     post = (first_stage.postings_for(matrix, lambda: _row_ids(index, encoder, matrix))
@@ -86,11 +87,12 @@ def scored_turns(index, frame, query: str, p: dict[str, Any], model_cache: str |
     if post is None:
         return None, late.maxsim(matrix, q_ids, q_vecs, bool(p.get("idf", True)),
                                  exact=not p.get("int8_maxsim", True)).astype(np.float64)
-    stage = first_stage.StageParams(int(p["candidates"]), int(p["expand"]), float(p["min_cos"]),
-                                    float(p["stage_max_df"]))
+    stage = first_stage.StageParams(int(p["candidates"]), int(p["assistant_candidates"]), int(p["expand"]),
+                                    float(p["min_cos"]), float(p["stage_max_df"]))
     approx = first_stage.approximate_scores(post, matrix.idf, q_ids, q_vecs, stage)
-    cand = first_stage.select(approx, stage.candidates)
-    pool = np.unique(np.r_[cand, _neighbours(frame, cand)])
+    cand = first_stage.select_by_role(approx, frame.assistant, stage.candidates, stage.assistant_candidates)
+    near = _neighbours(frame, cand)
+    pool = np.unique(np.r_[cand, near[~frame.assistant[near]]])
     return pool, first_stage.maxsim_rows(matrix, post, pool, q_ids, q_vecs, bool(p.get("idf", True))
                                          ).astype(np.float64)
 
@@ -119,8 +121,9 @@ class Auto(StrategyBase):
     defaults = {"session_top": 2, "session_weight": 0.25, "adjacent_weight": 0.3, "idf": True,
                 "assistant_penalty": 4.0, "session_lead": 0.5, "graph_weight": 0.0, "graph_seeds": 20,
                 "threads": 1, "cache_dir": None, "disk_cache": True, "encoder": late.DEFAULT_MODEL,
-                "query_max_df": 1.0, "int8_maxsim": True, "first_stage_turns": 4000, "candidates": 400,
-                "expand": 8, "min_cos": 0.6, "stage_max_df": 0.05}
+                "query_max_df": 1.0, "int8_maxsim": True, "first_stage_turns": 4000, "candidates": 200,
+                "assistant_candidates": 16, "expand": 32, "min_cos": 0.4, "stage_max_df": 0.2,
+                "participant_weight": 1.0}
 
     wants_config = True  # for embed.model_cache
 
@@ -134,13 +137,17 @@ class Auto(StrategyBase):
         if not frame.ids or k <= 0:
             return []
         pool, ms = scored_turns(tenant, frame, query, p, self.model_cache)
-        frame = frame if pool is None else frame.subset(pool)
+        named = frame.named_participants(query) if float(p["participant_weight"]) > 0 else None
+        if pool is not None:
+            frame, named = frame.subset(pool), None if named is None else named[pool]
         z_ms = zscore(ms)
         prior = zscore(frame.session_prior(ms, int(p["session_top"])))
         adj = zscore(frame.adjacent(ms))
         score = z_ms + float(p["session_weight"]) * prior + float(p["adjacent_weight"]) * adj
         if float(p["assistant_penalty"]) > 0:
             score = score - float(p["assistant_penalty"]) * frame.assistant
+        if named is not None:
+            score = score + float(p["participant_weight"]) * named
         graph = None
         if float(p["graph_weight"]) > 0:
             graph = graph_term(tenant, frame, ms, int(p["graph_seeds"]))
@@ -152,6 +159,7 @@ class Auto(StrategyBase):
         signals = {frame.ids[i]: {"maxsim": float(ms[i]), "z_maxsim": float(z_ms[i]), "session_prior": float(prior[i]),
                                   "adjacent": float(adj[i]), "assistant": bool(frame.assistant[i]),
                                   "session_lead": bool(lead[i]),
+                                  **({"named_participant": bool(named[i])} if named is not None else {}),
                                   **({"graph": float(graph[i])} if graph is not None else {})}
                    for i in top}
         return kernels.make_nodes(tenant, [(frame.ids[i], float(score[i])) for i in top], signals, score_name="auto")

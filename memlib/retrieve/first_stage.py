@@ -121,10 +121,11 @@ def build_postings(matrix: TokenMatrix, row_ids: np.ndarray, chunk: int = 262_14
 
 @dataclass(frozen=True)
 class StageParams:
-    candidates: int = 400     # turns passed to the exact MaxSim
-    expand: int = 8           # nearest ids per query token
-    min_cos: float = 0.6      # least centroid cosine of a reached id
-    max_df: float = 0.05      # ids held by more of the turns are not followed
+    candidates: int = 200     # turns (not an assistant's) passed to the exact MaxSim
+    assistant_candidates: int = 16  # assistant turns passed to it
+    expand: int = 32          # nearest ids per query token
+    min_cos: float = 0.4      # least centroid cosine of a reached id
+    max_df: float = 0.2       # ids held by more of the turns are not followed
 
 
 def approximate_scores(post: TokenPostings, idf: np.ndarray, q_ids: np.ndarray, q_vecs: np.ndarray,
@@ -154,11 +155,21 @@ def approximate_scores(post: TokenPostings, idf: np.ndarray, q_ids: np.ndarray, 
 
 
 def select(scores: np.ndarray, n: int) -> np.ndarray:
-    """Positions of the ``n`` best first-stage scores (ties: the earlier turn), ascending."""
+    """Positions of the ``n`` best first-stage scores, ascending."""
     if n >= scores.size:
         return np.arange(scores.size)
-    top = np.argpartition(-scores, n - 1)[:n]
+    top = np.argpartition(-scores, n - 1)[:n] if n > 0 else np.zeros(0, dtype=np.int64)
     return np.sort(top)
+
+
+def select_by_role(scores: np.ndarray, assistant: np.ndarray, n: int, n_assistant: int) -> np.ndarray:
+    """The ``n`` best turns that are not an assistant's and the ``n_assistant`` best assistant
+    turns, ascending. ``auto``'s role prior puts an assistant turn ``assistant_penalty``
+    standard deviations down, so only the very best of them can reach the top; they get a
+    small share of the budget instead of crowding out the others (and long assistant turns
+    are most of the rows the exact MaxSim would read)."""
+    other, asst = np.flatnonzero(~assistant), np.flatnonzero(assistant)
+    return np.sort(np.r_[other[select(scores[other], n)], asst[select(scores[asst], n_assistant)]])
 
 
 def maxsim_rows(matrix: TokenMatrix, post: TokenPostings, turns: np.ndarray, q_ids: np.ndarray,

@@ -37,6 +37,7 @@ def test_subset_keeps_only_neighbours_inside_the_subset():
     frame.ids = [f"t{i}" for i in range(6)]
     frame.times = np.zeros(6)
     frame.assistant = np.zeros(6, dtype=bool)
+    frame.speaker = np.array(["ann", "bo", "ann", "bo", "cy", "ann"], dtype=object)
     sub = frame.subset(np.array([0, 2, 3, 5]))
     # turn 2's next turn (4) is not in the subset; 5 follows 4, so it has no neighbour in it
     assert sub.ids == ["t0", "t2", "t3", "t5"]
@@ -95,3 +96,12 @@ def test_auto_with_first_stage_over_every_turn_ranks_as_without(cache):
     # few candidates: fewer turns scored, the best turn still first
     few = run_search(index, get_strategy("auto", retrieve_config(), first_stage_turns=1, candidates=5), query, 10)
     assert few.turns[0].node_id == plain.turns[0].node_id
+
+
+def test_named_participants_marks_the_sessions_of_a_named_speaker():
+    frame = _frame([0, 0, 1, 1, 2, 2])
+    frame.speaker = np.array(["caroline", "melanie", "user", "assistant", "jonas", "kira"], dtype=object)
+    assert frame.named_participants("When did Caroline's friend move?").tolist() == [True] * 2 + [False] * 4
+    assert frame.named_participants("what did KIRA and melanie say").tolist() == [True, True, False, False, True, True]
+    # nobody named (a word that is no speaker's name): no turn marked
+    assert not frame.named_participants("when did I buy the car?").any()
