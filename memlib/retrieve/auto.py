@@ -3,19 +3,32 @@
 Score of a turn (the z terms standardized over the tenant's turns):
 
     z(idf-MaxSim) + session_weight · z(session prior) + adjacent_weight · z(adjacent turn)
-      - assistant_penalty · [assistant turn] + session_lead · [best turn of its session]
+      - assistant_penalty · [assistant turn] + participant_weight · [a named person speaks
+      in its session] + session_lead · [best turn of its session]
 
 * idf-MaxSim: token-level late interaction over MiniLM token vectors (memlib/retrieve/late.py),
   every query token (``query_max_df`` 1.0), long turns read by windows;
 * session prior: mean of the ``session_top`` best MaxSim scores of the turn's session;
-* adjacent: the better MaxSim score of the turn's neighbours in the same session;
+* adjacent: the better MaxSim score of the turn's neighbours in the same session (found by
+  session: a tenant of several conversations interleaves their sessions in turn order);
 * assistant penalty: a role prior. What a user said about themselves is the memory; an
   assistant turn is long, generic and restates the user's question, and on LongMemEval such
   turns crowded the evidence out of the top 5 (a no-op where every turn is a user's, as in
   LoCoMo). A strongly matching assistant turn still ranks: all 4 single-session-assistant
   questions of longmemeval_s_dev24 keep their evidence at rank <= 5;
+* named participant: a turn whose session has a speaker the query names (a query word equal
+  to the first word of the speaker's name) is lifted by ``participant_weight`` standard
+  deviations. Inert where every session has the same speakers (a LoCoMo conversation alone,
+  LongMemEval's user/assistant) or nobody is named; in a tenant holding many people's
+  conversations it keeps "When did Melanie run a charity race?" on Melanie's sessions
+  (issue 19, docs/benchmarks.md);
 * session lead: the best-scored turn of each session is lifted (applied last), so the top
   ranks cover more sessions;
+* first stage: on a tenant of more than ``first_stage_turns`` turns only candidates are
+  scored (memlib/retrieve/first_stage.py): the ``candidates`` best non-assistant turns and
+  ``assistant_candidates`` best assistant turns of an approximate MaxSim over token postings,
+  plus their non-assistant session neighbours; the z terms are then taken over those turns.
+  Smaller tenants (every LoCoMo conversation, every LongMemEval-S haystack) score every turn;
 * ``graph_weight`` (off by default) adds GAAMA-style PPR mass from the top turns when the
   tenant has a graph; without a graph the term is skipped (clean fallback).
 
@@ -121,8 +134,8 @@ class Auto(StrategyBase):
     defaults = {"session_top": 2, "session_weight": 0.25, "adjacent_weight": 0.3, "idf": True,
                 "assistant_penalty": 4.0, "session_lead": 0.5, "graph_weight": 0.0, "graph_seeds": 20,
                 "threads": 1, "cache_dir": None, "disk_cache": True, "encoder": late.DEFAULT_MODEL,
-                "query_max_df": 1.0, "int8_maxsim": True, "first_stage_turns": 4000, "candidates": 200,
-                "assistant_candidates": 16, "expand": 32, "min_cos": 0.4, "stage_max_df": 0.2,
+                "query_max_df": 1.0, "int8_maxsim": True, "first_stage_turns": 4000, "candidates": 64,
+                "assistant_candidates": 8, "expand": 32, "min_cos": 0.4, "stage_max_df": 0.2,
                 "participant_weight": 1.0}
 
     wants_config = True  # for embed.model_cache

@@ -121,8 +121,8 @@ def build_postings(matrix: TokenMatrix, row_ids: np.ndarray, chunk: int = 262_14
 
 @dataclass(frozen=True)
 class StageParams:
-    candidates: int = 200     # turns (not an assistant's) passed to the exact MaxSim
-    assistant_candidates: int = 16  # assistant turns passed to it
+    candidates: int = 64      # turns (not an assistant's) passed to the exact MaxSim
+    assistant_candidates: int = 8  # assistant turns passed to it
     expand: int = 32          # nearest ids per query token
     min_cos: float = 0.4      # least centroid cosine of a reached id
     max_df: float = 0.2       # ids held by more of the turns are not followed
