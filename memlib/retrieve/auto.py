@@ -106,8 +106,8 @@ def scored_turns(index, frame, query: str, p: dict[str, Any], model_cache: str |
     cand = first_stage.select_by_role(approx, frame.assistant, stage.candidates, stage.assistant_candidates)
     near = _neighbours(frame, cand)
     pool = np.unique(np.r_[cand, near[~frame.assistant[near]]])
-    return pool, first_stage.maxsim_rows(matrix, post, pool, q_ids, q_vecs, bool(p.get("idf", True))
-                                         ).astype(np.float64)
+    return pool, first_stage.maxsim_rows(matrix, post, pool, q_ids, q_vecs, bool(p.get("idf", True)),
+                                         exact=not p.get("int8_maxsim", True)).astype(np.float64)
 
 
 def _neighbours(frame, cand: np.ndarray) -> np.ndarray:

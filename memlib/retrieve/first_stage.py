@@ -173,9 +173,9 @@ def select_by_role(scores: np.ndarray, assistant: np.ndarray, n: int, n_assistan
 
 
 def maxsim_rows(matrix: TokenMatrix, post: TokenPostings, turns: np.ndarray, q_ids: np.ndarray,
-                q_vecs: np.ndarray, use_idf: bool = True) -> np.ndarray:
+                q_vecs: np.ndarray, use_idf: bool = True, exact: bool = False) -> np.ndarray:
     """idf-MaxSim of the query against the turns at positions ``turns`` only (int8 kernels:
-    the scores the full int8 MaxSim gives those turns)."""
+    the scores the full int8 MaxSim gives those turns; ``exact``: numpy float32)."""
     out = np.zeros(turns.size, dtype=np.float32)
     if q_ids.size == 0 or turns.size == 0:
         return out
@@ -186,7 +186,8 @@ def maxsim_rows(matrix: TokenMatrix, post: TokenPostings, turns: np.ndarray, q_i
         return out
     lengths = (hi - lo)[has]
     rows = np.repeat(lo[has] - np.r_[0, np.cumsum(lengths)[:-1]], lengths) + np.arange(lengths.sum())
-    sim = post.rows(q_vecs, rows)                                            # (Q, rows)
+    sim = ((matrix.vectors[rows].astype(np.float32) @ q_vecs.T).T if exact
+           else post.rows(q_vecs, rows))                                     # (Q, rows)
     best = np.maximum.reduceat(sim, np.r_[0, np.cumsum(lengths)[:-1]], axis=1)   # (Q, turns with rows)
     weights = matrix.idf[q_ids] if use_idf else np.ones(q_ids.size, dtype=np.float32)
     out[has] = weights @ best

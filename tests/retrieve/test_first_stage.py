@@ -72,6 +72,8 @@ def test_candidate_maxsim_equals_full_maxsim_on_the_turns_it_reads(tenant_parts)
     full = late.maxsim(matrix, q_ids, q_vecs)
     some = np.arange(0, matrix.n_turns, 3)
     assert np.array_equal(first_stage.maxsim_rows(matrix, post, some, q_ids, q_vecs), full[some])
+    exact = late.maxsim(matrix, q_ids, q_vecs, exact=True)
+    assert np.allclose(first_stage.maxsim_rows(matrix, post, some, q_ids, q_vecs, exact=True), exact[some], atol=1e-5)
     approx = first_stage.approximate_scores(post, matrix.idf, q_ids, q_vecs, first_stage.StageParams())
     # a turn holding a query token that is rare in the tenant is reached (its own id is its nearest centroid)
     present = [int(np.searchsorted(post.vocab, i)) for i in q_ids if i in set(post.vocab.tolist())]
