@@ -92,7 +92,8 @@ def test_auto_with_first_stage_over_every_turn_ranks_as_without(cache):
     query = "what should I cook for the night shifts?"
     plain = run_search(index, get_strategy("auto", retrieve_config()), query, 10)
     # the stage forced on (threshold 1 turn) with every turn a candidate: the same ranking and scores
-    staged = run_search(index, get_strategy("auto", retrieve_config(), first_stage_turns=1, candidates=n), query, 10)
+    staged = run_search(index, get_strategy("auto", retrieve_config(), first_stage_turns=1, candidates=n,
+                                            assistant_candidates=n), query, 10)
     assert [t.node_id for t in staged.turns] == [t.node_id for t in plain.turns]
     assert [r.score for r in staged.nodes] == pytest.approx([r.score for r in plain.nodes])
     # few candidates: fewer turns scored, the best turn still first
