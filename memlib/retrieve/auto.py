@@ -3,19 +3,32 @@
 Score of a turn (the z terms standardized over the tenant's turns):
 
     z(idf-MaxSim) + session_weight · z(session prior) + adjacent_weight · z(adjacent turn)
-      - assistant_penalty · [assistant turn] + session_lead · [best turn of its session]
+      - assistant_penalty · [assistant turn] + participant_weight · [a named person speaks
+      in its session] + session_lead · [best turn of its session]
 
 * idf-MaxSim: token-level late interaction over MiniLM token vectors (memlib/retrieve/late.py),
   every query token (``query_max_df`` 1.0), long turns read by windows;
 * session prior: mean of the ``session_top`` best MaxSim scores of the turn's session;
-* adjacent: the better MaxSim score of the turn's neighbours in the same session;
+* adjacent: the better MaxSim score of the turn's neighbours in the same session (found by
+  session: a tenant of several conversations interleaves their sessions in turn order);
 * assistant penalty: a role prior. What a user said about themselves is the memory; an
   assistant turn is long, generic and restates the user's question, and on LongMemEval such
   turns crowded the evidence out of the top 5 (a no-op where every turn is a user's, as in
   LoCoMo). A strongly matching assistant turn still ranks: all 4 single-session-assistant
   questions of longmemeval_s_dev24 keep their evidence at rank <= 5;
+* named participant: a turn whose session has a speaker the query names (a query word equal
+  to the first word of the speaker's name) is lifted by ``participant_weight`` standard
+  deviations. Inert where every session has the same speakers (a LoCoMo conversation alone,
+  LongMemEval's user/assistant) or nobody is named; in a tenant holding many people's
+  conversations it keeps "When did Melanie run a charity race?" on Melanie's sessions
+  (issue 19, docs/benchmarks.md);
 * session lead: the best-scored turn of each session is lifted (applied last), so the top
   ranks cover more sessions;
+* first stage: on a tenant of more than ``first_stage_turns`` turns only candidates are
+  scored (memlib/retrieve/first_stage.py): the ``candidates`` best non-assistant turns and
+  ``assistant_candidates`` best assistant turns of an approximate MaxSim over token postings,
+  plus their non-assistant session neighbours; the z terms are then taken over those turns.
+  Smaller tenants (every LoCoMo conversation, every LongMemEval-S haystack) score every turn;
 * ``graph_weight`` (off by default) adds GAAMA-style PPR mass from the top turns when the
   tenant has a graph; without a graph the term is skipped (clean fallback).
 
@@ -43,20 +56,64 @@ from typing import Any
 
 import numpy as np
 
-from memlib.retrieve import kernels, late
+from memlib.retrieve import first_stage, kernels, late
 from memlib.retrieve.base import RetrievedNode, StrategyBase
 from memlib.retrieve.registry import register
 from memlib.retrieve.signals import turn_frame, zscore
 
 
-def late_scores(index, query: str, p: dict[str, Any], model_cache: str | None = None) -> np.ndarray:
-    """idf-weighted MaxSim of ``query`` against every turn (conversation order)."""
+def _query(index, query: str, p: dict[str, Any], model_cache: str | None):
     encoder = late.get_encoder(p.get("threads"), p.get("encoder", late.DEFAULT_MODEL), model_cache)
     cache_dir = p.get("cache_dir") or (late.default_cache_dir(index) if p.get("disk_cache", True) else None)
     matrix = late.tenant_matrix(index, encoder, cache_dir)
     q_ids, q_vecs = late.content_query_tokens(matrix, *encoder.encode([query])[0], float(p.get("query_max_df", 1.0)))
+    return encoder, matrix, q_ids, q_vecs
+
+
+def late_scores(index, query: str, p: dict[str, Any], model_cache: str | None = None) -> np.ndarray:
+    """idf-weighted MaxSim of ``query`` against every turn (conversation order)."""
+    _, matrix, q_ids, q_vecs = _query(index, query, p, model_cache)
     return late.maxsim(matrix, q_ids, q_vecs, bool(p.get("idf", True)), exact=not p.get("int8_maxsim", True)
                        ).astype(np.float64)
+
+
+def _row_ids(index, encoder, matrix) -> np.ndarray | None:
+    """Token id of every row of ``matrix`` (None when the texts do not give its rows back)."""
+    texts = [index.texts[index.row_of[t]] if t in index.row_of else index.turns[t].text for t in matrix.turn_ids]
+    ids = encoder.content_ids(texts)
+    counts = np.bincount(matrix.owner, minlength=matrix.n_turns) if matrix.owner.size else np.zeros(0, np.int64)
+    if len(ids) != matrix.n_turns or any(len(i) != c for i, c in zip(ids, counts)):
+        return None
+    return np.concatenate(ids) if ids else np.zeros(0, np.int64)
+
+
+def scored_turns(index, frame, query: str, p: dict[str, Any], model_cache: str | None = None
+                 ) -> tuple[np.ndarray | None, np.ndarray]:
+    """(positions scored, their idf-MaxSim): every turn (positions None) on a tenant of at most
+    ``first_stage_turns`` turns, else the first stage's candidates and their neighbours in
+    their sessions that are not assistant turns (memlib/retrieve/first_stage.py); the other
+    turns are not ranked."""
+    encoder, matrix, q_ids, q_vecs = _query(index, query, p, model_cache)
+    limit = int(p.get("first_stage_turns", 0))
+    post = (first_stage.postings_for(matrix, lambda: _row_ids(index, encoder, matrix))
+            if 0 < limit < matrix.n_turns else None)
+    if post is None:
+        return None, late.maxsim(matrix, q_ids, q_vecs, bool(p.get("idf", True)),
+                                 exact=not p.get("int8_maxsim", True)).astype(np.float64)
+    stage = first_stage.StageParams(int(p["candidates"]), int(p["assistant_candidates"]), int(p["expand"]),
+                                    float(p["min_cos"]), float(p["stage_max_df"]))
+    approx = first_stage.approximate_scores(post, matrix.idf, q_ids, q_vecs, stage)
+    cand = first_stage.select_by_role(approx, frame.assistant, stage.candidates, stage.assistant_candidates)
+    near = _neighbours(frame, cand)
+    pool = np.unique(np.r_[cand, near[~frame.assistant[near]]])
+    return pool, first_stage.maxsim_rows(matrix, post, pool, q_ids, q_vecs, bool(p.get("idf", True)),
+                                         exact=not p.get("int8_maxsim", True)).astype(np.float64)
+
+
+def _neighbours(frame, cand: np.ndarray) -> np.ndarray:
+    """The previous and next turn of each candidate within its session."""
+    both = np.r_[frame.neighbours[0][cand], frame.neighbours[1][cand]]
+    return both[both >= 0]
 
 
 def graph_term(index, frame, base: np.ndarray, seeds: int) -> np.ndarray | None:
@@ -77,7 +134,9 @@ class Auto(StrategyBase):
     defaults = {"session_top": 2, "session_weight": 0.25, "adjacent_weight": 0.3, "idf": True,
                 "assistant_penalty": 4.0, "session_lead": 0.5, "graph_weight": 0.0, "graph_seeds": 20,
                 "threads": 1, "cache_dir": None, "disk_cache": True, "encoder": late.DEFAULT_MODEL,
-                "query_max_df": 1.0, "int8_maxsim": True}
+                "query_max_df": 1.0, "int8_maxsim": True, "first_stage_turns": 4000, "candidates": 64,
+                "assistant_candidates": 8, "expand": 32, "min_cos": 0.4, "stage_max_df": 0.2,
+                "participant_weight": 1.0}
 
     wants_config = True  # for embed.model_cache
 
@@ -90,13 +149,18 @@ class Auto(StrategyBase):
         frame = turn_frame(tenant)
         if not frame.ids or k <= 0:
             return []
-        ms = late_scores(tenant, query, p, self.model_cache)
+        pool, ms = scored_turns(tenant, frame, query, p, self.model_cache)
+        named = frame.named_participants(query) if float(p["participant_weight"]) > 0 else None
+        if pool is not None:
+            frame, named = frame.subset(pool), None if named is None else named[pool]
         z_ms = zscore(ms)
         prior = zscore(frame.session_prior(ms, int(p["session_top"])))
         adj = zscore(frame.adjacent(ms))
         score = z_ms + float(p["session_weight"]) * prior + float(p["adjacent_weight"]) * adj
         if float(p["assistant_penalty"]) > 0:
             score = score - float(p["assistant_penalty"]) * frame.assistant
+        if named is not None:
+            score = score + float(p["participant_weight"]) * named
         graph = None
         if float(p["graph_weight"]) > 0:
             graph = graph_term(tenant, frame, ms, int(p["graph_seeds"]))
@@ -108,6 +172,7 @@ class Auto(StrategyBase):
         signals = {frame.ids[i]: {"maxsim": float(ms[i]), "z_maxsim": float(z_ms[i]), "session_prior": float(prior[i]),
                                   "adjacent": float(adj[i]), "assistant": bool(frame.assistant[i]),
                                   "session_lead": bool(lead[i]),
+                                  **({"named_participant": bool(named[i])} if named is not None else {}),
                                   **({"graph": float(graph[i])} if graph is not None else {})}
                    for i in top}
         return kernels.make_nodes(tenant, [(frame.ids[i], float(score[i])) for i in top], signals, score_name="auto")

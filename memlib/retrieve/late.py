@@ -104,6 +104,18 @@ class TokenEncoder:
         return (token_windows.joined(windows, out, len(texts)),
                 token_windows.first_window_rows(windows, out, len(texts)))
 
+    def content_ids(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """Per text: the token ids :meth:`encode` returns vectors for, in the same order, without
+        running the model (what the first stage of memlib/retrieve/first_stage.py indexes)."""
+        limit = token_windows.MAX_WINDOWS if self.windowed else 1
+        windows = token_windows.split([e.ids for e in self._tok.encode_batch(list(texts))], max_windows=limit)
+        out = []
+        for start in range(0, len(windows), 4096):
+            ids, mask, share = token_windows.padded(windows[start:start + 4096])
+            keep = (mask == 1) & ~self._drop[ids] & share
+            out += [(ids[row][keep[row]], ids[row][keep[row]]) for row in range(ids.shape[0])]
+        return [i for i, _ in token_windows.joined(windows, out, len(texts))]
+
     def _batch(self, windows: list[token_windows.Window]) -> list[tuple[np.ndarray, np.ndarray]]:
         ids, mask, share = token_windows.padded(windows)
         feeds = {"input_ids": ids, "attention_mask": mask}

@@ -2,6 +2,7 @@
 adjacent-turn context, and turn votes from other node kinds through provenance."""
 from __future__ import annotations
 
+import re
 from functools import cached_property
 
 import numpy as np
@@ -34,10 +35,37 @@ class TurnFrame:
         self.n_sessions = int(self.session.max()) + 1 if self.session.size else 0
         self.times = np.asarray([_epoch(index.turns[t].time) for t in self.ids], dtype=np.float64)
         self.assistant = np.asarray([index.turns[t].role == "assistant" for t in self.ids], dtype=bool)
+        self.speaker = np.asarray([_first_name(index.turns[t].speaker) for t in self.ids], dtype=object)
+
+    def subset(self, positions: np.ndarray) -> "TurnFrame":
+        """The frame of the turns at ``positions`` (ascending) only; a turn's neighbours are its
+        session neighbours when they are in the subset too."""
+        sub = object.__new__(TurnFrame)
+        sub.ids = [self.ids[i] for i in positions]
+        sub.pos = {t: i for i, t in enumerate(sub.ids)}
+        _, sub.session = np.unique(self.session[positions], return_inverse=True) if positions.size else (
+            None, np.zeros(0, np.int64))
+        sub.n_sessions = int(sub.session.max()) + 1 if sub.session.size else 0
+        sub.times, sub.assistant = self.times[positions], self.assistant[positions]
+        sub.speaker = self.speaker[positions]
+        inverse = np.full(self.session.size + 1, -1, dtype=np.int64)     # last slot: "no neighbour"
+        inverse[positions] = np.arange(positions.size)
+        sub.neighbours = tuple(inverse[n[positions]] for n in self.neighbours)
+        return sub
 
     @cached_property
-    def same_prev(self) -> np.ndarray:
-        return np.r_[False, self.session[1:] == self.session[:-1]]
+    def neighbours(self) -> tuple[np.ndarray, np.ndarray]:
+        """(previous, next) turn of each turn in its session, as positions (-1: none). A session's
+        turns keep their order in the frame, but a tenant of several conversations interleaves
+        their sessions there (``session_index`` counts within a conversation), so the neighbour
+        in the frame can belong to another session."""
+        n = self.session.size
+        order = np.lexsort((np.arange(n), self.session))
+        same = self.session[order][1:] == self.session[order][:-1]
+        prev, nxt = np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)
+        prev[order[1:][same]] = order[:-1][same]
+        nxt[order[:-1][same]] = order[1:][same]
+        return prev, nxt
 
     def session_prior(self, scores: np.ndarray, top: int) -> np.ndarray:
         """Per turn: mean of the ``top`` best scores in its session."""
@@ -67,9 +95,30 @@ class TurnFrame:
         if scores.size == 0:
             return scores
         floor = float(scores.min())
-        prev = np.where(self.same_prev, np.r_[floor, scores[:-1]], floor)
-        nxt = np.where(np.r_[self.same_prev[1:], False], np.r_[scores[1:], floor], floor)
-        return np.maximum(prev, nxt)
+        prev, nxt = self.neighbours
+        return np.maximum(np.where(prev >= 0, scores[prev], floor), np.where(nxt >= 0, scores[nxt], floor))
+
+    @cached_property
+    def sessions_of_speaker(self) -> dict[str, np.ndarray]:
+        """Per speaker name (first word, lower case): the session codes it speaks in."""
+        if self.speaker.size == 0:
+            return {}
+        pairs = np.unique(np.stack([self.speaker.astype(str), self.session.astype(str)]), axis=1)
+        out: dict[str, list[int]] = {}
+        for name, sess in zip(pairs[0], pairs[1]):
+            if name:
+                out.setdefault(name, []).append(int(sess))
+        return {k: np.asarray(v, dtype=np.int64) for k, v in out.items()}
+
+    def named_participants(self, query: str) -> np.ndarray:
+        """Per turn: whether a speaker of its session is named in ``query`` (a query word equal to
+        the first word of a speaker's name, case-insensitive). All false when the query names
+        nobody who speaks in the tenant."""
+        words = set(_WORD.findall(query.lower()))
+        hits = [self.sessions_of_speaker[w] for w in words if w in self.sessions_of_speaker]
+        if not hits:
+            return np.zeros(self.session.size, dtype=bool)
+        return np.isin(self.session, np.concatenate(hits))
 
     def votes(self, index, node_scores: dict[str, float]) -> np.ndarray:
         """Per turn: the max score of any node citing it through provenance."""
@@ -79,6 +128,15 @@ class TurnFrame:
             if pos:
                 out[pos] = np.maximum(out[pos], s)
         return out
+
+
+_WORD = re.compile(r"[^\W\d_]+")
+
+
+def _first_name(speaker) -> str:
+    """The first word of a speaker's name, lower case ("" for none)."""
+    words = _WORD.findall((speaker or "").lower())
+    return words[0] if words else ""
 
 
 def _epoch(t) -> float:

@@ -7,6 +7,13 @@ evidence ids stay valid). Every other session is a *copy of another conversation
 around the evaluated conversation and re-named (LoCoMo speaker names replaced in speaker and
 text by names the evaluated conversation does not use), with fresh session and turn ids.
 The evaluated conversation's own sessions are never copied.
+
+The copy plan is drawn for :attr:`HaystackSpec.plan_size` copies and cut to the size asked, so
+with one seed a smaller haystack's distractors are a prefix of a larger one's (same copies, ids
+and dates): 50, 500 and 2,500 sessions are nested, and a larger store can be built from a
+smaller one with ``memlib build --incremental``. When the haystack needs more copies than the
+pool has sessions, every source session is used once before any is used twice (rounds of
+permutations); :func:`filler_summary` says how many copies reuse a source.
 """
 from __future__ import annotations
 
@@ -31,6 +38,7 @@ class HaystackSpec:
     sessions: int = 2500        # LongMemEval-l: ~2,500 sessions (~24k turns here) per tenant
     seed: int = 0
     span_days: int = 720        # distractor dates fall within this many days before the conversation ends
+    plan_size: int = 2500       # copies drawn before the cut: smaller haystacks are prefixes of larger ones
 
 
 @dataclass
@@ -66,10 +74,11 @@ def _sessions(turns: pl.DataFrame) -> pl.DataFrame:
 def _copy_plan(pool: pl.DataFrame, n: int, end, spec: HaystackSpec, rng: np.random.Generator) -> pl.DataFrame:
     """One row per distractor copy: source session, copy id, new date, name variant."""
     sessions = _sessions(pool)
-    rounds = max(1, -(-n // max(sessions.height, 1)))
-    order = np.concatenate([rng.permutation(sessions.height) for _ in range(rounds)])[:n]
-    days = rng.integers(0, spec.span_days, size=n)
-    minutes = rng.integers(8 * 60, 22 * 60, size=n)
+    size = max(n, spec.plan_size)
+    rounds = max(1, -(-size // max(sessions.height, 1)))
+    order = np.concatenate([rng.permutation(sessions.height) for _ in range(rounds)])[:size][:n]
+    days = rng.integers(0, spec.span_days, size=size)[:n]
+    minutes = rng.integers(8 * 60, 22 * 60, size=size)[:n]
     return sessions[order].with_columns(
         pl.Series("copy", np.arange(n), dtype=pl.Int64),
         pl.Series("new_time", [end - timedelta(days=int(d)) for d in days]).dt.truncate("1d")
@@ -93,12 +102,33 @@ def _rename(df: pl.DataFrame, avoid: set[str]) -> pl.DataFrame:
     return pl.concat(parts) if parts else df
 
 
+def _plan_for(pool: Pool, conversation: str, spec: HaystackSpec) -> tuple[pl.DataFrame, pl.DataFrame, int]:
+    own = pool.turns.filter(pl.col("conversation_id") == conversation)
+    others = pool.turns.filter(pl.col("conversation_id") != conversation)
+    return own, others, max(0, spec.sessions - _sessions(own).height)
+
+
+def filler_summary(pool: Pool, conversation: str, spec: HaystackSpec) -> dict:
+    """Where the distractor sessions of :func:`compose_haystack` come from: copies per origin
+    (``locomo``: the other LoCoMo conversations, ``longmemeval``: the LongMemEval haystack
+    sessions), distinct source sessions, and how many copies repeat a source already copied."""
+    own, others, n = _plan_for(pool, conversation, spec)
+    if n == 0:
+        return {"filler_copies": 0}
+    plan = _copy_plan(others, n, own.get_column("session_time").max(), spec, np.random.default_rng(spec.seed))
+    origin = others.select("conversation_id", "session_id", "origin").unique(subset=["conversation_id", "session_id"])
+    plan = plan.join(origin, on=["conversation_id", "session_id"], how="left")
+    distinct = plan.select("conversation_id", "session_id").n_unique()
+    by_origin = plan.group_by("origin").len().sort("origin")
+    return {"filler_copies": plan.height, "filler_distinct_sources": distinct,
+            "filler_pool_sessions": _sessions(others).height, "filler_repeated_copies": plan.height - distinct,
+            "filler_by_origin": dict(zip(by_origin.get_column("origin").to_list(), by_origin.get_column("len").to_list()))}
+
+
 def compose_haystack(pool: Pool, conversation: str, tenant: str, spec: HaystackSpec) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(turns, questions) of ``tenant``: the conversation plus distractor copies up to ``spec.sessions``."""
     rng = np.random.default_rng(spec.seed)
-    own = pool.turns.filter(pl.col("conversation_id") == conversation)
-    others = pool.turns.filter(pl.col("conversation_id") != conversation)
-    n = max(0, spec.sessions - _sessions(own).height)
+    own, others, n = _plan_for(pool, conversation, spec)
     questions = pool.questions.filter(pl.col("tenant_id") == conversation).with_columns(
         pl.lit(tenant).alias("tenant_id"), (pl.lit(tenant + ":") + pl.col("question_id")).alias("question_id"))
     if n == 0:

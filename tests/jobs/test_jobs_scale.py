@@ -13,7 +13,7 @@ def pool(shared_data):
     from memlib.scale.haystack import Pool
 
     return Pool.load(shared_data / "locomo_dev3.json",
-                     [shared_data / "longmemeval_s_3haystacks_thirdparty_modified.json"])
+                     [shared_data / "longmemeval_s_dev24.json"])
 
 
 def test_jobs_scale_haystack_is_longmemeval_l_sized_and_keeps_evidence(pool):
@@ -39,6 +39,25 @@ def test_jobs_scale_haystack_is_longmemeval_l_sized_and_keeps_evidence(pool):
     assert distractors.get_column("session_time").dt.date().n_unique() > 300
 
 
+def test_jobs_scale_smaller_haystacks_are_prefixes_and_filler_reuse_is_counted(pool):
+    from memlib.scale.haystack import HaystackSpec, compose_haystack, filler_summary
+
+    small, _ = compose_haystack(pool, "conv-26", "h", HaystackSpec(sessions=500))
+    big, _ = compose_haystack(pool, "conv-26", "h", HaystackSpec(sessions=2500))
+    # every turn of the 500-session haystack is in the 2,500-session one: same ids, dates, texts
+    keys = ["session_id", "turn_id", "session_time", "speaker", "text"]
+    assert small.join(big, on=keys, how="anti").height == 0 and big.height > 4 * small.height
+    s500, s2500 = filler_summary(pool, "conv-26", HaystackSpec(sessions=500)), \
+        filler_summary(pool, "conv-26", HaystackSpec(sessions=2500))
+    pool_sessions = s500["filler_pool_sessions"]
+    assert 1100 < pool_sessions < 2481  # dev24's distinct sessions + conv-30 + conv-41
+    assert s500["filler_copies"] == 481 and s500["filler_repeated_copies"] == 0
+    # 2,481 copies of fewer sources: each source once before any twice
+    assert s2500["filler_distinct_sources"] == pool_sessions
+    assert s2500["filler_repeated_copies"] == 2481 - pool_sessions
+    assert sum(s2500["filler_by_origin"].values()) == 2481 and set(s2500["filler_by_origin"]) == {"locomo", "longmemeval"}
+
+
 def test_jobs_scale_many_tenants(pool, tmp_path):
     from memlib.scale.haystack import HaystackSpec, many_tenants, write_jsonl
 
@@ -50,12 +69,38 @@ def test_jobs_scale_many_tenants(pool, tmp_path):
     assert {"tenant_id", "conversation_id", "session_id", "session_time", "turn_id", "role", "text"} <= set(first)
 
 
+def test_jobs_scale_figures_per_strategy():
+    from memlib.cli.bench_scale import strategy_figures
+
+    def rows(tenant, strategy, recalls, latencies):
+        return [{"tenant_id": tenant, "strategy": strategy, "group": "overall", "turn_recall@10": r,
+                 "latency_ms": ms} for r, ms in zip(recalls, latencies)]
+
+    hay = pl.DataFrame(rows("c-hay", "auto", [1.0, 0.5, 0.75], [4.0, 5.0, 9.0]) + rows("c-hay", "bm25", [0.5, 0.5], [1.0, 1.0]))
+    alone = pl.DataFrame(rows("c", "auto", [1.0, 1.0], [2.0, 2.0]) + rows("c", "bm25", [0.5, 0.0], [1.0, 1.0]))
+    auto = strategy_figures(hay, alone, "auto", "c-hay", "c")
+    assert auto["recall_ratio"] == 0.75 and auto["haystack_turn_recall@10"] == 0.75
+    assert auto["inprocess_p50_ms"] == 5.0 and auto["alone_inprocess_p50_ms"] == 2.0 and auto["p50_ratio"] == 2.5
+    # each strategy against its own recall alone, never another strategy's rows
+    assert strategy_figures(hay, alone, "bm25", "c-hay", "c")["recall_ratio"] == 2.0
+
+
 @pytest.mark.slow
-def test_jobs_scale_bench_small(shared_data):
-    res = run_cli(["bench", "scale", "--data", str(shared_data), "--sessions", "40", "--num-cpus", "2",
-                   "--set", "embed.backend=wordllama", "--set", "embed.dim=256"])
+def test_jobs_scale_bench_small(shared_data, tmp_path):
+    args = ["bench", "scale", "--data", str(shared_data), "--sessions", "40", "--num-cpus", "2",
+            "--set", "embed.backend=wordllama", "--set", "embed.dim=256", "--strategies", "auto,bm25",
+            "--store", str(tmp_path / "hay"), "--alone-store", str(tmp_path / "alone")]
+    res = run_cli(args)
     assert res.exit_code == 0, res.output
     out = json.loads(res.output.strip().splitlines()[-1])
     assert out["sessions"] == 40 and out["tenants"] == 1 and out["nodes"] > 0 and 0 < out["recall_ratio"] <= 1.5
     assert out["latency_source"] == "http" and out["latency_requests"] > 0
     assert 0 < out["p50_ms"] <= out["p95_ms"]
+    assert set(out["by_strategy"]) == {"auto", "bm25"} and out["strategy"] == "auto" and not out["store_reused"]
+    assert out["filler_file"] == "longmemeval_s_dev24.json" and out["filler_repeated_copies"] == 0
+    # the kept stores are reused by the next run (no build), with the same recall
+    again = run_cli(args + ["--no-http", "--no-speedup"])
+    assert again.exit_code == 0, again.output
+    second = json.loads(again.output.strip().splitlines()[-1])
+    assert second["store_reused"] and second["build_s"] is None
+    assert second["by_strategy"]["bm25"]["recall_ratio"] == out["by_strategy"]["bm25"]["recall_ratio"]

@@ -1,0 +1,214 @@
+"""A cheap first stage for ``auto`` on big tenants: candidate turns before MaxSim.
+
+MaxSim reads every token vector of the tenant for every query: linear in the tenant's size
+(a LongMemEval-l haystack of 2,500 sessions holds about 5M content tokens). Above
+``first_stage_turns`` turns ``auto`` scores only the candidates this stage selects:
+
+* **Token postings.** Each row of the token matrix is a WordPiece id (the same ids the encoder
+  read, recomputed by :meth:`~memlib.retrieve.late.TokenEncoder.content_ids` without running
+  the model); per id present in the tenant, the turns holding it (CSR) and the *centroid* of
+  its vectors (their normalized mean).
+* **Query expansion.** Each query token is compared with the centroids (one small int8
+  product, :class:`~memlib.retrieve.late.Int8Similarity`); it reaches the ids whose centroid
+  is among its ``expand`` nearest with cosine at least ``min_cos``. Ids held by more than
+  ``max_df`` of the turns are skipped (a frequent id's postings are long and say little).
+* **Approximate MaxSim.** A turn's first-stage score is ``sum_q idf(q) * max cos(q, centroid)``
+  over the expanded ids it holds: MaxSim with every token replaced by its id's centroid,
+  restricted to the ids each query token reaches. The ``candidates`` best turns go on.
+
+The cost is the centroid product (the tenant's distinct ids, not its tokens) plus the postings
+of the reached ids; the exact MaxSim then reads the candidates' rows only. Recall lost by the
+stage is measured in docs/benchmarks.md (``memlib bench scale``, first stage on and off).
+"""
+from __future__ import annotations
+
+import threading
+import weakref
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from memlib.retrieve.late import Int8Similarity, TokenMatrix, quantize_rows
+
+
+class RowSimilarity:
+    """``q @ V[rows].T`` for any subset of a tenant's token rows on onnxruntime's int8 kernels,
+    with the quantization and kernel of :class:`~memlib.retrieve.late.Int8Similarity` (rows in
+    [-64, 64] with a scale each, the query quantized to uint8 per call): the candidates' scores
+    equal those the full int8 MaxSim gives them. The int8 rows are kept (a quarter of the
+    float32 size) and the subset is fed to the graph per query."""
+
+    def __init__(self, vectors: np.ndarray):
+        import onnxruntime as ort
+        from onnx import TensorProto, helper
+
+        dim = vectors.shape[1]
+        self.scale, self.v8 = quantize_rows(vectors)
+        graph = helper.make_graph(
+            [helper.make_node("DynamicQuantizeLinear", ["q"], ["q8", "q_scale", "q_zero"]),
+             helper.make_node("Transpose", ["v8"], ["v8t"], perm=[1, 0]),
+             helper.make_node("MatMulInteger", ["q8", "v8t", "q_zero"], ["dot"]),
+             helper.make_node("Cast", ["dot"], ["dot_f"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["dot_f", "v_scale"], ["dot_v"]),
+             helper.make_node("Mul", ["dot_v", "q_scale"], ["sim"])],
+            "int8_row_similarity",
+            [helper.make_tensor_value_info("q", TensorProto.FLOAT, [None, dim]),
+             helper.make_tensor_value_info("v8", TensorProto.INT8, [None, dim]),
+             helper.make_tensor_value_info("v_scale", TensorProto.FLOAT, [1, None])],
+            [helper.make_tensor_value_info("sim", TensorProto.FLOAT, [None, None])])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1
+        options.inter_op_num_threads = 1
+        options.log_severity_level = 3
+        self._sess = ort.InferenceSession(model.SerializeToString(), sess_options=options,
+                                          providers=["CPUExecutionProvider"])
+
+    def __call__(self, q_vecs: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """(Q, len(rows)) approximate cosines of the query token vectors with those rows."""
+        return self._sess.run(None, {"q": np.ascontiguousarray(q_vecs, dtype=np.float32), "v8": self.v8[rows],
+                                     "v_scale": self.scale[rows][None, :]})[0]
+
+
+@dataclass(frozen=True, eq=False)
+class TokenPostings:
+    """Per distinct token id of a tenant (``vocab``, sorted): the turns holding it
+    (``turns[ptr[i]:ptr[i + 1]]``) and the unit centroid of its vectors."""
+
+    vocab: np.ndarray       # (V,) int64 token ids
+    ptr: np.ndarray         # (V + 1,) int64 offsets into turns
+    turns: np.ndarray       # (P,) int32 turn positions, unique per id
+    centroids: np.ndarray   # (V, dim) float32 unit vectors
+    n_turns: int
+    bounds: np.ndarray      # (n_turns + 1,) int64: turn i's rows are bounds[i]:bounds[i + 1]
+    vectors: np.ndarray     # the matrix's token vectors (shared, not copied)
+
+    @property
+    def df(self) -> np.ndarray:
+        return np.diff(self.ptr)
+
+    @cached_property
+    def similarity(self) -> Int8Similarity:
+        return Int8Similarity(self.centroids)
+
+    @cached_property
+    def rows(self) -> RowSimilarity:
+        return RowSimilarity(self.vectors)
+
+
+def build_postings(matrix: TokenMatrix, row_ids: np.ndarray, chunk: int = 262_144) -> TokenPostings:
+    """:class:`TokenPostings` of ``matrix`` whose row ``i`` is token id ``row_ids[i]``."""
+    from scipy import sparse
+
+    vocab, pos = np.unique(row_ids, return_inverse=True)
+    owner = matrix.owner.astype(np.int64)
+    pairs = np.unique(pos.astype(np.int64) * max(matrix.n_turns, 1) + owner)
+    ids_of_pair = pairs // max(matrix.n_turns, 1)
+    ptr = np.r_[0, np.cumsum(np.bincount(ids_of_pair, minlength=vocab.size))].astype(np.int64)
+    turns = (pairs % max(matrix.n_turns, 1)).astype(np.int32)
+    dim = matrix.vectors.shape[1]
+    sums = np.zeros((vocab.size, dim), dtype=np.float32)
+    for start in range(0, row_ids.size, chunk):
+        stop = min(start + chunk, row_ids.size)
+        onehot = sparse.csr_matrix((np.ones(stop - start, dtype=np.float32),
+                                    (pos[start:stop], np.arange(stop - start))), shape=(vocab.size, stop - start))
+        sums += onehot @ matrix.vectors[start:stop].astype(np.float32)
+    sums /= np.maximum(np.linalg.norm(sums, axis=1, keepdims=True), 1e-12)
+    bounds = np.searchsorted(owner, np.arange(matrix.n_turns + 1), side="left").astype(np.int64)
+    return TokenPostings(vocab, ptr, turns, sums, matrix.n_turns, bounds, matrix.vectors)
+
+
+@dataclass(frozen=True)
+class StageParams:
+    candidates: int = 64      # turns (not an assistant's) passed to the exact MaxSim
+    assistant_candidates: int = 8  # assistant turns passed to it
+    expand: int = 32          # nearest ids per query token
+    min_cos: float = 0.4      # least centroid cosine of a reached id
+    max_df: float = 0.2       # ids held by more of the turns are not followed
+
+
+def approximate_scores(post: TokenPostings, idf: np.ndarray, q_ids: np.ndarray, q_vecs: np.ndarray,
+                       p: StageParams) -> np.ndarray:
+    """Per turn: ``sum_q idf(q) * max cos(q, centroid(id))`` over the ids reached by ``q``
+    that the turn holds (0 for a turn reached by no query token)."""
+    score = np.zeros(post.n_turns, dtype=np.float32)
+    if q_ids.size == 0 or post.vocab.size == 0:
+        return score
+    sim = post.similarity(q_vecs)                                            # (Q, V)
+    df_ok = post.df <= max(1.0, p.max_df * post.n_turns)
+    sim = np.where(df_ok[None, :], sim, -1.0)
+    k = min(p.expand, post.vocab.size)
+    near = np.argpartition(-sim, k - 1, axis=1)[:, :k] if k < post.vocab.size else np.tile(
+        np.arange(post.vocab.size), (q_ids.size, 1))
+    best = np.zeros(post.n_turns, dtype=np.float32)
+    for qi in range(q_ids.size):
+        cos = sim[qi, near[qi]]
+        reach = near[qi][cos >= p.min_cos]
+        if reach.size == 0:
+            continue
+        best[:] = 0.0
+        for v in reach[np.argsort(sim[qi, reach], kind="stable")]:        # ascending: the last write is the max
+            best[post.turns[post.ptr[v]:post.ptr[v + 1]]] = sim[qi, v]
+        score += idf[q_ids[qi]] * best
+    return score
+
+
+def select(scores: np.ndarray, n: int) -> np.ndarray:
+    """Positions of the ``n`` best first-stage scores, ascending."""
+    if n >= scores.size:
+        return np.arange(scores.size)
+    top = np.argpartition(-scores, n - 1)[:n] if n > 0 else np.zeros(0, dtype=np.int64)
+    return np.sort(top)
+
+
+def select_by_role(scores: np.ndarray, assistant: np.ndarray, n: int, n_assistant: int) -> np.ndarray:
+    """The ``n`` best turns that are not an assistant's and the ``n_assistant`` best assistant
+    turns, ascending. ``auto``'s role prior puts an assistant turn ``assistant_penalty``
+    standard deviations down, so only the very best of them can reach the top; they get a
+    small share of the budget instead of crowding out the others (and long assistant turns
+    are most of the rows the exact MaxSim would read)."""
+    other, asst = np.flatnonzero(~assistant), np.flatnonzero(assistant)
+    return np.sort(np.r_[other[select(scores[other], n)], asst[select(scores[asst], n_assistant)]])
+
+
+def maxsim_rows(matrix: TokenMatrix, post: TokenPostings, turns: np.ndarray, q_ids: np.ndarray,
+                q_vecs: np.ndarray, use_idf: bool = True, exact: bool = False) -> np.ndarray:
+    """idf-MaxSim of the query against the turns at positions ``turns`` only (int8 kernels:
+    the scores the full int8 MaxSim gives those turns; ``exact``: numpy float32)."""
+    out = np.zeros(turns.size, dtype=np.float32)
+    if q_ids.size == 0 or turns.size == 0:
+        return out
+    bounds = post.bounds
+    lo, hi = bounds[turns], bounds[turns + 1]
+    has = hi > lo
+    if not has.any():
+        return out
+    lengths = (hi - lo)[has]
+    rows = np.repeat(lo[has] - np.r_[0, np.cumsum(lengths)[:-1]], lengths) + np.arange(lengths.sum())
+    sim = ((matrix.vectors[rows].astype(np.float32) @ q_vecs.T).T if exact
+           else post.rows(q_vecs, rows))                                     # (Q, rows)
+    best = np.maximum.reduceat(sim, np.r_[0, np.cumsum(lengths)[:-1]], axis=1)   # (Q, turns with rows)
+    weights = matrix.idf[q_ids] if use_idf else np.ones(q_ids.size, dtype=np.float32)
+    out[has] = weights @ best
+    return out
+
+
+# -- per-matrix cache ----------------------------------------------------------------------
+_POSTINGS: "weakref.WeakKeyDictionary[TokenMatrix, TokenPostings | None]" = weakref.WeakKeyDictionary()
+_LOCK = threading.Lock()
+
+
+def postings_for(matrix: TokenMatrix, row_ids_fn) -> TokenPostings | None:
+    """The postings of ``matrix`` (built once, kept while the matrix lives); ``row_ids_fn()``
+    returns its rows' token ids, or None when they cannot be recovered (then None here too, and
+    the caller scores every turn)."""
+    with _LOCK:
+        if matrix in _POSTINGS:
+            return _POSTINGS[matrix]
+        row_ids = row_ids_fn()
+        post = build_postings(matrix, row_ids) if row_ids is not None else None
+        if post is not None:
+            post.similarity, post.rows  # noqa: B018 - built once here, not by the first query
+        _POSTINGS[matrix] = post
+        return post

@@ -1,0 +1,110 @@
+"""auto's first stage (memlib/retrieve/first_stage.py) and session neighbours in interleaved
+frames, on the store built from the sample conversations (real encoder, real token matrices)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from memlib.retrieve import auto, first_stage, late
+from memlib.retrieve.kernels import run_search
+from memlib.retrieve.registry import get_strategy
+from memlib.retrieve.signals import TurnFrame, turn_frame
+
+from tests.retrieve.conftest import retrieve_config
+
+
+def _frame(session: list[int]) -> TurnFrame:
+    frame = TurnFrame.__new__(TurnFrame)
+    frame.session = np.asarray(session)
+    frame.n_sessions = int(frame.session.max()) + 1
+    return frame
+
+
+def test_adjacent_reads_session_neighbours_when_conversations_interleave():
+    # two conversations' sessions interleaved in the frame (session_index counts per conversation)
+    frame = _frame([0, 1, 0, 1, 0])
+    s = np.array([1.0, 9.0, 2.0, 8.0, 3.0])
+    prev, nxt = frame.neighbours
+    assert prev.tolist() == [-1, -1, 0, 1, 2] and nxt.tolist() == [2, 3, 4, -1, -1]
+    # session 0 is turns 0, 2, 4: the 9 and 8 of session 1 never count as a neighbour's score
+    assert frame.adjacent(s).tolist() == [2.0, 8.0, 3.0, 9.0, 2.0]
+    # contiguous sessions: as before (the previous and next frame positions)
+    assert _frame([0, 0, 0, 1, 1]).adjacent(np.array([1.0, 5.0, 2.0, 0.0, 4.0])).tolist() == [5.0, 2.0, 5.0, 4.0, 0.0]
+
+
+def test_subset_keeps_only_neighbours_inside_the_subset():
+    frame = _frame([0, 1, 0, 1, 0, 0])
+    frame.ids = [f"t{i}" for i in range(6)]
+    frame.times = np.zeros(6)
+    frame.assistant = np.zeros(6, dtype=bool)
+    frame.speaker = np.array(["ann", "bo", "ann", "bo", "cy", "ann"], dtype=object)
+    sub = frame.subset(np.array([0, 2, 3, 5]))
+    # turn 2's next turn (4) is not in the subset; 5 follows 4, so it has no neighbour in it
+    assert sub.ids == ["t0", "t2", "t3", "t5"]
+    assert sub.neighbours[0].tolist() == [-1, 0, -1, -1] and sub.neighbours[1].tolist() == [1, -1, -1, -1]
+    assert sub.session.tolist() == [0, 0, 1, 0]
+
+
+@pytest.fixture(scope="module")
+def tenant_parts(cache):
+    index = cache.get(cache.tenants()[0])
+    encoder = late.get_encoder(1, late.DEFAULT_MODEL, None)
+    matrix = late.tenant_matrix(index, encoder, None)
+    return index, encoder, matrix
+
+
+@pytest.mark.ray
+def test_content_ids_are_the_ids_of_the_encoded_rows(tenant_parts):
+    index, encoder, matrix = tenant_parts
+    texts = [index.turns[t].text for t in matrix.turn_ids[:20]] + ["word " * 400]  # one text of many windows
+    encoded = encoder.encode(texts)
+    assert [i.tolist() for i in encoder.content_ids(texts)] == [i.tolist() for i, _ in encoded]
+    rows = auto._row_ids(index, encoder, matrix)
+    assert rows is not None and rows.size == matrix.vectors.shape[0]
+
+
+@pytest.mark.ray
+def test_candidate_maxsim_equals_full_maxsim_on_the_turns_it_reads(tenant_parts):
+    index, encoder, matrix = tenant_parts
+    post = first_stage.postings_for(matrix, lambda: auto._row_ids(index, encoder, matrix))
+    longest = max(index.turns.values(), key=lambda t: len(t.text))
+    q_ids, q_vecs = encoder.encode([" ".join(longest.text.split()[:12])])[0]
+    full = late.maxsim(matrix, q_ids, q_vecs)
+    some = np.arange(0, matrix.n_turns, 3)
+    assert np.array_equal(first_stage.maxsim_rows(matrix, post, some, q_ids, q_vecs), full[some])
+    exact = late.maxsim(matrix, q_ids, q_vecs, exact=True)
+    assert np.allclose(first_stage.maxsim_rows(matrix, post, some, q_ids, q_vecs, exact=True), exact[some], atol=1e-5)
+    approx = first_stage.approximate_scores(post, matrix.idf, q_ids, q_vecs, first_stage.StageParams())
+    # a turn holding a query token that is rare in the tenant is reached (its own id is its nearest centroid)
+    present = [int(np.searchsorted(post.vocab, i)) for i in q_ids if i in set(post.vocab.tolist())]
+    rare = [v for v in present if post.df[v] <= max(1.0, 0.05 * matrix.n_turns)]
+    assert rare, "the query shares no rare token with the tenant"
+    holders = post.turns[post.ptr[rare[0]]:post.ptr[rare[0] + 1]]
+    assert holders.size and (approx[holders] > 0).all()
+    # the best exact turn is among the first stage's best few
+    assert np.argmax(full) in first_stage.select(approx, 10)
+
+
+@pytest.mark.ray
+def test_auto_with_first_stage_over_every_turn_ranks_as_without(cache):
+    index = cache.get(cache.tenants()[0])
+    n = len(turn_frame(index).ids)
+    query = "what should I cook for the night shifts?"
+    plain = run_search(index, get_strategy("auto", retrieve_config()), query, 10)
+    # the stage forced on (threshold 1 turn) with every turn a candidate: the same ranking and scores
+    staged = run_search(index, get_strategy("auto", retrieve_config(), first_stage_turns=1, candidates=n,
+                                            assistant_candidates=n), query, 10)
+    assert [t.node_id for t in staged.turns] == [t.node_id for t in plain.turns]
+    assert [r.score for r in staged.nodes] == pytest.approx([r.score for r in plain.nodes])
+    # few candidates: fewer turns scored, the best turn still first
+    few = run_search(index, get_strategy("auto", retrieve_config(), first_stage_turns=1, candidates=5), query, 10)
+    assert few.turns[0].node_id == plain.turns[0].node_id
+
+
+def test_named_participants_marks_the_sessions_of_a_named_speaker():
+    frame = _frame([0, 0, 1, 1, 2, 2])
+    frame.speaker = np.array(["caroline", "melanie", "user", "assistant", "jonas", "kira"], dtype=object)
+    assert frame.named_participants("When did Caroline's friend move?").tolist() == [True] * 2 + [False] * 4
+    assert frame.named_participants("what did KIRA and melanie say").tolist() == [True, True, False, False, True, True]
+    # nobody named (a word that is no speaker's name): no turn marked
+    assert not frame.named_participants("when did I buy the car?").any()
