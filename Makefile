@@ -21,11 +21,11 @@ $(STAMP): pyproject.toml constraints.txt
 	@touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m memlib build --input $(INPUT) --format $(FORMAT) --out $(STORE)
-	$(PY) -m memlib demo-report --store $(STORE) --input $(INPUT) --format $(FORMAT)
+	$(VENV)/bin/memlib build --input $(INPUT) --format $(FORMAT) --out $(STORE)
+	$(VENV)/bin/memlib demo-report --store $(STORE) --input $(INPUT) --format $(FORMAT)
 
 test: $(STAMP)
-	$(PY) -m memlib check-env
+	$(VENV)/bin/memlib check-env
 	$(PY) -m pytest -q -ra
 
 test-all: $(STAMP)

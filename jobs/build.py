@@ -16,10 +16,10 @@ from typing import Any
 import ray
 
 from jobs.local_ray import start_local
-from memlib.build.recipe import DEFAULT_RECIPE
+from memlib.compose.recipe import DEFAULT_RECIPE
 from memlib.config import MemlibConfig
 
-log = logging.getLogger("memlib.build")
+log = logging.getLogger("memlib.compose")
 Progress = Callable[[str, dict[str, Any]], None]
 
 

@@ -25,7 +25,7 @@ from memlib.config import Backend, MemlibConfig
 from memlib.schema import Role
 
 
-class Stage(str, Enum):
+class Extraction(str, Enum):
     """Extraction stages, in the order :func:`memlib.extract.run.run_extractors` runs them."""
     FACTS = "facts"
     TRIPLETS = "triplets"
@@ -108,13 +108,13 @@ class ExtractionContext:
 @runtime_checkable
 class Extractor(Protocol):
     """A stage implementation. ``name`` is the stage key, ``backend`` its backend."""
-    name: Stage
+    name: Extraction
     backend: Backend
 
     def run(self, ctx: ExtractionContext) -> ExtractResult: ...
 
 
-_REGISTRY: dict[tuple[Stage, Backend], Callable[[], Extractor]] = {}
+_REGISTRY: dict[tuple[Extraction, Backend], Callable[[], Extractor]] = {}
 
 
 class UnknownExtractorError(KeyError):
@@ -123,7 +123,7 @@ class UnknownExtractorError(KeyError):
 
 def register(cls: type) -> type:
     """Class decorator: register ``cls`` under ``(cls.name, cls.backend)``."""
-    key = (Stage(cls.name), Backend(cls.backend))
+    key = (Extraction(cls.name), Backend(cls.backend))
     _REGISTRY[key] = cls
     return cls
 
@@ -142,9 +142,9 @@ def _load_builtin() -> None:
                 raise
 
 
-def get_extractor(stage: Stage | str, backend: Backend | str) -> Extractor:
+def get_extractor(stage: Extraction | str, backend: Backend | str) -> Extractor:
     """A new instance of the extractor registered for ``(stage, backend)``."""
-    key = (Stage(stage), Backend(backend))
+    key = (Extraction(stage), Backend(backend))
     if key not in _REGISTRY:
         _load_builtin()
     if key not in _REGISTRY:
@@ -153,6 +153,6 @@ def get_extractor(stage: Stage | str, backend: Backend | str) -> Extractor:
     return _REGISTRY[key]()
 
 
-def registered() -> list[tuple[Stage, Backend]]:
+def registered() -> list[tuple[Extraction, Backend]]:
     _load_builtin()
     return sorted(_REGISTRY, key=lambda k: (k[0].value, k[1].value))

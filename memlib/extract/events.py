@@ -12,7 +12,7 @@ from datetime import datetime
 import polars as pl
 
 from memlib.config import Backend
-from memlib.extract.base import ExtractionContext, ExtractResult, Stage, register
+from memlib.extract.base import ExtractionContext, ExtractResult, Extraction, register
 from memlib.extract.tables import edge_table, node_table
 from memlib.ids import make_id
 from memlib.schema import EdgeKind, NodeKind
@@ -38,7 +38,7 @@ def event_time(text: str, anchor: datetime | None) -> tuple[datetime | None, lis
 
 @register
 class HeuristicEvents:
-    name = Stage.EVENTS
+    name = Extraction.EVENTS
     backend = Backend.HEURISTIC
 
     def run(self, ctx: ExtractionContext) -> ExtractResult:

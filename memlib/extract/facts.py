@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from memlib import schema
 from memlib.config import Backend
-from memlib.extract.base import ExtractionContext, ExtractResult, Stage, register
+from memlib.extract.base import ExtractionContext, ExtractResult, Extraction, register
 from memlib.extract.concepts import canonicalize, chunks_by_sentence, concept_labels
 from memlib.extract.entities import ENTITY_LABELS
 from memlib.extract.events import pick_event_time
@@ -179,7 +179,7 @@ def build_result(raw: list[RawFact], threshold: float) -> ExtractResult:
 
 @register
 class HeuristicFacts:
-    name = Stage.FACTS
+    name = Extraction.FACTS
     backend = Backend.HEURISTIC
 
     def draft(self, ctx: ExtractionContext, session_key: str | dict[str, str] = "") -> pa.Table:

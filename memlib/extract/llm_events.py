@@ -8,7 +8,7 @@ from typing import Any
 import polars as pl
 
 from memlib.config import Backend
-from memlib.extract.base import ExtractionContext, ExtractResult, Stage, register
+from memlib.extract.base import ExtractionContext, ExtractResult, Extraction, register
 from memlib.extract.entities import entity_id
 from memlib.extract.llm_common import Unit, call_units, client_of, numbered, run_stage
 from memlib.extract.tables import edge_table, node_table
@@ -104,10 +104,10 @@ def _causal_vars(h: _Hood) -> dict[str, str]:
 
 @register
 class LLMEvents:
-    name = Stage.EVENTS
+    name = Extraction.EVENTS
     backend = Backend.LLM
 
     def run(self, ctx: ExtractionContext) -> ExtractResult:
-        res = run_stage(ctx, Stage.EVENTS, Task.EVENTS, variables, convert)
+        res = run_stage(ctx, Extraction.EVENTS, Task.EVENTS, variables, convert)
         links = causal_edges(ctx, res)
         return ExtractResult.concat([res, ExtractResult(edges=links.edges)])

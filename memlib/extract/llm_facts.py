@@ -12,7 +12,7 @@ from typing import Any
 import polars as pl
 
 from memlib.config import Backend
-from memlib.extract.base import ExtractionContext, ExtractResult, Stage, register
+from memlib.extract.base import ExtractionContext, ExtractResult, Extraction, register
 from memlib.extract.concepts import token_key
 from memlib.extract.contract import complete_facts
 from memlib.extract.llm_common import Unit, numbered, run_stage
@@ -93,10 +93,10 @@ def variables_for(ctx: ExtractionContext):
 
 @register
 class LLMFacts:
-    name = Stage.FACTS
+    name = Extraction.FACTS
     backend = Backend.LLM
 
     def run(self, ctx: ExtractionContext) -> ExtractResult:
-        res = supersede(ctx, run_stage(ctx, Stage.FACTS, Task.FACTS, variables_for(ctx), convert))
+        res = supersede(ctx, run_stage(ctx, Extraction.FACTS, Task.FACTS, variables_for(ctx), convert))
         return ExtractResult(complete_facts(res.nodes, ctx.turns), res.edges)  # the heuristic fact contract
 

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memlib.config import Backend
-from memlib.extract.base import ExtractionContext, ExtractResult, Stage, get_extractor, register
+from memlib.extract.base import ExtractionContext, ExtractResult, Extraction, get_extractor, register
 from memlib.extract.llm_common import call_units, client_of, handles_of, mark_source, numbered
 from memlib.extract.tables import edge_table, node_table
 from memlib.ids import make_id
@@ -70,13 +70,13 @@ def _fallback(ctx: ExtractionContext, failed: list[FactBatch]) -> ExtractResult:
     ids = pa.array(sorted({f["node_id"] for b in failed for f in b.facts}), pa.string())
     sub = ExtractionContext(turns=ctx.turns, config=ctx.config, nlp=ctx.nlp, extras=handles_of(ctx),
                             facts=ctx.facts.filter(pc.is_in(ctx.facts.column("node_id"), value_set=ids)))
-    res = get_extractor(Stage.REFLECTIONS, Backend.HEURISTIC).run(sub).conformed("reflections.fallback")
+    res = get_extractor(Extraction.REFLECTIONS, Backend.HEURISTIC).run(sub).conformed("reflections.fallback")
     return ExtractResult(mark_source(res.nodes, Source.HEURISTIC_FALLBACK.value), res.edges)
 
 
 @register
 class LLMReflections:
-    name = Stage.REFLECTIONS
+    name = Extraction.REFLECTIONS
     backend = Backend.LLM
 
     def run(self, ctx: ExtractionContext) -> ExtractResult:

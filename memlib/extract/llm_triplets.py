@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from memlib.config import Backend
-from memlib.extract.base import ExtractionContext, ExtractResult, Stage, register
+from memlib.extract.base import ExtractionContext, ExtractResult, Extraction, register
 from memlib.extract.entities import entity_id, entity_key
 from memlib.extract.llm_common import Unit, run_stage
 from memlib.extract.tables import edge_table, node_table
@@ -72,8 +72,8 @@ def variables(u: Unit) -> dict[str, str]:
 
 @register
 class LLMTriplets:
-    name = Stage.TRIPLETS
+    name = Extraction.TRIPLETS
     backend = Backend.LLM
 
     def run(self, ctx: ExtractionContext) -> ExtractResult:
-        return run_stage(ctx, Stage.TRIPLETS, Task.TRIPLETS, variables, convert)
+        return run_stage(ctx, Extraction.TRIPLETS, Task.TRIPLETS, variables, convert)

@@ -13,7 +13,7 @@ from typing import Any
 import polars as pl
 
 from memlib.config import Backend
-from memlib.extract.base import ExtractionContext, ExtractResult, Stage, register
+from memlib.extract.base import ExtractionContext, ExtractResult, Extraction, register
 from memlib.extract.tables import edge_table, node_table
 from memlib.ids import make_id
 from memlib.schema import EdgeKind, NodeKind
@@ -75,7 +75,7 @@ def _rows(theme: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 
 @register
 class HeuristicReflections:
-    name = Stage.REFLECTIONS
+    name = Extraction.REFLECTIONS
     backend = Backend.HEURISTIC
 
     def run(self, ctx: ExtractionContext) -> ExtractResult:

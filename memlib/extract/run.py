@@ -4,15 +4,15 @@ from __future__ import annotations
 import pyarrow as pa
 
 from memlib.config import Backend, MemlibConfig
-from memlib.extract.base import ExtractionContext, ExtractResult, Stage, get_extractor
+from memlib.extract.base import ExtractionContext, ExtractResult, Extraction, get_extractor
 
 
-def stage_backends(cfg: MemlibConfig) -> list[tuple[Stage, Backend]]:
+def stage_backends(cfg: MemlibConfig) -> list[tuple[Extraction, Backend]]:
     """The stages to run, in dependency order (facts before events/reflections), with their backends."""
-    plan = [(Stage.FACTS, cfg.facts.backend), (Stage.TRIPLETS, cfg.triplets.backend),
-            (Stage.EVENTS, cfg.events.backend)]
+    plan = [(Extraction.FACTS, cfg.facts.backend), (Extraction.TRIPLETS, cfg.triplets.backend),
+            (Extraction.EVENTS, cfg.events.backend)]
     if cfg.reflections.enabled:
-        plan.append((Stage.REFLECTIONS, cfg.reflections.backend))
+        plan.append((Extraction.REFLECTIONS, cfg.reflections.backend))
     return plan
 
 
@@ -23,7 +23,7 @@ def run_extractors(ctx: ExtractionContext, cfg: MemlibConfig | None = None) -> E
     results = []
     for stage, backend in stage_backends(ctx.config):
         res = get_extractor(stage, backend).run(ctx).conformed(stage.value)
-        if stage is Stage.FACTS:
+        if stage is Extraction.FACTS:
             ctx.facts = res.nodes
         results.append(res)
     return ExtractResult.concat(results)

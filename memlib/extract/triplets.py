@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from memlib import schema
 from memlib.config import Backend
-from memlib.extract.base import ExtractionContext, ExtractResult, Stage, register
+from memlib.extract.base import ExtractionContext, ExtractResult, Extraction, register
 from memlib.extract.entities import ENTITY_LABELS, EntityIndex, entity_key
 from memlib.extract.parse import ParsedTurn, parsed_turns
 from memlib.extract.person import rewrite_speaker
@@ -210,7 +210,7 @@ def _fact_mentions(facts: Any, index: EntityIndex) -> list[dict[str, Any]]:
 
 @register
 class HeuristicTriplets:
-    name = Stage.TRIPLETS
+    name = Extraction.TRIPLETS
     backend = Backend.HEURISTIC
 
     def draft(self, ctx: ExtractionContext, session_key: str | dict[str, str] = "") -> tuple[pa.Table, pa.Table]:

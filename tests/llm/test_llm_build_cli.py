@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from memlib.cli.cmd_build import extractor_overrides, format_dry_run
+from jobs.cli.cmd_build import extractor_overrides, format_dry_run
 from memlib.config import Backend, load_config
 
 SAMPLE = Path(__file__).resolve().parents[2] / "memlib" / "data" / "sample_conversations.jsonl"
@@ -20,7 +20,7 @@ def test_extractor_sets_every_llm_stage_and_set_still_wins():
 
 
 def test_llm_stages_follow_recipe_and_config():
-    from pipelines.llm_stage import for_recipe, llm_stages
+    from pipelines.llm_actors import for_recipe, llm_stages
 
     cfg = load_config(None, extractor_overrides(Backend.LLM, ["reflections.enabled=false"]))
     assert [s.value for s in llm_stages(cfg)] == ["facts", "triplets", "events"]
@@ -31,7 +31,7 @@ def test_llm_stages_follow_recipe_and_config():
 
 def test_call_summary_counts():
     from memlib import schema
-    from pipelines.llm_stage import call_summary
+    from pipelines.llm_actors import call_summary
 
     rows = [{"call_id": str(i), "task": "facts", "status": s, "prompt_tokens": 10, "completion_tokens": 3}
             for i, s in enumerate(["ok", "ok", "cached", "error"])]
@@ -41,7 +41,7 @@ def test_call_summary_counts():
 
 
 def test_dry_run_input_plans_without_sending(tmp_path):
-    from pipelines.llm_stage import dry_run_input
+    from pipelines.llm_actors import dry_run_input
 
     cfg = load_config(None, extractor_overrides(Backend.LLM, ["llm.base_url=http://127.0.0.1:9/v1"]))
     est = dry_run_input(cfg, SAMPLE, "jsonl", "full")

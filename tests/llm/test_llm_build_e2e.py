@@ -41,7 +41,7 @@ def _args(store: Path, url: str, *extra: str) -> list[str]:
 def _invoke(args: list[str]):
     from typer.testing import CliRunner
 
-    from memlib.cli import app
+    from jobs.cli import app
 
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output[-3000:] + str(res.exception)[-4000:]

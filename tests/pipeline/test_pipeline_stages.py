@@ -14,8 +14,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from memlib.build.session_store import SessionStore
-from memlib.build.sessions import SESSION_TABLES, keyed_schema
+from memlib.compose.session_store import SessionStore
+from memlib.compose.sessions import SESSION_TABLES, keyed_schema
 from memlib.config import MemlibConfig
 from memlib.io.store import StoreReader
 from tests.pipeline.conftest import SESSIONS, run_cli, turn_lines

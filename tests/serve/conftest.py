@@ -116,7 +116,7 @@ def full_store(tmp_path_factory) -> Path:
     import sys
 
     out = tmp_path_factory.mktemp("full_store") / "store"
-    proc = subprocess.run([sys.executable, "-m", "memlib", "build", "-i", str(SAMPLE), "-f", "jsonl", "-o", str(out),
+    proc = subprocess.run([sys.executable, "-m", "jobs.cli", "build", "-i", str(SAMPLE), "-f", "jsonl", "-o", str(out),
                            "--num-cpus", "2"], capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out

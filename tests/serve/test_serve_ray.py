@@ -22,7 +22,7 @@ TOKENS_BY_TENANT = {"maya": TOKENS["alice"], "raj": TOKENS["bob"]}
 @pytest.fixture(scope="module")
 def built_store(tmp_path_factory):
     out = tmp_path_factory.mktemp("serve") / "store"
-    proc = subprocess.run([sys.executable, "-m", "memlib", "build", "-i", SAMPLE, "-f", "jsonl", "-o", str(out),
+    proc = subprocess.run([sys.executable, "-m", "jobs.cli", "build", "-i", SAMPLE, "-f", "jsonl", "-o", str(out),
                            "--recipe", "turns", "--num-cpus", "2"], capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out
@@ -132,7 +132,7 @@ def test_queries_during_a_publish_see_one_whole_version(service_url, built_store
     reader = threading.Thread(target=client_loop, daemon=True)
     reader.start()
     try:
-        proc = subprocess.run([sys.executable, "-m", "memlib", "build", "--incremental", "-i", str(inp), "-f",
+        proc = subprocess.run([sys.executable, "-m", "jobs.cli", "build", "--incremental", "-i", str(inp), "-f",
                                "jsonl", "-o", str(built_store), "--recipe", "turns", "--num-cpus", "2"],
                               capture_output=True, text=True, timeout=900)
         assert proc.returncode == 0, proc.stderr[-3000:]

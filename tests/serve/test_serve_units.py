@@ -7,7 +7,7 @@ import time
 import pytest
 import uvicorn
 
-from memlib.cli.bench_serve import load_questions, run_load, run_paired, warmup_questions
+from jobs.cli.bench_serve import load_questions, run_load, run_paired, warmup_questions
 from memlib.serve.app import build_app
 from memlib.serve.auth import AuthConfigError, Authorizer, Role, hash_token
 from memlib.serve.errors import ApiError, ErrorCode

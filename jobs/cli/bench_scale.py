@@ -27,7 +27,7 @@ from typing import Annotated, Optional
 import polars as pl
 import typer
 
-from memlib.cli.common import ConfigOpt, SetOpt, get_config
+from jobs.cli.common import ConfigOpt, SetOpt, get_config
 
 
 class TenantSize(str, Enum):
@@ -107,7 +107,7 @@ def timed_build(corpus: Path, store: Path, num_cpus: Optional[int], cores: set[i
                 extra: tuple[str, ...] = ()) -> float:
     """Wall seconds of ``memlib build`` in a child process (its own local Ray); ``cores``: the CPU
     cores the child and every process it starts may run on (Linux affinity, inherited)."""
-    cmd = [sys.executable, "-m", "memlib", "build", "--input", str(corpus), "--format", fmt,
+    cmd = [sys.executable, "-m", "jobs.cli", "build", "--input", str(corpus), "--format", fmt,
            "--out", str(store), *extra]
     cmd += ["--num-cpus", str(num_cpus)] if num_cpus else []
     cmd += ["--config", str(config)] if config else []
@@ -146,7 +146,7 @@ def run_scale(cfg, data: Path, workdir: Path, *, conversation: str, sessions: in
               config: Optional[Path] = None, sets: Optional[list[str]] = None) -> dict:
     from jobs.build import run_build
     from jobs.nightly import allow_long_tenants
-    from memlib.cli.bench_build import RssSampler
+    from jobs.cli.bench_build import RssSampler
 
     allow_long_tenants()  # the haystack tenant builds for longer than Ray Data's default 1800 s
     counts, evaluated = _compose(data, workdir, conversation, sessions, tenants, seed)

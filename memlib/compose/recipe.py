@@ -1,16 +1,16 @@
-"""Named build recipes: each is an ordered list of stage names, defined in one place.
+"""Named build recipes: each is an ordered list of steps, defined in one place.
 
-A recipe says *which* stages run and in which order; the functions behind the names live in
-:mod:`memlib.build.compose` (single process) and are wrapped for Ray Data in ``pipelines/``.
-Stages left out of a recipe are skipped, and their outputs are simply absent from the store.
+A recipe says *which* steps run and in which order; the functions behind the names live in
+:mod:`memlib.compose.reference` (single process) and are wrapped for Ray Data in ``pipelines/``.
+Steps left out of a recipe are skipped, and their outputs are simply absent from the store.
 """
 from __future__ import annotations
 
 from enum import Enum
 
 
-class BuildStage(str, Enum):
-    """Per-tenant stages in data-flow order (see DESIGN.md, "Data flow")."""
+class Step(str, Enum):
+    """Recipe steps (per session, then per tenant) in data-flow order (see DESIGN.md, "Data flow")."""
     TURN_NODES = "turn_nodes"          # one node per turn (text = "speaker: text [image: caption]")
     EMBED_TURNS = "embed_turns"        # turn texts through the embedder, once
     SEGMENT = "segment"                # topic segments (reuses the turn vectors)
@@ -26,8 +26,8 @@ class BuildStage(str, Enum):
     FINALIZE = "finalize"              # drop dangling edges, conform to schemas
 
 
-class JobStage(str, Enum):
-    """Driver-side stages of a store build, around the per-tenant recipe."""
+class Phase(str, Enum):
+    """Driver-side phases of a store build, around the recipe steps (timed in the manifest)."""
     READ = "read"
     TENANTS = "tenants"                # session pass + tenant stages (graph included) on Ray Data
     GRAPH = "graph"                    # (older manifests: the graph pass before it joined the tenant stage)
@@ -36,17 +36,17 @@ class JobStage(str, Enum):
     PUBLISH = "publish"
 
 
-EXTRACTION = (BuildStage.FACTS, BuildStage.TRIPLETS, BuildStage.EVENTS, BuildStage.REFLECTIONS)
-ALWAYS = (BuildStage.TURN_NODES, BuildStage.EMBED_TURNS, BuildStage.STRUCTURE, BuildStage.EMBED_NODES,
-          BuildStage.FINALIZE)
+EXTRACTION = (Step.FACTS, Step.TRIPLETS, Step.EVENTS, Step.REFLECTIONS)
+ALWAYS = (Step.TURN_NODES, Step.EMBED_TURNS, Step.STRUCTURE, Step.EMBED_NODES,
+          Step.FINALIZE)
 
-RECIPES: dict[str, tuple[BuildStage, ...]] = {
+RECIPES: dict[str, tuple[Step, ...]] = {
     # everything: the memory of every retrieval strategy
-    "full": tuple(BuildStage),
+    "full": tuple(Step),
     # episodes only: turns, segments, sessions, clues (no extraction); fast, for dense/bm25 baselines
-    "episodes": (BuildStage.TURN_NODES, BuildStage.EMBED_TURNS, BuildStage.SEGMENT, BuildStage.GATE,
-                 BuildStage.STRUCTURE, BuildStage.CLUES, BuildStage.EMBED_NODES, BuildStage.LINK,
-                 BuildStage.FINALIZE),
+    "episodes": (Step.TURN_NODES, Step.EMBED_TURNS, Step.SEGMENT, Step.GATE,
+                 Step.STRUCTURE, Step.CLUES, Step.EMBED_NODES, Step.LINK,
+                 Step.FINALIZE),
     # raw turns: the smallest store a retriever can use
     "turns": ALWAYS,
 }
@@ -57,13 +57,13 @@ class UnknownRecipeError(KeyError):
     pass
 
 
-def get_recipe(name: str) -> tuple[BuildStage, ...]:
-    """The stages of recipe ``name``, validated (order as in :class:`BuildStage`)."""
+def get_recipe(name: str) -> tuple[Step, ...]:
+    """The steps of recipe ``name``, validated (order as in :class:`Step`)."""
     if name not in RECIPES:
         raise UnknownRecipeError(f"unknown recipe {name!r}; known: {', '.join(sorted(RECIPES))}")
     stages = RECIPES[name]
     missing = [s.value for s in ALWAYS if s not in stages]
     if missing:
-        raise UnknownRecipeError(f"recipe {name!r} lacks required stages {missing}")
-    order = list(BuildStage)
+        raise UnknownRecipeError(f"recipe {name!r} lacks required steps {missing}")
+    order = list(Step)
     return tuple(sorted(stages, key=order.index))

@@ -10,7 +10,7 @@ JSON line: ``{"strategies": {NAME: {"p50_ms", "p95_ms", "p99_ms", "qps", "reques
 ``--mcp`` (the default) the same requests are also sent as MCP ``search_memory`` calls to
 ``/mcp``, as plain HTTP requests of the MCP wire protocol (``mcp_wire``: what the service's
 MCP layer adds) and through the official SDK's client (``mcp``: plus the client's own cost),
-in rounds that rotate the three arms (:mod:`memlib.cli.load_mcp`)."""
+in rounds that rotate the three arms (:mod:`jobs.cli.load_mcp`)."""
 from __future__ import annotations
 
 import json
@@ -22,7 +22,7 @@ from typing import Annotated, Callable, Optional
 import numpy as np
 import typer
 
-from memlib.cli.common import ConfigOpt, SetOpt, fail, get_config
+from jobs.cli.common import ConfigOpt, SetOpt, fail, get_config
 
 WARMUP_PER_STRATEGY = 20
 
@@ -121,7 +121,7 @@ def run_paired(base_url: str, token: str, strategy: str, questions: list[tuple[s
     on the wire (``mcp_wire``) and through the MCP SDK's client (``mcp``), in rounds that rotate
     the order of the arms (a change in the machine's load hits them alike); (figures per arm,
     error details)."""
-    from memlib.cli.load_mcp import collect_mcp, wire_worker
+    from jobs.cli.load_mcp import collect_mcp, wire_worker
 
     bodies = _bodies(strategy, questions, n, k)
     budget = max_seconds / (len(ARMS) * rounds)
@@ -186,7 +186,7 @@ def register(bench_app: typer.Typer) -> None:
                 started = time.perf_counter()
                 run_load(base_url, token, name, warm, len(warm), concurrency, k, max_seconds)
                 if mcp:
-                    from memlib.cli.load_mcp import collect_mcp, wire_worker
+                    from jobs.cli.load_mcp import collect_mcp, wire_worker
 
                     run_load(base_url, token, name, warm, len(warm), concurrency, k, max_seconds, wire_worker)
                     collect_mcp(base_url, token, _bodies(name, warm, len(warm), k), concurrency, max_seconds)

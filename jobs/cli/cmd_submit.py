@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from memlib.cli.common import fail
+from jobs.cli.common import fail
 
 AddressOpt = Annotated[str, typer.Option("--address", help="Ray dashboard (Jobs API) address of the head")]
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from memlib.cli.common import ConfigOpt, SetOpt, fail, get_config
+from jobs.cli.common import ConfigOpt, SetOpt, fail, get_config
 
 MAX_TENANT_ROWS = 25
 _SUFFIX_FORMAT = {".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}
@@ -77,7 +77,7 @@ def register(app: typer.Typer) -> None:
         if (input is None) == (store is None):
             fail("pass exactly one of --input PATH or --store STORE")
         if store is not None:
-            from memlib.cli import inspect_store
+            from jobs.cli import inspect_store
             from memlib.io.store import StoreError
             try:
                 summaries = inspect_store.run(store) or []

@@ -19,14 +19,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import ray
 
-from memlib.build.recipe import BuildStage, get_recipe
+from memlib.compose.recipe import Step, get_recipe
 from memlib.config import Backend, MemlibConfig
 from memlib.llm.limiter import LocalRateLimiter
 
 LIMITER_NAME = "memlib-llm-rate-limiter"
 CACHE_SUBDIR = Path("cache") / "llm"
 # the LLM-capable extraction stages: config section == build stage name
-LLM_STAGES = (BuildStage.FACTS, BuildStage.TRIPLETS, BuildStage.EVENTS, BuildStage.REFLECTIONS)
+LLM_STAGES = (Step.FACTS, Step.TRIPLETS, Step.EVENTS, Step.REFLECTIONS)
 
 
 @ray.remote(num_cpus=0)
@@ -68,12 +68,12 @@ def cache_dir(store_dir: str | Path) -> Path:
     return Path(store_dir) / CACHE_SUBDIR
 
 
-def llm_stages(cfg: MemlibConfig, recipe: str | None = None) -> list[BuildStage]:
+def llm_stages(cfg: MemlibConfig, recipe: str | None = None) -> list[Step]:
     """The extraction stages that run with the LLM backend (within ``recipe`` when given)."""
     plan = set(get_recipe(recipe)) if recipe is not None else set(LLM_STAGES)
     out = [s for s in LLM_STAGES if s in plan and getattr(cfg, s.value).backend is Backend.LLM]
-    if BuildStage.REFLECTIONS in out and not cfg.reflections.enabled:
-        out.remove(BuildStage.REFLECTIONS)
+    if Step.REFLECTIONS in out and not cfg.reflections.enabled:
+        out.remove(Step.REFLECTIONS)
     return out
 
 
@@ -148,7 +148,7 @@ def dry_run_input(cfg: MemlibConfig, input_path: str | Path, fmt: str, recipe: s
     prompts, nothing sent), then estimate calls, input/output tokens and cost per task and in
     total. Writes nothing."""
     from memlib import schema
-    from memlib.build.compose import sort_turns
+    from memlib.compose.reference import sort_turns
     from memlib.extract.base import ExtractionContext
     from memlib.extract.llm_common import CLIENT_KEY
     from memlib.extract.llm_plan import plan_calls
@@ -158,7 +158,7 @@ def dry_run_input(cfg: MemlibConfig, input_path: str | Path, fmt: str, recipe: s
     from memlib.llm.limiter import NoLimit
 
     cfg = for_recipe(cfg, recipe)
-    gated = BuildStage.GATE in get_recipe(recipe)
+    gated = Step.GATE in get_recipe(recipe)
     extras = {CLIENT_KEY: LLMClient(cfg.llm, limiter=NoLimit())}
     planned, tenants, turns_n, sessions = [], 0, 0, 0
     for result in iter_tenants(input_path, fmt, cfg.io):

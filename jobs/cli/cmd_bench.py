@@ -7,7 +7,7 @@ import pkgutil
 
 import typer
 
-import memlib.cli as _cli_pkg
+import jobs.cli as _cli_pkg
 
 bench_app = typer.Typer(help="Benchmarks: each prints one JSON document of measured figures.",
                         no_args_is_help=True)
@@ -15,5 +15,5 @@ bench_app = typer.Typer(help="Benchmarks: each prints one JSON document of measu
 
 def register(app: typer.Typer) -> None:
     for mod in sorted(m.name for m in pkgutil.iter_modules(_cli_pkg.__path__) if m.name.startswith("bench_")):
-        importlib.import_module(f"memlib.cli.{mod}").register(bench_app)
+        importlib.import_module(f"jobs.cli.{mod}").register(bench_app)
     app.add_typer(bench_app, name="bench")

@@ -25,8 +25,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from memlib import schema
-from memlib.build.sessions import SESSION_TABLES, SessionOutput, keyed_schema
-from memlib.build.vectors import TurnVectors
+from memlib.compose.sessions import SESSION_TABLES, SessionOutput, keyed_schema
+from memlib.compose.vectors import TurnVectors
 
 SESSIONS_SUBDIR = Path("cache") / "sessions"
 VECTORS = "turn_vectors"

@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from memlib.cli.common import ConfigOpt, SetOpt, fail, get_config
+from jobs.cli.common import ConfigOpt, SetOpt, fail, get_config
 
 OutOpt = Annotated[Path, typer.Option("--out", "-o", help="output directory (tune.json, tune.md)")]
 

@@ -1,6 +1,6 @@
 """Tenant-level steps of the build, reading and writing a ``BuildState``.
 
-Stage modules are imported inside each step, so a recipe that leaves a stage out never
+The modules behind a step are imported inside it, so a recipe that leaves a step out never
 loads its dependencies (spaCy, dateparser, ...).
 """
 from __future__ import annotations
@@ -12,11 +12,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memlib import schema
-from memlib.build.vectors import pooled_vectors, span_pooled_vectors, with_embeddings
+from memlib.compose.vectors import pooled_vectors, span_pooled_vectors, with_embeddings
 from memlib.config import Backend
 
 if TYPE_CHECKING:
-    from memlib.build.compose import BuildState
+    from memlib.compose.reference import BuildState
 
 
 def clues(state: BuildState) -> None:

@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from memlib.cli.common import ConfigOpt, SetOpt, fail, get_config
+from jobs.cli.common import ConfigOpt, SetOpt, fail, get_config
 
 
 def _sizes(text: str) -> list[int]:

@@ -1,4 +1,4 @@
-from memlib.cli import main
+from jobs.cli import main
 
 if __name__ == "__main__":
     main()

@@ -14,7 +14,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from memlib.cli.common import ConfigOpt, SetOpt, fail, get_config
+from jobs.cli.common import ConfigOpt, SetOpt, fail, get_config
 
 DEFAULT_INPUT = Path(__file__).resolve().parents[3] / "shared" / "data" / "locomo_dev3.json"
 

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from memlib.cli.common import ConfigOpt, FormatOpt, SetOpt, fail, get_config
+from jobs.cli.common import ConfigOpt, FormatOpt, SetOpt, fail, get_config
 from memlib.config import Backend, export_local_ray_env
 
 # the config sections --extractor sets (the LLM-capable extraction stages)
@@ -131,14 +131,14 @@ def register(app: typer.Typer) -> None:
             fail("--input and --format are required to build")
         cfg = get_config(config, extractor_overrides(extractor, set_) + nightly_overrides(input_is_complete,
                                                                                           max_removed_share))
-        from memlib.build.recipe import UnknownRecipeError
+        from memlib.compose.recipe import UnknownRecipeError
         from memlib.io.errors import InputError
         from memlib.io.remote import is_uri
         from memlib.io.store import StoreError
         if not is_uri(input) and not Path(input).exists():
             fail(f"input file not found: {input}")
         if dry_run:
-            from pipelines.llm_stage import dry_run_input
+            from pipelines.llm_actors import dry_run_input
             try:
                 typer.echo(format_dry_run(dry_run_input(cfg, input, format, recipe)))
             except (InputError, UnknownRecipeError) as exc:

@@ -25,7 +25,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from memlib.cli.common import ConfigOpt, SetOpt, get_config
+from jobs.cli.common import ConfigOpt, SetOpt, get_config
 from memlib.config import export_local_ray_env
 
 
@@ -98,7 +98,7 @@ def register(bench_app: typer.Typer) -> None:
         cfg = get_config(config, set_)
         from jobs.build import run_build
         from jobs.nightly import run_incremental
-        from memlib.cli.bench_scale import timed_build
+        from jobs.cli.bench_scale import timed_build
 
         with tempfile.TemporaryDirectory(prefix="memlib-bench-") as tmp:
             work = workdir or Path(tmp)

@@ -2,8 +2,8 @@
 
 A tenant's build is two halves (DESIGN.md, "Data flow"):
 
-1. per session (:mod:`memlib.build.sessions`): turn nodes -> the embed pass over the turn
-   texts (:class:`~memlib.build.vectors.TurnEncoder`) -> segment -> gate + summaries ->
+1. per session (:mod:`memlib.compose.sessions`): turn nodes -> the embed pass over the turn
+   texts (:class:`~memlib.compose.vectors.TurnEncoder`) -> segment -> gate + summaries ->
    session / segment nodes, NEXT / IN_SESSION / IN_SEGMENT edges -> fact and triplet drafts;
 2. per tenant (:func:`tenant_stage`), once its sessions are complete: clues (keyphrase IDF
    over the tenant's sessions) -> facts (concepts canonicalized) -> triplets (entities
@@ -26,12 +26,12 @@ import polars as pl
 import pyarrow as pa
 
 from memlib import schema
-from memlib.build import stages
-from memlib.build.finalize import finalize, kind_counts
-from memlib.build.recipe import DEFAULT_RECIPE, BuildStage, get_recipe
-from memlib.build.sessions import SessionOutput, session_keys, session_local, sort_turns, split_sessions, turn_texts
-from memlib.build.timing import StageTimer
-from memlib.build.vectors import TurnEncoder, TurnVectors
+from memlib.compose import steps
+from memlib.compose.finalize import finalize, kind_counts
+from memlib.compose.recipe import DEFAULT_RECIPE, Step, get_recipe
+from memlib.compose.sessions import SessionOutput, session_keys, session_local, sort_turns, split_sessions, turn_texts
+from memlib.compose.timer import WallTimer
+from memlib.compose.vectors import TurnEncoder, TurnVectors
 from memlib.config import MemlibConfig
 
 
@@ -89,14 +89,14 @@ class BuildState:
 StepFn = Callable[[BuildState], None]
 
 # tenant-level steps, in data-flow order
-TENANT_STEPS: dict[BuildStage, StepFn] = {
-    BuildStage.CLUES: stages.clues,
-    BuildStage.FACTS: lambda s: stages.extract(s, "facts"),
-    BuildStage.TRIPLETS: lambda s: stages.extract(s, "triplets"),
-    BuildStage.EVENTS: lambda s: stages.extract(s, "events"),
-    BuildStage.REFLECTIONS: lambda s: stages.extract(s, "reflections") if s.cfg.reflections.enabled else None,
-    BuildStage.EMBED_NODES: stages.embed_nodes,
-    BuildStage.LINK: stages.link,
+TENANT_STEPS: dict[Step, StepFn] = {
+    Step.CLUES: steps.clues,
+    Step.FACTS: lambda s: steps.extract(s, "facts"),
+    Step.TRIPLETS: lambda s: steps.extract(s, "triplets"),
+    Step.EVENTS: lambda s: steps.extract(s, "events"),
+    Step.REFLECTIONS: lambda s: steps.extract(s, "reflections") if s.cfg.reflections.enabled else None,
+    Step.EMBED_NODES: steps.embed_nodes,
+    Step.LINK: steps.link,
 }
 
 
@@ -112,7 +112,7 @@ def _in_session_order(table: pa.Table, order: dict[str, int]) -> pa.Table:
 
 def _pooled_backend(cfg: MemlibConfig) -> bool:
     """Whether the turn vectors are the mean of the kept token vectors (same encoder)."""
-    from memlib.build.vectors import auto_encoder_model
+    from memlib.compose.vectors import auto_encoder_model
     from memlib.embed.registry import EmbedBackend, parse_backend
     from memlib.retrieve.late import DEFAULT_MODEL
 
@@ -134,7 +134,7 @@ def token_matrix(turns: pa.Table, vectors: TurnVectors) -> Any:
 
 
 def tenant_stage(turns: pa.Table, parts: SessionOutput, vectors: TurnVectors, cfg: MemlibConfig,
-                 session_order: Sequence[str], recipe: str | Sequence[BuildStage] = DEFAULT_RECIPE,
+                 session_order: Sequence[str], recipe: str | Sequence[Step] = DEFAULT_RECIPE,
                  nlp: Any = None, extras: dict[str, Any] | None = None) -> TenantOutput:
     """The tenant-level half: every session's outputs (``parts``, any order) and turn vectors of
     one tenant -> its memory. ``session_order``: the tenant's session keys in session order."""
@@ -144,7 +144,7 @@ def tenant_stage(turns: pa.Table, parts: SessionOutput, vectors: TurnVectors, cf
         raise ValueError(f"tenant_stage needs the turns of exactly one tenant, got {sorted(tenants)}")
     plan = get_recipe(recipe) if isinstance(recipe, str) else tuple(recipe)
     order = {k: i for i, k in enumerate(session_order)}
-    timer = StageTimer()
+    timer = WallTimer()
     row = {n: i for i, n in enumerate(vectors.node_ids)}
     missing = [n for n in turns.column("node_id").to_pylist() if n not in row]
     if missing:
@@ -160,11 +160,11 @@ def tenant_stage(turns: pa.Table, parts: SessionOutput, vectors: TurnVectors, cf
     state.drafts = {k: keyed[k] for k in ("fact_drafts", "entity_mentions", "triplet_drafts")}
     for stage in plan:
         if stage in TENANT_STEPS:
-            with timer.stage(stage):
+            with timer.span(stage):
                 TENANT_STEPS[stage](state)
-    with timer.stage(BuildStage.FINALIZE):
+    with timer.span(Step.FINALIZE):
         if state.embedded_nodes is None:
-            stages.embed_nodes(state)
+            steps.embed_nodes(state)
         done = finalize(state.embedded_nodes, state.all_edges(), dim)
         segments = schema.conform(state.segments if state.segments is not None else schema.empty(schema.SEGMENTS),
                                   schema.SEGMENTS, name="segments")
@@ -181,22 +181,22 @@ def embed_turns(turns: pa.Table, keys: pa.Array, cfg: MemlibConfig, encoder: Tur
 
 
 def process_tenant(turns: pa.Table, cfg: MemlibConfig, encoder: TurnEncoder, nlp: Any = None,
-                   recipe: str | Sequence[BuildStage] = DEFAULT_RECIPE, build_key: str = "",
+                   recipe: str | Sequence[Step] = DEFAULT_RECIPE, build_key: str = "",
                    extras: dict[str, Any] | None = None) -> TenantOutput:
     """Build one tenant's memory from its ``schema.TURNS`` rows, in one process: every session
     through the session-local stages, then the tenant-level stages.
 
     ``extras`` reaches every extractor's ``ExtractionContext.extras`` (the caller builds it
-    once per worker, e.g. ``pipelines.llm_stage.llm_extras``)."""
+    once per worker, e.g. ``pipelines.llm_actors.llm_extras``)."""
     turns = sort_turns(schema.conform(turns, schema.TURNS, name="turns"))
     plan = get_recipe(recipe) if isinstance(recipe, str) else tuple(recipe)
-    timer = StageTimer()
+    timer = WallTimer()
     parts, vecs, order = [], [], []
     for session in split_sessions(turns):
         key = session_keys(session, build_key)[0].as_py()
-        with timer.stage(BuildStage.EMBED_TURNS):
+        with timer.span(Step.EMBED_TURNS):
             tv = embed_turns(session, session_keys(session, build_key), cfg, encoder)
-        with timer.stage("session_local"):
+        with timer.span("session_local"):
             out, nlp = session_local(session, tv.vectors, key, cfg, plan, nlp)
         parts.append(out)
         vecs.append(tv)

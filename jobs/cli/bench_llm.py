@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import typer
 
-from memlib.cli.common import ConfigOpt, SetOpt, get_config
+from jobs.cli.common import ConfigOpt, SetOpt, get_config
 
 MEMORAI_INPUT, MEMORAI_OUTPUT = 9_700, 3_600
 

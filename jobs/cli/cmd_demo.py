@@ -9,14 +9,14 @@ from typing import Annotated
 import polars as pl
 import typer
 
-from memlib.cli.common import ConfigOpt, FormatOpt, SetOpt, fail, get_config
+from jobs.cli.common import ConfigOpt, FormatOpt, SetOpt, fail, get_config
 
 BASELINES = ("bm25", "dense", "hybrid")
 
 
 def top_turns(store: Path, cfg, embedder, tenant: str, question: str, evidence: list[str], k: int = 5) -> str:
     """The default strategy's top-k source turns for one question, evidence turns starred."""
-    from memlib.cli.cmd_query import ranked_turn_lines
+    from jobs.cli.cmd_query import ranked_turn_lines
     from memlib.retrieve.kernels import run_search
     from memlib.retrieve.registry import get_strategy
     from memlib.retrieve.tenant import TenantCache
@@ -53,7 +53,7 @@ def register(app: typer.Typer) -> None:
         set_: SetOpt = None,
     ) -> None:
         """Summary of a built store, one sample query, and the baseline recall table."""
-        from memlib.cli.cmd_build import format_summary
+        from jobs.cli.cmd_build import format_summary
         from memlib.eval.runner import default_embedder
         from memlib.io.store import StoreError, StoreReader
 

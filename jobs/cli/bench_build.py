@@ -21,7 +21,7 @@ from typing import Annotated, Optional
 import psutil
 import typer
 
-from memlib.cli.common import ConfigOpt, SetOpt, get_config
+from jobs.cli.common import ConfigOpt, SetOpt, get_config
 from memlib.config import export_local_ray_env
 
 

@@ -6,12 +6,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 
-class StageTimer:
+class WallTimer:
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
 
     @contextmanager
-    def stage(self, name: str) -> Iterator[None]:
+    def span(self, name: str) -> Iterator[None]:
         start = time.perf_counter()
         try:
             yield

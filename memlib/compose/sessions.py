@@ -19,7 +19,7 @@ triplets (draft)    kept TURNS (spaCy)                   ENTITY_MENTIONS, TRIPLE
 
 Every function here takes the turns of exactly one session, so a session's output is the
 same whichever block of sessions it travels in. The tenant-level half is
-:func:`memlib.build.compose.tenant_stage`.
+:func:`memlib.compose.reference.tenant_stage`.
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memlib import ids, schema
-from memlib.build.recipe import BuildStage
+from memlib.compose.recipe import Step
 from memlib.config import Backend, MemlibConfig
 
 SESSION_COLUMNS = ["tenant_id", "conversation_id", "session_id"]
@@ -53,7 +53,7 @@ SESSION_TABLES: dict[str, pa.Schema] = {
 }
 # the heuristic extractors split into a session-local draft and a tenant-level finish; other
 # backends (LLM) run whole at tenant level, where the LLM response cache makes reruns cheap
-DRAFTED = (BuildStage.FACTS, BuildStage.TRIPLETS)
+DRAFTED = (Step.FACTS, Step.TRIPLETS)
 
 
 def sort_turns(turns: pa.Table) -> pa.Table:
@@ -131,7 +131,7 @@ def _kept_turn_ids(segments: pa.Table | None) -> frozenset[str] | None:
 
 
 def session_local(turns: pa.Table, vectors: np.ndarray, key: str, cfg: MemlibConfig,
-                  plan: Sequence[BuildStage], nlp: Any = None) -> tuple[SessionOutput, Any]:
+                  plan: Sequence[Step], nlp: Any = None) -> tuple[SessionOutput, Any]:
     """The session-local stages of one session (``turns``: its rows in turn order; ``vectors``:
     its turn vectors in the same order). Returns the output and the spaCy pipeline (loaded on
     first use, to be passed back in for the next session)."""
@@ -140,11 +140,11 @@ def session_local(turns: pa.Table, vectors: np.ndarray, key: str, cfg: MemlibCon
     nodes = [st.turn_nodes(turns, cfg.io.image_caption_in_text)]
     edges = [st.structure_edges(turns)]
     segments = None
-    if BuildStage.SEGMENT in plan:
+    if Step.SEGMENT in plan:
         from memlib.text.segment import segment_turns
 
         segments = segment_turns(turns, vectors, cfg.segment)
-        if BuildStage.GATE in plan:
+        if Step.GATE in plan:
             from memlib.text.gate import gate_turns
 
             segments = gate_turns(turns, segments, cfg.gate)
@@ -163,9 +163,9 @@ def session_local(turns: pa.Table, vectors: np.ndarray, key: str, cfg: MemlibCon
         from memlib.extract.base import ExtractionContext, get_extractor
 
         ctx = ExtractionContext(turns=turns, kept_turn_ids=_kept_turn_ids(segments), config=cfg, nlp=nlp)
-        if BuildStage.FACTS in drafted:
+        if Step.FACTS in drafted:
             out["fact_drafts"] = get_extractor("facts", Backend.HEURISTIC).draft(ctx, key)
-        if BuildStage.TRIPLETS in drafted:
+        if Step.TRIPLETS in drafted:
             out["entity_mentions"], out["triplet_drafts"] = get_extractor("triplets", Backend.HEURISTIC).draft(ctx, key)
         nlp = ctx.nlp
     return SessionOutput({name: _keyed(t, name, key) for name, t in out.items()}), nlp

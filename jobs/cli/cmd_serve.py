@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from memlib.cli.common import ConfigOpt, SetOpt, fail, get_config
+from jobs.cli.common import ConfigOpt, SetOpt, fail, get_config
 
 serve_app = typer.Typer(help="Serve retrieval over HTTP (Ray Serve, FastAPI ingress).")
 
