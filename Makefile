@@ -12,7 +12,7 @@ export RAY_AUTH_MODE ?= disabled
 export RAY_USAGE_STATS_ENABLED ?= 0
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: setup demo test test-all bench clean
+.PHONY: setup demo lint test test-all bench clean
 
 setup: $(STAMP)
 
@@ -23,6 +23,9 @@ $(STAMP): pyproject.toml constraints.txt
 demo: $(STAMP)
 	$(VENV)/bin/memlib build --input $(INPUT) --format $(FORMAT) --out $(STORE)
 	$(VENV)/bin/memlib demo-report --store $(STORE) --input $(INPUT) --format $(FORMAT)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
 
 test: $(STAMP)
 	$(VENV)/bin/memlib check-env

@@ -29,9 +29,19 @@ import pyarrow.parquet as pq
 import ray
 
 from jobs.build import init_ray
+from jobs.nightly_plan import (
+    ForgetList,
+    Plan,
+    TenantStatus,
+    build_key,
+    check_readable,
+    fingerprint_sources,
+    make_plan,
+    settle_missing,
+    source_names,
+)
+from jobs.purge import purge_caches
 from jobs.store_lock import locked
-from jobs.nightly_plan import (ForgetList, Plan, TenantStatus, build_key, check_readable, fingerprint_sources,
-                               make_plan, settle_missing, source_names)
 from memlib import schema
 from memlib.compose.manifest import build_manifest
 from memlib.compose.recipe import DEFAULT_RECIPE, Phase, get_recipe
@@ -41,9 +51,8 @@ from memlib.io.errors import InputError
 from memlib.io.remote import staged_input
 from memlib.io.store import StoreError, StoreWriter, atomic_write_json, read_manifest, rollback, version_name
 from pipelines.shard import QUARANTINE_PART, TenantShard, shard_input
-from pipelines.store_sink import drop_staging, with_importance
-from jobs.purge import purge_caches
 from pipelines.staged_build import run_staged, session_build_key
+from pipelines.store_sink import drop_staging, with_importance
 
 log = logging.getLogger("memlib.nightly")
 Progress = Callable[[str, dict[str, Any]], None]
@@ -214,7 +223,8 @@ def _finish_manifest(manifest, plan: Plan, base, key, forget, node_kinds, edge_k
                                            "edges": 0, "turns": 0, "segments": 0, "source": plan.sources.get(tenant)}
     manifest.update(build_key=key, forgotten=forget.to_json(), incremental=plan.to_json(),
                     nodes_by_kind=node_kinds, edges_by_kind=edge_kinds,
-                    tenant_timings_s={s["tenant_id"]: s.get("timings", {}) for s in summaries if s["tenant_id"] in built},
+                    tenant_timings_s={s["tenant_id"]: s.get("timings", {}) for s in summaries
+                                      if s["tenant_id"] in built},
                     tenant_nodes={s["tenant_id"]: s.get("node_id") for s in summaries if s["tenant_id"] in built})
     return manifest
 
@@ -222,7 +232,8 @@ def _finish_manifest(manifest, plan: Plan, base, key, forget, node_kinds, edge_k
 @locked("out")
 def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: str | Path, *,
                     address: str | None = None, num_cpus: int | None = None, recipe: str = DEFAULT_RECIPE,
-                    delete: str | Path | None = None, progress: Progress = _quiet, full: bool = False) -> dict[str, Any]:
+                    delete: str | Path | None = None, progress: Progress = _quiet,
+                    full: bool = False) -> dict[str, Any]:
     """Build the next store version and publish it; returns the manifest.
 
     Incremental (default): unchanged tenants are carried over, and a changed tenant recomputes only

@@ -30,8 +30,19 @@ import ray
 from memlib.compose.session_store import SessionStore, block_id
 from memlib.compose.sessions import session_keys, sort_turns
 from memlib.config import MemlibConfig
-from pipelines.operators import (BATCH_FORMAT, KEY_COLUMN, ROW_SCHEMA, RUNTIME_ENV, SESSION_ACTOR_CPUS,
-                                 TURN_NODES_CPUS, EmbedOp, RowKind, SessionLocalOp, block_item, turn_nodes_op)
+from pipelines.operators import (
+    BATCH_FORMAT,
+    KEY_COLUMN,
+    ROW_SCHEMA,
+    RUNTIME_ENV,
+    SESSION_ACTOR_CPUS,
+    TURN_NODES_CPUS,
+    EmbedOp,
+    RowKind,
+    SessionLocalOp,
+    block_item,
+    turn_nodes_op,
+)
 from pipelines.shard import TenantShard
 from pipelines.tenant_op import TENANT_ACTOR_CPUS, TenantOp, tenant_item
 

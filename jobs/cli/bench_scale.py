@@ -145,8 +145,8 @@ def run_scale(cfg, data: Path, workdir: Path, *, conversation: str, sessions: in
               strategy: str, num_cpus: Optional[int], http: bool = True, speedup: bool = True,
               config: Optional[Path] = None, sets: Optional[list[str]] = None) -> dict:
     from jobs.build import run_build
-    from jobs.nightly import allow_long_tenants
     from jobs.cli.bench_build import RssSampler
+    from jobs.nightly import allow_long_tenants
 
     allow_long_tenants()  # the haystack tenant builds for longer than Ray Data's default 1800 s
     counts, evaluated = _compose(data, workdir, conversation, sessions, tenants, seed)

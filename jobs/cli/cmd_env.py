@@ -15,7 +15,7 @@ def environment_problems() -> list[str]:
                         "(it segfaults with numpy 2). Reinstall with: pip install 'numpy<2'")
     try:
         importlib.import_module("graph_tool")
-    except Exception as exc:  # ImportError, or a binary incompatibility
+    except Exception as exc:  # noqa: BLE001 - ImportError, or a binary incompatibility
         problems.append(f"graph-tool cannot be imported ({exc}). Install it from Debian "
                         "(apt-get install python3-graph-tool) and create the venv with "
                         "'/usr/bin/python3 -m venv --system-site-packages .venv'")

@@ -7,9 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-import typer
-
 import pyarrow.parquet as pq
+import typer
 
 from memlib.io.store import PARQUET_TABLES, StoreReader
 

@@ -136,7 +136,7 @@ def canonicalize(occurrences: pl.DataFrame, threshold: float) -> pl.DataFrame:
     counts = (occurrences.group_by(["tenant_id", "label"]).agg(pl.len().alias("n"))
               .with_columns(pl.col("label").map_elements(token_key, return_dtype=pl.Utf8).alias("key")))
     parts = []
-    for (tenant,), df in counts.sort(["tenant_id", "label"]).group_by(["tenant_id"], maintain_order=True):
+    for (_tenant,), df in counts.sort(["tenant_id", "label"]).group_by(["tenant_id"], maintain_order=True):
         rep = _cluster(sorted(set(df["key"].to_list())), threshold)
         parts.append(df.with_columns(pl.col("key").replace_strict(rep).alias("cluster")))
     counts = pl.concat(parts)

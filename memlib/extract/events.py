@@ -12,7 +12,7 @@ from datetime import datetime
 import polars as pl
 
 from memlib.config import Backend
-from memlib.extract.base import ExtractionContext, ExtractResult, Extraction, register
+from memlib.extract.base import Extraction, ExtractionContext, ExtractResult, register
 from memlib.extract.tables import edge_table, node_table
 from memlib.ids import make_id
 from memlib.schema import EdgeKind, NodeKind

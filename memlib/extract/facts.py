@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from memlib import schema
 from memlib.config import Backend
-from memlib.extract.base import ExtractionContext, ExtractResult, Extraction, register
+from memlib.extract.base import Extraction, ExtractionContext, ExtractResult, register
 from memlib.extract.concepts import canonicalize, chunks_by_sentence, concept_labels
 from memlib.extract.entities import ENTITY_LABELS
 from memlib.extract.events import pick_event_time

@@ -19,8 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memlib.config import Backend
-from memlib.extract.base import (ExtractionContext, ExtractResult, Extraction, UnknownExtractorError,
-                                 get_extractor)
+from memlib.extract.base import Extraction, ExtractionContext, ExtractResult, UnknownExtractorError, get_extractor
 from memlib.ids import make_id
 from memlib.llm.client import CallResult, LLMClient
 from memlib.llm.estimate import PlannedCall

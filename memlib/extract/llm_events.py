@@ -8,7 +8,7 @@ from typing import Any
 import polars as pl
 
 from memlib.config import Backend
-from memlib.extract.base import ExtractionContext, ExtractResult, Extraction, register
+from memlib.extract.base import Extraction, ExtractionContext, ExtractResult, register
 from memlib.extract.entities import entity_id
 from memlib.extract.llm_common import Unit, call_units, client_of, numbered, run_stage
 from memlib.extract.tables import edge_table, node_table
@@ -68,7 +68,7 @@ def neighbourhoods(res: ExtractResult) -> list[_Hood]:
              .select(pl.col("src").alias("a"), pl.col("src_right").alias("b"))
              .unique().sort(["a", "b"]))  # a stable order keeps prompts (and cache keys) identical
     hoods = []
-    for (tenant, conv, sid), grp in ev.group_by(["tenant_id", "conversation_id", "session_id"], maintain_order=True):
+    for (tenant, _conv, _sid), grp in ev.group_by(["tenant_id", "conversation_id", "session_id"], maintain_order=True):
         own = sorted(grp["node_id"].to_list())
         near = pairs.filter(pl.col("a").is_in(own) & ~pl.col("b").is_in(own))["b"].unique().sort()
         ids = (own + near.to_list())[:MAX_NEIGHBOURHOOD]

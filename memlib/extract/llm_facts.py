@@ -12,7 +12,7 @@ from typing import Any
 import polars as pl
 
 from memlib.config import Backend
-from memlib.extract.base import ExtractionContext, ExtractResult, Extraction, register
+from memlib.extract.base import Extraction, ExtractionContext, ExtractResult, register
 from memlib.extract.concepts import token_key
 from memlib.extract.contract import complete_facts
 from memlib.extract.llm_common import Unit, numbered, run_stage

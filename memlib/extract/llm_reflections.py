@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memlib.config import Backend
-from memlib.extract.base import ExtractionContext, ExtractResult, Extraction, get_extractor, register
+from memlib.extract.base import Extraction, ExtractionContext, ExtractResult, get_extractor, register
 from memlib.extract.llm_common import call_units, client_of, handles_of, mark_source, numbered
 from memlib.extract.tables import edge_table, node_table
 from memlib.ids import make_id

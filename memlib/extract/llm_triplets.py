@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from memlib.config import Backend
-from memlib.extract.base import ExtractionContext, ExtractResult, Extraction, register
+from memlib.extract.base import Extraction, ExtractionContext, ExtractResult, register
 from memlib.extract.entities import entity_id, entity_key
 from memlib.extract.llm_common import Unit, run_stage
 from memlib.extract.tables import edge_table, node_table

@@ -13,7 +13,7 @@ from typing import Any
 import polars as pl
 
 from memlib.config import Backend
-from memlib.extract.base import ExtractionContext, ExtractResult, Extraction, register
+from memlib.extract.base import Extraction, ExtractionContext, ExtractResult, register
 from memlib.extract.tables import edge_table, node_table
 from memlib.ids import make_id
 from memlib.schema import EdgeKind, NodeKind
@@ -50,7 +50,8 @@ def themes(facts: Any, min_facts: int, min_sessions: int) -> pl.DataFrame:
             .sort(["tenant_id", "speaker", "concept_id", "time", "node_id"])
             .group_by(["tenant_id", "speaker", "concept_id"], maintain_order=True)
             .agg(pl.col("concept").first(), pl.col("node_id").alias("facts"),
-                 pl.col("provenance").list.explode(keep_nulls=False, empty_as_null=False).unique().sort().alias("turns"),
+                 pl.col("provenance").list.explode(keep_nulls=False, empty_as_null=False)
+                 .unique().sort().alias("turns"),
                  pl.col("session_id").n_unique().alias("sessions"),
                  pl.col("time").min().alias("start"), pl.col("time").max().alias("end"))
             .filter((pl.col("facts").list.len() >= min_facts) & (pl.col("sessions") >= min_sessions)))

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from memlib.config import Backend, MemlibConfig
-from memlib.extract.base import ExtractionContext, ExtractResult, Extraction, get_extractor
+from memlib.extract.base import Extraction, ExtractionContext, ExtractResult, get_extractor
 
 
 def stage_backends(cfg: MemlibConfig) -> list[tuple[Extraction, Backend]]:

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from memlib import schema
 from memlib.config import Backend
-from memlib.extract.base import ExtractionContext, ExtractResult, Extraction, register
+from memlib.extract.base import Extraction, ExtractionContext, ExtractResult, register
 from memlib.extract.entities import ENTITY_LABELS, EntityIndex, entity_key
 from memlib.extract.parse import ParsedTurn, parsed_turns
 from memlib.extract.person import rewrite_speaker

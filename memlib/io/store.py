@@ -25,13 +25,12 @@ or duckdb read them without memlib.
 """
 from __future__ import annotations
 
-from datetime import timedelta
-
 import json
 import os
 import re
 import shutil
 import tempfile
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Iterable
 

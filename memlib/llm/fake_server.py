@@ -41,7 +41,7 @@ def _load_tokenizer() -> Any:
         from tokenizers import Tokenizer
         path = files("wordllama") / "tokenizers" / "l2_supercat_tokenizer_config.json"
         return Tokenizer.from_file(str(path))
-    except Exception:  # any failure: fall back to word counts
+    except Exception:  # noqa: BLE001 - any failure: fall back to word counts
         return None
 
 

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memlib.retrieve.tenant import TenantIndex
-from memlib.schema import EdgeKind, NodeKind
+from memlib.schema import EdgeKind
 from memlib.serve.errors import ApiError, ErrorCode
 from memlib.serve.models import GraphEdge, GraphNode, NodeGraphResponse, SessionResponse, SessionTurn
 

@@ -14,7 +14,6 @@ from memlib.eval.qa import key_facts, maybe_score_qa
 from memlib.eval.questions import Dataset
 from memlib.eval.runner import evaluate
 from memlib.io.store import StoreReader
-
 from tests.eval.conftest import TENANT
 
 

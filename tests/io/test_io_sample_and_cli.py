@@ -69,8 +69,8 @@ def test_inspect_errors_exit_2(args, message):
 
 
 def test_inspect_store_dispatch(monkeypatch, tmp_path):
-    import types
     import sys
+    import types
     calls = []
     fake = types.ModuleType("jobs.cli.inspect_store")
     fake.run = calls.append

@@ -5,6 +5,7 @@ import json
 
 import polars as pl
 import pytest
+
 from tests.jobs.conftest import run_cli
 
 

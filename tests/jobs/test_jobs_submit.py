@@ -12,6 +12,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
 from tests.jobs.conftest import run_cli, write_jsonl
 
 pytestmark = pytest.mark.ray

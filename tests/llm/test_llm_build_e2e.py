@@ -148,8 +148,8 @@ def test_no_unit_lost_fallback_rows(runs, stage):
         assert expect <= stored, f"{task}: {len(expect - stored)} fallback rows of a failed unit are missing"
     fb = nodes.filter(pl.col("source") == "heuristic-fallback")
     # model rows carry the prompt hash of their task
-    from memlib.llm.prompts import load_prompts
     from memlib.llm.models import Task
+    from memlib.llm.prompts import load_prompts
 
     hashes = {p.prompt_version for p in load_prompts().values()}
     model_rows = nodes.filter(pl.col("source") == "gpt-4o-mini")

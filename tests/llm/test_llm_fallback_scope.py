@@ -12,7 +12,7 @@ import pytest
 from memlib import schema
 from memlib.compose.reference import sort_turns
 from memlib.config import MemlibConfig
-from memlib.extract.base import ExtractionContext, Extraction
+from memlib.extract.base import Extraction, ExtractionContext
 from memlib.extract.llm_common import CLIENT_KEY, fallback, make_units
 from memlib.io.readers import read_input
 from memlib.llm.models import Task

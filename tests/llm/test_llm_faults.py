@@ -3,7 +3,7 @@ llm_calls, no unit is lost, and a rerun with a healthy server calls exactly the 
 import polars as pl
 
 from memlib.config import Backend
-from memlib.extract.base import ExtractionContext, Extraction, get_extractor
+from memlib.extract.base import Extraction, ExtractionContext, get_extractor
 from memlib.extract.llm_common import CLIENT_KEY, make_units
 from memlib.llm.client import LLMClient
 from memlib.llm.limiter import NoLimit

@@ -72,7 +72,8 @@ def test_real_model_calls_are_counted_recorded_and_cached(model_url, tmp_path):
     t0 = time.perf_counter()
     first = client.call(Task.SUMMARY, {"turns": TURNS, "session_date": "2024-01-09 (Tuesday)"},
                         unit_id="seg-1", tenant_id="maya")
-    answer = client.call(Task.ANSWER, {"question": "Where did Maya move?", "context": TURNS, "question_date": "2024-02-01"},
+    answer = client.call(Task.ANSWER,
+                         {"question": "Where did Maya move?", "context": TURNS, "question_date": "2024-02-01"},
                          unit_id="q-1", tenant_id="maya")
     elapsed = time.perf_counter() - t0
     rows = client.calls_table().to_pylist()

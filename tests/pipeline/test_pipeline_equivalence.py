@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import polars as pl
-import pyarrow.parquet as pq
 import pytest
 
 from memlib.compose import process_tenant
-from memlib.config import MemlibConfig
 from memlib.compose.vectors import TurnEncoder
+from memlib.config import MemlibConfig
 from memlib.io.store import StoreReader
-
 from tests.pipeline.conftest import SESSIONS
 
 pytestmark = pytest.mark.ray

@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import polars as pl
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 

@@ -1,7 +1,6 @@
 """Unit tests of the build composition helpers (no Ray, no model)."""
 from __future__ import annotations
 
-import numpy as np
 import pyarrow as pa
 import pytest
 

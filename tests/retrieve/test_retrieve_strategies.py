@@ -7,7 +7,6 @@ import pytest
 from memlib.retrieve.kernels import run_search
 from memlib.retrieve.registry import get_strategy, list_strategies
 from memlib.retrieve.signals import turn_frame
-
 from tests.retrieve.conftest import retrieve_config
 
 STRATEGIES = ["gaama", "memorai", "assomem", "magma", "personalai", "auto"]

@@ -137,7 +137,7 @@ def test_403_for_another_tenant(base_url, mode):
     for tool, args in (("search_memory", {"query": "bicycle", "tenant": "bob"}),
                        ("get_session", {"session_id": "s1", "tenant": "bob"})):
         with pytest.raises(MCPError) as e:
-            mcp_call(base_url, TOKENS["alice"], lambda c: c.call_tool(tool, args), mode)
+            mcp_call(base_url, TOKENS["alice"], lambda c, tool=tool, args=args: c.call_tool(tool, args), mode)
         assert e.value.code == -32003 and e.value.data["error"] == "forbidden" and "'bob'" in e.value.message
     body = {"jsonrpc": "2.0", "id": 9, "method": "tools/call",
             "params": {"name": "search_memory", "arguments": {"query": "bicycle", "tenant": "bob"}}}

@@ -15,7 +15,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def stdio_session(store: Path, calls, *extra: str):
-    params = StdioServerParameters(command=sys.executable, args=["-m", "jobs.cli", "mcp", "--store", str(store), *extra],
+    params = StdioServerParameters(command=sys.executable,
+                                   args=["-m", "jobs.cli", "mcp", "--store", str(store), *extra],
                                    env={"PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "RAY_AUTH_MODE": "disabled"},
                                    cwd=str(REPO))
 

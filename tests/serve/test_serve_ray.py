@@ -9,8 +9,13 @@ import sys
 import httpx
 import pytest
 
-from memlib.client import (AuthenticationError, InvalidRequestError, MemlibClient, PermissionDeniedError,
-                           TenantNotFoundError)
+from memlib.client import (
+    AuthenticationError,
+    InvalidRequestError,
+    MemlibClient,
+    PermissionDeniedError,
+    TenantNotFoundError,
+)
 from memlib.io.store import StoreReader, StoreWriter, read_manifest
 from tests.serve.conftest import ADMIN, TOKENS, serve_config
 
