@@ -19,14 +19,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import ray
 
-from memlib.compose.recipe import Step, get_recipe
+from memlib.compose.recipe import EXTRACTION, Step, get_recipe
 from memlib.config import Backend, MemlibConfig
 from memlib.llm.limiter import LocalRateLimiter
 
 LIMITER_NAME = "memlib-llm-rate-limiter"
 CACHE_SUBDIR = Path("cache") / "llm"
-# the LLM-capable extraction stages: config section == build stage name
-LLM_STAGES = (Step.FACTS, Step.TRIPLETS, Step.EVENTS, Step.REFLECTIONS)
 
 
 @ray.remote(num_cpus=0)
@@ -68,10 +66,10 @@ def cache_dir(store_dir: str | Path) -> Path:
     return Path(store_dir) / CACHE_SUBDIR
 
 
-def llm_stages(cfg: MemlibConfig, recipe: str | None = None) -> list[Step]:
-    """The extraction stages that run with the LLM backend (within ``recipe`` when given)."""
-    plan = set(get_recipe(recipe)) if recipe is not None else set(LLM_STAGES)
-    out = [s for s in LLM_STAGES if s in plan and getattr(cfg, s.value).backend is Backend.LLM]
+def llm_steps(cfg: MemlibConfig, recipe: str | None = None) -> list[Step]:
+    """The extraction steps that run with the LLM backend (within ``recipe`` when given)."""
+    plan = set(get_recipe(recipe)) if recipe is not None else set(EXTRACTION)
+    out = [s for s in EXTRACTION if s in plan and getattr(cfg, s.value).backend is Backend.LLM]
     if Step.REFLECTIONS in out and not cfg.reflections.enabled:
         out.remove(Step.REFLECTIONS)
     return out
@@ -79,7 +77,7 @@ def llm_stages(cfg: MemlibConfig, recipe: str | None = None) -> list[Step]:
 
 def for_recipe(cfg: MemlibConfig, recipe: str) -> MemlibConfig:
     """``cfg`` with the LLM stages a recipe leaves out set to heuristic (what the build runs)."""
-    off = [s for s in LLM_STAGES if s not in set(get_recipe(recipe))]
+    off = [s for s in EXTRACTION if s not in set(get_recipe(recipe))]
     if not off:
         return cfg
     out = cfg.model_copy(deep=True)
@@ -168,11 +166,11 @@ def dry_run_input(cfg: MemlibConfig, input_path: str | Path, fmt: str, recipe: s
                 continue
             turns = sort_turns(schema.conform(turns, schema.TURNS, name="turns"))
             ctx = ExtractionContext(turns=turns, kept_turn_ids=_kept(turns, cfg, gated), config=cfg, extras=extras)
-            planned += plan_calls(ctx) if llm_stages(cfg) else []
+            planned += plan_calls(ctx) if llm_steps(cfg) else []
             tenants += 1
             turns_n += turns.num_rows
             sessions += len(pc.unique(turns.column("session_id")))
     out = estimate(planned, cfg.llm).as_dict()
     out.update(tenants=tenants, turns=turns_n, sessions=sessions, model=cfg.llm.model, recipe=recipe,
-               llm_stages=[s.value for s in llm_stages(cfg)])
+               llm_steps=[s.value for s in llm_steps(cfg)])
     return out

@@ -151,7 +151,7 @@ def resources(cfg: MemlibConfig, total_cpus: float, n_blocks: int, n_tenants: in
 def build_dataset(plan: SessionPlan, shards: list[TenantShard], cfg: MemlibConfig, recipe: str, store: str,
                   build_key: str, work: Path, total_cpus: float) -> ray.data.Dataset:
     """The build's one dataset: block rows, then tenant rows (largest first), four operators."""
-    from pipelines.llm_actors import llm_stages, shared_limiter
+    from pipelines.llm_actors import llm_steps, shared_limiter
 
     res = resources(cfg, total_cpus, len(plan.blocks), len(shards))
     items = [{"kind": RowKind.BLOCK.value, "item": block_item(p)} for p in plan.blocks]
@@ -169,7 +169,7 @@ def build_dataset(plan: SessionPlan, shards: list[TenantShard], cfg: MemlibConfi
     ds = ds.map_batches(SessionLocalOp, num_cpus=SESSION_ACTOR_CPUS, **common,
                         compute=ray.data.ActorPoolStrategy(size=res.session_actors),
                         fn_constructor_kwargs={"cfg": cfg, "recipe": recipe, "store": store, "build_key": build_key})
-    limiter = shared_limiter(cfg) if llm_stages(cfg, recipe) else None
+    limiter = shared_limiter(cfg) if llm_steps(cfg, recipe) else None
     return ds.map_batches(TenantOp, num_cpus=TENANT_ACTOR_CPUS, **common,
                           compute=ray.data.ActorPoolStrategy(size=res.tenant_actors, max_tasks_in_flight_per_actor=1),
                           fn_constructor_kwargs={"cfg": cfg, "recipe": recipe, "store": store,

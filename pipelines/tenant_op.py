@@ -94,9 +94,9 @@ class TenantOp:
 
     def _extras(self) -> dict[str, Any]:
         if self.extras is None:
-            from pipelines.llm_actors import llm_extras, llm_stages
+            from pipelines.llm_actors import llm_extras, llm_steps
 
-            uses_llm = bool(llm_stages(self.cfg, self.recipe))
+            uses_llm = bool(llm_steps(self.cfg, self.recipe))
             self.extras = llm_extras(self.cfg, self.store_dir, self.llm_limiter) if uses_llm else {}
         return self.extras
 

@@ -28,10 +28,10 @@ def _kept(turns: pa.Table, cfg, gate: bool) -> frozenset[str] | None:
 
 
 def run_bench(path: Path, cfg, *, gate: bool = True, tenants: int | None = None) -> dict[str, object]:
+    from memlib.compose.steps import run_extractions
     from memlib.config import Backend
-    from memlib.extract.base import ExtractionContext
+    from memlib.extract.base import Extraction, ExtractionContext
     from memlib.extract.llm_plan import plan_calls
-    from memlib.extract.run import run_extractors
     from memlib.io.readers import read_input
     from memlib.llm.estimate import estimate
     from memlib.llm.fake_server import FakeLLMServer
@@ -40,8 +40,8 @@ def run_bench(path: Path, cfg, *, gate: bool = True, tenants: int | None = None)
     if tenants:
         keep = pl.from_arrow(turns.select(["tenant_id"]))["tenant_id"].unique(maintain_order=True)[:tenants]
         turns = turns.filter(pc.is_in(turns.column("tenant_id"), value_set=keep.to_arrow()))
-    for section in (cfg.facts, cfg.triplets, cfg.events, cfg.reflections):
-        section.backend = Backend.LLM
+    for extraction in Extraction:
+        getattr(cfg, extraction.value).backend = Backend.LLM
     kept = _kept(turns, cfg, gate)
     n_sessions = pl.from_arrow(turns.select(["tenant_id", "session_id"])).unique().height
     with FakeLLMServer() as srv, tempfile.TemporaryDirectory() as cache:
@@ -49,7 +49,7 @@ def run_bench(path: Path, cfg, *, gate: bool = True, tenants: int | None = None)
         ctx = ExtractionContext(turns=turns, kept_turn_ids=kept, config=cfg, extras={"llm_cache_dir": cache})
         est = estimate(plan_calls(ctx), cfg.llm)
         t0 = time.perf_counter()
-        run_extractors(ctx)
+        run_extractions(ctx)
         elapsed = time.perf_counter() - t0
         calls = pl.from_arrow(ctx.extras["llm_client"].calls_table())
     pt, ct = int(calls["prompt_tokens"].sum()), int(calls["completion_tokens"].sum())

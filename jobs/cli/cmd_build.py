@@ -8,9 +8,10 @@ import typer
 
 from jobs.cli.common import ConfigOpt, FormatOpt, SetOpt, fail, get_config
 from memlib.config import Backend, export_local_ray_env
+from memlib.extract.base import Extraction
 
 # the config sections --extractor sets (the LLM-capable extraction stages)
-EXTRACTOR_SECTIONS = ("facts", "triplets", "events", "reflections")
+EXTRACTOR_SECTIONS = tuple(e.value for e in Extraction)
 
 
 def extractor_overrides(extractor: Optional[Backend], set_: Optional[list[str]]) -> list[str]:
@@ -28,7 +29,7 @@ def nightly_overrides(input_is_complete: bool, max_removed_share: Optional[float
 
 def format_dry_run(est: dict[str, Any]) -> str:
     lines = [f"dry run ({est['recipe']}, model {est['model']}): {est['tenants']} tenant(s), "
-             f"{est['sessions']} sessions, {est['turns']} turns; LLM stages: {', '.join(est['llm_stages']) or 'none'}",
+             f"{est['sessions']} sessions, {est['turns']} turns; LLM steps: {', '.join(est['llm_steps']) or 'none'}",
              f"  {'task':<12} {'calls':>7} {'input tok':>11} {'output tok':>11}"]
     for task, agg in sorted(est["by_task"].items()):
         lines.append(f"  {task:<12} {agg['calls']:>7} {agg['input_tokens']:>11} {agg['output_tokens']:>11}")

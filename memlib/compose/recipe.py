@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from enum import Enum
 
+from memlib.extract.base import Extraction
+
 
 class Step(str, Enum):
     """Recipe steps (per session, then per tenant) in data-flow order (see DESIGN.md, "Data flow")."""
@@ -36,7 +38,8 @@ class Phase(str, Enum):
     PUBLISH = "publish"
 
 
-EXTRACTION = (Step.FACTS, Step.TRIPLETS, Step.EVENTS, Step.REFLECTIONS)
+# the extraction steps, every one LLM-capable: the same names as memlib.extract.base.Extraction
+EXTRACTION = tuple(Step(e.value) for e in Extraction)
 ALWAYS = (Step.TURN_NODES, Step.EMBED_TURNS, Step.STRUCTURE, Step.EMBED_NODES,
           Step.FINALIZE)
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Callable
 
 import numpy as np
@@ -33,6 +34,7 @@ from memlib.compose.sessions import SessionOutput, session_keys, session_local, 
 from memlib.compose.timer import WallTimer
 from memlib.compose.vectors import TurnEncoder, TurnVectors
 from memlib.config import MemlibConfig
+from memlib.extract.base import Extraction
 
 
 @dataclass
@@ -91,10 +93,7 @@ StepFn = Callable[[BuildState], None]
 # tenant-level steps, in data-flow order
 TENANT_STEPS: dict[Step, StepFn] = {
     Step.CLUES: steps.clues,
-    Step.FACTS: lambda s: steps.extract(s, "facts"),
-    Step.TRIPLETS: lambda s: steps.extract(s, "triplets"),
-    Step.EVENTS: lambda s: steps.extract(s, "events"),
-    Step.REFLECTIONS: lambda s: steps.extract(s, "reflections") if s.cfg.reflections.enabled else None,
+    **{Step(e.value): partial(steps.extract, extraction=e) for e in Extraction},
     Step.EMBED_NODES: steps.embed_nodes,
     Step.LINK: steps.link,
 }

@@ -14,9 +14,11 @@ import pyarrow.compute as pc
 from memlib import schema
 from memlib.compose.vectors import pooled_vectors, span_pooled_vectors, with_embeddings
 from memlib.config import Backend
+from memlib.extract.base import Extraction
 
 if TYPE_CHECKING:
     from memlib.compose.reference import BuildState
+    from memlib.extract.base import ExtractionContext, ExtractResult
 
 
 def clues(state: BuildState) -> None:
@@ -35,24 +37,49 @@ def kept_turn_ids(state: BuildState) -> frozenset[str] | None:
     return frozenset(kept.to_pylist())
 
 
-def extract(state: BuildState, stage_name: str) -> None:
-    """Finish a drafted heuristic stage from its session drafts, or run a whole-tenant backend."""
-    from memlib.extract.base import ExtractionContext, get_extractor
+def extract_one(ctx: ExtractionContext, extraction: Extraction,
+                drafts: dict[str, pa.Table] | None = None) -> ExtractResult:
+    """One extraction with its configured backend: a heuristic facts or triplets extraction
+    finishes the session drafts when given them, every other case runs over ``ctx``."""
+    from memlib.extract.base import backend_of, get_extractor
 
-    backend = Backend(getattr(state.cfg, stage_name).backend)
-    ctx = ExtractionContext(turns=state.turns, kept_turn_ids=kept_turn_ids(state), config=state.cfg,
-                            nlp=state.nlp, facts=state.facts, extras=state.extras)
-    extractor = get_extractor(stage_name, backend)
-    if backend == Backend.HEURISTIC and stage_name == "facts":
-        result = extractor.finish(state.drafts["fact_drafts"], ctx)
-    elif backend == Backend.HEURISTIC and stage_name == "triplets":
-        result = extractor.finish(state.drafts["entity_mentions"], state.drafts["triplet_drafts"], ctx)
+    backend = backend_of(ctx.config, extraction)
+    extractor = get_extractor(extraction, backend)
+    if drafts is not None and backend is Backend.HEURISTIC and extraction is Extraction.FACTS:
+        result = extractor.finish(drafts["fact_drafts"], ctx)
+    elif drafts is not None and backend is Backend.HEURISTIC and extraction is Extraction.TRIPLETS:
+        result = extractor.finish(drafts["entity_mentions"], drafts["triplet_drafts"], ctx)
     else:
         result = extractor.run(ctx)
-    result = result.conformed(stage_name)
-    state.nlp = ctx.nlp  # loaded once, reused by the next stage
+    return result.conformed(extraction.value)
+
+
+def run_extractions(ctx: ExtractionContext) -> ExtractResult:
+    """Every configured extraction over one context, without session drafts (tests, benchmarks);
+    the facts' nodes are handed to the later extractions, as in the build."""
+    from memlib.extract.base import ExtractResult, configured
+
+    results = []
+    for extraction in configured(ctx.config):
+        result = extract_one(ctx, extraction)
+        if extraction is Extraction.FACTS:
+            ctx.facts = result.nodes
+        results.append(result)
+    return ExtractResult.concat(results)
+
+
+def extract(state: BuildState, extraction: Extraction) -> None:
+    """The build's extraction step: one extraction over the tenant, from its session drafts."""
+    from memlib.extract.base import ExtractionContext, configured
+
+    if extraction not in configured(state.cfg):
+        return
+    ctx = ExtractionContext(turns=state.turns, kept_turn_ids=kept_turn_ids(state), config=state.cfg,
+                            nlp=state.nlp, facts=state.facts, extras=state.extras)
+    result = extract_one(ctx, extraction, state.drafts)
+    state.nlp = ctx.nlp  # loaded once, reused by the next extraction
     state.add(result.nodes, result.edges)
-    if stage_name == "facts":
+    if extraction is Extraction.FACTS:
         state.facts = result.nodes
 
 

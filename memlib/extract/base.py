@@ -1,13 +1,14 @@
-"""One extractor interface for every extraction stage and backend.
+"""One extractor interface for every extraction and backend.
 
-A stage (facts, triplets, events, reflections, ...) is implemented by one class per
+An extraction (facts, triplets, events, reflections) is implemented by one class per
 :class:`~memlib.config.Backend`. Every implementation takes an
 :class:`ExtractionContext` and returns an :class:`ExtractResult` whose ``nodes`` conform
 to :data:`memlib.schema.NODES_NO_EMBEDDING` and ``edges`` to :data:`memlib.schema.EDGES`.
 
 Implementations register themselves with :func:`register` (a class decorator); callers
 look them up with :func:`get_extractor`. LLM backends live in their own modules and
-register under ``Backend.LLM`` with the same stage key.
+register under ``Backend.LLM`` with the same extraction key. The build runs them through
+:func:`memlib.compose.steps.extract_one` (one orchestration for every backend).
 """
 from __future__ import annotations
 
@@ -26,11 +27,23 @@ from memlib.schema import Role
 
 
 class Extraction(str, Enum):
-    """Extraction stages, in the order :func:`memlib.extract.run.run_extractors` runs them."""
+    """The extractions, in dependency order (events and reflections read the facts). This is the
+    one list: recipe steps, the LLM-capable steps, ``--extractor`` and the config sections of the
+    same names all derive from it."""
     FACTS = "facts"
     TRIPLETS = "triplets"
     EVENTS = "events"
     REFLECTIONS = "reflections"
+
+
+def backend_of(cfg: MemlibConfig, extraction: Extraction) -> Backend:
+    """The configured backend of ``extraction`` (config section == extraction name)."""
+    return Backend(getattr(cfg, extraction.value).backend)
+
+
+def configured(cfg: MemlibConfig) -> list[Extraction]:
+    """The extractions a build runs under ``cfg`` (reflections only when enabled), in order."""
+    return [e for e in Extraction if e is not Extraction.REFLECTIONS or cfg.reflections.enabled]
 
 
 @dataclass

@@ -12,7 +12,7 @@ from typing import Any
 
 import polars as pl
 
-from memlib.ids import make_id
+from memlib.extract.rows import concept_id
 
 GENERIC = frozenset("""thing things stuff time times day days lot lots way ways kind sort bit something anything
 everything nothing someone anyone everyone people person guy guys one ones part place moment moments week weeks
@@ -143,6 +143,6 @@ def canonicalize(occurrences: pl.DataFrame, threshold: float) -> pl.DataFrame:
     best = (counts.sort(["n", "label"], descending=[True, False])
             .group_by(["tenant_id", "cluster"], maintain_order=True).agg(pl.col("label").first().alias("canonical")))
     out = counts.join(best, on=["tenant_id", "cluster"])
-    ids = [make_id("concept", t, token_key(c)) for t, c in zip(out["tenant_id"], out["canonical"])]
+    ids = [concept_id(t, token_key(c)) for t, c in zip(out["tenant_id"], out["canonical"])]
     return out.with_columns(pl.Series("concept_id", ids, dtype=pl.Utf8)).select(
         ["tenant_id", "label", "concept_id", "canonical"])

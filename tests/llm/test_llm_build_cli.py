@@ -20,11 +20,11 @@ def test_extractor_sets_every_llm_stage_and_set_still_wins():
 
 
 def test_llm_stages_follow_recipe_and_config():
-    from pipelines.llm_actors import for_recipe, llm_stages
+    from pipelines.llm_actors import for_recipe, llm_steps
 
     cfg = load_config(None, extractor_overrides(Backend.LLM, ["reflections.enabled=false"]))
-    assert [s.value for s in llm_stages(cfg)] == ["facts", "triplets", "events"]
-    assert llm_stages(cfg, "episodes") == []
+    assert [s.value for s in llm_steps(cfg)] == ["facts", "triplets", "events"]
+    assert llm_steps(cfg, "episodes") == []
     masked = for_recipe(cfg, "episodes")
     assert masked.facts.backend is Backend.HEURISTIC and cfg.facts.backend is Backend.LLM
 
