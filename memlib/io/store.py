@@ -385,11 +385,6 @@ def rollback(store: str | Path, version: str) -> dict[str, Any]:
     return data
 
 
-def published_versions(store: str | Path) -> list[str]:
-    d = Path(store) / "manifests"
-    return sorted(p.stem for p in d.glob("v*.json")) if d.exists() else []
-
-
 def _link_or_copy(src: Path, dst: Path) -> None:
     if dst.exists():
         dst.unlink()
