@@ -3,7 +3,7 @@
 A tenant row reaches the operator while the session operators may still be working on its
 blocks; the actor waits until each block the tenant needs has its index file (the commit point
 of :meth:`memlib.compose.session_store.SessionStore.write_block`), then reads the tenant's kept
-session outputs and runs :func:`memlib.compose.reference.tenant_stage`, the graph and importance,
+session outputs and runs :func:`memlib.compose.reference.tenant_steps`, the graph and importance,
 and writes the tenant's staged tables and ``auto``'s token matrix. A failed block (its failure
 marker) or any exception of the tenant's own stages makes that tenant's summary an error; the
 other tenants go on.
@@ -103,7 +103,7 @@ class TenantOp:
     def build_one(self, shard: TenantShard) -> dict[str, Any]:
         import ray
 
-        from memlib.compose.reference import tenant_stage
+        from memlib.compose.reference import tenant_steps
         from pipelines.llm_actors import call_summary, drain_llm_calls
         from pipelines.store_sink import write_llm_calls
 
@@ -115,7 +115,7 @@ class TenantOp:
         parts, vectors = self.sessions.read(order)
         read_s = time.perf_counter() - start
         extras = self._extras()
-        out = tenant_stage(turns, parts, vectors, self.cfg, order, self.recipe, nlp=self.nlp, extras=extras)
+        out = tenant_steps(turns, parts, vectors, self.cfg, order, self.recipe, nlp=self.nlp, extras=extras)
         nodes = self._graph(shard, out) if shard.graph_path else out.nodes
         write_parquet(nodes, shard.nodes_path, schema.nodes_schema(nodes.schema.field("embedding").type.list_size),
                       "nodes")

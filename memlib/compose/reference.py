@@ -5,7 +5,7 @@ A tenant's build is two halves (DESIGN.md, "Data flow"):
 1. per session (:mod:`memlib.compose.sessions`): turn nodes -> the embed pass over the turn
    texts (:class:`~memlib.compose.vectors.TurnEncoder`) -> segment -> gate + summaries ->
    session / segment nodes, NEXT / IN_SESSION / IN_SEGMENT edges -> fact and triplet drafts;
-2. per tenant (:func:`tenant_stage`), once its sessions are complete: clues (keyphrase IDF
+2. per tenant (:func:`tenant_steps`), once its sessions are complete: clues (keyphrase IDF
    over the tenant's sessions) -> facts (concepts canonicalized) -> triplets (entities
    canonicalized) -> events -> reflections -> node vectors (pooled from the turn vectors) ->
    merge clues / SIMILAR edges -> drop dangling edges (counted) -> conform; plus ``auto``'s
@@ -132,7 +132,7 @@ def token_matrix(turns: pa.Table, vectors: TurnVectors) -> Any:
                                    [vectors.token_vectors[i] for i in pos])
 
 
-def tenant_stage(turns: pa.Table, parts: SessionOutput, vectors: TurnVectors, cfg: MemlibConfig,
+def tenant_steps(turns: pa.Table, parts: SessionOutput, vectors: TurnVectors, cfg: MemlibConfig,
                  session_order: Sequence[str], recipe: str | Sequence[Step] = DEFAULT_RECIPE,
                  nlp: Any = None, extras: dict[str, Any] | None = None) -> TenantOutput:
     """The tenant-level half: every session's outputs (``parts``, any order) and turn vectors of
@@ -140,7 +140,7 @@ def tenant_stage(turns: pa.Table, parts: SessionOutput, vectors: TurnVectors, cf
     turns = sort_turns(schema.conform(turns, schema.TURNS, name="turns"))
     tenants = set(turns.column("tenant_id").unique().to_pylist())
     if len(tenants) != 1:
-        raise ValueError(f"tenant_stage needs the turns of exactly one tenant, got {sorted(tenants)}")
+        raise ValueError(f"tenant_steps needs the turns of exactly one tenant, got {sorted(tenants)}")
     plan = get_recipe(recipe) if isinstance(recipe, str) else tuple(recipe)
     order = {k: i for i, k in enumerate(session_order)}
     timer = WallTimer()
@@ -205,6 +205,6 @@ def process_tenant(turns: pa.Table, cfg: MemlibConfig, encoder: TurnEncoder, nlp
         np.concatenate([v.vectors for v in vecs]) if vecs else np.zeros((0, cfg.embed.dim), np.float32),
         [t for v in vecs for t in v.token_ids] if vecs and all(v.token_ids is not None for v in vecs) else None,
         [t for v in vecs for t in v.token_vectors] if vecs and all(v.token_vectors is not None for v in vecs) else None)
-    out = tenant_stage(turns, SessionOutput.concat(parts), merged, cfg, order, plan, nlp=nlp, extras=extras)
+    out = tenant_steps(turns, SessionOutput.concat(parts), merged, cfg, order, plan, nlp=nlp, extras=extras)
     out.timings = {**timer.rounded(), **out.timings}
     return out

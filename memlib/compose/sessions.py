@@ -19,7 +19,7 @@ triplets (draft)    kept TURNS (spaCy)                   ENTITY_MENTIONS, TRIPLE
 
 Every function here takes the turns of exactly one session, so a session's output is the
 same whichever block of sessions it travels in. The tenant-level half is
-:func:`memlib.compose.reference.tenant_stage`.
+:func:`memlib.compose.reference.tenant_steps`.
 """
 from __future__ import annotations
 

@@ -11,15 +11,15 @@ from memlib.config import Backend, load_config
 SAMPLE = Path(__file__).resolve().parents[2] / "memlib" / "data" / "sample_conversations.jsonl"
 
 
-def test_extractor_sets_every_llm_stage_and_set_still_wins():
+def test_extractor_sets_every_extraction_and_set_still_wins():
     cfg = load_config(None, extractor_overrides(Backend.LLM, ["facts.backend=heuristic"]))
     assert cfg.facts.backend is Backend.HEURISTIC
     assert cfg.triplets.backend is cfg.events.backend is cfg.reflections.backend is Backend.LLM
-    assert cfg.segment.backend is Backend.HEURISTIC  # not an extraction stage
+    assert not hasattr(cfg.segment, "backend")  # not an extraction: heuristic only
     assert extractor_overrides(None, None) == []
 
 
-def test_llm_stages_follow_recipe_and_config():
+def test_llm_steps_follow_recipe_and_config():
     from pipelines.llm_actors import for_recipe, llm_steps
 
     cfg = load_config(None, extractor_overrides(Backend.LLM, ["reflections.enabled=false"]))
