@@ -13,18 +13,10 @@ from fastapi.testclient import TestClient
 from mcp.shared.exceptions import MCPError
 
 from memlib.serve.app import build_app
-from memlib.serve.service import SearchService
-from tests.serve.conftest import ADMIN, TOKENS, bearer, mcp_call, serve_config
+from tests.serve.conftest import ADMIN, TOKENS, bearer, mcp_call
 
 MODES = ["auto", "legacy"]  # 2026-07-28 per-request envelopes; 2025-11-25 initialize handshake
 SEARCH = {"query": "where did I go hiking", "k": 3, "strategy": "bm25"}
-
-
-@pytest.fixture()
-def service(store, embedder):
-    svc = SearchService(store, serve_config(), embedder=embedder).start()
-    yield svc
-    svc.stop()
 
 
 @pytest.fixture()
