@@ -13,62 +13,15 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Annotated, Optional
 
-import psutil
 import typer
 
 from jobs.cli.common import ConfigOpt, SetOpt, get_config
+from jobs.measure import RssSampler, floor_seconds
 from memlib.config import export_local_ray_env
-
-
-class RssSampler:
-    """Peak of the summed RSS of this process and all its descendants."""
-
-    def __init__(self, interval_s: float = 0.25):
-        self.interval_s = interval_s
-        self.peak = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _sample(self) -> int:
-        me = psutil.Process()
-        total = 0
-        for p in [me, *me.children(recursive=True)]:
-            try:
-                total += p.memory_info().rss
-            except psutil.Error:
-                continue
-        return total
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.peak = max(self.peak, self._sample())
-            self._stop.wait(self.interval_s)
-
-    def __enter__(self) -> RssSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, self._sample())
-
-
-def floor_seconds(store: Path, cfg, cores: int) -> tuple[dict[str, float], int]:
-    """One pass of the default token encoder over the store's turn texts, here (memlib.embed.floor)."""
-    import pyarrow.compute as pc
-
-    from memlib.embed.floor import encoder_floor
-    from memlib.io.store import StoreReader
-
-    nodes = StoreReader(store).nodes(columns=["kind", "text"])
-    texts = nodes.filter(pc.equal(nodes.column("kind"), "turn")).column("text").to_pylist()
-    return encoder_floor(texts, cores, model_cache=cfg.embed.model_cache), len(texts)
 
 
 def register(bench_app: typer.Typer) -> None:

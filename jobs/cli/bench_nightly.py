@@ -97,7 +97,7 @@ def register(bench_app: typer.Typer) -> None:
         export_local_ray_env()
         cfg = get_config(config, set_)
         from jobs.build import run_build
-        from jobs.cli.bench_scale import timed_build
+        from jobs.measure import timed_build
         from jobs.nightly import run_incremental
 
         with tempfile.TemporaryDirectory(prefix="memlib-bench-") as tmp:

@@ -16,8 +16,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from enum import Enum
@@ -28,6 +26,7 @@ import polars as pl
 import typer
 
 from jobs.cli.common import ConfigOpt, SetOpt, get_config
+from jobs.measure import timed_build
 
 
 class TenantSize(str, Enum):
@@ -102,25 +101,6 @@ def _evaluate(store: Path, strategy: str, cfg) -> pl.DataFrame:
     return evaluate(store, questions, strategy, [10], cfg, dataset=Dataset.LOCOMO).per_question
 
 
-def timed_build(corpus: Path, store: Path, num_cpus: Optional[int], cores: set[int] | None, log: Path,
-                config: Optional[Path] = None, sets: Optional[list[str]] = None, fmt: str = "jsonl",
-                extra: tuple[str, ...] = ()) -> float:
-    """Wall seconds of ``memlib build`` in a child process (its own local Ray); ``cores``: the CPU
-    cores the child and every process it starts may run on (Linux affinity, inherited)."""
-    cmd = [sys.executable, "-m", "jobs.cli", "build", "--input", str(corpus), "--format", fmt,
-           "--out", str(store), *extra]
-    cmd += ["--num-cpus", str(num_cpus)] if num_cpus else []
-    cmd += ["--config", str(config)] if config else []
-    for item in sets or []:
-        cmd += ["--set", item]
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    pin = (lambda: os.sched_setaffinity(0, cores)) if cores else None
-    start = time.perf_counter()
-    with log.open("w") as out:
-        subprocess.run(cmd, check=True, env=env, preexec_fn=pin, stdout=out, stderr=subprocess.STDOUT)
-    return time.perf_counter() - start
-
-
 def tenant_speedup(corpus: Path, workdir: Path, num_cpus: Optional[int], config: Optional[Path] = None,
                    sets: Optional[list[str]] = None) -> dict:
     """The haystack tenant built twice more, each in a fresh process with a local Ray of its own:
@@ -145,7 +125,7 @@ def run_scale(cfg, data: Path, workdir: Path, *, conversation: str, sessions: in
               strategy: str, num_cpus: Optional[int], http: bool = True, speedup: bool = True,
               config: Optional[Path] = None, sets: Optional[list[str]] = None) -> dict:
     from jobs.build import run_build
-    from jobs.cli.bench_build import RssSampler
+    from jobs.measure import RssSampler
     from jobs.nightly import allow_long_tenants
 
     allow_long_tenants()  # the haystack tenant builds for longer than Ray Data's default 1800 s

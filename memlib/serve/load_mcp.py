@@ -13,6 +13,8 @@ from __future__ import annotations
 import itertools
 import time
 
+from memlib.serve.load import timed_posts
+
 TOOL = "search_memory"
 PROTOCOL = "2026-07-28"
 WIRE_HEADERS = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": PROTOCOL,
@@ -29,24 +31,11 @@ def wire_worker(base_url: str, token: str, jobs: list[dict], out: list[float], e
 
     ids = itertools.count(1)
     headers = {**WIRE_HEADERS, "Authorization": f"Bearer {token}"}
+    envelopes = ({"jsonrpc": "2.0", "id": next(ids), "method": "tools/call",
+                  "params": {"name": TOOL, "arguments": args, "_meta": WIRE_META}} for args in jobs)
     with httpx.Client(base_url=base_url, headers=headers, timeout=30.0) as http:
-        for args in jobs:
-            if time.monotonic() > deadline:
-                errors.append("deadline")
-                continue
-            body = {"jsonrpc": "2.0", "id": next(ids), "method": "tools/call",
-                    "params": {"name": TOOL, "arguments": args, "_meta": WIRE_META}}
-            t0 = time.perf_counter()
-            try:
-                r = http.post("/mcp", json=body)
-                ok = r.status_code == 200 and b'"isError":false' in r.content
-                detail = f"mcp wire {r.status_code} {r.text[:200]}"
-            except httpx.HTTPError as exc:
-                ok, detail = False, f"mcp wire {type(exc).__name__}: {exc}"
-            if ok:
-                out.append((time.perf_counter() - t0) * 1000.0)
-            else:
-                errors.append(detail)
+        timed_posts(http, "/mcp", envelopes, lambda r: r.status_code == 200 and b'"isError":false' in r.content,
+                    "mcp wire ", out, errors, deadline)
 
 
 def collect_mcp(base_url: str, token: str, bodies: list[dict], concurrency: int,
