@@ -149,11 +149,11 @@ class TenantOp:
     def _store_matrix(self, shard: TenantShard, out: Any) -> None:
         from memlib.compose.vectors import auto_encoder_model
         from memlib.io.store import LATE_CACHE_SUBDIR
-        from memlib.retrieve import late
+        from memlib.retrieve import matrix_cache, token_model
 
         node_text = dict(zip(out.nodes.column("node_id").to_pylist(), out.nodes.column("text").to_pylist()))
         texts = [node_text[t] for t in out.token_matrix.turn_ids]
         if self._encoder_tag is None:  # the derived model's digest: hashed once per actor
-            self._encoder_tag = late.model_file(auto_encoder_model(self.cfg), self.cfg.embed.model_cache)[1]
-        late.store_matrix(shard.tenant_id, texts, out.token_matrix, self._encoder_tag,
+            self._encoder_tag = token_model.model_file(auto_encoder_model(self.cfg), self.cfg.embed.model_cache)[1]
+        matrix_cache.store_matrix(shard.tenant_id, texts, out.token_matrix, self._encoder_tag,
                           Path(self.store_dir) / LATE_CACHE_SUBDIR)

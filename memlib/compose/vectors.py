@@ -69,10 +69,10 @@ class TurnVectors:
 
 def auto_encoder_model(cfg: Any) -> str:
     """The token encoder ``auto`` is configured with (retrieve.params.auto.encoder)."""
-    from memlib.retrieve import late
+    from memlib.retrieve import token_model
     from memlib.retrieve.registry import strategy_params
 
-    return str(strategy_params("auto", cfg).get("encoder", late.DEFAULT_MODEL))
+    return str(strategy_params("auto", cfg).get("encoder", token_model.DEFAULT_MODEL))
 
 
 def one_by_one(encoder: Any, texts: Sequence[str]) -> tuple[list[Any], list[int]]:
@@ -104,17 +104,17 @@ class TurnEncoder:
 
     def __init__(self, cfg: Any, threads: int | None = None):
         from memlib.embed.registry import EmbedBackend, get_embedder, parse_backend
-        from memlib.retrieve import late
+        from memlib.retrieve import token_encoder, token_model
 
         self.dim = int(cfg.embed.dim)
         backend = parse_backend(cfg.embed.backend)
         self.pooled = backend is EmbedBackend.MINILM_TOKENS
         model = auto_encoder_model(cfg)
         want_tokens = bool(cfg.retrieve.precompute_token_matrices)
-        self.tokens = late.get_encoder(threads, model, cfg.embed.model_cache) if want_tokens else None
+        self.tokens = token_encoder.get_encoder(threads, model, cfg.embed.model_cache) if want_tokens else None
         self.pool_encoder = None
-        if self.pooled and (self.tokens is None or model != late.DEFAULT_MODEL):
-            self.pool_encoder = late.get_encoder(threads, late.DEFAULT_MODEL, cfg.embed.model_cache)
+        if self.pooled and (self.tokens is None or model != token_model.DEFAULT_MODEL):
+            self.pool_encoder = token_encoder.get_encoder(threads, token_model.DEFAULT_MODEL, cfg.embed.model_cache)
         self.passages = None
         if not self.pooled:
             embed_cfg = cfg.embed if threads is None else cfg.embed.model_copy(update={"threads": threads})

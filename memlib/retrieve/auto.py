@@ -24,9 +24,8 @@ Token matrices are cached per tenant in memory and, with ``disk_cache`` (default
 
 Selection protocol (2026-11-25, docs/evaluation.md): ``memlib tune`` over locomo_dev3 and
 longmemeval_s_dev24 together, three folds of whole conversations / haystacks, one
-configuration for both datasets. Cross-validated: locomo_dev3 turn R@10 81.2, session R@10
-93.2; longmemeval_s_dev24 turn R@5 91.0, lme_turn_recall_all@10 95.8,
-lme_session_recall_all@5 100. The defaults are the grid's best on all questions:
+configuration for both datasets; the cross-validated figures are in docs/evaluation.md
+("Cross-validated figures"), not copied here. The defaults are the grid's best on all questions:
 session_weight 0.25, adjacent_weight 0.3, assistant_penalty 4, session_lead 0.5,
 query_max_df 1.0 (dropping frequent query tokens, 0.15 before, was never chosen), idf on
 (always chosen). Tried and dropped (not chosen, or no cross-validated gain): token-count
@@ -43,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from memlib.retrieve import kernels, late
+from memlib.retrieve import kernels, late, matrix_cache, token_encoder, token_model
 from memlib.retrieve.base import RetrievedNode, StrategyBase
 from memlib.retrieve.registry import register
 from memlib.retrieve.signals import turn_frame, zscore
@@ -51,9 +50,9 @@ from memlib.retrieve.signals import turn_frame, zscore
 
 def late_scores(index, query: str, p: dict[str, Any], model_cache: str | None = None) -> np.ndarray:
     """idf-weighted MaxSim of ``query`` against every turn (conversation order)."""
-    encoder = late.get_encoder(p.get("threads"), p.get("encoder", late.DEFAULT_MODEL), model_cache)
-    cache_dir = p.get("cache_dir") or (late.default_cache_dir(index) if p.get("disk_cache", True) else None)
-    matrix = late.tenant_matrix(index, encoder, cache_dir)
+    encoder = token_encoder.get_encoder(p.get("threads"), p.get("encoder", token_model.DEFAULT_MODEL), model_cache)
+    cache_dir = p.get("cache_dir") or (matrix_cache.default_cache_dir(index) if p.get("disk_cache", True) else None)
+    matrix = matrix_cache.tenant_matrix(index, encoder, cache_dir)
     q_ids, q_vecs = late.content_query_tokens(matrix, *encoder.encode([query])[0], float(p.get("query_max_df", 1.0)))
     return late.maxsim(matrix, q_ids, q_vecs, bool(p.get("idf", True)), exact=not p.get("int8_maxsim", True)
                        ).astype(np.float64)
@@ -76,7 +75,7 @@ def graph_term(index, frame, base: np.ndarray, seeds: int) -> np.ndarray | None:
 class Auto(StrategyBase):
     defaults = {"session_top": 2, "session_weight": 0.25, "adjacent_weight": 0.3, "idf": True,
                 "assistant_penalty": 4.0, "session_lead": 0.5, "graph_weight": 0.0, "graph_seeds": 20,
-                "threads": 1, "cache_dir": None, "disk_cache": True, "encoder": late.DEFAULT_MODEL,
+                "threads": 1, "cache_dir": None, "disk_cache": True, "encoder": token_model.DEFAULT_MODEL,
                 "query_max_df": 1.0, "int8_maxsim": True}
 
     wants_config = True  # for embed.model_cache

@@ -59,3 +59,16 @@ def test_no_directory_is_named_like_a_build_artefact():
     found = [str(p.relative_to(ROOT)) for top in ("memlib", "pipelines", "jobs", "tests")
              for p in (ROOT / top).rglob("*") if p.is_dir() and p.name in names]
     assert found == []
+
+
+def test_no_module_imports_a_private_name_of_another():
+    bad = []
+    for top in ("memlib", "pipelines", "jobs"):
+        for path in sorted((ROOT / top).rglob("*.py")):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                    private = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+                    if private:
+                        bad.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.module} {private}")
+    assert bad == []
