@@ -12,7 +12,7 @@ export RAY_AUTH_MODE ?= disabled
 export RAY_USAGE_STATS_ENABLED ?= 0
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: setup demo test test-all bench clean
+.PHONY: setup demo lint test test-all bench clean
 
 setup: $(STAMP)
 
@@ -21,11 +21,14 @@ $(STAMP): pyproject.toml constraints.txt
 	@touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m memlib build --input $(INPUT) --format $(FORMAT) --out $(STORE)
-	$(PY) -m memlib demo-report --store $(STORE) --input $(INPUT) --format $(FORMAT)
+	$(VENV)/bin/memlib build --input $(INPUT) --format $(FORMAT) --out $(STORE)
+	$(VENV)/bin/memlib demo-report --store $(STORE) --input $(INPUT) --format $(FORMAT)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
 
 test: $(STAMP)
-	$(PY) -m memlib check-env
+	$(VENV)/bin/memlib check-env
 	$(PY) -m pytest -q -ra
 
 test-all: $(STAMP)

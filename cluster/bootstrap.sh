@@ -42,4 +42,4 @@ fi
 "$VENV/bin/python" -m pip install -q --upgrade "pip>=24"
 echo "memlib setup: installing pinned dependencies (constraints.txt) ..."
 "$VENV/bin/python" -m pip install -q -c constraints.txt -e ".[test]"
-"$VENV/bin/python" -m memlib check-env
+"$VENV/bin/memlib" check-env

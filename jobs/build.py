@@ -1,6 +1,7 @@
-"""Entrypoint of the memory build: read -> shard by tenant -> session pass and tenant stages on
-Ray Data (pipelines/session_stage.py) -> graph per tenant -> Lance/Parquet -> indexes ->
-manifest -> publish. The driver is :mod:`jobs.nightly`; a full build is its run with ``full``.
+"""Entrypoint of the memory build: read -> shard by tenant -> one Ray Data dataset of session
+blocks and tenants (pipelines/staged_build.py; graph per tenant in the tenant operator) ->
+Lance/Parquet -> indexes -> manifest -> publish. The driver is :mod:`jobs.nightly`; a full
+build is its run with ``full``.
 
 Local Ray by default (``ray.init(address="local")``); ``address`` or the RAY_ADDRESS
 environment variable (read here, never in memlib/) targets a cluster.
@@ -16,10 +17,10 @@ from typing import Any
 import ray
 
 from jobs.local_ray import start_local
-from memlib.build.recipe import DEFAULT_RECIPE
+from memlib.compose.recipe import DEFAULT_RECIPE
 from memlib.config import MemlibConfig
 
-log = logging.getLogger("memlib.build")
+log = logging.getLogger("memlib.compose")
 Progress = Callable[[str, dict[str, Any]], None]
 
 

@@ -29,21 +29,30 @@ import pyarrow.parquet as pq
 import ray
 
 from jobs.build import init_ray
+from jobs.nightly_plan import (
+    ForgetList,
+    Plan,
+    TenantStatus,
+    build_key,
+    check_readable,
+    fingerprint_sources,
+    make_plan,
+    settle_missing,
+    source_names,
+)
+from jobs.purge import purge_caches
 from jobs.store_lock import locked
-from jobs.nightly_plan import (ForgetList, Plan, TenantStatus, build_key, check_readable, fingerprint_sources,
-                               make_plan, settle_missing, source_names)
 from memlib import schema
-from memlib.build.manifest import build_manifest
-from memlib.build.recipe import DEFAULT_RECIPE, JobStage, get_recipe
-from memlib.build.timing import StageTimer
+from memlib.compose.manifest import build_manifest
+from memlib.compose.recipe import DEFAULT_RECIPE, Phase, get_recipe
+from memlib.compose.timer import WallTimer
 from memlib.config import MemlibConfig
 from memlib.io.errors import InputError
 from memlib.io.remote import staged_input
 from memlib.io.store import StoreError, StoreWriter, atomic_write_json, read_manifest, rollback, version_name
 from pipelines.shard import QUARANTINE_PART, TenantShard, shard_input
-from pipelines.store_sink import drop_staging, with_importance
-from jobs.purge import purge_caches
 from pipelines.staged_build import run_staged, session_build_key
+from pipelines.store_sink import drop_staging, with_importance
 
 log = logging.getLogger("memlib.nightly")
 Progress = Callable[[str, dict[str, Any]], None]
@@ -214,7 +223,8 @@ def _finish_manifest(manifest, plan: Plan, base, key, forget, node_kinds, edge_k
                                            "edges": 0, "turns": 0, "segments": 0, "source": plan.sources.get(tenant)}
     manifest.update(build_key=key, forgotten=forget.to_json(), incremental=plan.to_json(),
                     nodes_by_kind=node_kinds, edges_by_kind=edge_kinds,
-                    tenant_timings_s={s["tenant_id"]: s.get("timings", {}) for s in summaries if s["tenant_id"] in built},
+                    tenant_timings_s={s["tenant_id"]: s.get("timings", {}) for s in summaries
+                                      if s["tenant_id"] in built},
                     tenant_nodes={s["tenant_id"]: s.get("node_id") for s in summaries if s["tenant_id"] in built})
     return manifest
 
@@ -222,7 +232,8 @@ def _finish_manifest(manifest, plan: Plan, base, key, forget, node_kinds, edge_k
 @locked("out")
 def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: str | Path, *,
                     address: str | None = None, num_cpus: int | None = None, recipe: str = DEFAULT_RECIPE,
-                    delete: str | Path | None = None, progress: Progress = _quiet, full: bool = False) -> dict[str, Any]:
+                    delete: str | Path | None = None, progress: Progress = _quiet,
+                    full: bool = False) -> dict[str, Any]:
     """Build the next store version and publish it; returns the manifest.
 
     Incremental (default): unchanged tenants are carried over, and a changed tenant recomputes only
@@ -231,13 +242,13 @@ def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: st
     holds exactly the input's tenants (removing published ones only within
     ``nightly.max_removed_share``). A full build is this run against an empty store."""
     get_recipe(recipe)
-    timer, wall = StageTimer(), time.perf_counter()
+    timer, wall = WallTimer(), time.perf_counter()
     base = read_manifest(out)
     forget = ForgetList.load(delete, (base or {}).get("forgotten"))
     writer = ResumableWriter(out, dim=cfg.embed.dim)
     restore_published_lance(writer, base)
     key = build_key(cfg, recipe)
-    with timer.stage(JobStage.READ), staged_input(input_path, cfg.io.staging_dir) as local_input:
+    with timer.span(Phase.READ), staged_input(input_path, cfg.io.staging_dir) as local_input:
         sources = input_sources(local_input, str(fmt))
         read = fingerprint_sources(sources, str(fmt), cfg, forget)
         check_readable(input_path, sources, read, full=full)  # an unusable input publishes nothing
@@ -253,7 +264,7 @@ def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: st
     progress("plan", plan.to_json())
     cpus = init_ray(address, num_cpus, token_auth=cfg.ray.local_token_auth)
     session_stats: dict[str, Any] = {}
-    with timer.stage(JobStage.TENANTS):
+    with timer.span(Phase.TENANTS):
         summaries = _build_tenants(writer, to_build, cfg, recipe, plan, key, cpus, progress, reuse=not full,
                                    stats=session_stats)
     summaries += [{**m["summary"], "status": TenantStatus.RESUMED.value} for m in plan.resume.values()]
@@ -265,11 +276,11 @@ def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: st
         writer.carry_over(tenant)
     importance: dict = {}  # the tenant stage built each tenant's graph and importance
     graph_info = {"status": "built", "tenants": len(ok_shards), "where": "tenant stage"}
-    with timer.stage(JobStage.WRITE):
+    with timer.span(Phase.WRITE):
         _write_lance(writer, ok_shards, importance, plan.gone + sorted(forget.tenants & set(prev)))
         drop_staging(writer, ok_shards)
         shutil.rmtree(writer.version_dir / DONE_DIR, ignore_errors=True)
-    with timer.stage(JobStage.INDEX):
+    with timer.span(Phase.INDEX):
         writer.index_nodes(incremental=not full and base is not None, merge_rows=cfg.io.index_merge_rows,
                            vector_index=cfg.io.vector_index)
     timings = {**timer.rounded(), "total": round(time.perf_counter() - wall, 3)}

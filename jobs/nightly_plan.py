@@ -22,16 +22,6 @@ from memlib.io.errors import InputError
 from memlib.io.readers import input_fingerprints
 from memlib.io.validate import validate_tenant_id
 
-# config fields that never change what a build writes (throughput, endpoints, serving)
-_NO_OUTPUT_EFFECT = {
-    "embed": {"threads", "batch_size", "api_key", "timeout_s", "base_url"},
-    "triplets": {"batch_size"},
-    "llm": {"api_key", "timeout_s", "max_retries", "backoff_base_s", "backoff_max_s", "requests_per_minute",
-            "tokens_per_minute", "concurrency", "chars_per_token", "price_per_million", "base_url"},
-}
-_OUTPUT_SECTIONS = ("io", "embed", "segment", "gate", "clues", "facts", "triplets", "events", "reflections",
-                    "graph", "llm")
-
 
 class TenantStatus(str, Enum):
     BUILT = "built"          # rebuilt in this version
@@ -52,11 +42,8 @@ def prompt_versions(cfg: MemlibConfig) -> dict[str, str]:
 
 def build_key(cfg: MemlibConfig, recipe: str, prompts: dict[str, str] | None = None) -> str:
     """Hash of everything besides the input that decides a tenant's output."""
-    snap = cfg.snapshot()
     parts: dict[str, Any] = {"recipe": recipe, "prompts": prompts if prompts is not None else prompt_versions(cfg)}
-    for section in _OUTPUT_SECTIONS:
-        drop = _NO_OUTPUT_EFFECT.get(section, set())
-        parts[section] = {k: v for k, v in snap.get(section, {}).items() if k not in drop}
+    parts.update(cfg.output_snapshot())  # fields marked config.RUNTIME and post-build sections left out
     blob = json.dumps(parts, sort_keys=True, default=str).encode("utf-8")
     return hashlib.sha256(blob).hexdigest()[:16]
 

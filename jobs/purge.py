@@ -11,7 +11,7 @@ def purge_caches(store: Path) -> dict[str, int]:
     eval QA answers too), every token matrix of ``auto`` (re-encoded on first use), and every
     kept session output that no published turn belongs to (other build keys entirely)."""
     from memlib.io.store import LATE_CACHE_SUBDIR, StoreReader
-    from pipelines.llm_stage import CACHE_SUBDIR
+    from pipelines.llm_actors import CACHE_SUBDIR
 
     llm_dir, late_dir = store / CACHE_SUBDIR, store / LATE_CACHE_SUBDIR
     keep: set[str] = set()
@@ -38,8 +38,8 @@ def purge_caches(store: Path) -> dict[str, int]:
 
 def purge_sessions(store: Path, reader) -> dict[str, int]:
     """Keep only the session outputs of the published turns, under the published session build key."""
-    from memlib.build.session_store import SessionStore, other_build_keys
-    from memlib.build.sessions import session_keys
+    from memlib.compose.session_store import SessionStore, other_build_keys
+    from memlib.compose.sessions import session_keys
 
     skey = reader.manifest.get("session_build_key")
     stale = other_build_keys(store, skey or "")

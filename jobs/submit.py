@@ -1,7 +1,7 @@
 """Cluster job submission over the Ray Jobs API (HTTP, the dashboard address of the head).
 
 ``submit_build`` uploads the project as the job's working directory (virtualenvs, tests,
-stores and caches excluded), sets a runtime env, and runs ``python -m memlib build ...`` on
+stores and caches excluded), sets a runtime env, and runs ``python -m jobs.cli build ...`` on
 the cluster. Local paths among the build arguments are made absolute: on a real cluster
 they must name storage every node sees (NFS, or an object store URI for the store).
 """
@@ -72,7 +72,7 @@ def _abs(value: str, cwd: Path) -> str:
 def entrypoint(command: JobCommand, args: list[str], python: str = "python") -> str:
     if command is JobCommand.NIGHTLY:
         return shlex.join([python, "-m", "jobs.nightly", *args])
-    return shlex.join([python, "-m", "memlib", "build", *args])
+    return shlex.join([python, "-m", "jobs.cli", "build", *args])
 
 
 def runtime_env(opts: SubmitOptions) -> dict[str, Any]:

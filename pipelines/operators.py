@@ -33,8 +33,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from memlib.build.recipe import get_recipe
-from memlib.build.session_store import SessionStore
+from memlib.compose.recipe import get_recipe
+from memlib.compose.session_store import SessionStore
 from memlib.config import MemlibConfig
 
 
@@ -116,7 +116,7 @@ def batch_of(items: list[dict[str, Any]]) -> pa.Table:
 
 def turn_nodes_op(batch: pa.Table, cfg: MemlibConfig) -> pa.Table:
     """Read a block file; add each turn's node text (what the encoder sees)."""
-    from memlib.build.sessions import turn_texts
+    from memlib.compose.sessions import turn_texts
 
     out = []
     for row in rows(batch):
@@ -137,7 +137,7 @@ class EmbedOp:
     def __init__(self, cfg: MemlibConfig, threads: int | None):
         import ray
 
-        from memlib.build.vectors import TurnEncoder
+        from memlib.compose.vectors import TurnEncoder
 
         self.encoder = TurnEncoder(cfg, threads=threads)
         self.gpu_ids = [str(g) for g in ray.get_gpu_ids()]
@@ -187,8 +187,8 @@ class SessionLocalOp:
         return batch_of(out)
 
     def run_block(self, bid: str, turns: pa.Table, vectors: pa.Table) -> dict[str, Any]:
-        from memlib.build.sessions import SessionOutput, session_local, split_sessions
-        from memlib.build.vectors import TurnVectors
+        from memlib.compose.sessions import SessionOutput, session_local, split_sessions
+        from memlib.compose.vectors import TurnVectors
 
         start, cpu = time.perf_counter(), time.process_time()
         meta = json.loads((vectors.schema.metadata or {}).get(b"memlib", b"{}"))

@@ -57,7 +57,7 @@ def staged_nodes_path(writer: StoreWriter, tenant: str) -> Path:
 
 
 def _reason_counts(quarantine: pa.Table) -> dict[str, int]:
-    from memlib.build.finalize import kind_counts
+    from memlib.compose.finalize import kind_counts
 
     return kind_counts(quarantine, "reason_code") if quarantine.num_rows else {}
 

@@ -27,15 +27,26 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import ray
 
-from memlib.build.session_store import SessionStore, block_id
-from memlib.build.sessions import session_keys, sort_turns
+from memlib.compose.session_store import SessionStore, block_id
+from memlib.compose.sessions import session_keys, sort_turns
 from memlib.config import MemlibConfig
-from pipelines.operators import (BATCH_FORMAT, KEY_COLUMN, ROW_SCHEMA, RUNTIME_ENV, SESSION_ACTOR_CPUS,
-                                 TURN_NODES_CPUS, EmbedOp, RowKind, SessionLocalOp, block_item, turn_nodes_op)
+from pipelines.operators import (
+    BATCH_FORMAT,
+    KEY_COLUMN,
+    ROW_SCHEMA,
+    RUNTIME_ENV,
+    SESSION_ACTOR_CPUS,
+    TURN_NODES_CPUS,
+    EmbedOp,
+    RowKind,
+    SessionLocalOp,
+    block_item,
+    turn_nodes_op,
+)
 from pipelines.shard import TenantShard
 from pipelines.tenant_op import TENANT_ACTOR_CPUS, TenantOp, tenant_item
 
-# how the embed pass runs the encoder (memlib.build.vectors.one_by_one); part of the session
+# how the embed pass runs the encoder (memlib.compose.vectors.one_by_one); part of the session
 # build key, so outputs kept by an earlier way of encoding are never reused
 EMBED_PASS = "one-by-one;passage=first-window"
 
@@ -140,7 +151,7 @@ def resources(cfg: MemlibConfig, total_cpus: float, n_blocks: int, n_tenants: in
 def build_dataset(plan: SessionPlan, shards: list[TenantShard], cfg: MemlibConfig, recipe: str, store: str,
                   build_key: str, work: Path, total_cpus: float) -> ray.data.Dataset:
     """The build's one dataset: block rows, then tenant rows (largest first), four operators."""
-    from pipelines.llm_stage import llm_stages, shared_limiter
+    from pipelines.llm_actors import llm_steps, shared_limiter
 
     res = resources(cfg, total_cpus, len(plan.blocks), len(shards))
     items = [{"kind": RowKind.BLOCK.value, "item": block_item(p)} for p in plan.blocks]
@@ -158,7 +169,7 @@ def build_dataset(plan: SessionPlan, shards: list[TenantShard], cfg: MemlibConfi
     ds = ds.map_batches(SessionLocalOp, num_cpus=SESSION_ACTOR_CPUS, **common,
                         compute=ray.data.ActorPoolStrategy(size=res.session_actors),
                         fn_constructor_kwargs={"cfg": cfg, "recipe": recipe, "store": store, "build_key": build_key})
-    limiter = shared_limiter(cfg) if llm_stages(cfg, recipe) else None
+    limiter = shared_limiter(cfg) if llm_steps(cfg, recipe) else None
     return ds.map_batches(TenantOp, num_cpus=TENANT_ACTOR_CPUS, **common,
                           compute=ray.data.ActorPoolStrategy(size=res.tenant_actors, max_tasks_in_flight_per_actor=1),
                           fn_constructor_kwargs={"cfg": cfg, "recipe": recipe, "store": store,
@@ -168,7 +179,7 @@ def build_dataset(plan: SessionPlan, shards: list[TenantShard], cfg: MemlibConfi
 def session_build_key(cfg: MemlibConfig, key: str) -> str:
     """The key session outputs are kept under: the build key plus what decides the embed pass's
     token vectors (``auto``'s encoder, whether token matrices are kept, how texts are encoded)."""
-    from memlib.build.vectors import auto_encoder_model
+    from memlib.compose.vectors import auto_encoder_model
 
     extra = f"{auto_encoder_model(cfg)}|{cfg.retrieve.precompute_token_matrices}|{EMBED_PASS}"
     return f"{key}-{hashlib.sha256(extra.encode()).hexdigest()[:8]}"

@@ -2,8 +2,8 @@
 
 A tenant row reaches the operator while the session operators may still be working on its
 blocks; the actor waits until each block the tenant needs has its index file (the commit point
-of :meth:`memlib.build.session_store.SessionStore.write_block`), then reads the tenant's kept
-session outputs and runs :func:`memlib.build.compose.tenant_stage`, the graph and importance,
+of :meth:`memlib.compose.session_store.SessionStore.write_block`), then reads the tenant's kept
+session outputs and runs :func:`memlib.compose.reference.tenant_steps`, the graph and importance,
 and writes the tenant's staged tables and ``auto``'s token matrix. A failed block (its failure
 marker) or any exception of the tenant's own stages makes that tenant's summary an error; the
 other tenants go on.
@@ -20,8 +20,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from memlib import schema
-from memlib.build.session_store import SessionStore
-from memlib.build.sessions import session_keys, sort_turns
+from memlib.compose.session_store import SessionStore
+from memlib.compose.sessions import session_keys, sort_turns
 from memlib.config import MemlibConfig
 from pipelines.operators import FAILED_DIR, RowKind, batch_of, failure_reason, rows
 from pipelines.shard import TenantShard
@@ -94,17 +94,17 @@ class TenantOp:
 
     def _extras(self) -> dict[str, Any]:
         if self.extras is None:
-            from pipelines.llm_stage import llm_extras, llm_stages
+            from pipelines.llm_actors import llm_extras, llm_steps
 
-            uses_llm = bool(llm_stages(self.cfg, self.recipe))
+            uses_llm = bool(llm_steps(self.cfg, self.recipe))
             self.extras = llm_extras(self.cfg, self.store_dir, self.llm_limiter) if uses_llm else {}
         return self.extras
 
     def build_one(self, shard: TenantShard) -> dict[str, Any]:
         import ray
 
-        from memlib.build.compose import tenant_stage
-        from pipelines.llm_stage import call_summary, drain_llm_calls
+        from memlib.compose.reference import tenant_steps
+        from pipelines.llm_actors import call_summary, drain_llm_calls
         from pipelines.store_sink import write_llm_calls
 
         start, cpu = time.perf_counter(), time.process_time()
@@ -115,7 +115,7 @@ class TenantOp:
         parts, vectors = self.sessions.read(order)
         read_s = time.perf_counter() - start
         extras = self._extras()
-        out = tenant_stage(turns, parts, vectors, self.cfg, order, self.recipe, nlp=self.nlp, extras=extras)
+        out = tenant_steps(turns, parts, vectors, self.cfg, order, self.recipe, nlp=self.nlp, extras=extras)
         nodes = self._graph(shard, out) if shard.graph_path else out.nodes
         write_parquet(nodes, shard.nodes_path, schema.nodes_schema(nodes.schema.field("embedding").type.list_size),
                       "nodes")
@@ -147,13 +147,13 @@ class TenantOp:
         return schema.conform(with_importance(out.nodes, importance), out.nodes.schema, name="nodes")
 
     def _store_matrix(self, shard: TenantShard, out: Any) -> None:
-        from memlib.build.vectors import auto_encoder_model
+        from memlib.compose.vectors import auto_encoder_model
         from memlib.io.store import LATE_CACHE_SUBDIR
-        from memlib.retrieve import late
+        from memlib.retrieve import matrix_cache, token_model
 
         node_text = dict(zip(out.nodes.column("node_id").to_pylist(), out.nodes.column("text").to_pylist()))
         texts = [node_text[t] for t in out.token_matrix.turn_ids]
         if self._encoder_tag is None:  # the derived model's digest: hashed once per actor
-            self._encoder_tag = late.model_file(auto_encoder_model(self.cfg), self.cfg.embed.model_cache)[1]
-        late.store_matrix(shard.tenant_id, texts, out.token_matrix, self._encoder_tag,
+            self._encoder_tag = token_model.model_file(auto_encoder_model(self.cfg), self.cfg.embed.model_cache)[1]
+        matrix_cache.store_matrix(shard.tenant_id, texts, out.token_matrix, self._encoder_tag,
                           Path(self.store_dir) / LATE_CACHE_SUBDIR)

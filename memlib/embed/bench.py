@@ -1,9 +1,10 @@
 """Embedder benchmark on LoCoMo: throughput and turn-level dense retrieval recall.
 
 Protocol (the evaluation issue's): questions of categories 1-4 with at least one evidence
-id that exists in the conversation (LoCoMo: one conversation per tenant); every turn indexed as "speaker: text [image: caption]";
-the question embedded as a query; cosine top-k over that conversation's turns; recall@k =
-fraction of the question's (existing) evidence turns in the top k, averaged over questions.
+id that exists in the conversation (LoCoMo: one conversation per tenant); every turn indexed
+as "speaker: text [image: caption]"; the question embedded as a query; cosine top-k over that
+conversation's turns; recall@k = fraction of the question's (existing) evidence turns in the
+top k, averaged over questions.
 """
 from __future__ import annotations
 
@@ -36,7 +37,8 @@ def load_locomo(path: str | Path, io_cfg: IOConfig | None = None) -> RetrievalSe
     turns = pl.from_arrow(read.turns.select(["tenant_id", "turn_id", "speaker", "text", "extras"]))
     caption = pl.col("extras").str.json_path_match("$.blip_caption")
     indexed = (pl.col("speaker").fill_null("") + ": " + pl.col("text")
-               + pl.when(caption.is_not_null() & (caption != "")).then(" [image: " + caption + "]").otherwise(pl.lit("")))
+               + pl.when(caption.is_not_null() & (caption != ""))
+               .then(" [image: " + caption + "]").otherwise(pl.lit("")))
     turns = turns.select("tenant_id", "turn_id", indexed.alias("text"))
     questions = pl.from_arrow(read.questions.select(["tenant_id", "question", "category", "evidence"]))
     questions = questions.with_columns(pl.col("category").cast(pl.Int64, strict=False),

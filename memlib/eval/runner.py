@@ -52,7 +52,7 @@ def uses_query_vector(name: str) -> bool:
     return bool(getattr(strategy_class(name), "uses_query_vector", True))
 
 
-def _search_rows(cache: TenantCache, name: str, cfg: MemlibConfig, qs: pl.DataFrame, depth: int,
+def search_rows(cache: TenantCache, name: str, cfg: MemlibConfig, qs: pl.DataFrame, depth: int,
                  progress: Progress | None) -> list[dict[str, Any]]:
     strategy = get_strategy(name, cfg)
     rows: list[dict[str, Any]] = []
@@ -78,7 +78,7 @@ def _search_rows(cache: TenantCache, name: str, cfg: MemlibConfig, qs: pl.DataFr
     return rows
 
 
-def _score(qs: pl.DataFrame, hits: list[dict[str, Any]], ks: Sequence[int], dataset: Dataset) -> pl.DataFrame:
+def score_rows(qs: pl.DataFrame, hits: list[dict[str, Any]], ks: Sequence[int], dataset: Dataset) -> pl.DataFrame:
     res = pl.DataFrame(hits, schema_overrides={"ranked_turn_ids": pl.List(pl.Utf8), "warmup_ms": pl.Float64,
                                                "ranked_session_ids": pl.List(pl.Utf8),
                                                "ranked_turn_sessions": pl.List(pl.Utf8)})
@@ -125,7 +125,7 @@ def evaluate(store: str | Path, questions: QuestionSet | pa.Table | pl.DataFrame
     need_vectors = qs.height > 0 and any(uses_query_vector(n) for n in names)
     embed_s = qemb.prime(qs.get_column("question").to_list()) if need_vectors else 0.0
     depth = rank_depth(ks, qset.dataset)
-    frames = [_score(qs, _search_rows(cache, n, cfg, qs, depth, progress), ks, qset.dataset) for n in names]
+    frames = [score_rows(qs, search_rows(cache, n, cfg, qs, depth, progress), ks, qset.dataset) for n in names]
     per_question = pl.concat(frames) if frames else pl.DataFrame()
     metrics: dict[str, Any] = {
         "dataset": qset.dataset.value, "store": str(store), "store_version": cache.version, "ks": ks,

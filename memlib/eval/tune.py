@@ -32,7 +32,7 @@ import polars as pl
 from memlib.config import MemlibConfig
 from memlib.eval import metrics as M
 from memlib.eval.questions import Dataset, Group, QuestionSet, read_questions, select_questions
-from memlib.eval.runner import _score, _search_rows, rank_depth
+from memlib.eval.runner import rank_depth, score_rows, search_rows
 from memlib.retrieve.tenant import CachedQueryEmbedder, TenantCache
 
 FOLD = "fold"
@@ -125,13 +125,13 @@ def per_question(data: TuneData, strategy: str, configs: list[dict[str, Any]], c
     for tenant in qs.get_column("tenant_id").unique(maintain_order=True).to_list() if todo else []:
         tq = qs.filter(pl.col("tenant_id") == tenant)
         for i in todo:
-            rows[i].extend(_search_rows(cache, strategy, _with_params(cfg, strategy, configs[i]), tq, depth, None))
+            rows[i].extend(search_rows(cache, strategy, _with_params(cfg, strategy, configs[i]), tq, depth, None))
         if progress is not None:
             progress(data.name, tenant)
     out = []
     for i, path in enumerate(paths):
         if i in rows:
-            frame = _slim(_score(qs, rows[i], KS, data.dataset))
+            frame = _slim(score_rows(qs, rows[i], KS, data.dataset))
             if path is not None:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 frame.write_parquet(path)

@@ -1,13 +1,14 @@
-"""One extractor interface for every extraction stage and backend.
+"""One extractor interface for every extraction and backend.
 
-A stage (facts, triplets, events, reflections, ...) is implemented by one class per
+An extraction (facts, triplets, events, reflections) is implemented by one class per
 :class:`~memlib.config.Backend`. Every implementation takes an
 :class:`ExtractionContext` and returns an :class:`ExtractResult` whose ``nodes`` conform
 to :data:`memlib.schema.NODES_NO_EMBEDDING` and ``edges`` to :data:`memlib.schema.EDGES`.
 
 Implementations register themselves with :func:`register` (a class decorator); callers
 look them up with :func:`get_extractor`. LLM backends live in their own modules and
-register under ``Backend.LLM`` with the same stage key.
+register under ``Backend.LLM`` with the same extraction key. The build runs them through
+:func:`memlib.compose.steps.extract_one` (one orchestration for every backend).
 """
 from __future__ import annotations
 
@@ -25,12 +26,24 @@ from memlib.config import Backend, MemlibConfig
 from memlib.schema import Role
 
 
-class Stage(str, Enum):
-    """Extraction stages, in the order :func:`memlib.extract.run.run_extractors` runs them."""
+class Extraction(str, Enum):
+    """The extractions, in dependency order (events and reflections read the facts). This is the
+    one list: recipe steps, the LLM-capable steps, ``--extractor`` and the config sections of the
+    same names all derive from it."""
     FACTS = "facts"
     TRIPLETS = "triplets"
     EVENTS = "events"
     REFLECTIONS = "reflections"
+
+
+def backend_of(cfg: MemlibConfig, extraction: Extraction) -> Backend:
+    """The configured backend of ``extraction`` (config section == extraction name)."""
+    return Backend(getattr(cfg, extraction.value).backend)
+
+
+def configured(cfg: MemlibConfig) -> list[Extraction]:
+    """The extractions a build runs under ``cfg`` (reflections only when enabled), in order."""
+    return [e for e in Extraction if e is not Extraction.REFLECTIONS or cfg.reflections.enabled]
 
 
 @dataclass
@@ -108,13 +121,13 @@ class ExtractionContext:
 @runtime_checkable
 class Extractor(Protocol):
     """A stage implementation. ``name`` is the stage key, ``backend`` its backend."""
-    name: Stage
+    name: Extraction
     backend: Backend
 
     def run(self, ctx: ExtractionContext) -> ExtractResult: ...
 
 
-_REGISTRY: dict[tuple[Stage, Backend], Callable[[], Extractor]] = {}
+_REGISTRY: dict[tuple[Extraction, Backend], Callable[[], Extractor]] = {}
 
 
 class UnknownExtractorError(KeyError):
@@ -123,7 +136,7 @@ class UnknownExtractorError(KeyError):
 
 def register(cls: type) -> type:
     """Class decorator: register ``cls`` under ``(cls.name, cls.backend)``."""
-    key = (Stage(cls.name), Backend(cls.backend))
+    key = (Extraction(cls.name), Backend(cls.backend))
     _REGISTRY[key] = cls
     return cls
 
@@ -142,9 +155,9 @@ def _load_builtin() -> None:
                 raise
 
 
-def get_extractor(stage: Stage | str, backend: Backend | str) -> Extractor:
+def get_extractor(stage: Extraction | str, backend: Backend | str) -> Extractor:
     """A new instance of the extractor registered for ``(stage, backend)``."""
-    key = (Stage(stage), Backend(backend))
+    key = (Extraction(stage), Backend(backend))
     if key not in _REGISTRY:
         _load_builtin()
     if key not in _REGISTRY:
@@ -153,6 +166,6 @@ def get_extractor(stage: Stage | str, backend: Backend | str) -> Extractor:
     return _REGISTRY[key]()
 
 
-def registered() -> list[tuple[Stage, Backend]]:
+def registered() -> list[tuple[Extraction, Backend]]:
     _load_builtin()
     return sorted(_REGISTRY, key=lambda k: (k[0].value, k[1].value))

@@ -12,7 +12,7 @@ from typing import Any
 
 import polars as pl
 
-from memlib.ids import make_id
+from memlib.extract.rows import concept_id
 
 GENERIC = frozenset("""thing things stuff time times day days lot lots way ways kind sort bit something anything
 everything nothing someone anyone everyone people person guy guys one ones part place moment moments week weeks
@@ -136,13 +136,13 @@ def canonicalize(occurrences: pl.DataFrame, threshold: float) -> pl.DataFrame:
     counts = (occurrences.group_by(["tenant_id", "label"]).agg(pl.len().alias("n"))
               .with_columns(pl.col("label").map_elements(token_key, return_dtype=pl.Utf8).alias("key")))
     parts = []
-    for (tenant,), df in counts.sort(["tenant_id", "label"]).group_by(["tenant_id"], maintain_order=True):
+    for (_tenant,), df in counts.sort(["tenant_id", "label"]).group_by(["tenant_id"], maintain_order=True):
         rep = _cluster(sorted(set(df["key"].to_list())), threshold)
         parts.append(df.with_columns(pl.col("key").replace_strict(rep).alias("cluster")))
     counts = pl.concat(parts)
     best = (counts.sort(["n", "label"], descending=[True, False])
             .group_by(["tenant_id", "cluster"], maintain_order=True).agg(pl.col("label").first().alias("canonical")))
     out = counts.join(best, on=["tenant_id", "cluster"])
-    ids = [make_id("concept", t, token_key(c)) for t, c in zip(out["tenant_id"], out["canonical"])]
+    ids = [concept_id(t, token_key(c)) for t, c in zip(out["tenant_id"], out["canonical"])]
     return out.with_columns(pl.Series("concept_id", ids, dtype=pl.Utf8)).select(
         ["tenant_id", "label", "concept_id", "canonical"])

@@ -15,14 +15,21 @@ import polars as pl
 import pyarrow as pa
 
 from memlib.extract.events import event_time
+from memlib.extract.rows import (
+    ConceptAttributes,
+    EventAttributes,
+    FactAttributes,
+    ReflectionAttributes,
+    TripletAttributes,
+)
 from memlib.schema import NodeKind
 
-FACT_KEYS = ("speaker", "turn_id", "dates_mentioned", "dated_by_mention", "entities", "topic", "concepts",
-             "concept_ids")
-EVENT_KEYS = ("entities", "topic", "dates_mentioned")
-REFLECTION_KEYS = ("facts",)
+FACT_KEYS = FactAttributes.contract()
+EVENT_KEYS = EventAttributes.contract()
+REFLECTION_KEYS = ReflectionAttributes.contract()
 CONTRACT = {NodeKind.FACT.value: FACT_KEYS, NodeKind.EVENT.value: EVENT_KEYS,
-            NodeKind.REFLECTION.value: REFLECTION_KEYS}
+            NodeKind.REFLECTION.value: REFLECTION_KEYS, NodeKind.CONCEPT.value: ConceptAttributes.contract(),
+            NodeKind.TRIPLET.value: TripletAttributes.contract()}
 
 
 def missing_keys(nodes: pa.Table) -> dict[str, list[str]]:
@@ -49,10 +56,10 @@ def _complete(row: dict[str, Any], turns: dict[str, dict[str, Any]]) -> dict[str
     anchor = first.get("session_time") or row["time"]
     when, mentions = event_time(row["text"], anchor)
     concepts = attrs.get("concepts") or []
-    filled = {"speaker": first.get("speaker"), "turn_id": first.get("turn_id"),
-              "dates_mentioned": [m.to_json() for m in mentions], "dated_by_mention": bool(mentions),
-              "entities": [], "topic": concepts[0].replace("_", " ") if concepts else None,
-              "concepts": concepts, "concept_ids": attrs.get("concept_ids") or []}
+    filled = FactAttributes(speaker=first.get("speaker"), turn_id=first.get("turn_id"),
+                            dates_mentioned=[m.to_json() for m in mentions], dated_by_mention=bool(mentions),
+                            topic=FactAttributes.topic_of(concepts), concepts=concepts,
+                            concept_ids=attrs.get("concept_ids") or []).to_dict()
     out = {**filled, **attrs}
     if mentions and "dated_by_mention" not in attrs:
         row["time"] = when

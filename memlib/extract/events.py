@@ -12,10 +12,10 @@ from datetime import datetime
 import polars as pl
 
 from memlib.config import Backend
-from memlib.extract.base import ExtractionContext, ExtractResult, Stage, register
+from memlib.extract.base import Extraction, ExtractionContext, ExtractResult, register
+from memlib.extract.rows import derived_from, event_id
 from memlib.extract.tables import edge_table, node_table
-from memlib.ids import make_id
-from memlib.schema import EdgeKind, NodeKind
+from memlib.schema import NodeKind
 from memlib.text.dates import DateMention, Granularity, resolve_dates
 
 _DATED = (Granularity.DAY, Granularity.WEEK, Granularity.MONTH)
@@ -38,7 +38,7 @@ def event_time(text: str, anchor: datetime | None) -> tuple[datetime | None, lis
 
 @register
 class HeuristicEvents:
-    name = Stage.EVENTS
+    name = Extraction.EVENTS
     backend = Backend.HEURISTIC
 
     def run(self, ctx: ExtractionContext) -> ExtractResult:
@@ -48,10 +48,9 @@ class HeuristicEvents:
         dated = facts.filter(pl.col("attributes").str.json_path_match("$.dated_by_mention") == "true")
         nodes, edges = [], []
         for f in dated.iter_rows(named=True):
-            nid = make_id(NodeKind.EVENT, f["tenant_id"], f["node_id"])
+            nid = event_id(f["tenant_id"], f["node_id"])
             nodes.append({**{k: f[k] for k in ("tenant_id", "conversation_id", "text", "time", "valid_from",
                                                  "session_id", "provenance", "attributes", "source")},
                           "node_id": nid, "kind": NodeKind.EVENT.value})
-            edges += [{"tenant_id": f["tenant_id"], "src": nid, "dst": t, "kind": EdgeKind.DERIVED_FROM,
-                       "provenance": [t]} for t in f["provenance"]]
+            edges += derived_from(f["tenant_id"], nid, f["provenance"])
         return ExtractResult(node_table(nodes), edge_table(edges))

@@ -16,15 +16,16 @@ import pyarrow as pa
 
 from memlib import schema
 from memlib.config import Backend
-from memlib.extract.base import ExtractionContext, ExtractResult, Stage, register
+from memlib.extract.base import Extraction, ExtractionContext, ExtractResult, register
 from memlib.extract.concepts import canonicalize, chunks_by_sentence, concept_labels
 from memlib.extract.entities import ENTITY_LABELS
 from memlib.extract.events import pick_event_time
 from memlib.extract.parse import ParsedTurn, parsed_turns
 from memlib.extract.person import rewrite_speaker
+from memlib.extract.rows import ConceptAttributes, FactAttributes, concept_links, derived_from, fact_id, node_row
 from memlib.extract.tables import edge_table, node_table
-from memlib.ids import make_id, session_node_id
-from memlib.schema import EdgeKind, NodeKind
+from memlib.ids import session_node_id
+from memlib.schema import NodeKind
 from memlib.text.dates import resolve_dates, rewrite_relative
 
 _MAX_FACT_CHARS = 400
@@ -44,7 +45,7 @@ class RawFact:
     @property
     def node_id(self) -> str:
         t = self.turn
-        return make_id(NodeKind.FACT, t.tenant_id, t.node_id, self.index, self.text)
+        return fact_id(t.tenant_id, t.node_id, self.index, self.text)
 
 
 def is_question(span: Any) -> bool:
@@ -119,37 +120,28 @@ def draft_table(raw: list[RawFact], session_key: str | dict[str, str] = "") -> p
 
 
 def _fact_row(f: dict[str, Any], concepts: list[tuple[str, str]]) -> dict[str, Any]:
-    return {
-        "node_id": f["node_id"], "tenant_id": f["tenant_id"], "conversation_id": f["conversation_id"],
-        "kind": NodeKind.FACT.value, "text": f["text"], "time": f["time"], "valid_from": f["time"],
-        "session_id": f["session_id"], "belief": 1.0, "provenance": [f["turn_node_id"]],
-        "attributes": {"speaker": f["speaker"], "turn_id": f["turn_id"],
-                       "dates_mentioned": json.loads(f["dates"] or "[]"),
-                       "dated_by_mention": bool(f["dated_by_mention"]), "entities": f["entities"] or [],
-                       "topic": concepts[0][1].replace("_", " ") if concepts else None,
-                       "concepts": [c for _, c in concepts], "concept_ids": [i for i, _ in concepts]},
-    }
+    labels = [c for _, c in concepts]
+    attrs = FactAttributes(speaker=f["speaker"], turn_id=f["turn_id"], dates_mentioned=json.loads(f["dates"] or "[]"),
+                           dated_by_mention=bool(f["dated_by_mention"]), entities=f["entities"] or [],
+                           topic=FactAttributes.topic_of(labels), concepts=labels,
+                           concept_ids=[i for i, _ in concepts])
+    return node_row(NodeKind.FACT, f["node_id"], f["tenant_id"], f["text"], [f["turn_node_id"]], attrs,
+                    conversation_id=f["conversation_id"], session_id=f["session_id"], time=f["time"],
+                    valid_from=f["time"], belief=1.0)
 
 
 def _concept_rows(links: pl.DataFrame) -> list[dict[str, Any]]:
     grouped = (links.group_by(["tenant_id", "concept_id"], maintain_order=True)
                .agg(pl.col("canonical").first(), pl.col("label").unique().sort().alias("aliases"),
                     pl.col("turn").unique().sort().alias("turns"), pl.col("fact").n_unique().alias("n_facts")))
-    return [{"node_id": r["concept_id"], "tenant_id": r["tenant_id"], "kind": NodeKind.CONCEPT.value,
-             "text": r["canonical"].replace("_", " "), "provenance": r["turns"],
-             "attributes": {"label": r["canonical"], "aliases": r["aliases"], "n_facts": r["n_facts"]}}
+    return [node_row(NodeKind.CONCEPT, r["concept_id"], r["tenant_id"], r["canonical"].replace("_", " "),
+                     r["turns"], ConceptAttributes(label=r["canonical"], aliases=r["aliases"], n_facts=r["n_facts"]))
             for r in grouped.iter_rows(named=True)]
 
 
 def _link_rows(links: pl.DataFrame) -> list[dict[str, Any]]:
-    rows = []
-    for r in links.iter_rows(named=True):
-        prov = [r["turn"]]
-        rows.append({"tenant_id": r["tenant_id"], "src": r["turn"], "dst": r["concept_id"],
-                     "kind": EdgeKind.HAS_CONCEPT, "provenance": prov})
-        rows.append({"tenant_id": r["tenant_id"], "src": r["fact"], "dst": r["concept_id"],
-                     "kind": EdgeKind.ABOUT_CONCEPT, "provenance": prov})
-    return rows
+    return [e for r in links.iter_rows(named=True)
+            for e in concept_links(r["tenant_id"], r["fact"], r["concept_id"], [r["turn"]])]
 
 
 def finish_drafts(drafts: pa.Table, threshold: float) -> ExtractResult:
@@ -167,8 +159,7 @@ def finish_drafts(drafts: pa.Table, threshold: float) -> ExtractResult:
         per_fact.setdefault(fid, []).append((cid, canon))
     rows = df.to_dicts()
     facts = [_fact_row(f, per_fact.get(f["node_id"], [])) for f in rows]
-    derived = [{"tenant_id": f["tenant_id"], "src": f["node_id"], "dst": f["turn_node_id"],
-                "kind": EdgeKind.DERIVED_FROM, "provenance": [f["turn_node_id"]]} for f in rows]
+    derived = [e for f in rows for e in derived_from(f["tenant_id"], f["node_id"], [f["turn_node_id"]])]
     nodes = node_table(facts + _concept_rows(links))
     return ExtractResult(nodes, edge_table(derived + _link_rows(links)))
 
@@ -179,7 +170,7 @@ def build_result(raw: list[RawFact], threshold: float) -> ExtractResult:
 
 @register
 class HeuristicFacts:
-    name = Stage.FACTS
+    name = Extraction.FACTS
     backend = Backend.HEURISTIC
 
     def draft(self, ctx: ExtractionContext, session_key: str | dict[str, str] = "") -> pa.Table:

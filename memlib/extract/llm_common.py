@@ -19,8 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memlib.config import Backend
-from memlib.extract.base import (ExtractionContext, ExtractResult, Stage, UnknownExtractorError,
-                                 get_extractor)
+from memlib.extract.base import Extraction, ExtractionContext, ExtractResult, UnknownExtractorError, get_extractor
 from memlib.ids import make_id
 from memlib.llm.client import CallResult, LLMClient
 from memlib.llm.estimate import PlannedCall
@@ -109,7 +108,7 @@ def plan_units(client: LLMClient, task: Task, units: list[Unit], variables: Vari
     return [PlannedCall(task, u.unit_id, client.messages(task, variables(u))) for u in units]
 
 
-def fallback(ctx: ExtractionContext, stage: Stage, failed: list[Unit]) -> ExtractResult:
+def fallback(ctx: ExtractionContext, stage: Extraction, failed: list[Unit]) -> ExtractResult:
     """Heuristic extraction of the failed units' turns, rows marked heuristic-fallback."""
     if not failed:
         return ExtractResult()
@@ -156,7 +155,7 @@ def numbered(texts: Sequence[str], empty: str = "(none)") -> str:
     return "\n".join(f"[{i}] {t}" for i, t in enumerate(texts)) or empty
 
 
-def run_stage(ctx: ExtractionContext, stage: Stage, task: Task, variables: Variables,
+def run_stage(ctx: ExtractionContext, stage: Extraction, task: Task, variables: Variables,
               convert: Callable[[Unit, Any, str], ExtractResult]) -> ExtractResult:
     """Units -> calls -> converted results; failed units -> heuristic fallback."""
     client = client_of(ctx)

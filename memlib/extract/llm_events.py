@@ -8,9 +8,10 @@ from typing import Any
 import polars as pl
 
 from memlib.config import Backend
-from memlib.extract.base import ExtractionContext, ExtractResult, Stage, register
+from memlib.extract.base import Extraction, ExtractionContext, ExtractResult, register
 from memlib.extract.entities import entity_id
 from memlib.extract.llm_common import Unit, call_units, client_of, numbered, run_stage
+from memlib.extract.rows import EventAttributes, derived_from, event_id, mentions, node_row
 from memlib.extract.tables import edge_table, node_table
 from memlib.ids import make_id
 from memlib.llm.models import EventsOut, Task
@@ -36,16 +37,14 @@ def convert(unit: Unit, out: EventsOut, model: str) -> ExtractResult:
         prov = unit.turns_at(ev.turns)
         if not prov:
             continue
-        nid = make_id(NodeKind.EVENT, unit.tenant_id, unit.conversation_id, " ".join(ev.text.split()))
+        nid = event_id(unit.tenant_id, prov[0], ev.text)
         when = _date(ev.dates) or unit.session_time
-        nodes.append({"node_id": nid, "tenant_id": unit.tenant_id, "conversation_id": unit.conversation_id,
-                      "kind": NodeKind.EVENT.value, "text": ev.text, "time": when, "valid_from": when,
-                      "session_id": unit.session_id, "provenance": prov,
-                      "attributes": {"entities": ev.entities, "topic": ev.topic, "dates_mentioned": ev.dates}})
-        edges += [{"tenant_id": unit.tenant_id, "src": nid, "dst": t, "kind": EdgeKind.DERIVED_FROM,
-                   "provenance": [t]} for t in prov]
-        edges += [{"tenant_id": unit.tenant_id, "src": nid, "dst": entity_id(unit.tenant_id, e),
-                   "kind": EdgeKind.MENTIONS, "provenance": prov} for e in dict.fromkeys(ev.entities) if e.strip()]
+        attrs = EventAttributes(entities=ev.entities, topic=ev.topic, dates_mentioned=ev.dates)
+        nodes.append(node_row(NodeKind.EVENT, nid, unit.tenant_id, ev.text, prov, attrs,
+                              conversation_id=unit.conversation_id, session_id=unit.session_id, time=when,
+                              valid_from=when))
+        edges += derived_from(unit.tenant_id, nid, prov)
+        edges += mentions(unit.tenant_id, nid, [entity_id(unit.tenant_id, e) for e in ev.entities if e.strip()], prov)
     return ExtractResult(node_table(nodes), edge_table(edges))
 
 
@@ -68,7 +67,7 @@ def neighbourhoods(res: ExtractResult) -> list[_Hood]:
              .select(pl.col("src").alias("a"), pl.col("src_right").alias("b"))
              .unique().sort(["a", "b"]))  # a stable order keeps prompts (and cache keys) identical
     hoods = []
-    for (tenant, conv, sid), grp in ev.group_by(["tenant_id", "conversation_id", "session_id"], maintain_order=True):
+    for (tenant, _conv, _sid), grp in ev.group_by(["tenant_id", "conversation_id", "session_id"], maintain_order=True):
         own = sorted(grp["node_id"].to_list())
         near = pairs.filter(pl.col("a").is_in(own) & ~pl.col("b").is_in(own))["b"].unique().sort()
         ids = (own + near.to_list())[:MAX_NEIGHBOURHOOD]
@@ -104,10 +103,10 @@ def _causal_vars(h: _Hood) -> dict[str, str]:
 
 @register
 class LLMEvents:
-    name = Stage.EVENTS
+    name = Extraction.EVENTS
     backend = Backend.LLM
 
     def run(self, ctx: ExtractionContext) -> ExtractResult:
-        res = run_stage(ctx, Stage.EVENTS, Task.EVENTS, variables, convert)
+        res = run_stage(ctx, Extraction.EVENTS, Task.EVENTS, variables, convert)
         links = causal_edges(ctx, res)
         return ExtractResult.concat([res, ExtractResult(edges=links.edges)])

@@ -7,20 +7,29 @@ SUPERSEDES edge (new -> old) and closes the old fact's ``valid_to``.
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import polars as pl
 
 from memlib.config import Backend
-from memlib.extract.base import ExtractionContext, ExtractResult, Stage, register
+from memlib.extract.base import Extraction, ExtractionContext, ExtractResult, register
 from memlib.extract.concepts import token_key
 from memlib.extract.contract import complete_facts
 from memlib.extract.llm_common import Unit, numbered, run_stage
 from memlib.extract.llm_outdated import supersede
+from memlib.extract.rows import (
+    ConceptAttributes,
+    concept_id,
+    concept_links,
+    derived_from,
+    fact_id,
+    node_row,
+    normalized,
+)
 from memlib.extract.tables import edge_table, node_table
-from memlib.ids import make_id
 from memlib.llm.models import FactsOut, Task
-from memlib.schema import EdgeKind, NodeKind
+from memlib.schema import NodeKind
 
 EXISTING_FACTS = 8
 EXISTING_CONCEPTS = 25
@@ -52,29 +61,29 @@ def _previous_lines(ctx: ExtractionContext) -> dict[str, str]:
     return dict(zip(prev["node_id"], prev["prev"]))
 
 
-def convert(unit: Unit, out: FactsOut, model: str) -> ExtractResult:
+def convert(unit: Unit, out: FactsOut, model: str, max_concepts: int = 3) -> ExtractResult:
+    """The unit's facts (each with at most ``max_concepts`` concepts, ``facts.max_concepts_per_turn``
+    as in the heuristic backend), their concepts and edges; attributes are completed to the fact
+    contract afterwards (:func:`complete_facts`)."""
     nodes: list[dict[str, Any]] = []
     edges: list[dict[str, Any]] = []
-    for item in out.facts:
+    t_id = unit.tenant_id
+    for index, item in enumerate(out.facts):
         prov = unit.turns_at(item.turns)
         if not prov:
             continue
-        fid = make_id(NodeKind.FACT, unit.tenant_id, unit.conversation_id, " ".join(item.text.split()))
-        labels = [token_key(c) for c in item.concepts if c.strip()][:3]
-        cids = [make_id("concept", unit.tenant_id, lab) for lab in labels]
-        nodes.append({"node_id": fid, "tenant_id": unit.tenant_id, "conversation_id": unit.conversation_id,
-                      "kind": NodeKind.FACT.value, "text": item.text, "time": unit.session_time,
-                      "valid_from": unit.session_time, "session_id": unit.session_id, "belief": 1.0,
-                      "provenance": prov, "attributes": {"concepts": labels, "concept_ids": cids}})
-        edges += [{"tenant_id": unit.tenant_id, "src": fid, "dst": t, "kind": EdgeKind.DERIVED_FROM,
-                   "provenance": [t]} for t in prov]
+        fid = fact_id(t_id, prov[0], index, normalized(item.text))
+        labels = list(dict.fromkeys(token_key(c) for c in item.concepts if c.strip()))[:max_concepts]
+        cids = [concept_id(t_id, lab) for lab in labels]
+        attrs = {"concepts": labels, "concept_ids": cids}  # the rest of FactAttributes: complete_facts
+        nodes.append(node_row(NodeKind.FACT, fid, t_id, item.text, prov, attrs, conversation_id=unit.conversation_id,
+                              session_id=unit.session_id, time=unit.session_time, valid_from=unit.session_time,
+                              belief=1.0))
+        edges += derived_from(t_id, fid, prov)
         for cid, lab in zip(cids, labels):
-            nodes.append({"node_id": cid, "tenant_id": unit.tenant_id, "kind": NodeKind.CONCEPT.value,
-                          "text": lab.replace("_", " "), "provenance": prov, "attributes": {"label": lab}})
-            edges.append({"tenant_id": unit.tenant_id, "src": fid, "dst": cid, "kind": EdgeKind.ABOUT_CONCEPT,
-                          "provenance": prov})
-            edges += [{"tenant_id": unit.tenant_id, "src": t, "dst": cid, "kind": EdgeKind.HAS_CONCEPT,
-                       "provenance": [t]} for t in prov]
+            nodes.append(node_row(NodeKind.CONCEPT, cid, t_id, lab.replace("_", " "), prov,
+                                  ConceptAttributes(label=lab)))
+            edges += concept_links(t_id, fid, cid, prov)
     return ExtractResult(node_table(nodes), edge_table(edges))
 
 
@@ -93,10 +102,11 @@ def variables_for(ctx: ExtractionContext):
 
 @register
 class LLMFacts:
-    name = Stage.FACTS
+    name = Extraction.FACTS
     backend = Backend.LLM
 
     def run(self, ctx: ExtractionContext) -> ExtractResult:
-        res = supersede(ctx, run_stage(ctx, Stage.FACTS, Task.FACTS, variables_for(ctx), convert))
+        limit = partial(convert, max_concepts=ctx.config.facts.max_concepts_per_turn)
+        res = supersede(ctx, run_stage(ctx, Extraction.FACTS, Task.FACTS, variables_for(ctx), limit))
         return ExtractResult(complete_facts(res.nodes, ctx.turns), res.edges)  # the heuristic fact contract
 

@@ -64,7 +64,8 @@ def _fact_frame(ctx: ExtractionContext, res: ExtractResult) -> pl.DataFrame:
     new = pl.from_arrow(res.nodes.select(cols)).with_columns(pl.lit(True).alias("_new"))
     parts = [new]
     if ctx.facts is not None and ctx.facts.num_rows:
-        old = pl.from_arrow(conform(ctx.facts, NODES_NO_EMBEDDING).select(cols)).with_columns(pl.lit(False).alias("_new"))
+        old = (pl.from_arrow(conform(ctx.facts, NODES_NO_EMBEDDING).select(cols))
+               .with_columns(pl.lit(False).alias("_new")))
         parts.append(old.filter(~pl.col("node_id").is_in(new["node_id"])))
     return pl.concat(parts).filter(pl.col("kind") == NodeKind.FACT.value)
 

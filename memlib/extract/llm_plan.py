@@ -12,7 +12,7 @@ import math
 import polars as pl
 
 from memlib.config import Backend
-from memlib.extract.base import ExtractionContext
+from memlib.extract.base import Extraction, ExtractionContext, backend_of, configured
 from memlib.extract.llm_common import client_of, make_units, plan_units
 from memlib.extract.llm_events import variables as event_vars
 from memlib.extract.llm_facts import variables_for
@@ -37,24 +37,25 @@ def plan_calls(ctx: ExtractionContext) -> list[PlannedCall]:
     turns = ctx.kept_turns()
     per_call = cfg.llm.turns_per_call
     calls: list[PlannedCall] = []
-    stages = [(cfg.facts.backend, Task.FACTS, variables_for(ctx)), (cfg.triplets.backend, Task.TRIPLETS, triplet_vars),
-              (cfg.events.backend, Task.EVENTS, event_vars)]
-    for backend, task, variables in stages:
-        if backend is Backend.LLM:
+    per_turn = {Extraction.FACTS: (Task.FACTS, variables_for(ctx)), Extraction.TRIPLETS: (Task.TRIPLETS, triplet_vars),
+                Extraction.EVENTS: (Task.EVENTS, event_vars)}
+    llm = {e for e in configured(cfg) if backend_of(cfg, e) is Backend.LLM}
+    for extraction, (task, variables) in per_turn.items():
+        if extraction in llm:
             calls += plan_units(client, task, make_units(turns, per_call, task), variables)
     sessions = (pl.from_arrow(turns.select(["tenant_id", "conversation_id", "session_id"]))
                 .group_by(["tenant_id", "conversation_id", "session_id"]).len())
     per_conv = sessions.group_by("conversation_id").agg(pl.len().alias("n"), pl.col("len").sum().alias("turns"))
-    if cfg.facts.backend is Backend.LLM:
+    if Extraction.FACTS in llm:
         n_new = min(MAX_NEW, round(FACTS_PER_TURN * sessions["len"].mean())) if sessions.height else 0
         msg = client.messages(Task.OUTDATED, {"new_facts": _filler(n_new, FACT_LINE_CHARS),
                                               "old_facts": _filler(MAX_OLD, FACT_LINE_CHARS + 13)})
         later = sessions.height - per_conv.height
         calls += [PlannedCall(Task.OUTDATED, f"outdated-{i}", msg) for i in range(max(0, later))]
-    if cfg.events.backend is Backend.LLM:
+    if Extraction.EVENTS in llm:
         msg = client.messages(Task.CAUSAL, {"events": _filler(8, EVENT_LINE_CHARS)})
         calls += [PlannedCall(Task.CAUSAL, f"causal-{i}", msg) for i in range(sessions.height)]
-    if cfg.reflections.enabled and cfg.reflections.backend is Backend.LLM:
+    if Extraction.REFLECTIONS in llm:
         for conv, n_turns in zip(per_conv["conversation_id"], per_conv["turns"]):
             n_facts = FACTS_PER_TURN * n_turns
             for j in range(math.ceil(n_facts / FACTS_PER_CALL)):

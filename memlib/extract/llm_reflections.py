@@ -10,8 +10,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memlib.config import Backend
-from memlib.extract.base import ExtractionContext, ExtractResult, Stage, get_extractor, register
+from memlib.extract.base import Extraction, ExtractionContext, ExtractResult, get_extractor, register
 from memlib.extract.llm_common import call_units, client_of, handles_of, mark_source, numbered
+from memlib.extract.rows import ReflectionAttributes, node_row, normalized, reflection_id
 from memlib.extract.tables import edge_table, node_table
 from memlib.ids import make_id
 from memlib.llm.models import ReflectionsOut, Task
@@ -54,11 +55,11 @@ def convert(b: FactBatch, out: ReflectionsOut) -> tuple[list[dict[str, Any]], li
         used = [b.facts[i] for i in dict.fromkeys(ref.facts) if 0 <= i < len(b.facts)]
         if not used:
             continue
-        rid = make_id(NodeKind.REFLECTION, b.tenant_id, b.conversation_id, " ".join(ref.text.split()))
+        rid = reflection_id(b.tenant_id, b.conversation_id, normalized(ref.text))
         prov = sorted({t for f in used for t in (f["provenance"] or [])})
-        nodes.append({"node_id": rid, "tenant_id": b.tenant_id, "conversation_id": b.conversation_id,
-                      "kind": NodeKind.REFLECTION.value, "text": ref.text, "time": max(f["time"] for f in used),
-                      "provenance": prov, "attributes": {"facts": [f["node_id"] for f in used]}})
+        nodes.append(node_row(NodeKind.REFLECTION, rid, b.tenant_id, ref.text, prov,
+                              ReflectionAttributes(facts=[f["node_id"] for f in used]),
+                              conversation_id=b.conversation_id, time=max(f["time"] for f in used)))
         edges += [{"tenant_id": b.tenant_id, "src": rid, "dst": f["node_id"], "kind": EdgeKind.DERIVED_FROM_FACT,
                    "provenance": f["provenance"] or []} for f in used]
     return nodes, edges
@@ -70,13 +71,13 @@ def _fallback(ctx: ExtractionContext, failed: list[FactBatch]) -> ExtractResult:
     ids = pa.array(sorted({f["node_id"] for b in failed for f in b.facts}), pa.string())
     sub = ExtractionContext(turns=ctx.turns, config=ctx.config, nlp=ctx.nlp, extras=handles_of(ctx),
                             facts=ctx.facts.filter(pc.is_in(ctx.facts.column("node_id"), value_set=ids)))
-    res = get_extractor(Stage.REFLECTIONS, Backend.HEURISTIC).run(sub).conformed("reflections.fallback")
+    res = get_extractor(Extraction.REFLECTIONS, Backend.HEURISTIC).run(sub).conformed("reflections.fallback")
     return ExtractResult(mark_source(res.nodes, Source.HEURISTIC_FALLBACK.value), res.edges)
 
 
 @register
 class LLMReflections:
-    name = Stage.REFLECTIONS
+    name = Extraction.REFLECTIONS
     backend = Backend.LLM
 
     def run(self, ctx: ExtractionContext) -> ExtractResult:

@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from memlib.config import Backend
-from memlib.extract.base import ExtractionContext, ExtractResult, Stage, register
+from memlib.extract.base import Extraction, ExtractionContext, ExtractResult, register
 from memlib.extract.entities import entity_id, entity_key
 from memlib.extract.llm_common import Unit, run_stage
+from memlib.extract.rows import TripletAttributes, derived_from, mentions, node_row, triplet_id
 from memlib.extract.tables import edge_table, node_table
-from memlib.ids import make_id
 from memlib.llm.models import Task, TripletsOut
 from memlib.schema import EdgeKind, NodeKind
 
@@ -49,17 +49,15 @@ def convert(unit: Unit, out: TripletsOut, model: str) -> ExtractResult:
         if not prov or not entity_key(tr.s) or not entity_key(tr.o):
             continue
         rel = " ".join(tr.r.lower().split())
-        nid = make_id(NodeKind.TRIPLET, unit.tenant_id, prov[0], tr.s, rel, tr.o)
-        nodes.append({"node_id": nid, "tenant_id": unit.tenant_id, "conversation_id": unit.conversation_id,
-                      "kind": NodeKind.TRIPLET.value, "text": f"{tr.s} {rel} {tr.o}", "time": unit.session_time,
-                      "session_id": unit.session_id, "provenance": prov,
-                      "attributes": {"subject": tr.s, "relation": rel, "object": tr.o}})
+        nid = triplet_id(unit.tenant_id, prov[0], tr.s, rel, tr.o)
+        nodes.append(node_row(NodeKind.TRIPLET, nid, unit.tenant_id, f"{tr.s} {rel} {tr.o}", prov,
+                              TripletAttributes(subject=tr.s, relation=rel, object=tr.o),
+                              conversation_id=unit.conversation_id, session_id=unit.session_id,
+                              time=unit.session_time))
         s_id = _ensure_entity(unit, tr.s, known, nodes)
         o_id = _ensure_entity(unit, tr.o, known, nodes)
-        edges += [{"tenant_id": unit.tenant_id, "src": nid, "dst": t, "kind": EdgeKind.DERIVED_FROM,
-                   "provenance": [t]} for t in prov]
-        edges += [{"tenant_id": unit.tenant_id, "src": nid, "dst": e, "kind": EdgeKind.MENTIONS,
-                   "provenance": prov} for e in dict.fromkeys((s_id, o_id))]
+        edges += derived_from(unit.tenant_id, nid, prov)
+        edges += mentions(unit.tenant_id, nid, (s_id, o_id), prov)
         if s_id != o_id:
             edges.append({"tenant_id": unit.tenant_id, "src": s_id, "dst": o_id, "kind": EdgeKind.RELATION,
                           "relation": rel, "provenance": prov})
@@ -72,8 +70,8 @@ def variables(u: Unit) -> dict[str, str]:
 
 @register
 class LLMTriplets:
-    name = Stage.TRIPLETS
+    name = Extraction.TRIPLETS
     backend = Backend.LLM
 
     def run(self, ctx: ExtractionContext) -> ExtractResult:
-        return run_stage(ctx, Stage.TRIPLETS, Task.TRIPLETS, variables, convert)
+        return run_stage(ctx, Extraction.TRIPLETS, Task.TRIPLETS, variables, convert)

@@ -13,9 +13,9 @@ from typing import Any
 import polars as pl
 
 from memlib.config import Backend
-from memlib.extract.base import ExtractionContext, ExtractResult, Stage, register
+from memlib.extract.base import Extraction, ExtractionContext, ExtractResult, register
+from memlib.extract.rows import ReflectionAttributes, node_row, reflection_id
 from memlib.extract.tables import edge_table, node_table
-from memlib.ids import make_id
 from memlib.schema import EdgeKind, NodeKind
 
 
@@ -50,7 +50,8 @@ def themes(facts: Any, min_facts: int, min_sessions: int) -> pl.DataFrame:
             .sort(["tenant_id", "speaker", "concept_id", "time", "node_id"])
             .group_by(["tenant_id", "speaker", "concept_id"], maintain_order=True)
             .agg(pl.col("concept").first(), pl.col("node_id").alias("facts"),
-                 pl.col("provenance").list.explode(keep_nulls=False, empty_as_null=False).unique().sort().alias("turns"),
+                 pl.col("provenance").list.explode(keep_nulls=False, empty_as_null=False)
+                 .unique().sort().alias("turns"),
                  pl.col("session_id").n_unique().alias("sessions"),
                  pl.col("time").min().alias("start"), pl.col("time").max().alias("end"))
             .filter((pl.col("facts").list.len() >= min_facts) & (pl.col("sessions") >= min_sessions)))
@@ -58,14 +59,14 @@ def themes(facts: Any, min_facts: int, min_sessions: int) -> pl.DataFrame:
 
 def _rows(theme: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     t, n = theme["tenant_id"], len(theme["facts"])
-    rid = make_id(NodeKind.REFLECTION, t, theme["speaker"], theme["concept_id"])
+    rid = reflection_id(t, theme["speaker"], theme["concept_id"])
     when = span_label(theme["start"], theme["end"])
     label = theme["concept"].replace("_", " ")
     text = f"{theme['speaker']} repeatedly talks about {label} ({n} facts" + (f", {when})" if when else ")")
-    node = {"node_id": rid, "tenant_id": t, "kind": NodeKind.REFLECTION.value, "text": text,
-            "time": theme["end"], "valid_from": theme["start"], "provenance": theme["turns"],
-            "attributes": {"speaker": theme["speaker"], "concept": theme["concept"], "facts": list(theme["facts"]),
-                           "concept_id": theme["concept_id"], "n_facts": n, "sessions": theme["sessions"]}}
+    attrs = ReflectionAttributes(facts=list(theme["facts"]), speaker=theme["speaker"], concept=theme["concept"],
+                                 concept_id=theme["concept_id"], n_facts=n, sessions=theme["sessions"])
+    node = node_row(NodeKind.REFLECTION, rid, t, text, theme["turns"], attrs, time=theme["end"],
+                    valid_from=theme["start"])
     edges = [{"tenant_id": t, "src": rid, "dst": f, "kind": EdgeKind.DERIVED_FROM_FACT, "provenance": theme["turns"]}
              for f in theme["facts"]]
     edges.append({"tenant_id": t, "src": rid, "dst": theme["concept_id"], "kind": EdgeKind.ABOUT_CONCEPT,
@@ -75,7 +76,7 @@ def _rows(theme: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 
 @register
 class HeuristicReflections:
-    name = Stage.REFLECTIONS
+    name = Extraction.REFLECTIONS
     backend = Backend.HEURISTIC
 
     def run(self, ctx: ExtractionContext) -> ExtractResult:

@@ -17,12 +17,13 @@ import pyarrow as pa
 
 from memlib import schema
 from memlib.config import Backend
-from memlib.extract.base import ExtractionContext, ExtractResult, Stage, register
+from memlib.extract.base import Extraction, ExtractionContext, ExtractResult, register
 from memlib.extract.entities import ENTITY_LABELS, EntityIndex, entity_key
 from memlib.extract.parse import ParsedTurn, parsed_turns
 from memlib.extract.person import rewrite_speaker
+from memlib.extract.rows import triplet_id
 from memlib.extract.tables import edge_table, node_table
-from memlib.ids import make_id, session_node_id
+from memlib.ids import session_node_id
 from memlib.schema import EdgeKind, NodeKind
 
 _SUBJ = ("nsubj", "nsubjpass")
@@ -136,8 +137,7 @@ def _turn_triplets(turn: ParsedTurn, key: str, out: list[dict[str, Any]]) -> Non
     for sent in turn.doc.sents:
         for tr in sentence_triplets(sent, turn):
             out.append({"session_key": key,
-                        "node_id": make_id(NodeKind.TRIPLET, turn.tenant_id, turn.node_id, tr.subject,
-                                           tr.relation, tr.obj),
+                        "node_id": triplet_id(turn.tenant_id, turn.node_id, tr.subject, tr.relation, tr.obj),
                         "tenant_id": turn.tenant_id, "conversation_id": turn.conversation_id,
                         "session_id": turn.session_id, "time": turn.session_time, "text": tr.text,
                         "subject": tr.subject, "relation": tr.relation, "object": tr.obj,
@@ -210,7 +210,7 @@ def _fact_mentions(facts: Any, index: EntityIndex) -> list[dict[str, Any]]:
 
 @register
 class HeuristicTriplets:
-    name = Stage.TRIPLETS
+    name = Extraction.TRIPLETS
     backend = Backend.HEURISTIC
 
     def draft(self, ctx: ExtractionContext, session_key: str | dict[str, str] = "") -> tuple[pa.Table, pa.Table]:

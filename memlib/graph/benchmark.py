@@ -17,8 +17,13 @@ from typing import Any
 import numpy as np
 
 from memlib.config import GraphConfig
-from memlib.graph.ppr import (Transition, gt_personalized_pagerank, gt_transition_graph, personalized_pagerank,
-                              teleport_vector)
+from memlib.graph.ppr import (
+    Transition,
+    gt_personalized_pagerank,
+    gt_transition_graph,
+    personalized_pagerank,
+    teleport_vector,
+)
 from memlib.graph.subgraph import subgraph
 from memlib.graph.synthetic import synthetic_memory_graph
 from memlib.graph.variants import gaama_ppr_scores, gaama_transition
@@ -62,11 +67,11 @@ def _full_graph(graph, cfg: GraphConfig, seed_sets: list[np.ndarray], slow_queri
     diffs_gt, diffs_nx, iters = [], [], []
     for qi, seeds in enumerate(seed_sets):
         v = teleport_vector(graph.num_nodes, seeds, np.linspace(1.0, 0.5, seeds.size))
-        ms, res = _ms(lambda: personalized_pagerank(tr.pt, v, cfg.damping, cfg.tol, cfg.max_iter))
+        ms, res = _ms(lambda v=v: personalized_pagerank(tr.pt, v, cfg.damping, cfg.tol, cfg.max_iter))
         out["scipy"].append(ms)
         iters.append(res.iterations)
         if qi < slow_queries:
-            ms, ref = _ms(lambda: gt_personalized_pagerank(gtg, v, cfg.damping, cfg.tol, cfg.max_iter))
+            ms, ref = _ms(lambda v=v: gt_personalized_pagerank(gtg, v, cfg.damping, cfg.tol, cfg.max_iter))
             out["graph_tool"].append(ms)
             diffs_gt.append(float(np.abs(ref.scores - res.scores).max()))
             if graph.num_nodes <= NETWORKX_MAX:
@@ -88,11 +93,11 @@ def _subgraphs(graph, cfg: GraphConfig, seed_sets: list[np.ndarray], max_nodes: 
     ext, ppr, sizes = [], [], []
     for seeds in seed_sets:
         seed_ids = graph.ids[seeds].tolist()
-        ms, sub = _ms(lambda: subgraph(graph, seed_ids, cfg.expand_depth, max_nodes))
+        ms, sub = _ms(lambda seed_ids=seed_ids: subgraph(graph, seed_ids, cfg.expand_depth, max_nodes))
         ext.append(ms)
         sizes.append(sub.num_nodes)
         weights = dict(zip(seed_ids, np.linspace(1.0, 0.5, len(seed_ids)).tolist()))
-        ms, _ = _ms(lambda: gaama_ppr_scores(sub, weights, cfg))
+        ms, _ = _ms(lambda sub=sub, weights=weights: gaama_ppr_scores(sub, weights, cfg))
         ppr.append(ms)
     return {"subgraph_nodes_p50": _pct(sizes, 50), "subgraph_nodes_max": int(max(sizes)),
             "subgraph_extract_ms_p50": _pct(ext, 50), "subgraph_extract_ms_p95": _pct(ext, 95),

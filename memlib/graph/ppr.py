@@ -112,7 +112,7 @@ def personalized_pagerank(pt: sp.csr_matrix, teleport: np.ndarray, damping: floa
     x = v.copy()
     residual = np.inf
     it = 0
-    for it in range(1, max_iter + 1):
+    for it in range(1, max_iter + 1):  # noqa: B007 - read after the loop: the iterations run
         y = pt @ x
         y *= damping
         y += (1.0 - y.sum()) * v

@@ -38,7 +38,8 @@ def _zipf_targets(rng: np.random.Generator, size: int, pool: int) -> np.ndarray:
     return rng.permutation(pool)[targets]  # hubs scattered over the id range
 
 
-def _edges(rng: np.random.Generator, c: dict[str, int], off: dict[str, int]) -> list[tuple[int, np.ndarray, np.ndarray]]:
+def _edges(rng: np.random.Generator, c: dict[str, int],
+           off: dict[str, int]) -> list[tuple[int, np.ndarray, np.ndarray]]:
     t, f, r, e = c["turn"], c["fact"], c["reflection"], c["entity"]
     turns = np.arange(t)
     session_of = np.minimum(turns // SESSION_TURNS, c["session"] - 1)

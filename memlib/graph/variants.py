@@ -11,8 +11,15 @@ import numpy as np
 
 from memlib.config import GraphConfig
 from memlib.graph.model import MemoryGraph, scores_to_dict
-from memlib.graph.ppr import (DEFAULT_KERNEL, Kernel, Transition, hub_factor, run_kernel, teleport_vector,
-                              transition_matrix)
+from memlib.graph.ppr import (
+    DEFAULT_KERNEL,
+    Kernel,
+    Transition,
+    hub_factor,
+    run_kernel,
+    teleport_vector,
+    transition_matrix,
+)
 from memlib.schema import NodeKind
 
 DEFAULT_EDGE_WEIGHT = 0.5  # kinds missing from cfg.edge_weights

@@ -99,3 +99,21 @@ def _walk_hash(record: Any) -> str:
         else:
             h.update(repr(item).encode("utf-8", "surrogatepass") + b"\x1e")
     return h.hexdigest()
+
+
+def checked_items(path: str | Path, marker: str, what: str) -> Iterator[tuple[int, Any]]:
+    """(index, item) of a JSON array file whose first element must be an object holding
+    ``marker``; otherwise the file is not a ``what`` file (one clear error, nothing read)."""
+    for i, item in iter_array(path):
+        if i == 0 and not (isinstance(item, dict) and marker in item):
+            raise InputError(path, f"not a {what} file: first element has no {marker!r}")
+        yield i, item
+
+
+def fingerprints_by(items: Iterator[tuple[int, Any]], id_key: str) -> dict[str, str]:
+    """Content hash of every item by its ``id_key`` (``[index]`` when it has no usable id)."""
+    out: dict[str, str] = {}
+    for i, item in items:
+        key = item.get(id_key) if isinstance(item, dict) else None
+        out[key if isinstance(key, str) and key else f"[{i}]"] = record_hash(item)
+    return out

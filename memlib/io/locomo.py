@@ -14,8 +14,7 @@ from typing import Any
 
 from memlib.config import IOConfig
 from memlib.io.builder import TenantBuilder
-from memlib.io.errors import InputError
-from memlib.io.jsonarray import iter_array, record_hash
+from memlib.io.jsonarray import checked_items, fingerprints_by
 from memlib.io.result import ReadResult
 from memlib.io.validate import ReasonCode, is_id, parse_locomo_time
 
@@ -91,10 +90,7 @@ def sample_result(item: Any, index: int, source: str, cfg: IOConfig) -> ReadResu
 
 
 def _checked(path: str | Path) -> Iterator[tuple[int, Any]]:
-    for i, item in iter_array(path):
-        if i == 0 and not (isinstance(item, dict) and "conversation" in item):
-            raise InputError(path, "not a LoCoMo file: first element has no 'conversation' object")
-        yield i, item
+    return checked_items(path, "conversation", "LoCoMo")
 
 
 def iter_tenants(path: str | Path, cfg: IOConfig) -> Iterator[ReadResult]:
@@ -103,8 +99,4 @@ def iter_tenants(path: str | Path, cfg: IOConfig) -> Iterator[ReadResult]:
 
 
 def fingerprints(path: str | Path) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for i, item in _checked(path):
-        key = item.get("sample_id") if isinstance(item, dict) else None
-        out[key if isinstance(key, str) and key else f"[{i}]"] = record_hash(item)
-    return out
+    return fingerprints_by(_checked(path), "sample_id")

@@ -25,13 +25,12 @@ or duckdb read them without memlib.
 """
 from __future__ import annotations
 
-from datetime import timedelta
-
 import json
 import os
 import re
 import shutil
 import tempfile
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -384,11 +383,6 @@ def rollback(store: str | Path, version: str) -> dict[str, Any]:
         raise StoreError(f"version {version} was published but its files are gone")
     atomic_write_json(store / MANIFEST, data)
     return data
-
-
-def published_versions(store: str | Path) -> list[str]:
-    d = Path(store) / "manifests"
-    return sorted(p.stem for p in d.glob("v*.json")) if d.exists() else []
 
 
 def _link_or_copy(src: Path, dst: Path) -> None:

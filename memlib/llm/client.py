@@ -34,7 +34,6 @@ from memlib.llm.limiter import LocalRateLimiter, RateLimiter
 from memlib.llm.models import TASKS, Task
 from memlib.llm.prompts import DEFAULT_DIR, Prompt, load_prompts
 
-
 RETRY_AFTER_MAX_S = 120.0
 
 

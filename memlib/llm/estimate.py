@@ -18,7 +18,6 @@ CHARS_PER_TOKEN = 3.6
 MESSAGE_OVERHEAD = 4
 # completion tokens ~= base + share * (tokens of the user message)
 OUTPUT_SHAPE: dict[Task, tuple[int, float]] = {
-    Task.SEGMENT: (8, 0.02), Task.GATE: (8, 0.05), Task.SUMMARY: (60, 0.02), Task.CLUE: (35, 0.0),
     Task.FACTS: (10, 0.95), Task.REFLECTIONS: (20, 0.25), Task.TRIPLETS: (10, 0.55),
     Task.EVENTS: (10, 0.38), Task.CAUSAL: (10, 0.1), Task.OUTDATED: (8, 0.03),
     Task.ANSWER: (12, 0.0), Task.JUDGE: (10, 0.0),

@@ -3,7 +3,7 @@
 A limiter hands out start times: ``reserve(tokens)`` books the next slot that respects both
 the requests-per-minute and the tokens-per-minute budget and returns how many seconds the
 caller must wait before sending. Because it only returns a number, one limiter can live in a
-single process shared by many workers (``pipelines/llm_stage.py`` wraps it in a Ray actor)
+single process shared by many workers (``pipelines/llm_actors.py`` wraps it in a Ray actor)
 while each worker sleeps on its own side.
 """
 from __future__ import annotations

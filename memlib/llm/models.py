@@ -13,10 +13,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class Task(str, Enum):
-    SEGMENT = "segment"
-    GATE = "gate"
-    SUMMARY = "summary"
-    CLUE = "clue"
     FACTS = "facts"
     REFLECTIONS = "reflections"
     TRIPLETS = "triplets"
@@ -32,23 +28,6 @@ class _Out(BaseModel):
 
 
 Indices = list[int]
-
-
-class SegmentOut(_Out):
-    starts: Indices
-
-
-class GateOut(_Out):
-    keep: Indices
-
-
-class SummaryOut(_Out):
-    summary: str = Field(min_length=1)
-
-
-class ClueOut(_Out):
-    clue: str = Field(min_length=1)
-    keywords: list[str] = Field(default_factory=list)
 
 
 class FactItem(_Out):
@@ -141,10 +120,6 @@ def _spec(task: Task, output: type[BaseModel], *names: str) -> TaskSpec:
 
 
 TASKS: dict[Task, TaskSpec] = {s.task: s for s in (
-    _spec(Task.SEGMENT, SegmentOut, "turns"),
-    _spec(Task.GATE, GateOut, "turns"),
-    _spec(Task.SUMMARY, SummaryOut, "turns", "session_date"),
-    _spec(Task.CLUE, ClueOut, "turns", "session_date"),
     _spec(Task.FACTS, FactsOut, "turns", "session_date", "existing_facts", "existing_concepts",
           "related_episodes"),
     _spec(Task.REFLECTIONS, ReflectionsOut, "facts", "existing_reflections"),

@@ -37,9 +37,8 @@ Token matrices are cached per tenant in memory and, with ``disk_cache`` (default
 
 Selection protocol (2026-11-25, docs/evaluation.md): ``memlib tune`` over locomo_dev3 and
 longmemeval_s_dev24 together, three folds of whole conversations / haystacks, one
-configuration for both datasets. Cross-validated: locomo_dev3 turn R@10 81.2, session R@10
-93.2; longmemeval_s_dev24 turn R@5 91.0, lme_turn_recall_all@10 95.8,
-lme_session_recall_all@5 100. The defaults are the grid's best on all questions:
+configuration for both datasets; the cross-validated figures are in docs/evaluation.md
+("Cross-validated figures"), not copied here. The defaults are the grid's best on all questions:
 session_weight 0.25, adjacent_weight 0.3, assistant_penalty 4, session_lead 0.5,
 query_max_df 1.0 (dropping frequent query tokens, 0.15 before, was never chosen), idf on
 (always chosen). Tried and dropped (not chosen, or no cross-validated gain): token-count
@@ -56,16 +55,16 @@ from typing import Any
 
 import numpy as np
 
-from memlib.retrieve import first_stage, kernels, late
+from memlib.retrieve import first_stage, kernels, late, matrix_cache, token_encoder, token_model
 from memlib.retrieve.base import RetrievedNode, StrategyBase
 from memlib.retrieve.registry import register
 from memlib.retrieve.signals import turn_frame, zscore
 
 
 def _query(index, query: str, p: dict[str, Any], model_cache: str | None):
-    encoder = late.get_encoder(p.get("threads"), p.get("encoder", late.DEFAULT_MODEL), model_cache)
-    cache_dir = p.get("cache_dir") or (late.default_cache_dir(index) if p.get("disk_cache", True) else None)
-    matrix = late.tenant_matrix(index, encoder, cache_dir)
+    encoder = token_encoder.get_encoder(p.get("threads"), p.get("encoder", token_model.DEFAULT_MODEL), model_cache)
+    cache_dir = p.get("cache_dir") or (matrix_cache.default_cache_dir(index) if p.get("disk_cache", True) else None)
+    matrix = matrix_cache.tenant_matrix(index, encoder, cache_dir)
     q_ids, q_vecs = late.content_query_tokens(matrix, *encoder.encode([query])[0], float(p.get("query_max_df", 1.0)))
     return encoder, matrix, q_ids, q_vecs
 
@@ -95,7 +94,7 @@ def scored_turns(index, frame, query: str, p: dict[str, Any], model_cache: str |
     turns are not ranked."""
     encoder, matrix, q_ids, q_vecs = _query(index, query, p, model_cache)
     limit = int(p.get("first_stage_turns", 0))
-    post = (first_stage.postings_for(matrix, lambda: _row_ids(index, encoder, matrix))
+    post = (first_stage.postings_for(index, matrix, lambda: _row_ids(index, encoder, matrix))
             if 0 < limit < matrix.n_turns else None)
     if post is None:
         return None, late.maxsim(matrix, q_ids, q_vecs, bool(p.get("idf", True)),
@@ -133,7 +132,7 @@ def graph_term(index, frame, base: np.ndarray, seeds: int) -> np.ndarray | None:
 class Auto(StrategyBase):
     defaults = {"session_top": 2, "session_weight": 0.25, "adjacent_weight": 0.3, "idf": True,
                 "assistant_penalty": 4.0, "session_lead": 0.5, "graph_weight": 0.0, "graph_seeds": 20,
-                "threads": 1, "cache_dir": None, "disk_cache": True, "encoder": late.DEFAULT_MODEL,
+                "threads": 1, "cache_dir": None, "disk_cache": True, "encoder": token_model.DEFAULT_MODEL,
                 "query_max_df": 1.0, "int8_maxsim": True, "first_stage_turns": 4000, "candidates": 64,
                 "assistant_candidates": 8, "expand": 32, "min_cos": 0.4, "stage_max_df": 0.2,
                 "participant_weight": 1.0}

@@ -5,11 +5,11 @@ MaxSim reads every token vector of the tenant for every query: linear in the ten
 ``first_stage_turns`` turns ``auto`` scores only the candidates this stage selects:
 
 * **Token postings.** Each row of the token matrix is a WordPiece id (the same ids the encoder
-  read, recomputed by :meth:`~memlib.retrieve.late.TokenEncoder.content_ids` without running
+  read, recomputed by :meth:`~memlib.retrieve.token_encoder.TokenEncoder.content_ids` without running
   the model); per id present in the tenant, the turns holding it (CSR) and the *centroid* of
   its vectors (their normalized mean).
 * **Query expansion.** Each query token is compared with the centroids (one small int8
-  product, :class:`~memlib.retrieve.late.Int8Similarity`); it reaches the ids whose centroid
+  product, :class:`~memlib.retrieve.int8_maxsim.Int8Similarity`); it reaches the ids whose centroid
   is among its ``expand`` nearest with cosine at least ``min_cos``. Ids held by more than
   ``max_df`` of the turns are skipped (a frequent id's postings are long and say little).
 * **Approximate MaxSim.** A turn's first-stage score is ``sum_q idf(q) * max cos(q, centroid)``
@@ -22,8 +22,6 @@ stage is measured in docs/benchmarks.md (``memlib bench scale``, first stage on 
 """
 from __future__ import annotations
 
-import threading
-import weakref
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -34,7 +32,7 @@ from memlib.retrieve.late import Int8Similarity, TokenMatrix, quantize_rows
 
 class RowSimilarity:
     """``q @ V[rows].T`` for any subset of a tenant's token rows on onnxruntime's int8 kernels,
-    with the quantization and kernel of :class:`~memlib.retrieve.late.Int8Similarity` (rows in
+    with the quantization and kernel of :class:`~memlib.retrieve.int8_maxsim.Int8Similarity` (rows in
     [-64, 64] with a scale each, the query quantized to uint8 per call): the candidates' scores
     equal those the full int8 MaxSim gives them. The int8 rows are kept (a quarter of the
     float32 size) and the subset is fed to the graph per query."""
@@ -194,21 +192,15 @@ def maxsim_rows(matrix: TokenMatrix, post: TokenPostings, turns: np.ndarray, q_i
     return out
 
 
-# -- per-matrix cache ----------------------------------------------------------------------
-_POSTINGS: "weakref.WeakKeyDictionary[TokenMatrix, TokenPostings | None]" = weakref.WeakKeyDictionary()
-_LOCK = threading.Lock()
-
-
-def postings_for(matrix: TokenMatrix, row_ids_fn) -> TokenPostings | None:
-    """The postings of ``matrix`` (built once, kept while the matrix lives); ``row_ids_fn()``
-    returns its rows' token ids, or None when they cannot be recovered (then None here too, and
-    the caller scores every turn)."""
-    with _LOCK:
-        if matrix in _POSTINGS:
-            return _POSTINGS[matrix]
+def postings_for(index, matrix: TokenMatrix, row_ids_fn) -> TokenPostings | None:
+    """The postings of ``matrix``, built once per tenant view (``index.memo``, single flight);
+    ``row_ids_fn()`` returns its rows' token ids, or None when they cannot be recovered (then
+    None here too, and the caller scores every turn)."""
+    def build() -> TokenPostings | None:
         row_ids = row_ids_fn()
         post = build_postings(matrix, row_ids) if row_ids is not None else None
         if post is not None:
             post.similarity, post.rows  # noqa: B018 - built once here, not by the first query
-        _POSTINGS[matrix] = post
         return post
+
+    return index.memo(("token_postings", id(matrix)), build)

@@ -17,7 +17,6 @@ from memlib.graph.model import MemoryGraph
 from memlib.graph.variants import gaama_ppr_scores
 
 _LOCK = threading.Lock()
-_MISSING = object()
 
 
 class GraphView:
@@ -53,16 +52,11 @@ class GraphView:
 
 def graph_view(index, cfg: GraphConfig | None = None) -> GraphView | None:
     """The tenant's :class:`GraphView`, or None when the tenant has no graph file."""
-    view = getattr(index, "_memlib_graph_view", _MISSING)
-    if view is not _MISSING:
-        return view
-    with _LOCK:
-        view = getattr(index, "_memlib_graph_view", _MISSING)
-        if view is _MISSING:
-            path = index.graph_path
-            view = GraphView(index, load_graph(path), cfg) if path.exists() else None
-            index._memlib_graph_view = view
-    return view
+    def build() -> GraphView | None:
+        path = index.graph_path
+        return GraphView(index, load_graph(path), cfg) if path.exists() else None
+
+    return index.memo("graph_view", build)
 
 
 _QCACHE: "OrderedDict[tuple[int, str], np.ndarray]" = OrderedDict()

@@ -63,11 +63,11 @@ def citing_triplets(tenant, turn_ids: list[str], per_turn: int) -> list[Retrieve
 
 
 def _triplets_by_turn(tenant) -> dict[str, list[str]]:
-    cached = getattr(tenant, "_memlib_triplets_by_turn", None)
-    if cached is None:
-        cached = {}
+    def build() -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
         for row in tenant.rows_of_kind(["triplet"]).tolist():
             for t in tenant.provenance[row]:
-                cached.setdefault(t, []).append(tenant.node_ids[row])
-        tenant._memlib_triplets_by_turn = cached
-    return cached
+                out.setdefault(t, []).append(tenant.node_ids[row])
+        return out
+
+    return tenant.memo("triplets_by_turn", build)

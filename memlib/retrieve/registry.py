@@ -48,7 +48,7 @@ def discover() -> None:
         if mod not in _CORE_MODULES and not mod.startswith("_"):
             try:
                 importlib.import_module(f"memlib.retrieve.{mod}")
-            except Exception as exc:  # one broken strategy module must not hide the others
+            except Exception as exc:  # noqa: BLE001 - one broken strategy module must not hide the others
                 _BROKEN[mod] = f"{type(exc).__name__}: {exc}"
     _discovered = True
 

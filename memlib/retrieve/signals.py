@@ -144,9 +144,5 @@ def _epoch(t) -> float:
 
 
 def turn_frame(index) -> TurnFrame:
-    """The :class:`TurnFrame` of ``index`` (cached on the index object)."""
-    frame = getattr(index, "_memlib_turn_frame", None)
-    if frame is None:
-        frame = TurnFrame(index)
-        index._memlib_turn_frame = frame
-    return frame
+    """The :class:`TurnFrame` of ``index`` (built once per tenant view)."""
+    return index.memo("turn_frame", lambda: TurnFrame(index))

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Iterable, Protocol, Sequence
+from typing import Any, Callable, Hashable, Iterable, Protocol, Sequence, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -24,6 +24,7 @@ from memlib.io.store import StoreReader, read_manifest, sql_str
 
 NODE_COLUMNS = ["node_id", "kind", "text", "time", "session_id", "provenance", "attributes",
                 "importance", "embedding"]
+T = TypeVar("T")
 TURN_COLUMNS = ["node_id", "turn_id", "session_id", "session_index", "session_time", "turn_index",
                 "speaker", "role", "text"]
 
@@ -101,8 +102,31 @@ class TenantIndex:
         self.tenant = tenant
         self.embedder = embedder
         self._lock = threading.Lock()
+        self._memo: dict[Hashable, Any] = {}
+        self._building: dict[Hashable, threading.Lock] = {}
+        self._memo_guard = threading.Lock()
         self._load_nodes()
         self._load_turns()
+
+    # -- derived data, built once per tenant view ---------------------------------------
+    def memo(self, key: Hashable, build: Callable[[], T]) -> T:
+        """``build()``'s result for ``key``, computed once for this tenant view and kept with it
+        (so it goes when a new store version replaces the view). Single flight: concurrent first
+        callers of one key wait for one build instead of each building; other keys never wait.
+        A build that raises stores nothing (the next caller tries again)."""
+        with self._memo_guard:
+            if key in self._memo:
+                return self._memo[key]
+            building = self._building.setdefault(key, threading.Lock())
+        with building:
+            with self._memo_guard:
+                if key in self._memo:
+                    return self._memo[key]
+            value = build()
+            with self._memo_guard:
+                self._memo[key] = value
+                self._building.pop(key, None)
+            return value
 
     # -- loading ------------------------------------------------------------------------
     def _load_nodes(self) -> None:

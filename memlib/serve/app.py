@@ -20,8 +20,16 @@ from starlette.routing import Route
 from memlib.serve.errors import ApiError, ErrorCode
 from memlib.serve.explore import MAX_DEPTH, MAX_GRAPH_NODES, MAX_WINDOW
 from memlib.serve.mcp_http import McpHttp
-from memlib.serve.models import (ErrorResponse, HealthResponse, NodeGraphResponse, ReloadResponse, SearchRequest,
-                                 SearchResponse, SessionResponse, TenantsResponse)
+from memlib.serve.models import (
+    ErrorResponse,
+    HealthResponse,
+    NodeGraphResponse,
+    ReloadResponse,
+    SearchRequest,
+    SearchResponse,
+    SessionResponse,
+    TenantsResponse,
+)
 from memlib.serve.requests import check_body_size, read_body
 from memlib.serve.service import SearchService
 

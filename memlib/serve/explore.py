@@ -6,14 +6,13 @@ Both work on a pinned :class:`~memlib.retrieve.tenant.TenantIndex`, so they answ
 same store version as the search that produced the hit."""
 from __future__ import annotations
 
-import threading
 from datetime import datetime
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from memlib.retrieve.tenant import TenantIndex
-from memlib.schema import EdgeKind, NodeKind
+from memlib.schema import EdgeKind
 from memlib.serve.errors import ApiError, ErrorCode
 from memlib.serve.models import GraphEdge, GraphNode, NodeGraphResponse, SessionResponse, SessionTurn
 
@@ -26,7 +25,6 @@ MAX_WINDOW = 200
 MAX_DEPTH = 3
 MAX_GRAPH_NODES = 200
 TEXT_CHARS = 400
-_LOCK = threading.Lock()
 
 
 def _iso(t: datetime | None) -> str | None:
@@ -69,15 +67,8 @@ EDGE_COLUMNS = ["src", "dst", "kind", "relation", "weight"]
 
 def tenant_edges(index: TenantIndex) -> pa.Table:
     """The tenant's edges table, read once per :class:`TenantIndex` (so once per store version)."""
-    cached = getattr(index, "_memlib_edges", None)
-    if cached is not None:
-        return cached
-    with _LOCK:
-        cached = getattr(index, "_memlib_edges", None)
-        if cached is None:
-            cached = index.reader.table("edges", index.tenant, columns=EDGE_COLUMNS).combine_chunks()
-            index._memlib_edges = cached
-    return cached
+    return index.memo("edges", lambda: index.reader.table("edges", index.tenant,
+                                                           columns=EDGE_COLUMNS).combine_chunks())
 
 
 def resolve_node(index: TenantIndex, node: str) -> str:

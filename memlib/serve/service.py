@@ -20,10 +20,18 @@ from memlib.retrieve.registry import get_strategy, list_strategies
 from memlib.retrieve.tenant import QueryEmbedder, TenantCache, TenantIndex
 from memlib.serve.auth import Authorizer, Principal
 from memlib.serve.errors import ApiError, ErrorCode
-from memlib.serve.metrics import ServiceMetrics
 from memlib.serve.explore import node_graph, session_view
-from memlib.serve.models import (HealthResponse, NodeGraphResponse, ReloadResponse, SearchRequest, SearchResponse,
-                                 SessionResponse, TenantsResponse, search_response)
+from memlib.serve.metrics import ServiceMetrics
+from memlib.serve.models import (
+    HealthResponse,
+    NodeGraphResponse,
+    ReloadResponse,
+    SearchRequest,
+    SearchResponse,
+    SessionResponse,
+    TenantsResponse,
+    search_response,
+)
 from memlib.serve.poller import VersionPoller
 from memlib.serve.requests import Limits, check_tenant_id, parse_search, validate_search
 
@@ -94,7 +102,7 @@ class SearchService:
         for name in self.strategy_names:
             try:
                 run_search(idx, self.strategy(name), "warm up query", 1)
-            except Exception as exc:  # a broken strategy is reported per request, not at start
+            except Exception as exc:  # noqa: BLE001 - a broken strategy is reported per request, not at start
                 log.warning("warm-up of strategy %s failed: %s", name, exc)
 
     def stop(self) -> None:

@@ -84,8 +84,8 @@ def signals(text: str) -> Signals:
         toks.append(tok)
         prev, end = tok, m.end()
     low = [t.lower() for t in toks]
-    content = tuple(t for t, l in zip(toks, low) if l not in lx.FUNCTION_WORDS
-                    and l not in lx.PHATIC_WORDS and not lx.LAUGH_RE.match(l))
+    content = tuple(t for t, w in zip(toks, low) if w not in lx.FUNCTION_WORDS
+                    and w not in lx.PHATIC_WORDS and not lx.LAUGH_RE.match(w))
     has_digit = _DIGIT.search(text) is not None
     number = has_digit or not lx.MONTHS.isdisjoint(low) or _has_relative_date(low)
     return Signals(
@@ -99,7 +99,7 @@ def signals(text: str) -> Signals:
 
 
 def _has_relative_date(low: list[str]) -> bool:
-    if any(l in ("yesterday", "tomorrow", "tonight") for l in low):
+    if any(w in ("yesterday", "tomorrow", "tonight") for w in low):
         return True
     pairs = zip(low, low[1:])
     return any(a in ("last", "next", "this") and b in lx.TEMPORAL_WORDS for a, b in pairs) or "ago" in low
@@ -150,10 +150,10 @@ def split_sentences(text: str) -> list[str]:
 def _bag(sentence: str) -> set[str]:
     out = set()
     for w in lx.words(sentence):
-        l = w.lower()
-        if l in lx.FUNCTION_WORDS or l in lx.PHATIC_WORDS:
+        low = w.lower()
+        if low in lx.FUNCTION_WORDS or low in lx.PHATIC_WORDS:
             continue
-        out.add(l[:-1] if len(l) > 3 and l.endswith("s") and not l.endswith("ss") else l)
+        out.add(low[:-1] if len(low) > 3 and low.endswith("s") and not low.endswith("ss") else low)
     return out
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections import Counter, defaultdict
+from collections import Counter
 
 from memlib.text import lexicon as lx
 
@@ -150,11 +150,3 @@ def keyphrases(texts: list[str], n: int, exclude: set[str] | None = None) -> lis
         out.append([surface[k] for k in _select(ranked, n)])
     return out
 
-
-def keyphrase_counts(phrases: list[list[str]]) -> dict[str, int]:
-    """How many documents each (case-folded) phrase was chosen for; for reports and tests."""
-    counts: dict[str, int] = defaultdict(int)
-    for ps in phrases:
-        for p in {_key(p.split()) for p in ps}:
-            counts[p] += 1
-    return dict(counts)

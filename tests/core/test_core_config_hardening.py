@@ -32,8 +32,8 @@ def test_wordllama_build_starts_with_one_setting(tmp_path):
     inp = tmp_path / "in.jsonl"
     inp.write_text('{"tenant_id": "t", "conversation_id": "c", "session_id": "s", "turn_id": "1", '
                    '"role": "user", "text": "hello"}\n', encoding="utf-8")
-    res = run_cli(["build", "-i", str(inp), "-f", "jsonl", "-o", str(tmp_path / "s"), "--set", "embed.backend=wordllama",
-                   "--set", "embed.dim=384"])
+    res = run_cli(["build", "-i", str(inp), "-f", "jsonl", "-o", str(tmp_path / "s"),
+                   "--set", "embed.backend=wordllama", "--set", "embed.dim=384"])
     assert res.exit_code == 2 and "wordllama" in res.output and "Traceback" not in res.output
     assert len([ln for ln in res.output.splitlines() if ln.strip()]) == 1, res.output
     assert not (tmp_path / "s").exists()

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from memlib.cli import app
+from jobs.cli import app
 from memlib.embed import config_for, get_embedder
 from memlib.embed.bench import bench_embedder, load_locomo, recall_at_k
 

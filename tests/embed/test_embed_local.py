@@ -48,7 +48,7 @@ def test_embed_local_batching_matches_one_by_one(local_embedder):
     if local_embedder.name == "minilm-tokens":
         # the int8 encoder quantizes activations per batch tensor, so batch-mates move a text's
         # vector a little (measured: cosine >= 0.987 here); the build therefore encodes every
-        # text on its own (memlib/build/vectors.py one_by_one)
+        # text on its own (memlib/compose/vectors.py one_by_one)
         assert float((together * single).sum(axis=1).min()) > 0.98
     else:
         np.testing.assert_allclose(together, single, atol=1e-5)

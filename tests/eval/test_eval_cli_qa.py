@@ -8,13 +8,12 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
-from memlib.cli import app
+from jobs.cli import app
 from memlib.config import MemlibConfig
 from memlib.eval.qa import key_facts, maybe_score_qa
 from memlib.eval.questions import Dataset
 from memlib.eval.runner import evaluate
 from memlib.io.store import StoreReader
-
 from tests.eval.conftest import TENANT
 
 
@@ -100,7 +99,7 @@ def test_cli_eval_and_query(tiny_store, tmp_path):
 
 
 def test_demo_top_turns_by_default_strategy(tiny_store, hash_embedder):
-    from memlib.cli.cmd_demo import top_turns
+    from jobs.cli.cmd_demo import top_turns
 
     cfg = MemlibConfig()
     assert cfg.retrieve.default_strategy == "auto"

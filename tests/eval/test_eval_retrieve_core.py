@@ -7,7 +7,6 @@ from memlib.retrieve import kernels
 from memlib.retrieve.base import RetrievalError
 from memlib.retrieve.registry import UnknownStrategyError, get_strategy, list_strategies
 from memlib.retrieve.tenant import TenantCache
-
 from tests.eval.conftest import TENANT
 
 

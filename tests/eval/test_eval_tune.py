@@ -111,7 +111,7 @@ def _store(path):
 def test_tune_command_end_to_end(tmp_path):
     store = _store(tmp_path / "store")
     out = tmp_path / "tune"
-    cmd = [sys.executable, "-m", "memlib", "tune", "--data", f"locomo:{store}", "--strategy", "auto",
+    cmd = [sys.executable, "-m", "jobs.cli", "tune", "--data", f"locomo:{store}", "--strategy", "auto",
            "--grid", "session_weight=0,0.5", "--grid", "adjacent_weight=0", "--out", str(out),
            "--set", f"retrieve.params.auto.cache_dir=\"{tmp_path / 'late'}\""]
     run = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)

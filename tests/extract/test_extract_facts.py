@@ -4,8 +4,8 @@ import polars as pl
 import pyarrow.compute as pc
 
 from memlib import schema
+from memlib.compose.steps import run_extractions
 from memlib.extract.base import ExtractionContext, get_extractor
-from memlib.extract.run import run_extractors
 
 
 def _nodes(res, kind):
@@ -57,8 +57,8 @@ def test_concepts_merge_and_exclude_names_and_dates(ctx):
 
 
 def test_run_all_conforms_and_is_stable(ctx, turns, kept_ids):
-    a = run_extractors(ctx)
-    b = run_extractors(ExtractionContext(turns=turns, kept_turn_ids=kept_ids, config=ctx.config))
+    a = run_extractions(ctx)
+    b = run_extractions(ExtractionContext(turns=turns, kept_turn_ids=kept_ids, config=ctx.config))
     schema.check(a.nodes, schema.NODES_NO_EMBEDDING)
     schema.check(a.edges, schema.EDGES)
     assert a.nodes.column("node_id").to_pylist() == b.nodes.column("node_id").to_pylist()

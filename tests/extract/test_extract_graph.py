@@ -2,8 +2,8 @@ import json
 
 import polars as pl
 
+from memlib.compose.steps import run_extractions
 from memlib.extract.base import get_extractor
-from memlib.extract.run import run_extractors
 
 
 def test_triplets_carry_turn_provenance(ctx):
@@ -39,7 +39,7 @@ def test_relation_edges_between_entities(ctx):
 
 
 def test_reflections_link_to_facts(ctx):
-    res = run_extractors(ctx)
+    res = run_extractions(ctx)
     nodes = pl.from_arrow(res.nodes)
     refl = nodes.filter(pl.col("kind") == "reflection")
     assert refl.height >= 1
@@ -52,7 +52,7 @@ def test_reflections_link_to_facts(ctx):
 
 
 def test_events_for_dated_facts(ctx):
-    res = run_extractors(ctx)
+    res = run_extractions(ctx)
     ev = pl.from_arrow(res.nodes).filter(pl.col("kind") == "event")
     assert ev.height >= 1
     assert ev.filter(pl.col("text").str.contains("7 May 2023"))["time"][0].date().isoformat() == "2023-05-07"

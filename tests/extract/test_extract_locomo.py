@@ -4,9 +4,9 @@ import polars as pl
 import pytest
 
 from memlib import schema
+from memlib.compose.steps import run_extractions
 from memlib.config import MemlibConfig
 from memlib.extract.base import ExtractionContext
-from memlib.extract.run import run_extractors
 
 
 @pytest.mark.slow
@@ -15,7 +15,7 @@ def test_locomo_dev3_smoke(locomo_path):
     cfg = MemlibConfig()
     turns = readers.read_input(locomo_path, "locomo", cfg.io).turns
     start = time.perf_counter()
-    res = run_extractors(ExtractionContext(turns=turns, config=cfg))
+    res = run_extractions(ExtractionContext(turns=turns, config=cfg))
     elapsed = time.perf_counter() - start
     schema.check(res.nodes, schema.NODES_NO_EMBEDDING)
     kinds = dict(pl.from_arrow(res.nodes).group_by("kind").len().rows())

@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from memlib.cli import inspect_store
+from jobs.cli import inspect_store
 from memlib.graph.build import build_graph, save
 from memlib.io.store import StoreWriter
 

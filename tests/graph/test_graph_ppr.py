@@ -3,14 +3,21 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from tests.graph.conftest import dense_ppr
 
 from memlib.config import GraphConfig
 from memlib.graph.build import build_graph
 from memlib.graph.ppr import Kernel
 from memlib.graph.synthetic import synthetic_memory_graph
-from memlib.graph.variants import (assomem_importance, assomem_scores, dwpr_scores, gaama_ppr, gaama_ppr_scores,
-                                   gaama_transition, seed_teleport)
+from memlib.graph.variants import (
+    assomem_importance,
+    assomem_scores,
+    dwpr_scores,
+    gaama_ppr,
+    gaama_ppr_scores,
+    gaama_transition,
+    seed_teleport,
+)
+from tests.graph.conftest import dense_ppr
 
 TIGHT = dict(tol=1e-12, max_iter=5000)
 

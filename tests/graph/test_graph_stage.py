@@ -4,7 +4,7 @@ import pytest
 
 from memlib.graph.build import load
 from memlib.graph.synthetic import synthetic_memory_graph, to_tables
-from pipelines.graph_stage import build_graphs
+from pipelines.graph_tasks import build_graphs
 
 
 @pytest.mark.ray

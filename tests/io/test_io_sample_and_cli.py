@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 import memlib
-from memlib.cli import app
+from jobs.cli import app
 from memlib.io.readers import read_input
 
 SAMPLE = Path(memlib.__file__).parent / "data" / "sample_conversations.jsonl"
@@ -69,13 +69,13 @@ def test_inspect_errors_exit_2(args, message):
 
 
 def test_inspect_store_dispatch(monkeypatch, tmp_path):
-    import types
     import sys
+    import types
     calls = []
-    fake = types.ModuleType("memlib.cli.inspect_store")
+    fake = types.ModuleType("jobs.cli.inspect_store")
     fake.run = calls.append
-    monkeypatch.setitem(sys.modules, "memlib.cli.inspect_store", fake)
-    monkeypatch.setattr("memlib.cli.inspect_store", fake, raising=False)
+    monkeypatch.setitem(sys.modules, "jobs.cli.inspect_store", fake)
+    monkeypatch.setattr("jobs.cli.inspect_store", fake, raising=False)
     res = _inspect("--store", str(tmp_path))
     assert res.exit_code == 0, res.output
     assert calls == [tmp_path]

@@ -8,7 +8,6 @@ import pytest
 from memlib.io.errors import InputError
 from memlib.io.readers import read_input
 from memlib.io.validate import validate_tenant_id
-
 from tests.io.conftest import BAD_KINDS, GOOD
 
 

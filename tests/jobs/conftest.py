@@ -44,7 +44,7 @@ def write_jsonl(path: Path, tenants: list[str], variants: dict[str, str] | None 
 def run_cli(args: list[str]):
     from typer.testing import CliRunner
 
-    from memlib.cli import app
+    from jobs.cli import app
 
     return CliRunner().invoke(app, args)
 

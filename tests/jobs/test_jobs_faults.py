@@ -15,6 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+
 from tests.jobs.conftest import ALL, node_rows, write_jsonl
 
 pytestmark = pytest.mark.ray

@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+
 from tests.jobs.conftest import ALL, node_rows, run_cli, tenant_lines, write_jsonl
 
 pytestmark = pytest.mark.ray

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+
 from tests.jobs.conftest import ALL, node_rows, run_cli, write_jsonl
 
 pytestmark = pytest.mark.ray

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from tests.jobs.conftest import ALL, node_rows, write_jsonl
 
 pytestmark = pytest.mark.ray

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from tests.jobs.conftest import node_rows, run_cli
 
 BUCKET = "memlib-in"

@@ -5,6 +5,7 @@ import json
 
 import polars as pl
 import pytest
+
 from tests.jobs.conftest import run_cli
 
 
@@ -55,7 +56,8 @@ def test_jobs_scale_smaller_haystacks_are_prefixes_and_filler_reuse_is_counted(p
     # 2,481 copies of fewer sources: each source once before any twice
     assert s2500["filler_distinct_sources"] == pool_sessions
     assert s2500["filler_repeated_copies"] == 2481 - pool_sessions
-    assert sum(s2500["filler_by_origin"].values()) == 2481 and set(s2500["filler_by_origin"]) == {"locomo", "longmemeval"}
+    assert sum(s2500["filler_by_origin"].values()) == 2481
+    assert set(s2500["filler_by_origin"]) == {"locomo", "longmemeval"}
 
 
 def test_jobs_scale_many_tenants(pool, tmp_path):
@@ -70,13 +72,14 @@ def test_jobs_scale_many_tenants(pool, tmp_path):
 
 
 def test_jobs_scale_figures_per_strategy():
-    from memlib.cli.bench_scale import strategy_figures
+    from jobs.cli.bench_scale import strategy_figures
 
     def rows(tenant, strategy, recalls, latencies):
         return [{"tenant_id": tenant, "strategy": strategy, "group": "overall", "turn_recall@10": r,
                  "latency_ms": ms} for r, ms in zip(recalls, latencies)]
 
-    hay = pl.DataFrame(rows("c-hay", "auto", [1.0, 0.5, 0.75], [4.0, 5.0, 9.0]) + rows("c-hay", "bm25", [0.5, 0.5], [1.0, 1.0]))
+    hay = pl.DataFrame(rows("c-hay", "auto", [1.0, 0.5, 0.75], [4.0, 5.0, 9.0])
+                       + rows("c-hay", "bm25", [0.5, 0.5], [1.0, 1.0]))
     alone = pl.DataFrame(rows("c", "auto", [1.0, 1.0], [2.0, 2.0]) + rows("c", "bm25", [0.5, 0.0], [1.0, 1.0]))
     auto = strategy_figures(hay, alone, "auto", "c-hay", "c")
     assert auto["recall_ratio"] == 0.75 and auto["haystack_turn_recall@10"] == 0.75

@@ -12,6 +12,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
 from tests.jobs.conftest import run_cli, write_jsonl
 
 pytestmark = pytest.mark.ray
@@ -123,7 +124,7 @@ def test_jobs_submit_paths_and_runtime_env(tmp_path, monkeypatch):
     args = absolute_paths(["--input", "in.jsonl", "--out=st", "--format", "jsonl", "-o", "s3://bucket/x"])
     assert args == ["--input", str(tmp_path / "in.jsonl"), f"--out={tmp_path / 'st'}", "--format", "jsonl",
                     "-o", "s3://bucket/x"]
-    assert entrypoint(JobCommand.BUILD, ["--out", "a b"]) == "python -m memlib build --out 'a b'"
+    assert entrypoint(JobCommand.BUILD, ["--out", "a b"]) == "python -m jobs.cli build --out 'a b'"
     env = runtime_env(SubmitOptions(with_requirements=True))
     assert ".venv" in env["excludes"] and any(r.startswith("ray[") for r in env["pip"])
     assert "pip" not in runtime_env(SubmitOptions())

@@ -5,33 +5,33 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from memlib.cli.cmd_build import extractor_overrides, format_dry_run
+from jobs.cli.cmd_build import extractor_overrides, format_dry_run
 from memlib.config import Backend, load_config
 
 SAMPLE = Path(__file__).resolve().parents[2] / "memlib" / "data" / "sample_conversations.jsonl"
 
 
-def test_extractor_sets_every_llm_stage_and_set_still_wins():
+def test_extractor_sets_every_extraction_and_set_still_wins():
     cfg = load_config(None, extractor_overrides(Backend.LLM, ["facts.backend=heuristic"]))
     assert cfg.facts.backend is Backend.HEURISTIC
     assert cfg.triplets.backend is cfg.events.backend is cfg.reflections.backend is Backend.LLM
-    assert cfg.segment.backend is Backend.HEURISTIC  # not an extraction stage
+    assert not hasattr(cfg.segment, "backend")  # not an extraction: heuristic only
     assert extractor_overrides(None, None) == []
 
 
-def test_llm_stages_follow_recipe_and_config():
-    from pipelines.llm_stage import for_recipe, llm_stages
+def test_llm_steps_follow_recipe_and_config():
+    from pipelines.llm_actors import for_recipe, llm_steps
 
     cfg = load_config(None, extractor_overrides(Backend.LLM, ["reflections.enabled=false"]))
-    assert [s.value for s in llm_stages(cfg)] == ["facts", "triplets", "events"]
-    assert llm_stages(cfg, "episodes") == []
+    assert [s.value for s in llm_steps(cfg)] == ["facts", "triplets", "events"]
+    assert llm_steps(cfg, "episodes") == []
     masked = for_recipe(cfg, "episodes")
     assert masked.facts.backend is Backend.HEURISTIC and cfg.facts.backend is Backend.LLM
 
 
 def test_call_summary_counts():
     from memlib import schema
-    from pipelines.llm_stage import call_summary
+    from pipelines.llm_actors import call_summary
 
     rows = [{"call_id": str(i), "task": "facts", "status": s, "prompt_tokens": 10, "completion_tokens": 3}
             for i, s in enumerate(["ok", "ok", "cached", "error"])]
@@ -41,7 +41,7 @@ def test_call_summary_counts():
 
 
 def test_dry_run_input_plans_without_sending(tmp_path):
-    from pipelines.llm_stage import dry_run_input
+    from pipelines.llm_actors import dry_run_input
 
     cfg = load_config(None, extractor_overrides(Backend.LLM, ["llm.base_url=http://127.0.0.1:9/v1"]))
     est = dry_run_input(cfg, SAMPLE, "jsonl", "full")

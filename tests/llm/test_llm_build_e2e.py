@@ -41,7 +41,7 @@ def _args(store: Path, url: str, *extra: str) -> list[str]:
 def _invoke(args: list[str]):
     from typer.testing import CliRunner
 
-    from memlib.cli import app
+    from jobs.cli import app
 
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output[-3000:] + str(res.exception)[-4000:]
@@ -148,8 +148,8 @@ def test_no_unit_lost_fallback_rows(runs, stage):
         assert expect <= stored, f"{task}: {len(expect - stored)} fallback rows of a failed unit are missing"
     fb = nodes.filter(pl.col("source") == "heuristic-fallback")
     # model rows carry the prompt hash of their task
-    from memlib.llm.prompts import load_prompts
     from memlib.llm.models import Task
+    from memlib.llm.prompts import load_prompts
 
     hashes = {p.prompt_version for p in load_prompts().values()}
     model_rows = nodes.filter(pl.col("source") == "gpt-4o-mini")

@@ -2,11 +2,11 @@
 import polars as pl
 import pyarrow.compute as pc
 
+from memlib.compose.steps import run_extractions
 from memlib.config import Backend
 from memlib.extract.base import ExtractionContext
 from memlib.extract.llm_common import CLIENT_KEY
 from memlib.extract.llm_plan import plan_calls
-from memlib.extract.run import run_extractors
 from memlib.llm.client import LLMClient
 from memlib.llm.estimate import estimate
 from memlib.llm.limiter import NoLimit
@@ -26,7 +26,7 @@ def test_dry_run_within_20_percent(fake_server, locomo_turns, tmp_path):
     ctx = ExtractionContext(turns=turns, kept_turn_ids=kept, config=cfg, extras={CLIENT_KEY: client})
     est = estimate(plan_calls(ctx), cfg.llm)
     assert srv.state.requests == 0  # planning sends nothing
-    res = run_extractors(ctx)
+    res = run_extractions(ctx)
     calls = pl.from_arrow(client.calls_table())
     assert res.nodes.num_rows > 0 and set(calls["status"]) == {"ok"}
     pt, ct = calls["prompt_tokens"].sum(), calls["completion_tokens"].sum()

@@ -10,9 +10,9 @@ import pyarrow.compute as pc
 import pytest
 
 from memlib import schema
-from memlib.build.compose import sort_turns
+from memlib.compose.reference import sort_turns
 from memlib.config import MemlibConfig
-from memlib.extract.base import ExtractionContext, Stage
+from memlib.extract.base import Extraction, ExtractionContext
 from memlib.extract.llm_common import CLIENT_KEY, fallback, make_units
 from memlib.io.readers import read_input
 from memlib.llm.models import Task
@@ -28,12 +28,12 @@ def tenant_turns() -> dict[str, pa.Table]:
     return {t: turns.filter(pc.equal(turns.column("tenant_id"), t)) for t in tenants}
 
 
-def _rows(ctx: ExtractionContext, stage: Stage, task: Task, unit_index: int) -> set[str]:
+def _rows(ctx: ExtractionContext, stage: Extraction, task: Task, unit_index: int) -> set[str]:
     unit = make_units(ctx.kept_turns(), ctx.config.llm.turns_per_call, task)[unit_index]
     return set(fallback(ctx, stage, [unit]).nodes.column("node_id").to_pylist())
 
 
-@pytest.mark.parametrize("stage,task", [(Stage.TRIPLETS, Task.TRIPLETS), (Stage.FACTS, Task.FACTS)])
+@pytest.mark.parametrize("stage,task", [(Extraction.TRIPLETS, Task.TRIPLETS), (Extraction.FACTS, Task.FACTS)])
 def test_fallback_rows_do_not_depend_on_earlier_fallbacks(tenant_turns, stage, task):
     cfg = MemlibConfig()
     shared = {CLIENT_KEY: object()}  # a worker-wide extras dict, as a build actor holds it

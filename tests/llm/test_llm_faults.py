@@ -3,7 +3,7 @@ llm_calls, no unit is lost, and a rerun with a healthy server calls exactly the 
 import polars as pl
 
 from memlib.config import Backend
-from memlib.extract.base import ExtractionContext, Stage, get_extractor
+from memlib.extract.base import Extraction, ExtractionContext, get_extractor
 from memlib.extract.llm_common import CLIENT_KEY, make_units
 from memlib.llm.client import LLMClient
 from memlib.llm.limiter import NoLimit
@@ -21,7 +21,7 @@ def _run(srv, turns, cache, stage):
 
 def test_faults_recorded_no_unit_lost_and_rerun_fills_failed(fake_server, few_sessions, tmp_path):
     srv = fake_server(fault_rate=0.2, seed=7, delay_s=0.8)
-    res, calls, cfg = _run(srv, few_sessions, tmp_path / "cache", Stage.TRIPLETS)
+    res, calls, cfg = _run(srv, few_sessions, tmp_path / "cache", Extraction.TRIPLETS)
     units = make_units(few_sessions, cfg.llm.turns_per_call, Task.TRIPLETS)
     assert calls.height == len(units) == calls["unit_id"].n_unique()
     failed = calls.filter(pl.col("status") == "error")
@@ -41,7 +41,7 @@ def test_faults_recorded_no_unit_lost_and_rerun_fills_failed(fake_server, few_se
     # rerun against a healthy server: HTTP only for the failed units, the rest from the cache
     srv.state.fault_rate = 0.0
     before = srv.state.chat_requests
-    res2, calls2, _ = _run(srv, few_sessions, tmp_path / "cache", Stage.TRIPLETS)
+    res2, calls2, _ = _run(srv, few_sessions, tmp_path / "cache", Extraction.TRIPLETS)
     assert srv.state.chat_requests - before == failed.height
     assert set(calls2.filter(pl.col("status") == "ok")["unit_id"]) == set(failed["unit_id"])
     assert calls2.filter(pl.col("status") == "error").height == 0
@@ -49,13 +49,13 @@ def test_faults_recorded_no_unit_lost_and_rerun_fills_failed(fake_server, few_se
 
     # unchanged rerun: zero HTTP calls
     before = srv.state.chat_requests
-    _, calls3, _ = _run(srv, few_sessions, tmp_path / "cache", Stage.TRIPLETS)
+    _, calls3, _ = _run(srv, few_sessions, tmp_path / "cache", Extraction.TRIPLETS)
     assert srv.state.chat_requests == before and set(calls3["status"]) == {"cached"}
 
 
 def test_facts_stage_with_faults_completes_and_supersedes(fake_server, few_sessions, tmp_path):
     srv = fake_server(fault_rate=0.2, seed=11, delay_s=0.8)
-    res, calls, cfg = _run(srv, few_sessions, tmp_path / "cache", Stage.FACTS)
+    res, calls, cfg = _run(srv, few_sessions, tmp_path / "cache", Extraction.FACTS)
     nodes = pl.from_arrow(res.nodes)
     facts = nodes.filter(pl.col("kind") == "fact")
     assert facts.height > 0 and set(calls["task"]) >= {"facts"}

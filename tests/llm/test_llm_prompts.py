@@ -5,7 +5,7 @@ import pytest
 from memlib.llm.models import TASKS, Task
 from memlib.llm.prompts import DEFAULT_DIR, PromptError, load_prompt, load_prompts, parse_prompt
 
-GOOD = """#@ task: clue
+GOOD = """#@ task: events
 #@ version: 3
 === system ===
 Write a clue. Return JSON only.
@@ -25,7 +25,7 @@ def test_all_prompts_load_with_versions():
 
 
 def test_parse_ok_and_json_braces_are_literal():
-    p = parse_prompt(GOOD, TASKS[Task.CLUE])
+    p = parse_prompt(GOOD, TASKS[Task.EVENTS])
     msgs = p.render({"turns": "[0] A: hi", "session_date": "2023-05-01"})
     assert '{"clue": "..."}' in msgs[1]["content"] and "[0] A: hi" in msgs[1]["content"]
 
@@ -33,21 +33,21 @@ def test_parse_ok_and_json_braces_are_literal():
 def test_missing_placeholder_fails():
     text = GOOD.replace("Date: {session_date}\n", "")
     with pytest.raises(PromptError, match="session_date"):
-        parse_prompt(text, TASKS[Task.CLUE])
+        parse_prompt(text, TASKS[Task.EVENTS])
 
 
 def test_unknown_placeholder_fails():
     text = GOOD.replace("{turns}", "{turns}\n{speaker_notes}")
     with pytest.raises(PromptError, match="speaker_notes"):
-        parse_prompt(text, TASKS[Task.CLUE])
+        parse_prompt(text, TASKS[Task.EVENTS])
 
 
 def test_missing_file_and_wrong_task_fail(tmp_path: Path):
     with pytest.raises(PromptError, match="missing"):
-        load_prompt(Task.CLUE, tmp_path)
-    (tmp_path / "clue.txt").write_text(GOOD.replace("task: clue", "task: facts"))
+        load_prompt(Task.EVENTS, tmp_path)
+    (tmp_path / "events.txt").write_text(GOOD.replace("task: events", "task: facts"))
     with pytest.raises(PromptError, match="header task"):
-        load_prompt(Task.CLUE, tmp_path)
+        load_prompt(Task.EVENTS, tmp_path)
 
 
 def test_render_rejects_wrong_variables():
@@ -59,6 +59,6 @@ def test_render_rejects_wrong_variables():
 
 
 def test_hash_changes_with_text():
-    a = parse_prompt(GOOD, TASKS[Task.CLUE])
-    b = parse_prompt(GOOD.replace("Write a clue.", "Write one clue."), TASKS[Task.CLUE])
+    a = parse_prompt(GOOD, TASKS[Task.EVENTS])
+    b = parse_prompt(GOOD.replace("Write a clue.", "Write one clue."), TASKS[Task.EVENTS])
     assert a.prompt_version != b.prompt_version

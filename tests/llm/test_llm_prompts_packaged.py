@@ -1,6 +1,7 @@
 """A non-editable install finds its prompts (issue 16, item 9): the wheel built from this tree
 carries prompts/ as package data, and memlib installed from it (pip --target, loaded from a
-directory outside the repository) loads every prompt with the same hashes as the source tree."""
+directory outside the repository) loads every prompt with the same hashes as the source tree,
+and its command line (the ``memlib`` console script, ``python -m jobs.cli``) runs from there."""
 from __future__ import annotations
 
 import json
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from memlib.llm.models import Task
 from memlib.llm.prompts import load_prompts, prompt_hashes
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,4 +39,14 @@ def test_installed_wheel_loads_its_prompts(tmp_path):
     assert run.returncode == 0, run.stderr[-2000:]
     out = json.loads(run.stdout.strip().splitlines()[-1])
     assert out["file"].startswith(str(site)) and out["dir"].startswith(str(site))
-    assert out["hashes"] == prompt_hashes(load_prompts()) and len(out["hashes"]) >= 10
+    assert out["hashes"] == prompt_hashes(load_prompts()) and len(out["hashes"]) == len(Task)
+    # the command line comes with it: the console script and ``python -m jobs.cli`` run from the install
+    env = {"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    script = site / "bin" / "memlib"
+    assert "jobs.cli" in script.read_text()
+    for cmd in ([sys.executable, str(script), "--help"], [sys.executable, "-m", "jobs.cli", "--help"]):
+        ran = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
+        assert ran.returncode == 0 and "build" in ran.stdout, ran.stderr[-2000:]
+    probe = "import jobs.cli, memlib; print(jobs.cli.__file__)"
+    where = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert where.stdout.strip().startswith(str(site)), where.stderr[-2000:]

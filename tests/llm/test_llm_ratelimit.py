@@ -10,7 +10,7 @@ VARS = {"turns": "[0] A: I adopted a puppy named Rex last Sunday in Boston.", "s
 
 @pytest.mark.ray
 def test_rpm_holds_across_two_workers(ray_local, fake_server):
-    from pipelines.llm_stage import shared_limiter
+    from pipelines.llm_actors import shared_limiter
 
     ray = ray_local
     srv = fake_server()
@@ -46,7 +46,7 @@ def test_each_run_gets_a_live_limiter(ray_local, fake_server):
     be handed that dying actor (it was found by name: ActorDiedError in every tenant)."""
     import gc
 
-    from pipelines.llm_stage import shared_limiter
+    from pipelines.llm_actors import shared_limiter
 
     cfg = llm_config(fake_server().url, requests_per_minute=100_000, tokens_per_minute=10_000_000)
     first, second = shared_limiter(cfg), shared_limiter(cfg)

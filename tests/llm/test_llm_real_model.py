@@ -18,7 +18,7 @@ import pytest
 from memlib.config import MemlibConfig
 from memlib.llm.client import CallStatus, LLMClient
 from memlib.llm.limiter import NoLimit
-from memlib.llm.models import AnswerOut, SummaryOut, Task
+from memlib.llm.models import AnswerOut, EventsOut, Task
 
 pytestmark = pytest.mark.llm_model
 xllamacpp = pytest.importorskip("xllamacpp", reason="real-model tests need `pip install -e .[llm-model]`")
@@ -70,9 +70,10 @@ def _client(url: str, tmp_path: Path) -> LLMClient:
 def test_real_model_calls_are_counted_recorded_and_cached(model_url, tmp_path):
     client = _client(model_url, tmp_path)
     t0 = time.perf_counter()
-    first = client.call(Task.SUMMARY, {"turns": TURNS, "session_date": "2024-01-09 (Tuesday)"},
+    first = client.call(Task.EVENTS, {"turns": TURNS, "session_date": "2024-01-09 (Tuesday)"},
                         unit_id="seg-1", tenant_id="maya")
-    answer = client.call(Task.ANSWER, {"question": "Where did Maya move?", "context": TURNS, "question_date": "2024-02-01"},
+    answer = client.call(Task.ANSWER,
+                         {"question": "Where did Maya move?", "context": TURNS, "question_date": "2024-02-01"},
                          unit_id="q-1", tenant_id="maya")
     elapsed = time.perf_counter() - t0
     rows = client.calls_table().to_pylist()
@@ -83,9 +84,9 @@ def test_real_model_calls_are_counted_recorded_and_cached(model_url, tmp_path):
     done = [r for r in (first, answer) if r.ok]
     assert done, f"the model produced no valid JSON at all: {[r.error for r in (first, answer)]}"
     for res in done:
-        assert isinstance(res.output, (SummaryOut, AnswerOut))
+        assert isinstance(res.output, (EventsOut, AnswerOut))
     # an identical call is answered from the cache, without the model
-    again = client.call(Task.SUMMARY if first.ok else Task.ANSWER,
+    again = client.call(Task.EVENTS if first.ok else Task.ANSWER,
                         {"turns": TURNS, "session_date": "2024-01-09 (Tuesday)"} if first.ok
                         else {"question": "Where did Maya move?", "context": TURNS, "question_date": "2024-02-01"},
                         unit_id="again", tenant_id="maya")

@@ -86,7 +86,7 @@ def tiny_input(tmp_path_factory) -> Path:
 def run_cli(args: list[str]):
     from typer.testing import CliRunner
 
-    from memlib.cli import app
+    from jobs.cli import app
 
     return CliRunner().invoke(app, args)
 

@@ -6,12 +6,10 @@ from pathlib import Path
 
 import polars as pl
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from memlib import schema
 from memlib.io.store import StoreReader
-
 from tests.pipeline.conftest import SESSIONS, run_cli
 
 pytestmark = pytest.mark.ray

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import polars as pl
-import pyarrow.parquet as pq
 import pytest
 
-from memlib.build import process_tenant
+from memlib.compose import process_tenant
+from memlib.compose.vectors import TurnEncoder
 from memlib.config import MemlibConfig
-from memlib.build.vectors import TurnEncoder
 from memlib.io.store import StoreReader
-
 from tests.pipeline.conftest import SESSIONS
 
 pytestmark = pytest.mark.ray
@@ -39,7 +37,7 @@ def test_ray_output_equals_single_process(built_store):
         ray_nodes = reader.nodes(tenant=tenant).sort_by("node_id")
         local_nodes = local.nodes.sort_by("node_id")
         assert pl.from_arrow(ray_nodes.select(COLS)).equals(pl.from_arrow(local_nodes.select(COLS))), tenant
-        # every text is encoded on its own (memlib.build.vectors.one_by_one): its vectors do not
+        # every text is encoded on its own (memlib.compose.vectors.one_by_one): its vectors do not
         # depend on the block, batch or thread count it was encoded with
         np.testing.assert_array_equal(_vectors(ray_nodes), _vectors(local_nodes))
         keys = ["src", "dst", "kind", "relation"]

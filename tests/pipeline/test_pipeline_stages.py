@@ -10,12 +10,11 @@ import sys
 from pathlib import Path
 
 import polars as pl
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from memlib.build.session_store import SessionStore
-from memlib.build.sessions import SESSION_TABLES, keyed_schema
+from memlib.compose.session_store import SessionStore
+from memlib.compose.sessions import SESSION_TABLES, keyed_schema
 from memlib.config import MemlibConfig
 from memlib.io.store import StoreReader
 from tests.pipeline.conftest import SESSIONS, run_cli, turn_lines

@@ -1,13 +1,12 @@
 """Unit tests of the build composition helpers (no Ray, no model)."""
 from __future__ import annotations
 
-import numpy as np
 import pyarrow as pa
 import pytest
 
 from memlib import schema
-from memlib.build.finalize import finalize
-from memlib.build.recipe import RECIPES, BuildStage, UnknownRecipeError, get_recipe
+from memlib.compose.finalize import finalize
+from memlib.compose.recipe import RECIPES, Step, UnknownRecipeError, get_recipe
 
 
 def _nodes(ids):
@@ -30,10 +29,10 @@ def test_finalize_drops_and_counts_dangling_edges_and_dedups():
 def test_recipes_are_ordered_and_complete():
     for name in RECIPES:
         stages = get_recipe(name)
-        order = list(BuildStage)
+        order = list(Step)
         assert [order.index(s) for s in stages] == sorted(order.index(s) for s in stages)
-        assert BuildStage.EMBED_TURNS in stages and BuildStage.FINALIZE in stages
-    assert get_recipe("full") == tuple(BuildStage)
+        assert Step.EMBED_TURNS in stages and Step.FINALIZE in stages
+    assert get_recipe("full") == tuple(Step)
     with pytest.raises(UnknownRecipeError):
         get_recipe("nope")
 

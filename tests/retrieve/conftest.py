@@ -25,7 +25,7 @@ def retrieve_config() -> MemlibConfig:
 def sample_store(ray_local, tmp_path_factory) -> Path:
     from typer.testing import CliRunner
 
-    from memlib.cli import app
+    from jobs.cli import app
 
     out = tmp_path_factory.mktemp("retrieve_store") / "store"
     res = CliRunner().invoke(app, ["build", "--input", str(SAMPLE), "--format", "jsonl", "--out", str(out),

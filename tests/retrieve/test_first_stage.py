@@ -5,11 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from memlib.retrieve import auto, first_stage, late
+from memlib.retrieve import auto, first_stage, late, matrix_cache, token_encoder, token_model
 from memlib.retrieve.kernels import run_search
 from memlib.retrieve.registry import get_strategy
 from memlib.retrieve.signals import TurnFrame, turn_frame
-
 from tests.retrieve.conftest import retrieve_config
 
 
@@ -48,8 +47,8 @@ def test_subset_keeps_only_neighbours_inside_the_subset():
 @pytest.fixture(scope="module")
 def tenant_parts(cache):
     index = cache.get(cache.tenants()[0])
-    encoder = late.get_encoder(1, late.DEFAULT_MODEL, None)
-    matrix = late.tenant_matrix(index, encoder, None)
+    encoder = token_encoder.get_encoder(1, token_model.DEFAULT_MODEL, None)
+    matrix = matrix_cache.tenant_matrix(index, encoder, None)
     return index, encoder, matrix
 
 
@@ -66,7 +65,7 @@ def test_content_ids_are_the_ids_of_the_encoded_rows(tenant_parts):
 @pytest.mark.ray
 def test_candidate_maxsim_equals_full_maxsim_on_the_turns_it_reads(tenant_parts):
     index, encoder, matrix = tenant_parts
-    post = first_stage.postings_for(matrix, lambda: auto._row_ids(index, encoder, matrix))
+    post = first_stage.postings_for(index, matrix, lambda: auto._row_ids(index, encoder, matrix))
     longest = max(index.turns.values(), key=lambda t: len(t.text))
     q_ids, q_vecs = encoder.encode([" ".join(longest.text.split()[:12])])[0]
     full = late.maxsim(matrix, q_ids, q_vecs)

@@ -12,7 +12,7 @@ import pytest
 
 from memlib.embed.minilm_backend import model_path
 from memlib.embed.quantize import WEIGHT_QMAX, derived_path, dynamic_int8
-from memlib.retrieve import late
+from memlib.retrieve import int8_maxsim, late, matrix_cache, token_encoder, token_model
 
 TURNS = ["I adopted a kitten from the animal shelter on Saturday.",
          "We drove to the coast and watched the sunset over the ocean.",
@@ -24,7 +24,7 @@ TURNS = ["I adopted a kitten from the animal shelter on Saturday.",
 
 @pytest.fixture(scope="module")
 def matrix():
-    return late.build_token_matrix(late.get_encoder(1), [f"t{i}" for i in range(len(TURNS))], TURNS)
+    return late.build_token_matrix(token_encoder.get_encoder(1), [f"t{i}" for i in range(len(TURNS))], TURNS)
 
 
 def test_derived_model_is_cached_and_reused(tmp_path):
@@ -37,7 +37,7 @@ def test_derived_model_is_cached_and_reused(tmp_path):
 
 
 def test_derived_encoder_stays_close_to_the_bundled_one():
-    fast, ref = late.get_encoder(1, "minilm-int8-dynamic"), late.get_encoder(1, "minilm-int8")
+    fast, ref = token_encoder.get_encoder(1, "minilm-int8-dynamic"), token_encoder.get_encoder(1, "minilm-int8")
     assert fast.tag != ref.tag and fast.tag.startswith("all-MiniLM-L6-v2-dynint8-")
     for (ids_a, vec_a), (ids_b, vec_b) in zip(fast.encode(TURNS), ref.encode(TURNS)):
         np.testing.assert_array_equal(ids_a, ids_b)
@@ -49,7 +49,7 @@ def test_derived_encoder_stays_close_to_the_bundled_one():
 
 def test_int8_ranges_fit_a_saturating_int16():
     # vpmaddubsw (u8s8 without VNNI) adds two uint8 x int8 products in a saturating int16
-    assert 2 * 255 * max(WEIGHT_QMAX, late.INT8_QMAX) <= 2 ** 15 - 1 < 2 * 255 * 127
+    assert 2 * 255 * max(WEIGHT_QMAX, int8_maxsim.INT8_QMAX) <= 2 ** 15 - 1 < 2 * 255 * 127
 
 
 def _matmul_integer_nodes(model):
@@ -68,7 +68,7 @@ def test_derived_encoder_weights_fit_the_u8s8_kernels():
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
-    model = onnx.load(str(late.model_file(late.DEFAULT_MODEL)[0]))
+    model = onnx.load(str(token_model.model_file(token_model.DEFAULT_MODEL)[0]))
     nodes = _matmul_integer_nodes(model)
     assert len(nodes) == 36
     for node, inits in nodes:
@@ -97,11 +97,11 @@ def test_derived_encoder_weights_fit_the_u8s8_kernels():
 
 def test_unknown_encoder_is_rejected():
     with pytest.raises(ValueError, match="unknown token encoder"):
-        late.model_file("bert-huge")
+        token_model.model_file("bert-huge")
 
 
 def test_int8_maxsim_matches_float(matrix):
-    enc = late.get_encoder(1)
+    enc = token_encoder.get_encoder(1)
     for question in ["who adopted a cat?", "when is the wedding?", "chess competition results"]:
         q_ids, q_vecs = enc.encode([question])[0]
         fast = late.maxsim(matrix, q_ids, q_vecs)
@@ -138,10 +138,10 @@ def _probe():
 def test_int8_similarity_is_the_exact_integer_product():
     vectors, q = _probe()
     constant = vectors[-2:-1]
-    scale, v8 = late.quantize_rows(vectors)
-    assert np.abs(v8.astype(np.int32)).max() == late.INT8_QMAX
+    scale, v8 = int8_maxsim.quantize_rows(vectors)
+    assert np.abs(v8.astype(np.int32)).max() == int8_maxsim.INT8_QMAX
     assert np.all(np.abs(vectors - scale[:, None] * v8) <= scale[:, None] / 2 * (1 + 1e-6))
-    sim = late.Int8Similarity(vectors)
+    sim = int8_maxsim.Int8Similarity(vectors)
     for query in (q, constant, np.concatenate([q, constant])):
         q8, q_scale = _dynamic_quantize(query)
         exact = ((q8 @ v8.astype(np.int64).T).astype(np.float32) * scale[None, :]) * q_scale
@@ -153,12 +153,12 @@ def test_int8_similarity_is_the_exact_integer_product():
 
 def test_int8_similarity_is_close_to_the_dot_product():
     vectors, q = _probe()
-    sim = late.Int8Similarity(vectors)(q)
+    sim = int8_maxsim.Int8Similarity(vectors)(q)
     assert sim.shape == (3, 500)
     # The integer product is exact (above), so the only error is rounding q and the rows to
     # their grids: |e_q| <= q_scale (one step for the clipped maximum, half a step otherwise),
     # |e_v| <= row scale / 2, and |q.v - q^.v^| <= |e_q|_max * |v|_1 + |e_v|_max * |q^|_1.
-    scale, _ = late.quantize_rows(vectors)
+    scale, _ = int8_maxsim.quantize_rows(vectors)
     q8, q_scale = _dynamic_quantize(q)
     q_hat = q8 * q_scale
     worst = q_scale * np.abs(vectors).sum(axis=1)[None, :] + np.abs(q_hat).sum(axis=1)[:, None] * scale[None, :] / 2
@@ -175,7 +175,7 @@ def test_int8_similarity_is_close_to_the_dot_product():
 
 
 def test_frequent_query_tokens_are_dropped(matrix):
-    enc = late.get_encoder(1)
+    enc = token_encoder.get_encoder(1)
     q_ids, q_vecs = enc.encode(["the kitten"])[0]
     the = enc._tok.token_to_id("the")
     assert the in q_ids  # "the" occurs in 5 of the 6 turns: (df + 1) / N = 1.0 > 0.5
@@ -192,10 +192,10 @@ def test_one_index_keeps_one_matrix_per_encoder(sample_store, tmp_path):
 
     cache = TenantCache(sample_store)
     index = cache.get(cache.tenants()[0])
-    fast = late.tenant_matrix(index, late.get_encoder(1, "minilm-int8-dynamic"), tmp_path)
-    ref = late.tenant_matrix(index, late.get_encoder(1, "minilm-int8"), tmp_path)
+    fast = matrix_cache.tenant_matrix(index, token_encoder.get_encoder(1, "minilm-int8-dynamic"), tmp_path)
+    ref = matrix_cache.tenant_matrix(index, token_encoder.get_encoder(1, "minilm-int8"), tmp_path)
     assert fast is not ref and not np.array_equal(fast.vectors, ref.vectors)
-    assert late.tenant_matrix(index, late.get_encoder(1, "minilm-int8-dynamic"), tmp_path) is fast
+    assert matrix_cache.tenant_matrix(index, token_encoder.get_encoder(1, "minilm-int8-dynamic"), tmp_path) is fast
     assert len(list(tmp_path.glob("late-*.npz"))) == 1  # a tenant keeps one file: the newest encoding
 
 
@@ -216,14 +216,14 @@ def test_auto_takes_the_model_cache_from_the_config(tmp_path):
     cfg = load_config(None, environ={"MEMLIB__EMBED__MODEL_CACHE": str(tmp_path / "models")})
     assert cfg.embed.model_cache == str(tmp_path / "models")
     assert get_strategy("auto", cfg).model_cache == str(tmp_path / "models")
-    encoder = late.get_encoder(1, late.DEFAULT_MODEL, cfg.embed.model_cache)
+    encoder = token_encoder.get_encoder(1, token_model.DEFAULT_MODEL, cfg.embed.model_cache)
     assert [p.name for p in (tmp_path / "models").iterdir()] == [derived_path(model_path(), "all-MiniLM-L6-v2",
                                                                                tmp_path / "models").name]
-    assert encoder.tag == late.get_encoder(1).tag  # same derivation, same tag: matrices stay valid
+    assert encoder.tag == token_encoder.get_encoder(1).tag  # same derivation, same tag: matrices stay valid
 
 
 def test_tenants_too_big_for_the_int8_model_use_the_float_path(matrix, monkeypatch):
-    enc = late.get_encoder(1)
+    enc = token_encoder.get_encoder(1)
     q_ids, q_vecs = enc.encode(["who adopted a cat?"])[0]
     exact = late.maxsim(matrix, q_ids, q_vecs, exact=True)
     big = late.TokenMatrix(matrix.turn_ids, matrix.owner, matrix.vectors, matrix.idf)

@@ -7,7 +7,6 @@ import pytest
 from memlib.retrieve.kernels import run_search
 from memlib.retrieve.registry import get_strategy, list_strategies
 from memlib.retrieve.signals import turn_frame
-
 from tests.retrieve.conftest import retrieve_config
 
 STRATEGIES = ["gaama", "memorai", "assomem", "magma", "personalai", "auto"]
@@ -53,14 +52,47 @@ def test_auto_ranks_exact_turn_first(cache):
 
 
 def test_auto_falls_back_without_graph(cache):
+    from memlib.retrieve.tenant import TenantIndex
+
     tenant = cache.tenants()[0]
-    index = cache.get(tenant)
-    index._memlib_graph_view = None  # as graph_view() records a tenant without a graph file
-    try:
-        res = run_search(index, get_strategy("auto", retrieve_config(), graph_weight=0.5), "kitten shelter", 5)
-        assert res.nodes and "graph" not in res.nodes[0].signals
-    finally:
-        del index._memlib_graph_view
+    index = TenantIndex(cache.reader, tenant, cache.embedder)  # a view of its own: the cache's stays as it is
+    index.memo("graph_view", lambda: None)  # as graph_view() records a tenant without a graph file
+    res = run_search(index, get_strategy("auto", retrieve_config(), graph_weight=0.5), "kitten shelter", 5)
+    assert res.nodes and "graph" not in res.nodes[0].signals
+
+
+def test_tenant_memo_is_single_flight_per_key_and_retries_a_failed_build(cache):
+    import threading
+    import time
+
+    from memlib.retrieve.tenant import TenantIndex
+
+    index = TenantIndex(cache.reader, cache.tenants()[0], cache.embedder)
+    calls: list[str] = []
+
+    def slow(key: str):
+        def build():
+            calls.append(key)
+            time.sleep(0.2)
+            return object()
+        return build
+
+    got: list[object] = []
+    threads = [threading.Thread(target=lambda: got.append(index.memo("a", slow("a")))) for _ in range(8)]
+    started = time.perf_counter()
+    for th in threads:
+        th.start()
+    assert index.memo("b", lambda: "b") == "b"  # another key does not wait for "a"
+    assert time.perf_counter() - started < 0.15
+    for th in threads:
+        th.join()
+    assert calls == ["a"] and len({id(g) for g in got}) == 1
+
+    def boom():
+        raise RuntimeError("no")
+    with pytest.raises(RuntimeError):
+        index.memo("c", boom)
+    assert index.memo("c", lambda: 3) == 3
 
 
 def test_unknown_param_rejected():
@@ -74,7 +106,7 @@ def test_auto_token_matrix_disk_cache_is_keyed_by_content(sample_store, tmp_path
     """auto's token matrices: one file per tenant named by the content it encodes; a fresh process
     view reads it instead of encoding; a corrupt file is re-encoded; a tenant's new matrix
     replaces its older files and leaves a tenant whose id merely extends this one alone."""
-    from memlib.retrieve import late
+    from memlib.retrieve import matrix_cache, token_encoder
     from memlib.retrieve.tenant import TenantCache
 
     cache_dir = tmp_path / "late"
@@ -88,16 +120,16 @@ def test_auto_token_matrix_disk_cache_is_keyed_by_content(sample_store, tmp_path
     first = run_search(TenantCache(sample_store).get(tenant), strategy, "kitten shelter", 5)
     index = TenantCache(sample_store).get(tenant)
     texts = [index.texts[index.row_of[t]] if t in index.row_of else index.turns[t].text for t in index.turn_order]
-    tag = late.get_encoder(1).tag
-    key = late.content_key(index.turn_order, texts, tag)
+    tag = token_encoder.get_encoder(1).tag
+    key = matrix_cache.content_key(index.turn_order, texts, tag)
     assert sorted(p.name for p in cache_dir.iterdir()) == sorted([f"late-{tenant}-{key}.npz", other.name])
-    assert late.content_key(index.turn_order, texts[:-1] + [texts[-1] + "!"], tag) != key
-    assert late.content_key(index.turn_order, texts, "another-encoder") != key
+    assert matrix_cache.content_key(index.turn_order, texts[:-1] + [texts[-1] + "!"], tag) != key
+    assert matrix_cache.content_key(index.turn_order, texts, "another-encoder") != key
 
     def no_encoding(*a, **k):
         raise AssertionError("the cached matrix should have been read")
 
-    monkeypatch.setattr(late, "build_token_matrix", no_encoding)
+    monkeypatch.setattr(matrix_cache, "build_token_matrix", no_encoding)
     again = run_search(index, strategy, "kitten shelter", 5)
     assert [t.node_id for t in again.turns] == [t.node_id for t in first.turns]
 
@@ -113,17 +145,17 @@ def test_auto_first_queries_of_a_tenant_build_its_matrix_once(sample_store, tmp_
     import threading
     import time
 
-    from memlib.retrieve import late
+    from memlib.retrieve import matrix_cache
     from memlib.retrieve.tenant import TenantCache
 
-    real, calls = late.build_token_matrix, []
+    real, calls = matrix_cache.build_token_matrix, []
 
     def slow_build(*args, **kwargs):
         calls.append(1)
         time.sleep(0.3)  # long enough for every thread to arrive while the first one encodes
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(late, "build_token_matrix", slow_build)
+    monkeypatch.setattr(matrix_cache, "build_token_matrix", slow_build)
     cache = TenantCache(sample_store)
     index = cache.get(cache.tenants()[0])
     strategy = get_strategy("auto", retrieve_config(), cache_dir=str(tmp_path / "late"))
@@ -148,7 +180,7 @@ def test_build_precomputes_auto_token_matrices(sample_store, monkeypatch):
     """With retrieve.precompute_token_matrices (set by the fixture's build), `memlib build`
     writes every tenant's token matrix before it publishes, and a fresh view of the store
     answers auto without encoding the tenant."""
-    from memlib.retrieve import late
+    from memlib.retrieve import matrix_cache
     from memlib.retrieve.tenant import TenantCache
 
     cache = TenantCache(sample_store)
@@ -160,7 +192,7 @@ def test_build_precomputes_auto_token_matrices(sample_store, monkeypatch):
     def no_encoding(*a, **k):
         raise AssertionError("the build should have written this tenant's matrix")
 
-    monkeypatch.setattr(late, "build_token_matrix", no_encoding)
+    monkeypatch.setattr(matrix_cache, "build_token_matrix", no_encoding)
     for tenant in cache.tenants():
         assert run_search(cache.get(tenant), get_strategy("auto", retrieve_config()), "weekend plans", 3).turns
 

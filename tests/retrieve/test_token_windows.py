@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from memlib.retrieve import late, token_windows
+from memlib.retrieve import late, matrix_cache, token_encoder, token_model, token_windows
 
 SHORT = ["I adopted a kitten from the animal shelter on Saturday.",
          "We drove to the coast and watched the sunset over the ocean.",
@@ -16,7 +16,8 @@ LONG = f"{FILLER} {NEEDLE}"
 
 @pytest.fixture(scope="module")
 def encoders():
-    return late.get_encoder(1, "minilm-int8-dynamic"), late.get_encoder(1, "minilm-int8-dynamic-windows")
+    return (token_encoder.get_encoder(1, "minilm-int8-dynamic"),
+            token_encoder.get_encoder(1, "minilm-int8-dynamic-windows"))
 
 
 def test_short_text_is_one_window_as_the_tokenizer_cuts_it():
@@ -79,10 +80,10 @@ def test_evidence_past_token_128_is_encoded_and_found(encoders):
 def test_windowed_encoder_has_its_own_tag_and_cache_key(encoders):
     old, new = encoders
     assert new.tag == f"{old.tag}-{token_windows.spec()}"
-    assert late.content_key(["a"], ["x"], new.tag) != late.content_key(["a"], ["x"], old.tag)
-    assert late.model_file(late.DEFAULT_MODEL)[1] == new.tag  # what the build stores matrices under
+    assert matrix_cache.content_key(["a"], ["x"], new.tag) != matrix_cache.content_key(["a"], ["x"], old.tag)
+    assert token_model.model_file(token_model.DEFAULT_MODEL)[1] == new.tag  # what the build stores matrices under
     with pytest.raises(ValueError, match="unknown token encoder"):
-        late.model_file("minilm-int8-dynamic-window")
+        token_model.model_file("minilm-int8-dynamic-window")
 
 
 def test_passage_vector_of_a_long_text_is_its_first_windows_mean(encoders):

@@ -108,18 +108,32 @@ SAMPLE = Path(__file__).resolve().parents[2] / "memlib" / "data" / "sample_conve
 SAMPLE_TOKENS = {"maya": TOKENS["alice"], "raj": TOKENS["bob"]}
 
 
+def build_sample(out: Path, *args: str) -> Path:
+    """``memlib build`` of the bundled sample conversations into ``out``, in a subprocess."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "jobs.cli", "build", "-i", str(SAMPLE), "-f", "jsonl", "-o", str(out),
+                           "--num-cpus", "2", *args], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
+
+
 @pytest.fixture(scope="session")
 def full_store(tmp_path_factory) -> Path:
     """The bundled sample conversations built by `memlib build` with the default (full) recipe and
     embedder: facts, triplets, entities, events and their edges, as a real store has them."""
-    import subprocess
-    import sys
+    return build_sample(tmp_path_factory.mktemp("full_store") / "store")
 
-    out = tmp_path_factory.mktemp("full_store") / "store"
-    proc = subprocess.run([sys.executable, "-m", "memlib", "build", "-i", str(SAMPLE), "-f", "jsonl", "-o", str(out),
-                           "--num-cpus", "2"], capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return out
+
+@pytest.fixture()
+def service(store, embedder):
+    """A started in-process :class:`SearchService` over the synthetic ``store``."""
+    from memlib.serve.service import SearchService
+
+    svc = SearchService(store, serve_config(), embedder=embedder).start()
+    yield svc
+    svc.stop()
 
 
 def sample_serve_config(**serve) -> MemlibConfig:

@@ -10,13 +10,6 @@ from tests.serve.conftest import ADMIN, TOKENS, bearer, serve_config, write_vers
 
 
 @pytest.fixture()
-def service(store, embedder):
-    svc = SearchService(store, serve_config(), embedder=embedder).start()
-    yield svc
-    svc.stop()
-
-
-@pytest.fixture()
 def client(service):
     with TestClient(build_app(service)) as c:
         yield c

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from memlib.io.store import StoreReader
-from tests.serve.conftest import ADMIN, serve_config
+from tests.serve.conftest import ADMIN, build_sample, serve_config
 
 pytestmark = pytest.mark.ray
 SAMPLE = "memlib/data/sample_conversations.jsonl"
@@ -22,9 +22,7 @@ AUTH = {"Authorization": f"Bearer {ADMIN}"}
 @pytest.fixture(scope="module")
 def damaged_store(tmp_path_factory):
     out = tmp_path_factory.mktemp("degraded") / "store"
-    proc = subprocess.run([sys.executable, "-m", "memlib", "build", "-i", SAMPLE, "-f", "jsonl", "-o", str(out),
-                           "--recipe", "turns", "--num-cpus", "2"], capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    build_sample(out, "--recipe", "turns")
     vdir = StoreReader(out).version_dir
     turns = vdir / "turns" / "maya.parquet"
     data = bytearray(turns.read_bytes())
@@ -80,7 +78,7 @@ def test_a_corrupt_graph_is_503_with_a_reason_and_reported(url):
 
 
 def test_inspect_names_the_broken_tenants(damaged_store):
-    proc = subprocess.run([sys.executable, "-m", "memlib", "inspect", "--store", str(damaged_store)],
+    proc = subprocess.run([sys.executable, "-m", "jobs.cli", "inspect", "--store", str(damaged_store)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "BROKEN tenant maya" in proc.stdout and "BROKEN tenant raj" in proc.stdout

@@ -13,18 +13,10 @@ from fastapi.testclient import TestClient
 from mcp.shared.exceptions import MCPError
 
 from memlib.serve.app import build_app
-from memlib.serve.service import SearchService
-from tests.serve.conftest import ADMIN, TOKENS, bearer, mcp_call, serve_config
+from tests.serve.conftest import ADMIN, TOKENS, bearer, mcp_call
 
 MODES = ["auto", "legacy"]  # 2026-07-28 per-request envelopes; 2025-11-25 initialize handshake
 SEARCH = {"query": "where did I go hiking", "k": 3, "strategy": "bm25"}
-
-
-@pytest.fixture()
-def service(store, embedder):
-    svc = SearchService(store, serve_config(), embedder=embedder).start()
-    yield svc
-    svc.stop()
 
 
 @pytest.fixture()
@@ -137,7 +129,7 @@ def test_403_for_another_tenant(base_url, mode):
     for tool, args in (("search_memory", {"query": "bicycle", "tenant": "bob"}),
                        ("get_session", {"session_id": "s1", "tenant": "bob"})):
         with pytest.raises(MCPError) as e:
-            mcp_call(base_url, TOKENS["alice"], lambda c: c.call_tool(tool, args), mode)
+            mcp_call(base_url, TOKENS["alice"], lambda c, tool=tool, args=args: c.call_tool(tool, args), mode)
         assert e.value.code == -32003 and e.value.data["error"] == "forbidden" and "'bob'" in e.value.message
     body = {"jsonrpc": "2.0", "id": 9, "method": "tools/call",
             "params": {"name": "search_memory", "arguments": {"query": "bicycle", "tenant": "bob"}}}

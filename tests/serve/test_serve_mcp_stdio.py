@@ -15,7 +15,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def stdio_session(store: Path, calls, *extra: str):
-    params = StdioServerParameters(command=sys.executable, args=["-m", "memlib", "mcp", "--store", str(store), *extra],
+    params = StdioServerParameters(command=sys.executable,
+                                   args=["-m", "jobs.cli", "mcp", "--store", str(store), *extra],
                                    env={"PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "RAY_AUTH_MODE": "disabled"},
                                    cwd=str(REPO))
 
@@ -76,7 +77,7 @@ def test_stdio_without_tenant_reaches_every_tenant(full_store):
 
 
 def test_mcp_command_rejects_a_bad_store_or_tenant(full_store, tmp_path):
-    run = [sys.executable, "-m", "memlib", "mcp", "--store"]
+    run = [sys.executable, "-m", "jobs.cli", "mcp", "--store"]
     proc = subprocess.run(run + [str(tmp_path)], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert proc.returncode == 2 and "not a memlib store" in proc.stderr
     proc = subprocess.run(run + [str(full_store), "--tenant", "nobody"], capture_output=True, text=True, cwd=REPO,

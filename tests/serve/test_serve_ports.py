@@ -28,7 +28,7 @@ LOOPBACK = {"127.0.0.1", "::1"}
 def _spawn(store: Path, port: int, log: Path) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     with log.open("wb") as out:
-        return subprocess.Popen([sys.executable, "-m", "memlib", "serve", "--store", str(store), "--port", str(port),
+        return subprocess.Popen([sys.executable, "-m", "jobs.cli", "serve", "--store", str(store), "--port", str(port),
                                  "--set", "serve.preload_tenants=1"],
                                 stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 

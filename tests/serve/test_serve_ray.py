@@ -9,10 +9,15 @@ import sys
 import httpx
 import pytest
 
-from memlib.client import (AuthenticationError, InvalidRequestError, MemlibClient, PermissionDeniedError,
-                           TenantNotFoundError)
+from memlib.client import (
+    AuthenticationError,
+    InvalidRequestError,
+    MemlibClient,
+    PermissionDeniedError,
+    TenantNotFoundError,
+)
 from memlib.io.store import StoreReader, StoreWriter, read_manifest
-from tests.serve.conftest import ADMIN, TOKENS, serve_config
+from tests.serve.conftest import ADMIN, TOKENS, build_sample, serve_config
 
 pytestmark = pytest.mark.ray
 SAMPLE = "memlib/data/sample_conversations.jsonl"
@@ -22,10 +27,7 @@ TOKENS_BY_TENANT = {"maya": TOKENS["alice"], "raj": TOKENS["bob"]}
 @pytest.fixture(scope="module")
 def built_store(tmp_path_factory):
     out = tmp_path_factory.mktemp("serve") / "store"
-    proc = subprocess.run([sys.executable, "-m", "memlib", "build", "-i", SAMPLE, "-f", "jsonl", "-o", str(out),
-                           "--recipe", "turns", "--num-cpus", "2"], capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return out
+    return build_sample(out, "--recipe", "turns")
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +134,7 @@ def test_queries_during_a_publish_see_one_whole_version(service_url, built_store
     reader = threading.Thread(target=client_loop, daemon=True)
     reader.start()
     try:
-        proc = subprocess.run([sys.executable, "-m", "memlib", "build", "--incremental", "-i", str(inp), "-f",
+        proc = subprocess.run([sys.executable, "-m", "jobs.cli", "build", "--incremental", "-i", str(inp), "-f",
                                "jsonl", "-o", str(built_store), "--recipe", "turns", "--num-cpus", "2"],
                               capture_output=True, text=True, timeout=900)
         assert proc.returncode == 0, proc.stderr[-3000:]

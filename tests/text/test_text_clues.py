@@ -48,7 +48,8 @@ def test_text_merge_clues_near_identical_only(clues):
     assert id_map[ids_in[0]] == id_map[ids_in[1]] != ids_in[0]
     assert id_map[ids_in[2]] == ids_in[2]
     row = next(r for r in merged.to_pylist() if r["node_id"] == id_map[ids_in[0]])
-    assert set(row["provenance"]) == set(nodes.column("provenance")[0].as_py()) | set(nodes.column("provenance")[1].as_py())
+    first, second = (set(nodes.column("provenance")[i].as_py()) for i in (0, 1))
+    assert set(row["provenance"]) == first | second
     assert json.loads(row["attributes"])["merged_from"] == ids_in[:2]
     dsts = set(pl.from_arrow(new_edges)["dst"].to_list())
     assert dsts == set(merged.column("node_id").to_pylist())

@@ -4,12 +4,12 @@ from __future__ import annotations
 import re
 
 import pytest
-from tests.text.conftest import make_turns, topic_vectors
 
 from memlib import schema
 from memlib.config import GateConfig, SegmentConfig
 from memlib.text.gate import gate_turns, is_phatic, memory_score, split_sentences, summarize
 from memlib.text.segment import segment_turns
+from tests.text.conftest import make_turns, topic_vectors
 
 PHATIC = ["Hey!", "Thanks!", "haha", "Good to see you!", "Bye, take care", "Hey Mel! Good to see you!",
           "Thanks, Caroline!", "Wow, that's cool!", "lol same", "I'm doing great, thanks!", ""]

@@ -4,11 +4,11 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 import pytest
-from tests.text.conftest import make_turns, topic_vectors
 
 from memlib import schema
 from memlib.config import SegmentConfig
 from memlib.text.segment import depth_scores, gap_similarities, segment_nodes_edges, segment_turns
+from tests.text.conftest import make_turns, topic_vectors
 
 
 def _session(n: int, sess: str = "S1", tenant: str = "t1"):

@@ -37,7 +37,7 @@ def test_text_next_edges_chain_each_session_in_order(turns):
     edges = pl.from_arrow(table)
     nxt = edges.filter(pl.col("kind") == "NEXT")
     tdf = pl.from_arrow(turns)
-    for (tenant, conv, sess), grp in tdf.group_by(["tenant_id", "conversation_id", "session_id"]):
+    for _key, grp in tdf.group_by(["tenant_id", "conversation_id", "session_id"]):
         order = grp.sort("turn_index")["node_id"].to_list()
         want = set(zip(order, order[1:]))
         got = {(s, d) for s, d in nxt.filter(pl.col("src").is_in(order)).select("src", "dst").iter_rows()}

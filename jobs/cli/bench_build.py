@@ -1,0 +1,58 @@
+"""``memlib bench build``: build cost against its floor, one pass of the token encoder.
+
+Prints one JSON line: build_s (the whole `memlib build` job: Ray start, read, session pass,
+tenant stages, graph, Lance write, indexes, publish), floor_s (one pass of the default token
+encoder -- the int8 MiniLM that ``auto`` uses -- over the same turn texts with every core,
+after a warm-up, same run: the faster of intra-op threads with length-ordered batches and one
+process per core encoding texts one by one, both reported; memlib/embed/floor.py), floor_ratio =
+build_s / floor_s, turns_per_s, the session pass's figures, and peak_rss_mb (driver plus
+every child process: Ray's GCS, raylet and workers, sampled every 0.25 s).
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from jobs.cli.common import ConfigOpt, SetOpt, get_config
+from jobs.measure import RssSampler, floor_seconds
+from memlib.config import export_local_ray_env
+
+
+def register(bench_app: typer.Typer) -> None:
+    @bench_app.command("build")
+    def bench_build(
+        input: Annotated[Path, typer.Option("--input", "-i")] = Path("../shared/data/locomo_dev3.json"),
+        format: Annotated[str, typer.Option("--format", "-f")] = "locomo",
+        config: ConfigOpt = None,
+        set_: SetOpt = None,
+        num_cpus: Annotated[Optional[int], typer.Option("--num-cpus")] = None,
+        recipe: Annotated[str, typer.Option("--recipe")] = "full",
+    ) -> None:
+        """Build a throwaway store and compare its wall time with one token-encoder pass (floor)."""
+        export_local_ray_env()
+        cfg = get_config(config, set_)
+        from jobs.build import run_build
+
+        with tempfile.TemporaryDirectory(prefix="memlib-bench-") as tmp:
+            store = Path(tmp) / "store"
+            with RssSampler() as rss:
+                start = time.perf_counter()
+                manifest = run_build(cfg, input, format, store, num_cpus=num_cpus, recipe=recipe)
+                build_s = time.perf_counter() - start
+            floor, n_texts = floor_seconds(store, cfg, num_cpus or os.cpu_count() or 1)
+        floor_s = floor["floor_s"]
+        turns = manifest["row_counts"]["turns"]
+        typer.echo(json.dumps({
+            "input": str(input), "recipe": recipe, "embed_backend": cfg.embed.backend, "turns": turns,
+            "nodes": manifest["row_counts"]["nodes"], "floor_turns": n_texts, "build_s": round(build_s, 2),
+            "floor_s": round(floor_s, 2), **{k: round(v, 2) for k, v in floor.items() if k != "floor_s"},
+            "floor_ratio": round(build_s / floor_s, 3) if floor_s else None,
+            "turns_per_s": round(turns / build_s, 2), "peak_rss_mb": round(rss.peak / 2**20, 1),
+            "sessions": manifest.get("sessions"), "stage_timings_s": manifest["stage_timings_s"],
+        }))

@@ -1,0 +1,133 @@
+"""``memlib bench nightly``: what a nightly run costs against a full build, and that it is right.
+
+1. Full build of the input (LongMemEval format; default ../shared/data/longmemeval_s_dev24.json).
+2. One new session appended to each of ``--touched`` tenants (a session of another tenant's
+   haystack, its has_answer flags dropped, dated like the tenant's last session), then an
+   incremental (nightly) run on the same store.
+3. A full build of the new input into a second store; the two published stores are compared
+   (node ids, node texts, edges and vectors) and ``auto`` / ``bm25`` recall is evaluated on both.
+
+By default the full build and the nightly run are each a ``memlib build`` child process (with
+its own local Ray, as a cron job runs them); ``--same-process`` runs both here, the nightly run
+finding Ray already started.
+
+Prints one JSON line: full_build_s, nightly_s, nightly_ratio = nightly_s / full_build_s,
+sessions computed by the nightly run, equal_to_full_build and the recall of both stores.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from jobs.cli.common import ConfigOpt, SetOpt, get_config
+from memlib.config import export_local_ray_env
+
+
+def append_sessions(data: list[dict[str, Any]], touched: int) -> list[dict[str, Any]]:
+    """A copy of LongMemEval ``data`` with one new session at the end of the first ``touched``
+    haystacks, taken from the haystack ``touched`` places further on."""
+    out = copy.deepcopy(data)
+    for i in range(min(touched, len(out))):
+        item, donor = out[i], data[(i + touched) % len(data)]
+        session = [{k: v for k, v in turn.items() if k != "has_answer"} for turn in donor["haystack_sessions"][0]]
+        item["haystack_sessions"].append(session)
+        item["haystack_session_ids"].append(f"nightly_{i}")
+        item["haystack_dates"].append(item["haystack_dates"][-1])
+    return out
+
+
+def store_snapshot(store: Path):
+    """Published nodes (ids, texts, vectors) and edges, sorted, for comparing two stores."""
+    import numpy as np
+    import polars as pl
+
+    from memlib.io.store import StoreReader
+
+    r = StoreReader(store)
+    nodes = r.nodes(columns=["node_id", "tenant_id", "kind", "text", "provenance", "embedding"]).sort_by("node_id")
+    emb = nodes.column("embedding").combine_chunks()
+    vectors = emb.values.to_numpy(zero_copy_only=False).reshape(-1, emb.type.list_size)
+    edges = pl.from_arrow(r.table("edges").select(["src", "dst", "kind", "relation"])).sort(
+        ["src", "dst", "kind", "relation"], nulls_last=True)
+    return pl.from_arrow(nodes.drop_columns(["embedding"])), vectors, edges, np
+
+
+def compare_stores(a: Path, b: Path) -> dict[str, Any]:
+    na, va, ea, np = store_snapshot(a)
+    nb, vb, eb, _ = store_snapshot(b)
+    same_nodes = na.equals(nb)
+    return {"equal_to_full_build": bool(same_nodes and ea.equals(eb) and va.shape == vb.shape and
+                                        (va.size == 0 or float(np.abs(va - vb).max()) < 1e-6)),
+            "nodes": len(na), "same_node_ids": na["node_id"].to_list() == nb["node_id"].to_list(),
+            "same_edges": ea.equals(eb),
+            "max_vector_diff": float(np.abs(va - vb).max()) if same_nodes and va.size else None}
+
+
+def recall(store: Path, data: Path, cfg, strategies: list[str]) -> dict[str, float | None]:
+    """Turn recall@10 of each strategy over the input's questions."""
+    from memlib.eval.questions import Dataset, read_questions
+    from memlib.eval.runner import evaluate
+
+    run = evaluate(store, read_questions(data, Dataset.LONGMEMEVAL, cfg), strategies, [10], cfg,
+                   dataset=Dataset.LONGMEMEVAL)
+    return {s: run.metrics["strategies"][s].get("turn_recall@10") for s in strategies}
+
+
+def register(bench_app: typer.Typer) -> None:
+    @bench_app.command("nightly")
+    def bench_nightly(
+        input: Annotated[Path, typer.Option("--input", "-i")] = Path("../shared/data/longmemeval_s_dev24.json"),
+        touched: Annotated[int, typer.Option("--touched", help="tenants that get one new session")] = 3,
+        config: ConfigOpt = None,
+        set_: SetOpt = None,
+        num_cpus: Annotated[Optional[int], typer.Option("--num-cpus")] = None,
+        strategies: Annotated[str, typer.Option("--strategies")] = "auto,bm25",
+        workdir: Annotated[Optional[Path], typer.Option("--workdir", help="keep the stores here")] = None,
+        fresh: Annotated[bool, typer.Option("--fresh-process/--same-process", help="run the full build and the "
+                                            "nightly run each in a process of its own (with its own Ray start, "
+                                            "as a cron job would), or both in this one")] = True,
+    ) -> None:
+        """Full build, one new session in a few tenants, nightly run; cost ratio and equality."""
+        export_local_ray_env()
+        cfg = get_config(config, set_)
+        from jobs.build import run_build
+        from jobs.measure import timed_build
+        from jobs.nightly import run_incremental
+
+        with tempfile.TemporaryDirectory(prefix="memlib-bench-") as tmp:
+            work = workdir or Path(tmp)
+            work.mkdir(parents=True, exist_ok=True)
+            data = json.loads(Path(input).read_text(encoding="utf-8"))
+            new_input = work / "nightly_input.json"
+            new_input.write_text(json.dumps(append_sessions(data, touched)), encoding="utf-8")
+            store, full = work / "store", work / "full"
+            if fresh:  # each run is a job of its own, as from cron: its own process and local Ray
+                full_s = timed_build(input, store, num_cpus, None, work / "full_build.log", config, set_,
+                                     "longmemeval")
+                nightly_s = timed_build(new_input, store, num_cpus, None, work / "nightly.log", config, set_,
+                                        "longmemeval", ("--incremental",))
+                m = json.loads((store / "manifest.json").read_text(encoding="utf-8"))
+            else:  # one process: the nightly run finds Ray started by the full build
+                start = time.perf_counter()
+                run_build(cfg, input, "longmemeval", store, num_cpus=num_cpus)
+                full_s = time.perf_counter() - start
+                start = time.perf_counter()
+                m = run_incremental(cfg, new_input, "longmemeval", store, num_cpus=num_cpus)
+                nightly_s = time.perf_counter() - start
+            run_build(cfg, new_input, "longmemeval", full, num_cpus=num_cpus)
+            out: dict[str, Any] = {
+                "input": str(input), "touched": touched, "fresh_process": fresh, "full_build_s": round(full_s, 2),
+                "nightly_s": round(nightly_s, 2), "nightly_ratio": round(nightly_s / full_s, 4),
+                "nightly_built": m["incremental"]["built"], "nightly_sessions": m.get("sessions"),
+                "nightly_stage_timings_s": m.get("stage_timings_s"), **compare_stores(store, full)}
+            names = [s for s in strategies.split(",") if s]
+            if names:
+                out["recall_nightly"] = recall(store, new_input, cfg, names)
+                out["recall_full"] = recall(full, new_input, cfg, names)
+        typer.echo(json.dumps(out))

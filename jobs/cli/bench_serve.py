@@ -1,0 +1,79 @@
+"""``memlib bench serve``: a bounded loopback load against the real Ray Serve service.
+
+Starts the service on a free loopback port with a fresh admin token, draws questions from
+the store's ``questions`` table (turn texts when a store has none), warms each strategy with
+one question of every tenant plus a few more (untimed, reported as ``warmup_s``), sends
+``--requests`` requests per strategy from ``--concurrency`` client threads, and prints one
+JSON line: ``{"strategies": {NAME: {"p50_ms", "p95_ms", "p99_ms", "qps", "requests",
+"warmup_s", "mcp_wire": {...}, "mcp": {...}, "mcp_wire_added_p50_ms", "mcp_added_p50_ms"}},
+"errors": N}``. Latency is client-side (HTTP round trip through the Serve proxy). With
+``--mcp`` (the default) the same requests are also sent as MCP ``search_memory`` calls to
+``/mcp``, as plain HTTP requests of the MCP wire protocol (``mcp_wire``: what the service's
+MCP layer adds) and through the official SDK's client (``mcp``: plus the client's own cost),
+in rounds that rotate the three arms. The load generator is :mod:`memlib.serve.load`; this
+module only parses, starts the service and prints."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from jobs.cli.common import ConfigOpt, SetOpt, fail, get_config
+
+
+def register(bench_app: typer.Typer) -> None:
+    @bench_app.command("serve")
+    def bench_serve(
+        store: Annotated[Path, typer.Option("--store", "-s", help="memory store directory")],
+        requests: Annotated[int, typer.Option("--requests", help="requests per strategy (>= 1)")] = 2000,
+        concurrency: Annotated[int, typer.Option("--concurrency", help="concurrent client threads")] = 4,
+        strategies: Annotated[str, typer.Option("--strategies", help="comma-separated")] = "auto,bm25,dense,hybrid",
+        k: Annotated[int, typer.Option("--k", help="k of every request")] = 10,
+        max_seconds: Annotated[float, typer.Option("--max-seconds", help="time bound per strategy")] = 600.0,
+        replicas: Annotated[Optional[int], typer.Option("--replicas", help="default: serve.replicas")] = None,
+        mcp: Annotated[bool, typer.Option("--mcp/--no-mcp", help="also send every request as an MCP search_memory "
+                                          "call (official SDK client, /mcp) and report both")] = True,
+        config: ConfigOpt = None,
+        overrides: SetOpt = None,
+    ) -> None:
+        """Loopback load against `memlib serve`; prints one JSON line of latency figures."""
+        from memlib.retrieve.registry import parse_strategies
+        from memlib.serve.auth import hash_token, new_token
+        from memlib.serve.load import load_questions, measure
+
+        cfg = get_config(config, overrides)
+        try:
+            names = parse_strategies(strategies)
+        except KeyError as exc:
+            fail(str(exc))
+            return
+        questions = load_questions(store)
+        if not questions or requests < 1 or concurrency < 1:
+            fail("need a store with questions or turns, --requests >= 1 and --concurrency >= 1")
+        token = new_token()
+        cfg.serve.admin_token_hash = hash_token(token)
+        cfg.serve.auth_enabled = True
+        if replicas is not None:
+            cfg.serve.replicas = replicas
+        from jobs.serve import free_port, start, stop
+
+        base_url = start(store, cfg, host="127.0.0.1", port=free_port())
+        result: dict = {"strategies": {}, "errors": 0, "concurrency": concurrency, "replicas": cfg.serve.replicas,
+                        "questions": len(questions), "store": str(store)}
+        samples: list[str] = []
+        try:
+            for name in names:
+                figures, errors = measure(base_url, token, name, questions, requests, concurrency, k,
+                                          max_seconds, mcp)
+                result["strategies"][name] = figures
+                result["errors"] += len(errors)
+                samples.extend(errors[:3])
+        finally:
+            stop()
+        if samples:
+            result["error_samples"] = samples[:5]
+        typer.echo(json.dumps(result))
+        if result["errors"]:
+            raise typer.Exit(1)

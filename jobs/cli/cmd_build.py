@@ -1,0 +1,180 @@
+"""``memlib build``: build (or rebuild) a memory store from an input file."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from jobs.cli.common import ConfigOpt, FormatOpt, SetOpt, fail, get_config
+from memlib.config import Backend, export_local_ray_env
+from memlib.extract.base import Extraction
+
+# the config sections --extractor sets (the LLM-capable extraction stages)
+EXTRACTOR_SECTIONS = tuple(e.value for e in Extraction)
+
+
+def extractor_overrides(extractor: Optional[Backend], set_: Optional[list[str]]) -> list[str]:
+    """``--extractor X`` as ``<stage>.backend=X`` settings, placed before the user's ``--set``
+    so a per-stage choice (``--set facts.backend=heuristic``) still wins."""
+    pre = [f"{sec}.backend={extractor.value}" for sec in EXTRACTOR_SECTIONS] if extractor else []
+    return pre + list(set_ or [])
+
+
+def nightly_overrides(input_is_complete: bool, max_removed_share: Optional[float]) -> list[str]:
+    """``--input-is-complete`` / ``--max-removed-share`` as settings (they win over --set)."""
+    out = ["nightly.input_is_complete=true"] if input_is_complete else []
+    return out + ([f"nightly.max_removed_share={max_removed_share}"] if max_removed_share is not None else [])
+
+
+def format_dry_run(est: dict[str, Any]) -> str:
+    lines = [f"dry run ({est['recipe']}, model {est['model']}): {est['tenants']} tenant(s), "
+             f"{est['sessions']} sessions, {est['turns']} turns; LLM steps: {', '.join(est['llm_steps']) or 'none'}",
+             f"  {'task':<12} {'calls':>7} {'input tok':>11} {'output tok':>11}"]
+    for task, agg in sorted(est["by_task"].items()):
+        lines.append(f"  {task:<12} {agg['calls']:>7} {agg['input_tokens']:>11} {agg['output_tokens']:>11}")
+    lines.append(f"  {'total':<12} {est['calls']:>7} {est['input_tokens']:>11} {est['output_tokens']:>11}"
+                 f"   est. cost ${est['cost_usd']:.4f}")
+    if est["sessions"]:
+        lines.append(f"  per session: {est['calls'] / est['sessions']:.1f} calls, "
+                     f"{(est['input_tokens'] + est['output_tokens']) / est['sessions']:.0f} tokens")
+    return "\n".join(lines)
+
+
+def _progress(event: str, info: dict[str, Any]) -> None:
+    if event == "read":
+        typer.echo(f"read: {info['tenants']} tenant(s), {info['turns']} turns, {info['quarantined']} quarantined")
+    elif event == "tenant":
+        typer.echo(f"  tenant {info['tenant_id']}: {info['turns']} turns -> {info['nodes']} nodes, "
+                   f"{info['edges']} edges in {info['seconds']:.1f}s")
+        if info.get("llm"):
+            typer.echo(f"    llm: {_kv(info['llm'])}")
+    elif event == "tenant_failed":
+        typer.echo(f"  tenant {info['tenant_id']} FAILED: {info['error']}")
+    elif event == "graph":
+        typer.echo(f"graph: {info.get('status')} {info.get('reason', '')}".rstrip())
+    elif event == "plan":
+        typer.echo("incremental: " + ", ".join(f"{k} {len(v)}" for k, v in info.items()))
+    elif event == "published":
+        typer.echo(f"published {info['version']} to {info['store']}")
+        for tenant, reason in (info.get("failed") or {}).items():
+            typer.echo(f"  FAILED tenant {tenant}: {reason}")
+        kept = info.get("missing_kept") or []
+        if kept:
+            typer.echo(f"  kept {len(kept)} tenant(s) missing from the input as published ({', '.join(kept[:10])}"
+                       f"{', …' if len(kept) > 10 else ''}): forget with --delete, or pass --input-is-complete")
+
+
+def _kv(d: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in d.items()) or "none"
+
+
+def format_summary(m: dict[str, Any]) -> str:
+    rc = m["row_counts"]
+    lines = [
+        f"store version {m['version']} (recipe {m['recipe']})",
+        f"  tenants      {len(m['tenants'])}",
+        f"  turns        {rc['turns']}",
+        f"  questions    {rc['questions']}",
+        f"  nodes        {rc['nodes']}: {_kv(m['nodes_by_kind'])}",
+        f"  edges        {rc['edges']}: {_kv(m['edges_by_kind'])}",
+        f"  quarantined  {rc['quarantine']}: {_kv(m['quarantine_by_reason'])}",
+        f"  stage wall s {_kv(m['stage_timings_s'])}",
+        f"  per-tenant s {_kv(m['tenant_stage_timings_s'])} (summed over workers)",
+    ]
+    if m.get("llm_calls"):
+        lines.append(f"  llm calls    {_kv(m['llm_calls'])}")
+    if m.get("dropped_edges_by_kind"):
+        lines.append(f"  WARNING dropped dangling edges: {_kv(m['dropped_edges_by_kind'])}")
+    return "\n".join(lines)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("build")
+    def build(
+        out: Annotated[Path, typer.Option("--out", "-o", help="store directory")],
+        input: Annotated[Optional[str], typer.Option("--input", "-i", help="input file (or directory of "
+                                                     "files with --incremental); local path or object "
+                                                     "storage URI (s3://bucket/key, gs://…)")] = None,
+        format: FormatOpt = None,
+        config: ConfigOpt = None,
+        set_: SetOpt = None,
+        address: Annotated[Optional[str], typer.Option("--address", help="Ray cluster address (default: local; "
+                                                       "or RAY_ADDRESS)")] = None,
+        num_cpus: Annotated[Optional[int], typer.Option("--num-cpus", help="CPUs for local Ray")] = None,
+        recipe: Annotated[str, typer.Option("--recipe", help="build recipe: full | episodes | turns")] = "full",
+        extractor: Annotated[Optional[Backend], typer.Option("--extractor", help="backend of the LLM-capable "
+                                                             "stages (facts, triplets, events, reflections); "
+                                                             "--set <stage>.backend=... overrides one")] = None,
+        dry_run: Annotated[bool, typer.Option("--dry-run", help="read + gate the input, print the planned LLM "
+                                              "calls, tokens and cost; write nothing, call nothing")] = False,
+        incremental: Annotated[bool, typer.Option("--incremental", help="rebuild only changed tenants, "
+                                                  "carry the rest over (nightly)")] = False,
+        delete: Annotated[Optional[Path], typer.Option("--delete", help="forget these tenants / tenant/conversation "
+                                                       "ids (one per line); implies --incremental")] = None,
+        rollback: Annotated[Optional[str], typer.Option("--rollback", help="publish an earlier VERSION again")] = None,
+        compact: Annotated[bool, typer.Option("--compact", help="hard deletion: drop every unpublished and older "
+                                              "version (Lance + Parquet); rollback is no longer possible")] = False,
+        input_is_complete: Annotated[bool, typer.Option("--input-is-complete", help="the input holds every tenant: "
+                                                        "published tenants missing from it are deleted, within "
+                                                        "--max-removed-share (default: kept)")] = False,
+        max_removed_share: Annotated[Optional[float], typer.Option("--max-removed-share", min=0.0, max=1.0,
+                                                                   help="largest share of published tenants a build "
+                                                                   "may delete for missing from the input "
+                                                                   "(nightly.max_removed_share, default 0.1)")] = None,
+    ) -> None:
+        """Build memory tables (Lance/Parquet) and graphs from conversations, on Ray Data."""
+        export_local_ray_env()
+        if rollback or (compact and input is None):
+            _maintain(out, rollback, compact)
+            return
+        if input is None or format is None:
+            fail("--input and --format are required to build")
+        cfg = get_config(config, extractor_overrides(extractor, set_) + nightly_overrides(input_is_complete,
+                                                                                          max_removed_share))
+        from memlib.compose.recipe import UnknownRecipeError
+        from memlib.io.errors import InputError
+        from memlib.io.remote import is_uri
+        from memlib.io.store import StoreError
+        if not is_uri(input) and not Path(input).exists():
+            fail(f"input file not found: {input}")
+        if dry_run:
+            from pipelines.llm_actors import dry_run_input
+            try:
+                typer.echo(format_dry_run(dry_run_input(cfg, input, format, recipe)))
+            except (InputError, UnknownRecipeError) as exc:
+                fail(str(exc).strip("'\""))
+            return
+        from jobs.build import run_build
+        try:
+            if incremental or delete is not None:
+                from jobs.nightly import run_incremental
+                manifest = run_incremental(cfg, input, format, out, address=address or cfg.ray.address,
+                                           num_cpus=num_cpus or cfg.ray.num_cpus, recipe=recipe,
+                                           delete=delete, progress=_progress)
+            else:
+                manifest = run_build(cfg, input, format, out, address=address or cfg.ray.address,
+                                     num_cpus=num_cpus or cfg.ray.num_cpus, recipe=recipe, progress=_progress)
+        except (InputError, UnknownRecipeError, StoreError) as exc:
+            fail(str(exc).strip("'\""))
+        typer.echo(format_summary(manifest))
+        if compact:
+            _maintain(out, None, True)
+        if manifest.get("incremental", {}).get("failed"):
+            raise typer.Exit(code=3)
+
+
+def _maintain(out: Path, version: Optional[str], compact: bool) -> None:
+    """--rollback VERSION and --compact on an existing store."""
+    from jobs.nightly import compact as compact_store
+    from jobs.nightly import rollback_store
+    from memlib.io.store import StoreError
+
+    try:
+        if version:
+            m = rollback_store(out, version)
+            typer.echo(f"rolled back: {out} now serves {m['version']} (Lance version {m.get('lance_version')})")
+        if compact:
+            typer.echo(f"compacted: {compact_store(out)}")
+    except StoreError as exc:
+        fail(str(exc))

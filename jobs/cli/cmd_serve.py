@@ -1,0 +1,73 @@
+"""``memlib serve``: the multi-tenant retrieval service on Ray Serve, and ``memlib serve
+hash-token`` to produce the sha256 digest a config stores instead of a token."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from jobs.cli.common import ConfigOpt, SetOpt, fail, get_config
+
+serve_app = typer.Typer(help="Serve retrieval over HTTP (Ray Serve, FastAPI ingress).")
+
+
+@serve_app.callback(invoke_without_command=True)
+def serve_cmd(
+    ctx: typer.Context,
+    store: Annotated[Optional[Path], typer.Option("--store", "-s", help="memory store directory")] = None,
+    host: Annotated[Optional[str], typer.Option("--host", help="bind address (default: serve.host)")] = None,
+    port: Annotated[Optional[int], typer.Option("--port", help="port (default: serve.port)")] = None,
+    address: Annotated[Optional[str], typer.Option("--address", help="Ray cluster address (default: local)")]
+    = None,
+    config: ConfigOpt = None,
+    overrides: SetOpt = None,
+) -> None:
+    """Start the service: POST /v1/search, GET /v1/tenants, GET /healthz, GET /metrics, POST /v1/reload,
+    the MCP server at /mcp, the memory explorer at /ui, OpenAPI at /docs."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if store is None:
+        fail("--store is required")
+        return
+    from memlib.io.store import StoreError, read_manifest
+
+    try:
+        manifest = read_manifest(store)
+    except StoreError as exc:
+        fail(str(exc))
+        return
+    if manifest is None:
+        fail(f"{store} is not a memlib store (no manifest.json); run `memlib build` first")
+    cfg = get_config(config, overrides)
+    if cfg.serve.auth_enabled and not (cfg.serve.admin_token_hash or cfg.serve.tenant_token_hashes):
+        typer.secho("warning: auth is enabled but no token hashes are configured: every request gets 401. "
+                    "Set serve.admin_token_hash (see `memlib serve hash-token`).", fg=typer.colors.YELLOW, err=True)
+    from jobs.serve import run_forever
+
+    run_forever(store, cfg, host=host, port=port, address=address)
+
+
+@serve_app.command("hash-token")
+def hash_token_cmd(
+    token: Annotated[Optional[str], typer.Argument(help="token to hash; '-' reads stdin; omit for a new one")]
+    = None,
+) -> None:
+    """Print the sha256 digest to put in serve.tenant_token_hashes / serve.admin_token_hash."""
+    from memlib.serve.auth import hash_token, new_token
+
+    if token == "-":
+        token = sys.stdin.readline().strip()
+    if token is None:
+        token = new_token()
+        typer.echo(f"token:  {token}")
+        typer.echo(f"sha256: {hash_token(token)}")
+        return
+    if not token:
+        fail("empty token")
+    typer.echo(hash_token(token))
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(serve_app, name="serve")

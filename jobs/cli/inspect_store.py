@@ -1,0 +1,109 @@
+"""``memlib inspect --store STORE``: per tenant, nodes and edges by kind, the top-degree
+hubs and the top-importance nodes of the published version. Reads the tables (polars);
+the graph file is only reported (path and size), never loaded."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pyarrow.parquet as pq
+import typer
+
+from memlib.io.store import PARQUET_TABLES, StoreReader
+
+TOP = 5
+TEXT_CHARS = 60
+
+
+def _short(text: str | None) -> str:
+    text = (text or "").replace("\n", " ")
+    return text if len(text) <= TEXT_CHARS else text[: TEXT_CHARS - 1] + "…"
+
+
+def _counts(df: pl.DataFrame, column: str) -> dict[str, int]:
+    if df.is_empty():
+        return {}
+    g = df.group_by(column).len().sort(["len", column], descending=[True, False])
+    return dict(zip(g[column].to_list(), g["len"].to_list()))
+
+
+def hubs(edges: pl.DataFrame, nodes: pl.DataFrame, top: int = TOP) -> pl.DataFrame:
+    """Vertices with the most incident edges (both directions), with kind and text."""
+    ends = pl.concat([edges.select(pl.col("src").alias("node_id")), edges.select(pl.col("dst").alias("node_id"))])
+    deg = ends.group_by("node_id").len().rename({"len": "degree"})
+    return (deg.join(nodes.select("node_id", "kind", "text"), on="node_id", how="left")
+            .sort(["degree", "node_id"], descending=[True, False]).head(top))
+
+
+def top_importance(nodes: pl.DataFrame, top: int = TOP) -> pl.DataFrame:
+    return (nodes.filter(pl.col("importance").is_not_null())
+            .sort(["importance", "node_id"], descending=[True, False]).head(top)
+            .select("node_id", "kind", "importance", "text"))
+
+
+def tenant_summary(reader: StoreReader, tenant: str, top: int = TOP) -> dict[str, Any]:
+    nodes = pl.from_arrow(reader.nodes(tenant, columns=["node_id", "kind", "text", "importance"]))
+    edges = pl.from_arrow(reader.edges(tenant).select(["src", "dst", "kind"]))
+    gpath = Path(reader.graph_path(tenant))
+    return {
+        "tenant": tenant,
+        "nodes": nodes.height, "nodes_by_kind": _counts(nodes, "kind"),
+        "edges": edges.height, "edges_by_kind": _counts(edges, "kind"),
+        "hubs": hubs(edges, nodes, top).to_dicts() if edges.height else [],
+        "top_importance": top_importance(nodes, top).to_dicts() if nodes.height else [],
+        "graph_file": str(gpath) if gpath.exists() else None,
+        "graph_bytes": gpath.stat().st_size if gpath.exists() else None,
+    }
+
+
+def _echo_tenant(s: dict[str, Any]) -> None:
+    typer.echo(f"tenant {s['tenant']}: {s['nodes']} nodes, {s['edges']} edges; "
+               f"graph {s['graph_file'] or '(none)'}" + (f" ({s['graph_bytes']} bytes)" if s["graph_bytes"] else ""))
+    typer.echo("  nodes by kind: " + (", ".join(f"{k} {v}" for k, v in s["nodes_by_kind"].items()) or "-"))
+    typer.echo("  edges by kind: " + (", ".join(f"{k} {v}" for k, v in s["edges_by_kind"].items()) or "-"))
+    typer.echo("  top-degree hubs:")
+    for h in s["hubs"]:
+        typer.echo(f"    {h['degree']:>6}  {h['kind'] or '?':<10} {h['node_id']}  {_short(h['text'])}")
+    typer.echo("  top importance:")
+    for n in s["top_importance"]:
+        typer.echo(f"    {n['importance']:.3f}  {n['kind']:<10} {n['node_id']}  {_short(n['text'])}")
+
+
+def tenant_problem(reader: StoreReader, tenant: str) -> str | None:
+    """Why a tenant of the published version cannot be served (a Parquet partition that does not
+    decode, a graph file that does not load), or ``None``."""
+    for name in PARQUET_TABLES:
+        path = reader.version_dir / name / f"{tenant}.parquet"
+        if path.exists():
+            try:
+                pq.read_table(path)
+            except Exception as exc:  # noqa: BLE001 - any decoding failure names the file
+                return f"{name}/{path.name} unreadable: {' '.join(str(exc).split())[:200]}"
+    gpath = Path(reader.graph_path(tenant))
+    if gpath.exists():
+        from memlib.graph.build import load
+
+        try:
+            load(gpath)
+        except Exception as exc:  # noqa: BLE001 - graph-tool raises C++ errors of many types
+            return f"graphs/{gpath.name} unreadable: {' '.join(str(exc).split())[:200]}"
+    return None
+
+
+def run(store_path: str | Path, top: int = TOP) -> list[dict[str, Any]]:
+    """Print the summary of every tenant of the store; return the summaries. A tenant whose files
+    cannot be read is printed as BROKEN with the reason (its summary has ``broken``)."""
+    reader = StoreReader(store_path)
+    typer.echo(f"store {reader.path} version {reader.version}: {len(reader.tenants())} tenant(s)")
+    out = []
+    for tenant in reader.tenants():
+        problem = tenant_problem(reader, tenant)
+        if problem is not None:
+            typer.secho(f"BROKEN tenant {tenant}: {problem}", fg=typer.colors.RED)
+            out.append({"tenant": tenant, "broken": problem})
+            continue
+        s = tenant_summary(reader, tenant, top)
+        _echo_tenant(s)
+        out.append(s)
+    return out

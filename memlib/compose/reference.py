@@ -1,0 +1,210 @@
+"""The single-process reference composition of the staged build (no Ray here).
+
+A tenant's build is two halves (DESIGN.md, "Data flow"):
+
+1. per session (:mod:`memlib.compose.sessions`): turn nodes -> the embed pass over the turn
+   texts (:class:`~memlib.compose.vectors.TurnEncoder`) -> segment -> gate + summaries ->
+   session / segment nodes, NEXT / IN_SESSION / IN_SEGMENT edges -> fact and triplet drafts;
+2. per tenant (:func:`tenant_steps`), once its sessions are complete: clues (keyphrase IDF
+   over the tenant's sessions) -> facts (concepts canonicalized) -> triplets (entities
+   canonicalized) -> events -> reflections -> node vectors (pooled from the turn vectors) ->
+   merge clues / SIMILAR edges -> drop dangling edges (counted) -> conform; plus ``auto``'s
+   token matrix from the pass's token vectors.
+
+:func:`process_tenant` runs both halves in one process. ``pipelines/`` runs the same
+functions as Ray Data operators over blocks of sessions of many tenants, keeps each
+session's outputs, and must produce exactly what this produces.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Callable
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from memlib import schema
+from memlib.compose import steps
+from memlib.compose.finalize import finalize, kind_counts
+from memlib.compose.recipe import DEFAULT_RECIPE, Step, get_recipe
+from memlib.compose.sessions import SessionOutput, session_keys, session_local, sort_turns, split_sessions, turn_texts
+from memlib.compose.timer import WallTimer
+from memlib.compose.vectors import TurnEncoder, TurnVectors
+from memlib.config import MemlibConfig
+from memlib.extract.base import Extraction
+
+
+@dataclass
+class TenantOutput:
+    """One tenant's memory: nodes (with embeddings), edges and segments, schema-conformed."""
+    tenant_id: str
+    nodes: pa.Table
+    edges: pa.Table
+    segments: pa.Table
+    timings: dict[str, float] = field(default_factory=dict)
+    dropped_edges: int = 0
+    dropped_by_kind: dict[str, int] = field(default_factory=dict)
+    texts_embedded: int = 0
+    token_matrix: Any = None  # memlib.retrieve.late.TokenMatrix of the turns, when token vectors were kept
+
+    def counts(self) -> dict[str, Any]:
+        return {"nodes": self.nodes.num_rows, "edges": self.edges.num_rows,
+                "segments": self.segments.num_rows, "nodes_by_kind": kind_counts(self.nodes),
+                "edges_by_kind": kind_counts(self.edges), "dropped_edges": self.dropped_edges,
+                "dropped_by_kind": self.dropped_by_kind, "texts_embedded": self.texts_embedded}
+
+
+@dataclass
+class BuildState:
+    """What the tenant-level stages read and write."""
+    turns: pa.Table
+    cfg: MemlibConfig
+    dim: int
+    nlp: Any = None
+    turn_vectors: np.ndarray | None = None
+    segments: pa.Table | None = None
+    nodes: list[pa.Table] = field(default_factory=list)
+    edges: list[pa.Table] = field(default_factory=list)
+    drafts: dict[str, pa.Table] = field(default_factory=dict)
+    facts: pa.Table | None = None
+    embedded_nodes: pa.Table | None = None
+    extras: dict[str, Any] = field(default_factory=dict)  # backend handles (e.g. the LLM client), per worker
+    token_vectors: TurnVectors | None = None  # the embed pass's output (token vectors, when kept)
+    pooled_turns: bool = False                # turn vectors are the mean of those token vectors
+
+    def add(self, nodes: pa.Table | None = None, edges: pa.Table | None = None) -> None:
+        if nodes is not None and nodes.num_rows:
+            self.nodes.append(schema.conform(nodes, schema.NODES_NO_EMBEDDING, name="nodes"))
+        if edges is not None and edges.num_rows:
+            self.edges.append(schema.conform(edges, schema.EDGES, name="edges"))
+
+    def all_nodes(self) -> pa.Table:
+        return pa.concat_tables(self.nodes) if self.nodes else schema.empty(schema.NODES_NO_EMBEDDING)
+
+    def all_edges(self) -> pa.Table:
+        return pa.concat_tables(self.edges) if self.edges else schema.empty(schema.EDGES)
+
+
+StepFn = Callable[[BuildState], None]
+
+# tenant-level steps, in data-flow order
+TENANT_STEPS: dict[Step, StepFn] = {
+    Step.CLUES: steps.clues,
+    **{Step(e.value): partial(steps.extract, extraction=e) for e in Extraction},
+    Step.EMBED_NODES: steps.embed_nodes,
+    Step.LINK: steps.link,
+}
+
+
+def _in_session_order(table: pa.Table, order: dict[str, int]) -> pa.Table:
+    """Rows grouped by session in the tenant's session order, row order kept within a session."""
+    if table.num_rows == 0:
+        return table
+    rank = pl.from_arrow(table.select(["session_key"])).with_row_index("_i").with_columns(
+        pl.col("session_key").replace_strict(order, default=len(order), return_dtype=pl.Int64).alias("_rank"))
+    idx = rank.sort(["_rank", "_i"])["_i"].to_numpy()
+    return table.take(pa.array(idx, pa.int64()))
+
+
+def _pooled_backend(cfg: MemlibConfig) -> bool:
+    """Whether the turn vectors are the mean of the kept token vectors (same encoder)."""
+    from memlib.compose.vectors import auto_encoder_model
+    from memlib.embed.registry import EmbedBackend, parse_backend
+    from memlib.retrieve.token_model import DEFAULT_MODEL
+
+    return parse_backend(cfg.embed.backend) is EmbedBackend.MINILM_TOKENS and auto_encoder_model(cfg) == DEFAULT_MODEL
+
+
+def token_matrix(turns: pa.Table, vectors: TurnVectors) -> Any:
+    """``auto``'s token matrix of the tenant's turns (the order a TenantIndex reads), or None."""
+    if vectors.token_ids is None or vectors.token_vectors is None:
+        return None
+    from memlib.retrieve import late
+
+    order = turns.sort_by([("session_index", "ascending"), ("turn_index", "ascending")])
+    turn_ids = order.column("node_id").to_pylist()
+    row = {n: i for i, n in enumerate(vectors.node_ids)}
+    pos = [row[t] for t in turn_ids]
+    return late.matrix_from_tokens(turn_ids, [vectors.token_ids[i] for i in pos],
+                                   [vectors.token_vectors[i] for i in pos])
+
+
+def tenant_steps(turns: pa.Table, parts: SessionOutput, vectors: TurnVectors, cfg: MemlibConfig,
+                 session_order: Sequence[str], recipe: str | Sequence[Step] = DEFAULT_RECIPE,
+                 nlp: Any = None, extras: dict[str, Any] | None = None) -> TenantOutput:
+    """The tenant-level half: every session's outputs (``parts``, any order) and turn vectors of
+    one tenant -> its memory. ``session_order``: the tenant's session keys in session order."""
+    turns = sort_turns(schema.conform(turns, schema.TURNS, name="turns"))
+    tenants = set(turns.column("tenant_id").unique().to_pylist())
+    if len(tenants) != 1:
+        raise ValueError(f"tenant_steps needs the turns of exactly one tenant, got {sorted(tenants)}")
+    plan = get_recipe(recipe) if isinstance(recipe, str) else tuple(recipe)
+    order = {k: i for i, k in enumerate(session_order)}
+    timer = WallTimer()
+    row = {n: i for i, n in enumerate(vectors.node_ids)}
+    missing = [n for n in turns.column("node_id").to_pylist() if n not in row]
+    if missing:
+        raise ValueError(f"no turn vector for {len(missing)} turn(s), e.g. {missing[0]}")
+    dim = int(vectors.vectors.shape[1]) if vectors.vectors.ndim == 2 else int(cfg.embed.dim)
+    state = BuildState(turns=turns, cfg=cfg, dim=dim, nlp=nlp, extras=dict(extras) if extras is not None else {},
+                       turn_vectors=vectors.vectors[[row[n] for n in turns.column("node_id").to_pylist()]],
+                       token_vectors=vectors, pooled_turns=_pooled_backend(cfg))
+    keyed = {name: _in_session_order(parts.table(name), order) for name in parts.tables}
+    state.add(keyed["nodes"].drop_columns(["session_key"]), keyed["edges"].drop_columns(["session_key"]))
+    if keyed["segments"].num_rows:
+        state.segments = schema.conform(keyed["segments"], schema.SEGMENTS, name="segments")
+    state.drafts = {k: keyed[k] for k in ("fact_drafts", "entity_mentions", "triplet_drafts")}
+    for stage in plan:
+        if stage in TENANT_STEPS:
+            with timer.span(stage):
+                TENANT_STEPS[stage](state)
+    with timer.span(Step.FINALIZE):
+        if state.embedded_nodes is None:
+            steps.embed_nodes(state)
+        done = finalize(state.embedded_nodes, state.all_edges(), dim)
+        segments = schema.conform(state.segments if state.segments is not None else schema.empty(schema.SEGMENTS),
+                                  schema.SEGMENTS, name="segments")
+        matrix = token_matrix(turns, vectors) if cfg.retrieve.precompute_token_matrices else None
+    return TenantOutput(tenant_id=tenants.pop(), nodes=done.nodes, edges=done.edges, segments=segments,
+                        timings=timer.rounded(), dropped_edges=done.dropped_edges,
+                        dropped_by_kind=done.dropped_by_kind, texts_embedded=len(vectors.node_ids),
+                        token_matrix=matrix)
+
+
+def embed_turns(turns: pa.Table, keys: pa.Array, cfg: MemlibConfig, encoder: TurnEncoder) -> TurnVectors:
+    """The embed pass over ``turns`` (what the Ray embed operator runs on a block)."""
+    return encoder.encode(turns.column("node_id").to_pylist(), turn_texts(turns, cfg).to_pylist())
+
+
+def process_tenant(turns: pa.Table, cfg: MemlibConfig, encoder: TurnEncoder, nlp: Any = None,
+                   recipe: str | Sequence[Step] = DEFAULT_RECIPE, build_key: str = "",
+                   extras: dict[str, Any] | None = None) -> TenantOutput:
+    """Build one tenant's memory from its ``schema.TURNS`` rows, in one process: every session
+    through the session-local stages, then the tenant-level stages.
+
+    ``extras`` reaches every extractor's ``ExtractionContext.extras`` (the caller builds it
+    once per worker, e.g. ``pipelines.llm_actors.llm_extras``)."""
+    turns = sort_turns(schema.conform(turns, schema.TURNS, name="turns"))
+    plan = get_recipe(recipe) if isinstance(recipe, str) else tuple(recipe)
+    timer = WallTimer()
+    parts, vecs, order = [], [], []
+    for session in split_sessions(turns):
+        key = session_keys(session, build_key)[0].as_py()
+        with timer.span(Step.EMBED_TURNS):
+            tv = embed_turns(session, session_keys(session, build_key), cfg, encoder)
+        with timer.span("session_local"):
+            out, nlp = session_local(session, tv.vectors, key, cfg, plan, nlp)
+        parts.append(out)
+        vecs.append(tv)
+        order.append(key)
+    merged = TurnVectors(
+        [n for v in vecs for n in v.node_ids],
+        np.concatenate([v.vectors for v in vecs]) if vecs else np.zeros((0, cfg.embed.dim), np.float32),
+        [t for v in vecs for t in v.token_ids] if vecs and all(v.token_ids is not None for v in vecs) else None,
+        [t for v in vecs for t in v.token_vectors] if vecs and all(v.token_vectors is not None for v in vecs) else None)
+    out = tenant_steps(turns, SessionOutput.concat(parts), merged, cfg, order, plan, nlp=nlp, extras=extras)
+    out.timings = {**timer.rounded(), **out.timings}
+    return out

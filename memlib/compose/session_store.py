@@ -1,0 +1,149 @@
+"""Kept session outputs: what the session-local stages produced, reused by later builds.
+
+Layout under the store (one directory per build key, so a config change never reads
+outputs of another configuration)::
+
+    cache/sessions/<build_key>/blocks/<block_id>/<table>.parquet   SESSION_TABLES + turn_vectors
+    cache/sessions/<build_key>/index/<block_id>.parquet            session_key, tenant_id, turns
+
+A block holds whole sessions of one or more tenants; every row carries its ``session_key``.
+The index file is written after the block's tables, atomically, so a block is either
+complete and listed or invisible (a crashed build leaves nothing a later one would read).
+Block ids are content hashes of the session keys they hold: a retried block overwrites
+itself with the same content.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from collections.abc import Iterable
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from memlib import schema
+from memlib.compose.sessions import SESSION_TABLES, SessionOutput, keyed_schema
+from memlib.compose.vectors import TurnVectors
+
+SESSIONS_SUBDIR = Path("cache") / "sessions"
+VECTORS = "turn_vectors"
+INDEX = pa.schema([
+    pa.field("session_key", pa.string(), nullable=False),
+    pa.field("tenant_id", pa.string(), nullable=False),
+    pa.field("turns", pa.int32(), nullable=False),
+])
+
+
+def block_id(session_keys: Iterable[str]) -> str:
+    h = hashlib.sha256()
+    for k in sorted(set(session_keys)):
+        h.update(k.encode("ascii") + b"\n")
+    return h.hexdigest()[:24]
+
+
+def _write(table: pa.Table, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".tmp-{os.getpid()}-{path.name}")
+    pq.write_table(table, tmp, compression="zstd")
+    os.replace(tmp, path)
+
+
+class SessionStore:
+    """The kept session outputs of one store and build key."""
+
+    def __init__(self, store: str | Path, build_key: str, dim: int = schema.DEFAULT_EMBED_DIM):
+        self.root = Path(store) / SESSIONS_SUBDIR / build_key
+        self.dim = dim
+        self._index: pa.Table | None = None
+
+    # ---- writing -------------------------------------------------------------------------------
+    def write_block(self, block: str, output: SessionOutput, vectors: pa.Table, index: pa.Table) -> None:
+        """Write one block's tables, then its index entry (the commit point)."""
+        bdir = self.root / "blocks" / block
+        for name in SESSION_TABLES:
+            _write(schema.conform(output.table(name), keyed_schema(name), name=name), bdir / f"{name}.parquet")
+        _write(schema.conform(vectors, schema.turn_vectors_schema(self.dim), name=VECTORS), bdir / f"{VECTORS}.parquet")
+        _write(schema.conform(index, INDEX, name="session_index"), self.root / "index" / f"{block}.parquet")
+        self._index = None
+
+    # ---- reading -------------------------------------------------------------------------------
+    def index(self) -> pa.Table:
+        """(session_key, tenant_id, turns, block) of every kept session."""
+        if self._index is None:
+            idir = self.root / "index"
+            parts = []
+            for f in sorted(idir.glob("*.parquet")) if idir.is_dir() else []:
+                t = pq.read_table(f)
+                parts.append(t.append_column("block", pa.array([f.stem] * t.num_rows, pa.string())))
+            self._index = (pa.concat_tables(parts) if parts else
+                           schema.empty(INDEX).append_column("block", pa.array([], pa.string())))
+        return self._index
+
+    def known(self, keys: Iterable[str]) -> set[str]:
+        """Those of ``keys`` whose outputs are kept."""
+        keys = list(keys)
+        idx = self.index()
+        if not keys or idx.num_rows == 0:
+            return set()
+        hit = idx.filter(pc.is_in(idx.column("session_key"), value_set=pa.array(keys, pa.string())))
+        return set(hit.column("session_key").to_pylist())
+
+    def read(self, keys: Iterable[str]) -> tuple[SessionOutput, TurnVectors]:
+        """The kept outputs and turn vectors of sessions ``keys`` (all must be kept)."""
+        keys = sorted(set(keys))
+        idx = self.index()
+        rows = idx.filter(pc.is_in(idx.column("session_key"), value_set=pa.array(keys, pa.string())))
+        found = set(rows.column("session_key").to_pylist())
+        if found != set(keys):
+            missing = sorted(set(keys) - found)
+            raise KeyError(f"{len(missing)} session(s) have no kept outputs, e.g. {missing[0]}")
+        # a session may sit in two blocks (written by two runs): read each from one block only
+        chosen: dict[str, str] = {}
+        for k, b in zip(rows.column("session_key").to_pylist(), rows.column("block").to_pylist()):
+            chosen.setdefault(k, b)
+        by_block: dict[str, list[str]] = {}
+        for k, b in chosen.items():
+            by_block.setdefault(b, []).append(k)
+        tables: dict[str, list[pa.Table]] = {name: [] for name in [*SESSION_TABLES, VECTORS]}
+        for b, ks in sorted(by_block.items()):
+            flt = pc.field("session_key").isin(ks)
+            for name in tables:
+                tables[name].append(pq.read_table(self.root / "blocks" / b / f"{name}.parquet", filters=flt))
+        out = SessionOutput({name: pa.concat_tables(tables[name]) for name in SESSION_TABLES})
+        return out, TurnVectors.from_table(pa.concat_tables(tables[VECTORS]))
+
+    # ---- forgetting ------------------------------------------------------------------------------
+    def retain(self, live: set[str], *, rewrite: bool = False) -> dict[str, int]:
+        """Drop blocks holding no live session. ``rewrite``: also rewrite blocks holding some
+        dead sessions without them (hard deletion: nothing of a forgotten session stays)."""
+        idx = self.index()
+        removed = rewritten = 0
+        for b in sorted(set(idx.column("block").to_pylist())):
+            keys = set(idx.filter(pc.equal(idx.column("block"), b)).column("session_key").to_pylist())
+            if not keys & live:
+                (self.root / "index" / f"{b}.parquet").unlink(missing_ok=True)
+                shutil.rmtree(self.root / "blocks" / b, ignore_errors=True)
+                removed += 1
+            elif rewrite and keys - live:
+                self._rewrite(b, keys & live)
+                rewritten += 1
+        self._index = None
+        return {"session_blocks_removed": removed, "session_blocks_rewritten": rewritten}
+
+    def _rewrite(self, block: str, keep: set[str]) -> None:
+        bdir = self.root / "blocks" / block
+        flt = pc.field("session_key").isin(sorted(keep))
+        for name in [*SESSION_TABLES, VECTORS]:
+            path = bdir / f"{name}.parquet"
+            _write(pq.read_table(path, filters=flt), path)
+        ipath = self.root / "index" / f"{block}.parquet"
+        _write(pq.read_table(ipath, filters=flt), ipath)
+
+
+def other_build_keys(store: str | Path, keep: str) -> list[Path]:
+    """Session output directories of build keys other than ``keep`` (stale after a config change)."""
+    root = Path(store) / SESSIONS_SUBDIR
+    return [d for d in sorted(root.iterdir()) if d.is_dir() and d.name != keep] if root.is_dir() else []

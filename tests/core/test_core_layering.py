@@ -1,0 +1,74 @@
+"""The three packages depend one way: jobs -> pipelines -> memlib (jobs may also use memlib).
+
+Checked by parsing every module's imports (including imports inside functions), so a lazy
+``from jobs.build import run_build`` inside the library is caught as well as a top-level one.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# package -> top-level packages of this repository it must never import
+FORBIDDEN = {
+    "memlib": {"jobs", "pipelines", "ray", "tests"},
+    "pipelines": {"jobs", "tests"},
+    "jobs": {"tests"},
+}
+
+
+def imported_roots(path: Path) -> list[tuple[int, str]]:
+    """(line, top-level module) of every absolute import in ``path``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    out: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, alias.name.split(".")[0]) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            out.append((node.lineno, node.module.split(".")[0]))
+    return out
+
+
+def violations(package: str) -> list[str]:
+    bad = []
+    for path in sorted((ROOT / package).rglob("*.py")):
+        for line, root in imported_roots(path):
+            if root in FORBIDDEN[package]:
+                bad.append(f"{path.relative_to(ROOT)}:{line} imports {root}")
+    return bad
+
+
+@pytest.mark.parametrize("package", sorted(FORBIDDEN))
+def test_packages_import_only_downwards(package):
+    assert violations(package) == []
+
+
+def test_the_checker_sees_lazy_imports(tmp_path):
+    mod = tmp_path / "m.py"
+    mod.write_text("def f():\n    from jobs.build import run_build\n    import pipelines.shard\n")
+    assert imported_roots(mod) == [(2, "jobs"), (3, "pipelines")]
+
+
+def test_no_directory_is_named_like_a_build_artefact():
+    """pytest's default norecursedirs and ruff's default exclude skip any directory called
+    ``build`` or ``dist``: a source or test folder of that name would be silently ignored."""
+    names = {"build", "dist", "_build"}
+    found = [str(p.relative_to(ROOT)) for top in ("memlib", "pipelines", "jobs", "tests")
+             for p in (ROOT / top).rglob("*") if p.is_dir() and p.name in names]
+    assert found == []
+
+
+def test_no_module_imports_a_private_name_of_another():
+    bad = []
+    for top in ("memlib", "pipelines", "jobs"):
+        for path in sorted((ROOT / top).rglob("*.py")):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                    private = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+                    if private:
+                        bad.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.module} {private}")
+    assert bad == []
