@@ -27,7 +27,8 @@ from functools import cached_property
 
 import numpy as np
 
-from memlib.retrieve.late import Int8Similarity, TokenMatrix, quantize_rows
+from memlib.retrieve.int8_maxsim import Int8Similarity, quantize_rows
+from memlib.retrieve.late import TokenMatrix
 
 
 class RowSimilarity:
