@@ -38,8 +38,8 @@ Token matrices are cached per tenant in memory and, with ``disk_cache`` (default
 Selection protocol (2026-11-25, docs/evaluation.md): ``memlib tune`` over locomo_dev3 and
 longmemeval_s_dev24 together, three folds of whole conversations / haystacks, one
 configuration for both datasets; the cross-validated figures are in docs/evaluation.md
-("Cross-validated figures"), not copied here. The defaults are the grid's best on all questions:
-session_weight 0.25, adjacent_weight 0.3, assistant_penalty 4, session_lead 0.5,
+("Cross-validated figures"), not copied here. The defaults are the grid's best on all questions
+(the last run, "session lead grid"): session_weight 0.5, adjacent_weight 0.3, assistant_penalty 4, session_lead 1,
 query_max_df 1.0 (dropping frequent query tokens, 0.15 before, was never chosen), idf on
 (always chosen). Tried and dropped (not chosen, or no cross-validated gain): token-count
 normalisation, scoring a long turn by its best chunk of tokens, the session read as one
@@ -130,8 +130,8 @@ def graph_term(index, frame, base: np.ndarray, seeds: int) -> np.ndarray | None:
 
 @register("auto")
 class Auto(StrategyBase):
-    defaults = {"session_top": 2, "session_weight": 0.25, "adjacent_weight": 0.3, "idf": True,
-                "assistant_penalty": 4.0, "session_lead": 0.5, "graph_weight": 0.0, "graph_seeds": 20,
+    defaults = {"session_top": 2, "session_weight": 0.5, "adjacent_weight": 0.3, "idf": True,
+                "assistant_penalty": 4.0, "session_lead": 1.0, "graph_weight": 0.0, "graph_seeds": 20,
                 "threads": 1, "cache_dir": None, "disk_cache": True, "encoder": token_model.DEFAULT_MODEL,
                 "query_max_df": 1.0, "int8_maxsim": True, "first_stage_turns": 4000, "candidates": 64,
                 "assistant_candidates": 8, "expand": 32, "min_cos": 0.4, "stage_max_df": 0.2,
