@@ -24,11 +24,15 @@ from memlib.schema import Role
 # marks a field whose value never changes what a build writes (throughput, endpoints, local
 # paths, credentials): the build key leaves it out, so changing it rebuilds nothing
 RUNTIME: dict[str, Any] = {"output_effect": False}
+# marks a field of a post-build section (``affects_output`` False) that still changes what a
+# build writes: the build key takes it in
+BUILD_OUTPUT: dict[str, Any] = {"output_effect": True}
 
 
-def affects_output(field: FieldInfo) -> bool:
+def affects_output(field: FieldInfo, section_default: bool = True) -> bool:
     extra = field.json_schema_extra
-    return not (isinstance(extra, dict) and extra.get("output_effect") is False)
+    mark = extra.get("output_effect") if isinstance(extra, dict) else None
+    return section_default if mark is None else bool(mark)
 
 
 class _Section(BaseModel):
@@ -178,7 +182,8 @@ class RetrieveConfig(_Section):
     k: int = 10
     params: dict[str, dict[str, Any]] = Field(default_factory=dict,
                                               description="per-strategy parameter overrides")
-    precompute_token_matrices: bool = Field(True, description="write each built tenant's token matrix for "
+    precompute_token_matrices: bool = Field(True, json_schema_extra=BUILD_OUTPUT,
+                                            description="write each built tenant's token matrix for "
                                             "auto during the build (from the build's one encoder pass over "
                                             "the turns), so its first query does not encode")
 
@@ -293,13 +298,16 @@ class MemlibConfig(_Section):
 
     def output_snapshot(self) -> dict[str, dict[str, Any]]:
         """The part of :meth:`snapshot` that decides what a build writes: sections whose
-        ``affects_output`` is true, without their fields marked :data:`RUNTIME`."""
+        ``affects_output`` is true, without their fields marked :data:`RUNTIME`, and the fields
+        of the other sections marked :data:`BUILD_OUTPUT`."""
         snap = self.snapshot()
         out: dict[str, dict[str, Any]] = {}
         for name in type(self).model_fields:
             section = type(getattr(self, name))
-            if section.affects_output:
-                out[name] = {k: v for k, v in snap[name].items() if affects_output(section.model_fields[k])}
+            kept = {k: v for k, v in snap[name].items()
+                    if affects_output(section.model_fields[k], section.affects_output)}
+            if kept:
+                out[name] = kept
         return out
 
 

@@ -23,7 +23,8 @@ def test_settings_without_output_effect_keep_the_build_key(override):
 
 
 @pytest.mark.parametrize("override", ["segment.window=3", "facts.max_concepts_per_turn=2", "embed.dim=384",
-                                      "llm.model=other", "io.max_turn_chars=100"])
+                                      "llm.model=other", "io.max_turn_chars=100",
+                                      "retrieve.precompute_token_matrices=false"])
 def test_settings_with_output_effect_change_the_build_key(override):
     if override == "embed.dim=384":
         override = "embed.backend=wordllama"  # dim follows the backend
@@ -34,7 +35,9 @@ def test_output_snapshot_leaves_out_runtime_fields_and_post_build_sections():
     snap = MemlibConfig().output_snapshot()
     assert "staging_dir" not in snap["io"] and "model_cache" not in snap["embed"]
     assert "api_key" not in snap["llm"] and "model" in snap["llm"]
-    assert not {"retrieve", "eval", "serve", "nightly", "ray"} & set(snap)
+    assert not {"eval", "serve", "nightly", "ray"} & set(snap)
+    # of the retrieval settings only the one that makes the build write token matrices
+    assert snap["retrieve"] == {"precompute_token_matrices": True}
 
 
 def test_heuristic_only_sections_reject_an_llm_backend():
