@@ -17,7 +17,8 @@ by :mod:`jobs.serve`, requests by :class:`memlib.client.MemlibClient` with a ten
 for the run); ``inprocess_p50_ms`` / ``inprocess_p95_ms`` are the same searches without HTTP
 (TenantCache + strategy, query embedding excluded). ``--no-http`` keeps only the in-process
 figures. The haystack run then builds the tenant twice more in child processes, on one core and
-on every core: tenant_speedup = one-core wall / all-core wall (same run). The corpus is written to a temporary directory, never into the repository.
+on every core: tenant_speedup = one-core wall / all-core wall (same run). The corpus is written
+to a temporary directory, never into the repository.
 """
 from __future__ import annotations
 

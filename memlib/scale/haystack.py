@@ -91,7 +91,7 @@ def _rename(df: pl.DataFrame, avoid: set[str]) -> pl.DataFrame:
     """Replace LoCoMo speaker names (speaker and text) per source conversation and name variant."""
     names = [n for n in NAMES if n not in avoid]
     parts = []
-    for (conv, variant), part in df.group_by(["conversation_id", "variant"], maintain_order=True):
+    for (_conv, variant), part in df.group_by(["conversation_id", "variant"], maintain_order=True):
         speakers = sorted(set(part.filter(pl.col("origin") == "locomo").get_column("speaker").to_list()))
         if not speakers:
             parts.append(part)
@@ -122,10 +122,12 @@ def filler_summary(pool: Pool, conversation: str, spec: HaystackSpec) -> dict:
     by_origin = plan.group_by("origin").len().sort("origin")
     return {"filler_copies": plan.height, "filler_distinct_sources": distinct,
             "filler_pool_sessions": _sessions(others).height, "filler_repeated_copies": plan.height - distinct,
-            "filler_by_origin": dict(zip(by_origin.get_column("origin").to_list(), by_origin.get_column("len").to_list()))}
+            "filler_by_origin": dict(zip(by_origin.get_column("origin").to_list(),
+                                         by_origin.get_column("len").to_list()))}
 
 
-def compose_haystack(pool: Pool, conversation: str, tenant: str, spec: HaystackSpec) -> tuple[pl.DataFrame, pl.DataFrame]:
+def compose_haystack(pool: Pool, conversation: str, tenant: str,
+                     spec: HaystackSpec) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(turns, questions) of ``tenant``: the conversation plus distractor copies up to ``spec.sessions``."""
     rng = np.random.default_rng(spec.seed)
     own, others, n = _plan_for(pool, conversation, spec)
