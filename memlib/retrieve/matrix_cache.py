@@ -50,14 +50,20 @@ def default_cache_dir(index) -> Path:
     return Path(index.reader.path) / LATE_CACHE_SUBDIR
 
 
-def tenant_matrix(index, encoder: TokenEncoder, cache_dir: str | Path | None = None) -> TokenMatrix:
+def tenant_matrix(index, encoder: TokenEncoder, cache_dir: str | Path | None = None,
+                  prepack_max_turns: int | None = None) -> TokenMatrix:
     """The token matrix of ``index``'s turns by ``encoder`` (the view's memo, then ``cache_dir``,
     then encode). Single flight per tenant view and encoder: concurrent first queries wait for
     one build instead of each encoding the tenant (which, with clients timing out and retrying,
-    piled up encodings of the same tenant in a server's thread pool)."""
+    piled up encodings of the same tenant in a server's thread pool).
+
+    The whole-tenant int8 product is pre-packed here, unless the tenant has more than
+    ``prepack_max_turns`` turns: ``auto`` then scores candidates only (memlib/retrieve/first_stage.py)
+    and the packed copy, about 1.7 GB at 2,500 LongMemEval sessions, would never be read; it is
+    still built on first use by a whole-tenant MaxSim."""
     def build() -> TokenMatrix:
         matrix = _load_or_build(index, encoder, cache_dir)
-        if matrix.int8_ok:
+        if matrix.int8_ok and (prepack_max_turns is None or matrix.n_turns <= prepack_max_turns):
             matrix.int8  # noqa: B018 - built here, once, rather than by the first concurrent queries
         return matrix
 

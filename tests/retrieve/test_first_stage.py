@@ -107,3 +107,17 @@ def test_named_participants_marks_the_sessions_of_a_named_speaker():
     assert frame.named_participants("what did KIRA and melanie say").tolist() == [True, True, False, False, True, True]
     # nobody named (a word that is no speaker's name): no turn marked
     assert not frame.named_participants("when did I buy the car?").any()
+
+
+@pytest.mark.ray
+def test_a_tenant_scored_by_candidates_does_not_prepack_the_whole_int8_product(sample_store):
+    from memlib.retrieve.tenant import TenantCache
+
+    fresh = TenantCache(sample_store, embedder=None)
+    index = fresh.get(fresh.tenants()[0])
+    run_search(index, get_strategy("auto", retrieve_config(), first_stage_turns=1), "what should I cook?", 10)
+    encoder = token_encoder.get_encoder(1, token_model.DEFAULT_MODEL, None)
+    matrix = matrix_cache.tenant_matrix(index, encoder, None)
+    assert "int8" not in matrix.__dict__          # candidates only: the packed copy was never made
+    run_search(index, get_strategy("auto", retrieve_config()), "what should I cook?", 10)
+    assert "int8" in matrix.__dict__              # a whole-tenant MaxSim builds it on first use
