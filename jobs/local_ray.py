@@ -121,3 +121,14 @@ def start_local(num_cpus: int | None, *, token_auth: bool = True, serve: LocalRa
     _apply(applied.env)
     ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
     return applied
+
+
+LOCAL_RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0"}
+
+
+def export_local_ray_env() -> None:
+    """Set the environment memlib needs before it starts a local Ray (kept unless the user set
+    it): no usage statistics sent anywhere. Token authentication of a local instance is set where
+    it starts (jobs/local_ray.py, ``ray.local_token_auth``)."""
+    for key, value in LOCAL_RAY_ENV.items():
+        os.environ.setdefault(key, value)

@@ -372,17 +372,6 @@ def env_overrides(environ: dict[str, str]) -> list[str]:
     return out
 
 
-LOCAL_RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0"}
-
-
-def export_local_ray_env() -> None:
-    """Set the environment memlib needs before it starts a local Ray (kept unless the user set
-    it): no usage statistics sent anywhere. Token authentication of a local instance is set where
-    it starts (jobs/local_ray.py, ``ray.local_token_auth``)."""
-    for key, value in LOCAL_RAY_ENV.items():
-        os.environ.setdefault(key, value)
-
-
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None,
                 environ: dict[str, str] | None = None) -> MemlibConfig:
     """Build the config: defaults < file < environment < overrides."""

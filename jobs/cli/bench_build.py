@@ -21,7 +21,6 @@ import typer
 
 from jobs.cli.common import ConfigOpt, SetOpt, get_config
 from jobs.measure import RssSampler, floor_seconds
-from memlib.config import export_local_ray_env
 
 
 def register(bench_app: typer.Typer) -> None:
@@ -35,6 +34,8 @@ def register(bench_app: typer.Typer) -> None:
         recipe: Annotated[str, typer.Option("--recipe")] = "full",
     ) -> None:
         """Build a throwaway store and compare its wall time with one token-encoder pass (floor)."""
+        from jobs.local_ray import export_local_ray_env
+
         export_local_ray_env()
         cfg = get_config(config, set_)
         from jobs.build import run_build

@@ -26,7 +26,6 @@ from typing import Annotated, Any, Optional
 import typer
 
 from jobs.cli.common import ConfigOpt, SetOpt, get_config
-from memlib.config import export_local_ray_env
 
 
 def append_sessions(data: list[dict[str, Any]], touched: int) -> list[dict[str, Any]]:
@@ -94,6 +93,8 @@ def register(bench_app: typer.Typer) -> None:
                                             "as a cron job would), or both in this one")] = True,
     ) -> None:
         """Full build, one new session in a few tenants, nightly run; cost ratio and equality."""
+        from jobs.local_ray import export_local_ray_env
+
         export_local_ray_env()
         cfg = get_config(config, set_)
         from jobs.build import run_build

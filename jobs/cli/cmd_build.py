@@ -7,7 +7,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from jobs.cli.common import ConfigOpt, FormatOpt, SetOpt, fail, get_config
-from memlib.config import Backend, export_local_ray_env
+from memlib.config import Backend
 from memlib.extract.base import Extraction
 
 # the config sections --extractor sets (the LLM-capable extraction stages)
@@ -124,6 +124,8 @@ def register(app: typer.Typer) -> None:
                                                                    "(nightly.max_removed_share, default 0.1)")] = None,
     ) -> None:
         """Build memory tables (Lance/Parquet) and graphs from conversations, on Ray Data."""
+        from jobs.local_ray import export_local_ray_env
+
         export_local_ray_env()
         if rollback or (compact and input is None):
             _maintain(out, rollback, compact)

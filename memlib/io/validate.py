@@ -51,7 +51,8 @@ def is_id(value: Any) -> bool:
 
 
 def storable(text: str) -> str:
-    """``text`` with lone surrogates written as ``\\udXXX`` escapes (UTF-8 cannot store them)."""
+    """``text`` with each lone surrogate written as its backslash escape (``\\ud800`` for U+D800;
+    UTF-8 cannot store them)."""
     try:
         text.encode("utf-8")
         return text

@@ -27,7 +27,7 @@ from functools import cached_property
 
 import numpy as np
 
-from memlib.retrieve.int8_maxsim import Int8Similarity, quantize_rows
+from memlib.retrieve.int8_maxsim import Int8Similarity, one_thread_session, quantize_rows
 from memlib.retrieve.late import TokenMatrix
 
 
@@ -39,7 +39,6 @@ class RowSimilarity:
     float32 size) and the subset is fed to the graph per query."""
 
     def __init__(self, vectors: np.ndarray):
-        import onnxruntime as ort
         from onnx import TensorProto, helper
 
         dim = vectors.shape[1]
@@ -56,13 +55,7 @@ class RowSimilarity:
              helper.make_tensor_value_info("v8", TensorProto.INT8, [None, dim]),
              helper.make_tensor_value_info("v_scale", TensorProto.FLOAT, [1, None])],
             [helper.make_tensor_value_info("sim", TensorProto.FLOAT, [None, None])])
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = 1
-        options.inter_op_num_threads = 1
-        options.log_severity_level = 3
-        self._sess = ort.InferenceSession(model.SerializeToString(), sess_options=options,
-                                          providers=["CPUExecutionProvider"])
+        self._sess = one_thread_session(graph)
 
     def __call__(self, q_vecs: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """(Q, len(rows)) approximate cosines of the query token vectors with those rows."""

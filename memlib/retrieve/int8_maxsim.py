@@ -46,7 +46,6 @@ class Int8Similarity:
     u8u8), against 2.4 ms for numpy's float32 ``V @ q.T``."""
 
     def __init__(self, vectors: np.ndarray):
-        import onnxruntime as ort
         from onnx import TensorProto, helper, numpy_helper
 
         n, dim = vectors.shape
@@ -62,14 +61,22 @@ class Int8Similarity:
             [helper.make_tensor_value_info("q", TensorProto.FLOAT, [None, dim])],
             [helper.make_tensor_value_info("sim", TensorProto.FLOAT, [None, n])],
             [numpy_helper.from_array(v8t, "v8t"), numpy_helper.from_array(scale[None, :], "v_scale")])
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = 1
-        options.inter_op_num_threads = 1
-        options.log_severity_level = 3
-        self._sess = ort.InferenceSession(model.SerializeToString(), sess_options=options,
-                                          providers=["CPUExecutionProvider"])
+        self._sess = one_thread_session(graph)
 
     def __call__(self, q_vecs: np.ndarray) -> np.ndarray:
         """(Q, T) approximate cosines of the query token vectors with every token."""
         return self._sess.run(None, {"q": np.ascontiguousarray(q_vecs, dtype=np.float32)})[0]
+
+
+def one_thread_session(graph):
+    """An onnxruntime CPU session, one thread, of an ONNX ``graph`` (opset 17): the int8 kernels
+    here run inside requests that the service already spreads over its cores."""
+    import onnxruntime as ort
+    from onnx import helper
+
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    return ort.InferenceSession(model.SerializeToString(), sess_options=options, providers=["CPUExecutionProvider"])
