@@ -102,12 +102,15 @@ def scored_turns(index, frame, query: str, p: dict[str, Any], model_cache: str |
                                  exact=not p.get("int8_maxsim", True)).astype(np.float64)
     stage = first_stage.StageParams(int(p["candidates"]), int(p["assistant_candidates"]), int(p["expand"]),
                                     float(p["min_cos"]), float(p["stage_max_df"]))
-    approx = first_stage.approximate_scores(post, matrix.idf, q_ids, q_vecs, stage)
-    cand = first_stage.select_by_role(approx, frame.assistant, stage.candidates, stage.assistant_candidates)
+    sim = post.similarity(q_vecs) if q_ids.size else None
+    approx = first_stage.approximate_scores(post, matrix.idf, q_ids, q_vecs, stage, sim)
+    cand = first_stage.select_by_role(approx, frame.assistant, stage.candidates, stage.assistant_candidates,
+                                      frame.by_role)
     near = _neighbours(frame, cand)
     pool = np.unique(np.r_[cand, near[~frame.assistant[near]]])
     return pool, first_stage.maxsim_rows(matrix, post, pool, q_ids, q_vecs, bool(p.get("idf", True)),
-                                         exact=not p.get("int8_maxsim", True)).astype(np.float64)
+                                         exact=not p.get("int8_maxsim", True), centroid_sim=sim,
+                                         exact_min_cos=float(p.get("exact_min_cos", -1.0))).astype(np.float64)
 
 
 def _neighbours(frame, cand: np.ndarray) -> np.ndarray:
@@ -136,6 +139,7 @@ class Auto(StrategyBase):
                 "threads": 1, "cache_dir": None, "disk_cache": True, "encoder": token_model.DEFAULT_MODEL,
                 "query_max_df": 1.0, "int8_maxsim": True, "first_stage_turns": 4000, "candidates": 64,
                 "assistant_candidates": 8, "expand": 32, "min_cos": 0.4, "stage_max_df": 0.2,
+                "exact_min_cos": 0.25,
                 "participant_weight": 1.0}
 
     wants_config = True  # for embed.model_cache

@@ -75,6 +75,7 @@ class TokenPostings:
     n_turns: int
     bounds: np.ndarray      # (n_turns + 1,) int64: turn i's rows are bounds[i]:bounds[i + 1]
     vectors: np.ndarray     # the matrix's token vectors (shared, not copied)
+    row_vocab: np.ndarray   # (rows,) int32: each row's position in vocab
 
     @property
     def df(self) -> np.ndarray:
@@ -108,7 +109,7 @@ def build_postings(matrix: TokenMatrix, row_ids: np.ndarray, chunk: int = 262_14
         sums += onehot @ matrix.vectors[start:stop].astype(np.float32)
     sums /= np.maximum(np.linalg.norm(sums, axis=1, keepdims=True), 1e-12)
     bounds = np.searchsorted(owner, np.arange(matrix.n_turns + 1), side="left").astype(np.int64)
-    return TokenPostings(vocab, ptr, turns, sums, matrix.n_turns, bounds, matrix.vectors)
+    return TokenPostings(vocab, ptr, turns, sums, matrix.n_turns, bounds, matrix.vectors, pos.astype(np.int32))
 
 
 @dataclass(frozen=True)
@@ -120,23 +121,33 @@ class StageParams:
     max_df: float = 0.2       # ids held by more of the turns are not followed
 
 
+def reached_ids(post: TokenPostings, sim: np.ndarray, p: StageParams) -> list[np.ndarray]:
+    """Per query token: the vocabulary positions it reaches, the ``expand`` nearest centroids
+    (``sim``, the (Q, V) centroid cosines) among ids held by at most ``max_df`` of the turns,
+    whose cosine is at least ``min_cos``. Thresholding before the partial sort: most of the
+    tenant's ids are far below ``min_cos``, so only a few per query token are sorted."""
+    df_ok = post.df <= max(1.0, p.max_df * post.n_turns)
+    out = []
+    for qi in range(sim.shape[0]):
+        reach = np.flatnonzero(sim[qi] >= p.min_cos)
+        reach = reach[df_ok[reach]]
+        if reach.size > p.expand:
+            reach = reach[np.argpartition(-sim[qi, reach], p.expand - 1)[:p.expand]]
+        out.append(reach)
+    return out
+
+
 def approximate_scores(post: TokenPostings, idf: np.ndarray, q_ids: np.ndarray, q_vecs: np.ndarray,
-                       p: StageParams) -> np.ndarray:
+                       p: StageParams, sim: np.ndarray | None = None) -> np.ndarray:
     """Per turn: ``sum_q idf(q) * max cos(q, centroid(id))`` over the ids reached by ``q``
-    that the turn holds (0 for a turn reached by no query token)."""
+    that the turn holds (0 for a turn reached by no query token); ``sim``: the query's
+    centroid cosines when already computed."""
     score = np.zeros(post.n_turns, dtype=np.float32)
     if q_ids.size == 0 or post.vocab.size == 0:
         return score
-    sim = post.similarity(q_vecs)                                            # (Q, V)
-    df_ok = post.df <= max(1.0, p.max_df * post.n_turns)
-    sim = np.where(df_ok[None, :], sim, -1.0)
-    k = min(p.expand, post.vocab.size)
-    near = np.argpartition(-sim, k - 1, axis=1)[:, :k] if k < post.vocab.size else np.tile(
-        np.arange(post.vocab.size), (q_ids.size, 1))
+    sim = post.similarity(q_vecs) if sim is None else sim                    # (Q, V)
     best = np.zeros(post.n_turns, dtype=np.float32)
-    for qi in range(q_ids.size):
-        cos = sim[qi, near[qi]]
-        reach = near[qi][cos >= p.min_cos]
+    for qi, reach in enumerate(reached_ids(post, sim, p)):
         if reach.size == 0:
             continue
         best[:] = 0.0
@@ -154,20 +165,28 @@ def select(scores: np.ndarray, n: int) -> np.ndarray:
     return np.sort(top)
 
 
-def select_by_role(scores: np.ndarray, assistant: np.ndarray, n: int, n_assistant: int) -> np.ndarray:
+def select_by_role(scores: np.ndarray, assistant: np.ndarray, n: int, n_assistant: int,
+                   by_role: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """The ``n`` best turns that are not an assistant's and the ``n_assistant`` best assistant
     turns, ascending. ``auto``'s role prior puts an assistant turn ``assistant_penalty``
     standard deviations down, so only the very best of them can reach the top; they get a
     small share of the budget instead of crowding out the others (and long assistant turns
-    are most of the rows the exact MaxSim would read)."""
-    other, asst = np.flatnonzero(~assistant), np.flatnonzero(assistant)
+    are most of the rows the exact MaxSim would read). ``by_role``: those two position arrays,
+    when already known (``TurnFrame.by_role``)."""
+    other, asst = by_role if by_role is not None else (np.flatnonzero(~assistant), np.flatnonzero(assistant))
     return np.sort(np.r_[other[select(scores[other], n)], asst[select(scores[asst], n_assistant)]])
 
 
 def maxsim_rows(matrix: TokenMatrix, post: TokenPostings, turns: np.ndarray, q_ids: np.ndarray,
-                q_vecs: np.ndarray, use_idf: bool = True, exact: bool = False) -> np.ndarray:
+                q_vecs: np.ndarray, use_idf: bool = True, exact: bool = False,
+                centroid_sim: np.ndarray | None = None, exact_min_cos: float = -1.0) -> np.ndarray:
     """idf-MaxSim of the query against the turns at positions ``turns`` only (int8 kernels:
-    the scores the full int8 MaxSim gives those turns; ``exact``: numpy float32)."""
+    the scores the full int8 MaxSim gives those turns; ``exact``: numpy float32).
+
+    With ``centroid_sim`` (the query's (Q, V) centroid cosines) and ``exact_min_cos`` > -1, a
+    row whose token id's centroid is below ``exact_min_cos`` for every query token keeps that
+    centroid cosine instead of its own: such rows rarely hold a turn's maximum, and most rows
+    of the candidates are such rows (measured in docs/benchmarks.md)."""
     out = np.zeros(turns.size, dtype=np.float32)
     if q_ids.size == 0 or turns.size == 0:
         return out
@@ -177,10 +196,19 @@ def maxsim_rows(matrix: TokenMatrix, post: TokenPostings, turns: np.ndarray, q_i
     if not has.any():
         return out
     lengths = (hi - lo)[has]
-    rows = np.repeat(lo[has] - np.r_[0, np.cumsum(lengths)[:-1]], lengths) + np.arange(lengths.sum())
-    sim = ((matrix.vectors[rows].astype(np.float32) @ q_vecs.T).T if exact
-           else post.rows(q_vecs, rows))                                     # (Q, rows)
-    best = np.maximum.reduceat(sim, np.r_[0, np.cumsum(lengths)[:-1]], axis=1)   # (Q, turns with rows)
+    starts = np.r_[0, np.cumsum(lengths)[:-1]]
+    rows = np.repeat(lo[has] - starts, lengths) + np.arange(lengths.sum())
+    if centroid_sim is not None and exact_min_cos > -1.0:
+        vocab = post.row_vocab[rows]
+        sim = np.take(centroid_sim, vocab, axis=1)                               # (Q, rows)
+        near = np.flatnonzero((centroid_sim.max(axis=0) >= exact_min_cos)[vocab])
+        if near.size:
+            sim[:, near] = ((matrix.vectors[rows[near]].astype(np.float32) @ q_vecs.T).T if exact
+                            else post.rows(q_vecs, rows[near]))
+    else:
+        sim = ((matrix.vectors[rows].astype(np.float32) @ q_vecs.T).T if exact
+               else post.rows(q_vecs, rows))                                     # (Q, rows)
+    best = np.maximum.reduceat(sim, starts, axis=1)                              # (Q, turns with rows)
     weights = matrix.idf[q_ids] if use_idf else np.ones(q_ids.size, dtype=np.float32)
     out[has] = weights @ best
     return out

@@ -118,7 +118,14 @@ class TurnFrame:
         hits = [self.sessions_of_speaker[w] for w in words if w in self.sessions_of_speaker]
         if not hits:
             return np.zeros(self.session.size, dtype=bool)
-        return np.isin(self.session, np.concatenate(hits))
+        named = np.zeros(self.n_sessions, dtype=bool)
+        named[np.concatenate(hits)] = True
+        return named[self.session]
+
+    @cached_property
+    def by_role(self) -> tuple[np.ndarray, np.ndarray]:
+        """(positions of turns that are not an assistant's, positions of assistant turns)."""
+        return np.flatnonzero(~self.assistant), np.flatnonzero(self.assistant)
 
     def votes(self, index, node_scores: dict[str, float]) -> np.ndarray:
         """Per turn: the max score of any node citing it through provenance."""

@@ -85,6 +85,30 @@ def test_candidate_maxsim_equals_full_maxsim_on_the_turns_it_reads(tenant_parts)
 
 
 @pytest.mark.ray
+def test_candidate_maxsim_reads_far_rows_by_their_centroid(tenant_parts):
+    index, encoder, matrix = tenant_parts
+    post = first_stage.postings_for(index, matrix, lambda: auto._row_ids(index, encoder, matrix))
+    q_ids, q_vecs = encoder.encode(["which book did she recommend for the trip to Paris"])[0]
+    sim = post.similarity(q_vecs)
+    some = np.arange(1, matrix.n_turns, 2)
+    full = first_stage.maxsim_rows(matrix, post, some, q_ids, q_vecs)
+    # every row near: the int8 scores; no row near: MaxSim over the rows' centroids, by hand
+    assert np.array_equal(first_stage.maxsim_rows(matrix, post, some, q_ids, q_vecs, centroid_sim=sim,
+                                                  exact_min_cos=-0.999), full)
+    by_centroid = first_stage.maxsim_rows(matrix, post, some, q_ids, q_vecs, centroid_sim=sim, exact_min_cos=1.01)
+    for pos, turn in zip(range(0, some.size, 7), some[::7]):
+        lo, hi = post.bounds[turn], post.bounds[turn + 1]
+        if hi > lo:
+            want = matrix.idf[q_ids] @ sim[:, post.row_vocab[lo:hi]].max(axis=1)
+            assert by_centroid[pos] == pytest.approx(want, rel=1e-5)
+    # the default threshold: exact where a query token is near the row's id, close to full elsewhere
+    mixed = first_stage.maxsim_rows(matrix, post, some, q_ids, q_vecs, centroid_sim=sim, exact_min_cos=0.25)
+    assert np.corrcoef(mixed, full)[0, 1] > 0.95
+    top = set(np.argsort(-full)[:5].tolist())
+    assert len(top & set(np.argsort(-mixed)[:10].tolist())) >= 4
+
+
+@pytest.mark.ray
 def test_auto_with_first_stage_over_every_turn_ranks_as_without(cache):
     index = cache.get(cache.tenants()[0])
     n = len(turn_frame(index).ids)
@@ -92,12 +116,18 @@ def test_auto_with_first_stage_over_every_turn_ranks_as_without(cache):
     plain = run_search(index, get_strategy("auto", retrieve_config()), query, 10)
     # the stage forced on (threshold 1 turn) with every turn a candidate: the same ranking and scores
     staged = run_search(index, get_strategy("auto", retrieve_config(), first_stage_turns=1, candidates=n,
-                                            assistant_candidates=n), query, 10)
+                                            assistant_candidates=n, exact_min_cos=-1.0), query, 10)
     assert [t.node_id for t in staged.turns] == [t.node_id for t in plain.turns]
     assert [r.score for r in staged.nodes] == pytest.approx([r.score for r in plain.nodes])
     # few candidates: fewer turns scored, the best turn still first
-    few = run_search(index, get_strategy("auto", retrieve_config(), first_stage_turns=1, candidates=5), query, 10)
+    few = run_search(index, get_strategy("auto", retrieve_config(), first_stage_turns=1, candidates=5,
+                                         exact_min_cos=-1.0), query, 10)
     assert few.turns[0].node_id == plain.turns[0].node_id
+    # far rows read by their centroid (the default): the best turn stays near the top
+    asked = "who took over the garden beds and sends photos of the tomatoes?"
+    want = run_search(index, get_strategy("auto", retrieve_config()), asked, 10).turns[0]
+    mixed = run_search(index, get_strategy("auto", retrieve_config(), first_stage_turns=1), asked, 10)
+    assert "Franco" in want.text and mixed.turns[0].node_id == want.node_id
 
 
 def test_named_participants_marks_the_sessions_of_a_named_speaker():
