@@ -28,6 +28,9 @@ Score of a turn (the z terms standardized over the tenant's turns):
   scored (memlib/retrieve/first_stage.py): the ``candidates`` best non-assistant turns and
   ``assistant_candidates`` best assistant turns of an approximate MaxSim over token postings,
   plus their non-assistant session neighbours; the z terms are then taken over those turns.
+  Their rows go through the int8 kernel where some query token's nearest centroid cosine with
+  the row's token id reaches ``exact_min_cos`` (0.2); the other rows, most of them, count with
+  that centroid cosine (memlib/retrieve/first_stage.py ``maxsim_rows``).
   Smaller tenants (every LoCoMo conversation, every LongMemEval-S haystack) score every turn;
 * ``graph_weight`` (off by default) adds GAAMA-style PPR mass from the top turns when the
   tenant has a graph; without a graph the term is skipped (clean fallback).
@@ -139,7 +142,7 @@ class Auto(StrategyBase):
                 "threads": 1, "cache_dir": None, "disk_cache": True, "encoder": token_model.DEFAULT_MODEL,
                 "query_max_df": 1.0, "int8_maxsim": True, "first_stage_turns": 4000, "candidates": 64,
                 "assistant_candidates": 8, "expand": 32, "min_cos": 0.4, "stage_max_df": 0.2,
-                "exact_min_cos": 0.25,
+                "exact_min_cos": 0.2,
                 "participant_weight": 1.0}
 
     wants_config = True  # for embed.model_cache

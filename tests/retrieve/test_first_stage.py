@@ -102,7 +102,7 @@ def test_candidate_maxsim_reads_far_rows_by_their_centroid(tenant_parts):
             want = matrix.idf[q_ids] @ sim[:, post.row_vocab[lo:hi]].max(axis=1)
             assert by_centroid[pos] == pytest.approx(want, rel=1e-5)
     # the default threshold: exact where a query token is near the row's id, close to full elsewhere
-    mixed = first_stage.maxsim_rows(matrix, post, some, q_ids, q_vecs, centroid_sim=sim, exact_min_cos=0.25)
+    mixed = first_stage.maxsim_rows(matrix, post, some, q_ids, q_vecs, centroid_sim=sim, exact_min_cos=0.2)
     assert np.corrcoef(mixed, full)[0, 1] > 0.95
     top = set(np.argsort(-full)[:5].tolist())
     assert len(top & set(np.argsort(-mixed)[:10].tolist())) >= 4
