@@ -1,6 +1,11 @@
 """``personalai``: PersonalAI graph traversals over entity / fact / triplet structure.
 
-Start nodes: the ``start_entities`` entity nodes nearest the query (by description).
+Start nodes: the ``start_entities`` entity nodes nearest the query (by description), plus
+the ``start_turns`` turn nodes nearest it (PersonalAI's episodic vertices as starts, memlib's
+addition: memlib mines only people's turns for entities (``gate.extract_roles``), so an
+assistant's reply is linked to no entity and no traversal from entities reaches it; chosen
+by cross-validation over locomo_dev3 and longmemeval_s_dev24 among 0, 3, 5, 8, 12,
+docs/evaluation.md "PersonalAI turn starts").
 Evidence nodes: ``evidence_kinds`` (turns, facts, triplets, events) reached by
 * WaterCircles — BFS rings from each start entity (``circles`` deep); a node reached from
   several start entities (an intersection) scores (#entities reaching it) + cosine, others
@@ -86,7 +91,7 @@ def beam_search(view: GraphView, starts: list[int], sims: np.ndarray, depth: int
 
 @register("personalai")
 class PersonalAI(StrategyBase):
-    defaults = {"method": Method.UNION.value, "start_entities": 5, "circles": 2, "astar_depth": 10,
+    defaults = {"method": Method.UNION.value, "start_entities": 5, "start_turns": 5, "circles": 2, "astar_depth": 10,
                 "astar_nodes": 150, "step_cost": 0.05, "beam_depth": 5, "beam_paths": 10,
                 "evidence_kinds": ["turn", "fact", "triplet", "event"], "rrf_k": kernels.RRF_K}
 
@@ -95,6 +100,8 @@ class PersonalAI(StrategyBase):
         qvec = query_vector(tenant, query)
         view = graph_view(tenant)
         starts_ids = [nid for nid, _ in kernels.knn(tenant, qvec, int(p["start_entities"]), ["entity"])]
+        if starts_ids and int(p["start_turns"]) > 0:
+            starts_ids += [nid for nid, _ in kernels.knn(tenant, qvec, int(p["start_turns"]), ["turn"])]
         if view is None or not starts_ids:
             return kernels.make_nodes(tenant, kernels.knn(tenant, qvec, k, ["turn"]), score_name="sim")
         starts = [int(v) for v in view.graph.vertices(starts_ids) if v >= 0]

@@ -211,3 +211,15 @@ def test_auto_assistant_penalty_lowers_assistant_turns_only(cache):
     for nid, score in plain.items():
         drop = 1.5 if frame.assistant[frame.pos[nid]] else 0.0
         assert penalized[nid] == pytest.approx(score - drop)
+
+
+def test_personalai_reaches_an_assistant_reply_through_turn_starts(cache):
+    """An assistant's reply is not mined for entities (gate.extract_roles), so no entity start
+    leads to it; the turns nearest the query join the starts (``start_turns``) and reach it."""
+    index = cache.get("maya")
+    reply = next(t for t in index.turns.values() if t.role == "assistant" and "lentil curry" in t.text)
+    query = "which two big batches did you suggest, a lentil curry and roasted vegetables?"
+    with_turns = run_search(index, get_strategy("personalai", retrieve_config()), query, 10)
+    assert reply.node_id in [t.node_id for t in with_turns.turns[:3]]
+    entities_only = run_search(index, get_strategy("personalai", retrieve_config(), start_turns=0), query, 10)
+    assert reply.node_id not in [n.node_id for n in entities_only.nodes]
