@@ -78,6 +78,8 @@ def test_typed_client_errors(service_url):
 
 
 def test_oversize_body_metrics_and_docs(service_url):
+    with MemlibClient(service_url, ADMIN) as admin:  # a successful search of its own (the test runs alone too)
+        assert admin.search("maya", "night shifts", strategy="bm25")
     body = json.dumps({"tenant": "maya", "query": "x" * 20_000}).encode()
     r = httpx.post(f"{service_url}/v1/search", content=body, headers={"Authorization": f"Bearer {ADMIN}"})
     assert r.status_code == 422 and r.json()["error"] == "body_too_large"
