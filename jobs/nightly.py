@@ -20,6 +20,7 @@ import shutil
 import time
 import warnings
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ import polars as pl
 import pyarrow.parquet as pq
 import ray
 
-from jobs.build import init_ray
+from jobs.build import RayTarget, init_ray
 from jobs.nightly_plan import (
     ForgetList,
     Plan,
@@ -157,7 +158,7 @@ def _shard_all(sources, fmt, cfg, writer, plan: Plan, forget: ForgetList,
 
 
 def _build_tenants(writer: ResumableWriter, shards: list[TenantShard], cfg, recipe, plan: Plan, key: str,
-                   cpus: int, progress: Progress, *, reuse: bool = True,
+                   target: RayTarget, progress: Progress, *, reuse: bool = True,
                    stats: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """The staged build of ``shards`` (session pass, then tenant stages); a tenant with no summary
     afterwards failed (its block errored)."""
@@ -165,8 +166,8 @@ def _build_tenants(writer: ResumableWriter, shards: list[TenantShard], cfg, reci
     if shards:
         ray.data.DataContext.get_current().max_errored_blocks = 0  # operators report failures in their rows
         allow_long_tenants()
-        for s in run_staged(shards, cfg, recipe, store=writer.path, build_key=key, workers=cpus, total_cpus=cpus,
-                            reuse=reuse, stats=stats):
+        for s in run_staged(shards, cfg, recipe, store=writer.path, build_key=key, total_cpus=target.cpus,
+                            reuse=reuse, stats=stats, worker_env_inherited=target.worker_env_inherited):
             shard = next(x for x in shards if x.tenant_id == s["tenant_id"])
             if "error" in s:
                 plan.failed[s["tenant_id"]] = f"tenant build raised {s['error']}"
@@ -246,7 +247,6 @@ def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: st
     base = read_manifest(out)
     forget = ForgetList.load(delete, (base or {}).get("forgotten"))
     writer = ResumableWriter(out, dim=cfg.embed.dim)
-    restore_published_lance(writer, base)
     key = build_key(cfg, recipe)
     with timer.span(Phase.READ), staged_input(input_path, cfg.io.staging_dir) as local_input:
         sources = input_sources(local_input, str(fmt))
@@ -262,11 +262,16 @@ def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: st
             plan.failed[tenant] = "no valid turns in the input (every record quarantined)"
     to_build = [s for s in shards if s.tenant_id not in plan.resume and s.tenant_id not in plan.failed]
     progress("plan", plan.to_json())
-    cpus = init_ray(address, num_cpus, token_auth=cfg.ray.local_token_auth)
+    target = init_ray(address, num_cpus, token_auth=cfg.ray.local_token_auth)
     session_stats: dict[str, Any] = {}
-    with timer.span(Phase.TENANTS):
-        summaries = _build_tenants(writer, to_build, cfg, recipe, plan, key, cpus, progress, reuse=not full,
-                                   stats=session_stats)
+    # Lance is first needed when the tenants are written: its restore (and lancedb's import) runs
+    # while the dataset does, and after Ray's processes are started (lancedb warns about forks)
+    with ThreadPoolExecutor(1, thread_name_prefix="memlib-lance") as background:
+        lance_restored = background.submit(restore_published_lance, writer, base)
+        with timer.span(Phase.TENANTS):
+            summaries = _build_tenants(writer, to_build, cfg, recipe, plan, key, target, progress,
+                                       reuse=not full, stats=session_stats)
+        lance_restored.result()
     summaries += [{**m["summary"], "status": TenantStatus.RESUMED.value} for m in plan.resume.values()]
     done = {s["tenant_id"] for s in summaries}
     ok_shards = [s for s in shards if s.tenant_id in done]

@@ -55,7 +55,6 @@ TEXT_COLUMN = "_text"
 KEY_COLUMN = "session_key"
 FAILED_DIR = "failed"
 SESSION_ACTOR_CPUS = 0.25
-TURN_NODES_CPUS = 0.05
 # the build's actors share the node's cores with each other: the libraries that would start a
 # thread pool per process (polars, HF tokenizers / rayon) run on the actor's own thread
 WORKER_ENV = {"POLARS_MAX_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "RAYON_NUM_THREADS": "1"}
@@ -140,6 +139,7 @@ class EmbedOp:
         from memlib.compose.vectors import TurnEncoder
 
         self.encoder = TurnEncoder(cfg, threads=threads)
+        self.encoder.encode(["warm-up"], ["a first run sizes the model's buffers"])  # not on the first block
         self.gpu_ids = [str(g) for g in ray.get_gpu_ids()]
 
     def __call__(self, batch: pa.Table) -> pa.Table:
@@ -167,10 +167,12 @@ class SessionLocalOp:
     """Session-local stages of every session of a block; writes the block's kept outputs."""
 
     def __init__(self, cfg: MemlibConfig, recipe: str, store: str, build_key: str):
+        from memlib.compose.sessions import prepare
+
         self.cfg = cfg
         self.plan = get_recipe(recipe)
         self.store = SessionStore(store, build_key, cfg.embed.dim)
-        self.nlp = None  # spaCy, loaded by the first session that needs it, then kept
+        self.nlp = prepare(cfg, self.plan)  # spaCy and the steps' modules, loaded while the embed pass runs
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         out = []

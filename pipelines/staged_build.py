@@ -36,7 +36,6 @@ from pipelines.operators import (
     ROW_SCHEMA,
     RUNTIME_ENV,
     SESSION_ACTOR_CPUS,
-    TURN_NODES_CPUS,
     EmbedOp,
     RowKind,
     SessionLocalOp,
@@ -59,6 +58,7 @@ class SessionPlan:
     pending: int           # of which not kept yet
     pending_turns: int
     tenant_blocks: dict[str, list[str]] = field(default_factory=dict)  # tenant -> ids of blocks it waits for
+    tenant_pending: dict[str, list[str]] = field(default_factory=dict)  # tenant -> its session keys in those blocks
 
 
 def plan_sessions(shards: list[TenantShard], store: SessionStore, build_key: str, work_dir: Path,
@@ -95,6 +95,7 @@ def plan_sessions(shards: list[TenantShard], store: SessionStore, build_key: str
         plan.sessions += len(distinct)
         kept = store.known(distinct) if reuse else set()
         todo = [k for k in distinct if k not in kept]
+        plan.tenant_pending[shard.tenant_id] = todo
         if not todo:
             continue
         todo_turns = turns.filter(pc.is_in(turns.column(KEY_COLUMN), value_set=pa.array(todo, pa.string())))
@@ -139,7 +140,7 @@ def resources(cfg: MemlibConfig, total_cpus: float, n_blocks: int, n_tenants: in
     r = cfg.ray
     session_actors = max(1, min(int(total_cpus), max(1, n_blocks)))
     tenant_actors = max(1, min(int(total_cpus), max(1, n_tenants)))
-    taken = session_actors * SESSION_ACTOR_CPUS + tenant_actors * TENANT_ACTOR_CPUS + TURN_NODES_CPUS
+    taken = session_actors * SESSION_ACTOR_CPUS + tenant_actors * TENANT_ACTOR_CPUS
     free = max(SESSION_ACTOR_CPUS, total_cpus - taken)
     actors = r.embed_actors or max(1, int(round(total_cpus / r.embed_cpus)))
     actors = max(1, min(actors, max(1, n_blocks)))
@@ -149,20 +150,31 @@ def resources(cfg: MemlibConfig, total_cpus: float, n_blocks: int, n_tenants: in
 
 
 def build_dataset(plan: SessionPlan, shards: list[TenantShard], cfg: MemlibConfig, recipe: str, store: str,
-                  build_key: str, work: Path, total_cpus: float) -> ray.data.Dataset:
-    """The build's one dataset: block rows, then tenant rows (largest first), four operators."""
+                  build_key: str, work: Path, total_cpus: float,
+                  worker_env_inherited: bool = False) -> ray.data.Dataset:
+    """The build's one dataset: block rows, then tenant rows (largest first), four operators.
+    ``worker_env_inherited``: the workers already have :data:`~pipelines.operators.WORKER_ENV`
+    (a local instance started with it), so the operators ask for no runtime environment."""
     from pipelines.llm_actors import llm_steps, shared_limiter
 
     res = resources(cfg, total_cpus, len(plan.blocks), len(shards))
-    items = [{"kind": RowKind.BLOCK.value, "item": block_item(p)} for p in plan.blocks]
-    items += [{"kind": RowKind.TENANT.value, "item": tenant_item(s, plan.tenant_blocks.get(s.tenant_id, []), work)}
-              for s in sorted(shards, key=lambda s: (-s.turns, s.tenant_id))]
+    # tenant rows first: they pass the session operators before any block occupies them, so a
+    # tenant actor can read the tenant's sessions kept by earlier runs while this run's blocks
+    # are computed
+    items = [{"kind": RowKind.TENANT.value,
+              "item": tenant_item(s, plan.tenant_blocks.get(s.tenant_id, []), work,
+                                  plan.tenant_pending.get(s.tenant_id, []))}
+             for s in sorted(shards, key=lambda s: (-s.turns, s.tenant_id))]
+    items += [{"kind": RowKind.BLOCK.value, "item": block_item(p)} for p in plan.blocks]
     table = pa.Table.from_pylist([{**i, "turns": None, "vectors": None, "summary": None} for i in items],
                                  schema=ROW_SCHEMA)
     ds = ray.data.from_arrow([table.slice(i, 1) for i in range(table.num_rows)])  # one row per block
-    common = {"batch_size": 1, "batch_format": BATCH_FORMAT, "runtime_env": RUNTIME_ENV}
-    ds = ds.map_batches(turn_nodes_op, num_cpus=TURN_NODES_CPUS, fn_kwargs={"cfg": cfg}, **common)
+    env = {} if worker_env_inherited else {"runtime_env": RUNTIME_ENV}
+    common = {"batch_size": 1, "batch_format": BATCH_FORMAT, **env}
     gpus = {"num_gpus": res.embed_gpus} if res.embed_gpus else {}
+    # the same resources as the embed operator, so Ray Data fuses the two: turn_nodes runs in the
+    # embed actors (a few ms per block) instead of starting a task worker of its own
+    ds = ds.map_batches(turn_nodes_op, num_cpus=res.embed_cpus, **gpus, fn_kwargs={"cfg": cfg}, **common)
     ds = ds.map_batches(EmbedOp, num_cpus=res.embed_cpus, **gpus, **common,
                         compute=ray.data.ActorPoolStrategy(size=res.embed_actors),
                         fn_constructor_kwargs={"cfg": cfg, "threads": res.embed_threads})
@@ -197,20 +209,19 @@ def _session_stats(plan: SessionPlan, blocks: list[dict[str, Any]], pass_s: floa
 
 
 def run_staged(shards: list[TenantShard], cfg: MemlibConfig, recipe: str, *, store: str | Path, build_key: str,
-               workers: int, total_cpus: float, reuse: bool = True,
-               stats: dict[str, Any] | None = None) -> Iterator[dict[str, Any]]:
+               total_cpus: float, reuse: bool = True, stats: dict[str, Any] | None = None,
+               worker_env_inherited: bool = False) -> Iterator[dict[str, Any]]:
     """The staged build of ``shards``; yields one summary per tenant as it finishes (an ``error``
     key when it failed). ``stats`` receives the session operators' figures once all are done."""
     if not shards:
         return
-    del workers  # the tenant pool has one actor per CPU (resources())
     store = str(store)
     key = session_build_key(cfg, build_key)
     work = Path(shards[0].turns_path).parent.parent / "_work"
     start = time.time()
     plan = plan_sessions(shards, SessionStore(store, key, cfg.embed.dim), key, work / "blocks",
                          cfg.ray.block_turns, reuse)
-    ds = build_dataset(plan, shards, cfg, recipe, store, key, work, total_cpus)
+    ds = build_dataset(plan, shards, cfg, recipe, store, key, work, total_cpus, worker_env_inherited)
     blocks: list[dict[str, Any]] = []
     for row in ds.iter_rows():
         summary = json.loads(row["summary"])

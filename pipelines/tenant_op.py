@@ -42,14 +42,21 @@ def write_parquet(table: pa.Table, path: str, table_schema: pa.Schema, name: str
     os.replace(tmp, path)
 
 
-def tenant_item(shard: TenantShard, blocks: list[str], work: str | Path) -> str:
-    return json.dumps({"shard": shard.row(), "blocks": sorted(blocks), "work": str(work)})
+def tenant_item(shard: TenantShard, blocks: list[str], work: str | Path, pending: list[str]) -> str:
+    """A tenant row: its shard, the blocks holding its sessions computed in this run, and the
+    keys of those sessions (``pending``; every other session of the tenant is kept already)."""
+    return json.dumps({"shard": shard.row(), "blocks": sorted(blocks), "work": str(work),
+                       "pending": sorted(pending)})
 
 
 class TenantOp:
     """Tenant-level stages of one tenant from its kept session outputs; writes its staged tables."""
 
     def __init__(self, cfg: MemlibConfig, recipe: str, store: str, build_key: str, llm_limiter: Any = None):
+        from memlib.compose.reference import prepare_tenant_steps
+        from memlib.graph import tenant  # noqa: F401 - graph-tool's import, not on the first tenant
+
+        prepare_tenant_steps(cfg, recipe)  # while the first tenant's sessions are still computed
         self.cfg = cfg
         self.recipe = recipe
         self.store_dir = store
@@ -67,8 +74,7 @@ class TenantOp:
                 item = json.loads(row["item"])
                 shard = TenantShard(**item["shard"])
                 try:
-                    waited = self.wait_for_blocks(item["blocks"], Path(item["work"]))
-                    summary = {**self.build_one(shard), "waited_s": round(waited, 3)}
+                    summary = self.build_one(shard, item["blocks"], Path(item["work"]), set(item["pending"]))
                 except Exception as exc:  # noqa: BLE001 - one tenant's failure is reported, never another's
                     summary = {"tenant_id": shard.tenant_id, "error": failure_reason(exc)}
                 row["summary"] = json.dumps(summary)
@@ -100,7 +106,27 @@ class TenantOp:
             self.extras = llm_extras(self.cfg, self.store_dir, self.llm_limiter) if uses_llm else {}
         return self.extras
 
-    def build_one(self, shard: TenantShard) -> dict[str, Any]:
+    def read_sessions(self, order: list[str], blocks: list[str], work: Path,
+                      pending: set[str]) -> tuple[Any, Any, float]:
+        """The kept outputs of every session in ``order``: first those kept by earlier runs (read
+        while this run's blocks are still computed; never one of ``pending``, the sessions this
+        run computes), then, once ``blocks`` are kept, the others. Returns (outputs, turn vectors, seconds waited for the blocks)."""
+        from memlib.compose.sessions import SessionOutput
+        from memlib.compose.vectors import TurnVectors
+
+        self.sessions.refresh()  # blocks written since this actor started
+        kept = self.sessions.known(k for k in order if k not in pending)
+        parts = [self.sessions.read([k for k in order if k in kept])] if kept else []
+        waited = self.wait_for_blocks(blocks, work)
+        now = [k for k in order if k not in kept]
+        if now:
+            self.sessions.refresh()
+            parts.append(self.sessions.read(now))
+        outputs = SessionOutput.concat([p for p, _ in parts])
+        vectors = TurnVectors.concat([v for _, v in parts], self.cfg.embed.dim)
+        return outputs, vectors, waited
+
+    def build_one(self, shard: TenantShard, blocks: list[str], work: Path, pending: set[str]) -> dict[str, Any]:
         import ray
 
         from memlib.compose.reference import tenant_steps
@@ -111,8 +137,8 @@ class TenantOp:
         turns = sort_turns(pq.read_table(shard.turns_path))
         keys = session_keys(turns, self.build_key)
         order = list(dict.fromkeys(keys.to_pylist()))
-        self.sessions._index = None  # blocks written since this actor started
-        parts, vectors = self.sessions.read(order)
+        parts, vectors, waited = self.read_sessions(order, blocks, work, pending)
+        start += waited  # the tenant's own seconds: reading (its turns too) and its stages, not the wait
         read_s = time.perf_counter() - start
         extras = self._extras()
         out = tenant_steps(turns, parts, vectors, self.cfg, order, self.recipe, nlp=self.nlp, extras=extras)
@@ -130,7 +156,7 @@ class TenantOp:
         llm = call_summary(calls)
         out.timings["read_sessions"] = round(read_s, 3)
         return {"tenant_id": shard.tenant_id, "turns": turns.num_rows, "sessions": len(order),
-                "timings": out.timings, "seconds": round(time.perf_counter() - start, 3),
+                "waited_s": round(waited, 3), "timings": out.timings, "seconds": round(time.perf_counter() - start, 3),
                 "cpu_s": round(time.process_time() - cpu, 3), "pid": os.getpid(),
                 "node_id": ray.get_runtime_context().get_node_id(), **out.counts(),
                 **({"llm": llm} if llm else {})}

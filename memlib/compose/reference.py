@@ -174,6 +174,19 @@ def tenant_steps(turns: pa.Table, parts: SessionOutput, vectors: TurnVectors, cf
                         token_matrix=matrix)
 
 
+def prepare_tenant_steps(cfg: MemlibConfig, recipe: str | Sequence[Step] = DEFAULT_RECIPE) -> None:
+    """Import now what :func:`tenant_steps` would import on its first tenant: the extractors of
+    the configured backends and the modules of the tenant steps (a worker calls it when it starts,
+    while the sessions of its first tenant are still being computed)."""
+    from memlib.extract.base import backend_of, configured, get_extractor
+    from memlib.text import clues  # noqa: F401 - imported for its load time
+
+    plan = get_recipe(recipe) if isinstance(recipe, str) else tuple(recipe)
+    for extraction in configured(cfg):
+        if Step(extraction.value) in plan:
+            get_extractor(extraction, backend_of(cfg, extraction))
+
+
 def embed_turns(turns: pa.Table, keys: pa.Array, cfg: MemlibConfig, encoder: TurnEncoder) -> TurnVectors:
     """The embed pass over ``turns`` (what the Ray embed operator runs on a block)."""
     return encoder.encode(turns.column("node_id").to_pylist(), turn_texts(turns, cfg).to_pylist())
@@ -200,11 +213,7 @@ def process_tenant(turns: pa.Table, cfg: MemlibConfig, encoder: TurnEncoder, nlp
         parts.append(out)
         vecs.append(tv)
         order.append(key)
-    merged = TurnVectors(
-        [n for v in vecs for n in v.node_ids],
-        np.concatenate([v.vectors for v in vecs]) if vecs else np.zeros((0, cfg.embed.dim), np.float32),
-        [t for v in vecs for t in v.token_ids] if vecs and all(v.token_ids is not None for v in vecs) else None,
-        [t for v in vecs for t in v.token_vectors] if vecs and all(v.token_vectors is not None for v in vecs) else None)
+    merged = TurnVectors.concat(vecs, cfg.embed.dim)
     out = tenant_steps(turns, SessionOutput.concat(parts), merged, cfg, order, plan, nlp=nlp, extras=extras)
     out.timings = {**timer.rounded(), **out.timings}
     return out

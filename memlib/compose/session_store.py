@@ -70,6 +70,10 @@ class SessionStore:
         self._index = None
 
     # ---- reading -------------------------------------------------------------------------------
+    def refresh(self) -> None:
+        """Forget the index read so far: blocks written since then (by other workers) count."""
+        self._index = None
+
     def index(self) -> pa.Table:
         """(session_key, tenant_id, turns, block) of every kept session."""
         if self._index is None:

@@ -171,6 +171,24 @@ def session_local(turns: pa.Table, vectors: np.ndarray, key: str, cfg: MemlibCon
     return SessionOutput({name: _keyed(t, name, key) for name, t in out.items()}), nlp
 
 
+def prepare(cfg: MemlibConfig, plan: Sequence[Step]) -> Any:
+    """Load now what :func:`session_local` would load on its first session: the modules of its
+    steps, the drafted extractors and the spaCy pipeline they parse with (returned; None when
+    no step parses). A worker calls it when it starts, so the first session it gets waits for
+    none of it."""
+    from memlib.text import gate, segment, structure  # noqa: F401 - imported for their load time
+
+    drafted = [s for s in DRAFTED if s in plan and getattr(cfg, s.value).backend == Backend.HEURISTIC]
+    if not drafted:
+        return None
+    from memlib.extract.base import get_extractor
+    from memlib.text.nlp import load_nlp
+
+    for step in drafted:
+        get_extractor(step.value, Backend.HEURISTIC)
+    return load_nlp(cfg.triplets.spacy_model)
+
+
 def turn_texts(turns: pa.Table, cfg: MemlibConfig) -> pa.Array:
     """The text of each turn's node (what the encoder sees), row-aligned with ``turns``."""
     from memlib.text.structure import index_texts

@@ -54,6 +54,15 @@ class TurnVectors:
         return pa.table(cols, schema=schema.turn_vectors_schema(dim))
 
     @classmethod
+    def concat(cls, parts: Sequence[TurnVectors], dim: int) -> TurnVectors:
+        """One :class:`TurnVectors` of ``parts`` in order (token vectors kept only when every part has them)."""
+        tokens = bool(parts) and all(p.token_ids is not None and p.token_vectors is not None for p in parts)
+        return cls([n for p in parts for n in p.node_ids],
+                   np.concatenate([p.vectors for p in parts]) if parts else np.zeros((0, dim), np.float32),
+                   [t for p in parts for t in p.token_ids] if tokens else None,  # type: ignore[union-attr]
+                   [t for p in parts for t in p.token_vectors] if tokens else None)  # type: ignore[union-attr]
+
+    @classmethod
     def from_table(cls, table: pa.Table) -> TurnVectors:
         emb = table.column("vector").combine_chunks()
         dim = emb.type.list_size

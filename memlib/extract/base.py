@@ -141,25 +141,32 @@ def register(cls: type) -> type:
     return cls
 
 
-BUILTIN_MODULES = ("memlib.extract.facts", "memlib.extract.triplets", "memlib.extract.events",
-                   "memlib.extract.reflections", "memlib.extract.llm")
+# the modules that register each backend's extractors (importing one registers its classes); a
+# backend's modules are imported when one of its extractors is first asked for, so a heuristic
+# build never imports the LLM stack (the OpenAI client costs about half a second per process)
+BUILTIN_MODULES: dict[Backend, tuple[str, ...]] = {
+    Backend.HEURISTIC: ("memlib.extract.facts", "memlib.extract.triplets", "memlib.extract.events",
+                        "memlib.extract.reflections"),
+    Backend.LLM: ("memlib.extract.llm",),
+}
 
 
-def _load_builtin() -> None:
-    """Import the backend modules; importing one registers its classes via :func:`register`."""
-    for mod in BUILTIN_MODULES:
-        try:
-            importlib.import_module(mod)
-        except ModuleNotFoundError as exc:
-            if exc.name != mod:
-                raise
+def _load_builtin(backends: Iterable[Backend] = tuple(Backend)) -> None:
+    """Import the modules of ``backends``; importing one registers its classes via :func:`register`."""
+    for backend in backends:
+        for mod in BUILTIN_MODULES[backend]:
+            try:
+                importlib.import_module(mod)
+            except ModuleNotFoundError as exc:
+                if exc.name != mod:
+                    raise
 
 
 def get_extractor(stage: Extraction | str, backend: Backend | str) -> Extractor:
     """A new instance of the extractor registered for ``(stage, backend)``."""
     key = (Extraction(stage), Backend(backend))
     if key not in _REGISTRY:
-        _load_builtin()
+        _load_builtin([key[1]])
     if key not in _REGISTRY:
         known = sorted(f"{s.value}/{b.value}" for s, b in _REGISTRY)
         raise UnknownExtractorError(f"no extractor for {key[0].value}/{key[1].value}; known: {known}")

@@ -62,7 +62,7 @@ def test_operators_read_and_write_their_declared_columns(ray_local, tmp_path):
         or set(Path(p).stem for p in plan.blocks) <= {b for bs in plan.tenant_blocks.values() for b in bs}
     block = ops.batch_of([{"kind": "block", "item": ops.block_item(plan.blocks[0]), "turns": None,
                            "vectors": None, "summary": None}])
-    tenant = ops.batch_of([{"kind": "tenant", "item": tenant_item(shards[0], [], tmp_path / "work"),
+    tenant = ops.batch_of([{"kind": "tenant", "item": tenant_item(shards[0], [], tmp_path / "work", []),
                             "turns": None, "vectors": None, "summary": None}])
     read = ops.turn_nodes_op(block, cfg)
     _only_declared_changed(block, read, ops.TURN_NODES_IO, mine=True)
@@ -94,8 +94,8 @@ def test_embed_resources_come_from_config():
     r = resources(cfg, total_cpus=2, n_blocks=10, n_tenants=5)
     # two single-thread embed actors, two session-local and two tenant actors on 2 CPUs, all placed at once
     assert (r.embed_actors, r.embed_cpus, r.embed_gpus, r.embed_threads, r.session_actors, r.tenant_actors) == \
-        (2, 0.475, 0.0, 1, 2, 2)
-    assert r.embed_actors * r.embed_cpus + r.session_actors * 0.25 + r.tenant_actors * 0.25 + 0.05 <= 2
+        (2, 0.5, 0.0, 1, 2, 2)
+    assert r.embed_actors * r.embed_cpus + r.session_actors * 0.25 + r.tenant_actors * 0.25 <= 2
     cfg.ray.embed_gpus, cfg.ray.embed_cpus, cfg.ray.embed_actors = 1.0, 0.5, 3
     r = resources(cfg, total_cpus=8, n_blocks=10)
     assert (r.embed_actors, r.embed_cpus, r.embed_gpus) == (3, 0.5, 1.0)
@@ -210,7 +210,7 @@ def test_a_failing_tenant_is_reported_with_its_reason(tmp_path):
     broken, other = shards[0], shards[1]
     Path(broken.turns_path).unlink()  # its input block vanished: reading it raises
     op = TenantOp(cfg, "turns", str(writer.path), "key")
-    row = {"kind": "tenant", "item": tenant_item(broken, [], tmp_path / "work"), "turns": None, "vectors": None,
+    row = {"kind": "tenant", "item": tenant_item(broken, [], tmp_path / "work", []), "turns": None, "vectors": None,
            "summary": None}
     summary = json.loads(op(ops.batch_of([row])).column("summary")[0].as_py())
     assert summary["tenant_id"] == broken.tenant_id
@@ -220,7 +220,7 @@ def test_a_failing_tenant_is_reported_with_its_reason(tmp_path):
     # a block that failed upstream: its failure marker names the reason, the tenant does not wait
     item = {"block_id": "b1", "work": str(tmp_path / "work")}
     ops.mark_failed(item, "embed", ValueError("the encoder could not read this"))
-    row = {"kind": "tenant", "item": tenant_item(other, ["b1"], tmp_path / "work"), "turns": None, "vectors": None,
+    row = {"kind": "tenant", "item": tenant_item(other, ["b1"], tmp_path / "work", []), "turns": None, "vectors": None,
            "summary": None}
     summary = json.loads(op(ops.batch_of([row])).column("summary")[0].as_py())
     assert summary["tenant_id"] == other.tenant_id and "block b1" in summary["error"], summary
