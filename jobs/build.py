@@ -17,7 +17,7 @@ from typing import Any
 
 import ray
 
-from jobs.local_ray import start_local
+from jobs.local_ray import start_local, workers_inherit
 from memlib.compose.recipe import DEFAULT_RECIPE
 from memlib.config import MemlibConfig
 from pipelines.operators import WORKER_ENV
@@ -44,15 +44,13 @@ def init_ray(address: str | None, num_cpus: int | None, *, token_auth: bool = Tr
     operators' worker environment and, with ``token_auth`` (``ray.local_token_auth``), a fresh
     token (:mod:`jobs.local_ray`)."""
     address = address or os.environ.get("RAY_ADDRESS")
-    inherited = False
     if not ray.is_initialized():
         if address:
             ray.init(address=address, log_to_driver=False)
         else:
             start_local(num_cpus, token_auth=token_auth, worker_env=WORKER_ENV)
-            inherited = True
     ray.data.DataContext.get_current().enable_progress_bars = True
-    return RayTarget(int(num_cpus or ray.cluster_resources().get("CPU", 1)), inherited)
+    return RayTarget(int(num_cpus or ray.cluster_resources().get("CPU", 1)), workers_inherit(WORKER_ENV))
 
 
 def run_build(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: str | Path, address: str | None = None,

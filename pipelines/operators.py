@@ -9,13 +9,15 @@ kind of row on untouched:
 ==================  ======  ==============================  =====================  ========================
 operator            kind    reads                           writes                 runs on
 ==================  ======  ==============================  =====================  ========================
-``turn_nodes``      block   item (block file)               turns (+ node text)    tasks
+``turn_nodes``      block   item (block file)               turns (+ node text)    the embed actors (fused)
 ``embed``           block   turns                           vectors (TURN_VECTORS)  actors: ray.embed_*
 ``session_local``   block   turns, vectors                  summary (outputs kept)  actors (spaCy)
 ``tenant``          tenant  item (shard, its blocks)        summary (tables)       actors (pipelines.tenant_op)
 ==================  ======  ==============================  =====================  ========================
 
-The embed operator is the only place a model is loaded; its actors take ``ray.embed_cpus``
+``turn_nodes`` asks for the embed operator's resources, so Ray Data fuses the two and runs it
+in the embed actors (a few milliseconds per block, no worker of its own to start). The embed
+operator is the only place a model is loaded; its actors take ``ray.embed_cpus``
 CPUs and ``ray.embed_gpus`` GPUs each (config). A block that fails in an operator leaves a
 failure marker (``_work/failed/BLOCK.json``) and an error summary instead of raising: the
 tenants whose sessions it held are reported failed, every other tenant is built.

@@ -110,7 +110,8 @@ class TenantOp:
                       pending: set[str]) -> tuple[Any, Any, float]:
         """The kept outputs of every session in ``order``: first those kept by earlier runs (read
         while this run's blocks are still computed; never one of ``pending``, the sessions this
-        run computes), then, once ``blocks`` are kept, the others. Returns (outputs, turn vectors, seconds waited for the blocks)."""
+        run computes), then, once ``blocks`` are kept, the others. Returns (outputs, turn vectors,
+        seconds waited for the blocks)."""
         from memlib.compose.sessions import SessionOutput
         from memlib.compose.vectors import TurnVectors
 

@@ -8,8 +8,9 @@
    (node ids, node texts, edges and vectors) and ``auto`` / ``bm25`` recall is evaluated on both.
 
 By default the full build and the nightly run are each a ``memlib build`` child process (with
-its own local Ray, as a cron job runs them); ``--same-process`` runs both here, the nightly run
-finding Ray already started.
+its own local Ray, as a cron job on one machine runs them: both pay Ray's start and stop);
+``--same-process`` starts Ray here first and runs both on it, as jobs submitted to a running
+cluster find it up (neither pays Ray's start).
 
 Prints one JSON line: full_build_s, nightly_s, nightly_ratio = nightly_s / full_build_s,
 sessions computed by the nightly run, equal_to_full_build and the recall of both stores.
@@ -89,15 +90,17 @@ def register(bench_app: typer.Typer) -> None:
         strategies: Annotated[str, typer.Option("--strategies")] = "auto,bm25",
         workdir: Annotated[Optional[Path], typer.Option("--workdir", help="keep the stores here")] = None,
         fresh: Annotated[bool, typer.Option("--fresh-process/--same-process", help="run the full build and the "
-                                            "nightly run each in a process of its own (with its own Ray start, "
-                                            "as a cron job would), or both in this one")] = True,
+                                            "nightly run each in a process of its own (with its own Ray start "
+                                            "and stop, as a cron job on one machine would), or both in this one "
+                                            "on a Ray started before either (as jobs submitted to a running "
+                                            "cluster)")] = True,
     ) -> None:
         """Full build, one new session in a few tenants, nightly run; cost ratio and equality."""
         from jobs.local_ray import export_local_ray_env
 
         export_local_ray_env()
         cfg = get_config(config, set_)
-        from jobs.build import run_build
+        from jobs.build import init_ray, run_build
         from jobs.measure import timed_build
         from jobs.nightly import run_incremental
 
@@ -114,7 +117,8 @@ def register(bench_app: typer.Typer) -> None:
                 nightly_s = timed_build(new_input, store, num_cpus, None, work / "nightly.log", config, set_,
                                         "longmemeval", ("--incremental",))
                 m = json.loads((store / "manifest.json").read_text(encoding="utf-8"))
-            else:  # one process: the nightly run finds Ray started by the full build
+            else:  # one process with Ray started first: both runs find it up, as jobs on a running cluster do
+                init_ray(None, num_cpus, token_auth=cfg.ray.local_token_auth)
                 start = time.perf_counter()
                 run_build(cfg, input, "longmemeval", store, num_cpus=num_cpus)
                 full_s = time.perf_counter() - start

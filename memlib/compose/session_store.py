@@ -44,10 +44,16 @@ def block_id(session_keys: Iterable[str]) -> str:
     return h.hexdigest()[:24]
 
 
+# float16 token vectors do not compress (zstd keeps ~92 % of their size) and decompressing them
+# was most of the time a tenant took to read its sessions back: stored as they are (measured on
+# 20 blocks of LongMemEval sessions: read 1.39 -> 0.40 s, write 1.91 -> 1.00 s, +8 % on disk)
+_RAW = frozenset({"token_vectors"})
+
+
 def _write(table: pa.Table, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".tmp-{os.getpid()}-{path.name}")
-    pq.write_table(table, tmp, compression="zstd")
+    pq.write_table(table, tmp, compression={c: "none" if c in _RAW else "zstd" for c in table.column_names})
     os.replace(tmp, path)
 
 

@@ -101,15 +101,19 @@ def _pairs_above(v: np.ndarray, threshold: float, top_k: int | None) -> tuple[np
         block = v[start:start + BLOCK] @ v.T
         idx = np.arange(start, min(start + BLOCK, n))
         block[np.arange(len(idx)), idx] = -np.inf  # no self pairs
-        if top_k is not None and top_k < n - 1:
-            part = np.argpartition(-block, top_k, axis=1)[:, :top_k]
-            mask = np.zeros_like(block, dtype=bool)
-            np.put_along_axis(mask, part, True, axis=1)
-            block = np.where(mask, block, -np.inf)
-        r, c = np.nonzero(block > threshold)
+        r, c = np.nonzero(block > threshold)       # few: most pairs are far below the threshold
+        s = block[r, c]
+        if top_k is not None and r.size:
+            # each row's top_k of its pairs above the threshold (ties: the lower column first)
+            order = np.lexsort((c, -s, r))
+            r, c, s = r[order], c[order], s[order]
+            first = np.flatnonzero(np.r_[True, r[1:] != r[:-1]])
+            rank = np.arange(r.size) - np.repeat(first, np.diff(np.r_[first, r.size]))
+            keep = rank < top_k
+            r, c, s = r[keep], c[keep], s[keep]
         rows.append(idx[r])
         cols.append(c)
-        sims.append(block[r, c])
+        sims.append(s)
     if not rows:
         return np.zeros(0, int), np.zeros(0, int), np.zeros(0, np.float32)
     i, j, s = np.concatenate(rows), np.concatenate(cols), np.concatenate(sims)
