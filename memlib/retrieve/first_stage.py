@@ -156,19 +156,25 @@ def approximate_scores(post: TokenPostings, idf: np.ndarray, q_ids: np.ndarray, 
     for qi, reach in enumerate(reached_ids(post, sim, p)):
         if reach.size == 0:
             continue
+        lo, lengths = post.ptr[reach], post.ptr[reach + 1] - post.ptr[reach]
+        held = post.turns[np.repeat(lo - np.cumsum(np.r_[0, lengths[:-1]]), lengths) + np.arange(lengths.sum())]
         best[:] = 0.0
-        for v in reach[np.argsort(sim[qi, reach], kind="stable")]:        # ascending: the last write is the max
-            best[post.turns[post.ptr[v]:post.ptr[v + 1]]] = sim[qi, v]
+        np.maximum.at(best, held, np.repeat(sim[qi, reach], lengths))  # per turn: its best reached id
         score += idf[q_ids[qi]] * best
     return score
 
 
 def select(scores: np.ndarray, n: int) -> np.ndarray:
-    """Positions of the ``n`` best first-stage scores, ascending."""
+    """Positions of the ``n`` best first-stage scores, ascending; of equal scores at the cut, the
+    first positions (copies of one session score alike: the choice never depends on which other
+    turns were looked at)."""
     if n >= scores.size:
         return np.arange(scores.size)
-    top = np.argpartition(-scores, n - 1)[:n] if n > 0 else np.zeros(0, dtype=np.int64)
-    return np.sort(top)
+    if n <= 0:
+        return np.zeros(0, dtype=np.int64)
+    kth = np.partition(scores, scores.size - n)[scores.size - n]  # the n-th best score
+    above = np.flatnonzero(scores > kth)
+    return np.sort(np.r_[above, np.flatnonzero(scores == kth)[:n - above.size]])
 
 
 def select_by_role(scores: np.ndarray, assistant: np.ndarray, n: int, n_assistant: int,
@@ -180,6 +186,10 @@ def select_by_role(scores: np.ndarray, assistant: np.ndarray, n: int, n_assistan
     are most of the rows the exact MaxSim would read). ``by_role``: those two position arrays,
     when already known (``TurnFrame.by_role``)."""
     other, asst = by_role if by_role is not None else (np.flatnonzero(~assistant), np.flatnonzero(assistant))
+    reached = np.flatnonzero(scores > 0)  # usually a few thousand of the tenant's turns
+    is_asst = assistant[reached]
+    if int((~is_asst).sum()) >= n and int(is_asst.sum()) >= n_assistant:  # the best are among them
+        other, asst = reached[~is_asst], reached[is_asst]
     return np.sort(np.r_[other[select(scores[other], n)], asst[select(scores[asst], n_assistant)]])
 
 

@@ -121,13 +121,14 @@ def test_auto_with_first_stage_over_every_turn_ranks_as_without(cache):
                                             assistant_candidates=n, exact_min_cos=-1.0), query, 10)
     assert [t.node_id for t in staged.turns] == [t.node_id for t in plain.turns]
     assert [r.score for r in staged.nodes] == pytest.approx([r.score for r in plain.nodes])
-    # few candidates: fewer turns scored, the best turn still first
-    few = run_search(index, get_strategy("auto", retrieve_config(), first_stage_turns=1, candidates=5,
-                                         exact_min_cos=-1.0), query, 10)
-    assert few.turns[0].node_id == plain.turns[0].node_id
-    # far rows read by their centroid (the default): the best turn stays near the top
+    # few candidates: fewer turns scored, the best turn still first when the stage reaches it (the
+    # query above matches no turn well: its best is a zero-score tie the stage may not pick)
     asked = "who took over the garden beds and sends photos of the tomatoes?"
     want = run_search(index, get_strategy("auto", retrieve_config()), asked, 10).turns[0]
+    few = run_search(index, get_strategy("auto", retrieve_config(), first_stage_turns=1, candidates=3,
+                                         exact_min_cos=-1.0), asked, 10)
+    assert few.turns[0].node_id == want.node_id
+    # far rows read by their centroid (the default): the best turn stays near the top
     mixed = run_search(index, get_strategy("auto", retrieve_config(), first_stage_turns=1), asked, 10)
     assert "Franco" in want.text and mixed.turns[0].node_id == want.node_id
 
