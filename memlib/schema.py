@@ -150,6 +150,22 @@ FACT_DRAFTS = pa.schema([
 ])
 
 # an entity mention, in turn order, before entities are canonicalized over the tenant
+# per session: its keyphrase candidates scored by RAKE with its own speakers' names banned
+# (memlib/text/clues.py clue_drafts); the tenant's clue step ranks them by IDF over its sessions
+CLUE_DRAFTS = pa.schema([
+    pa.field("tenant_id", pa.string(), nullable=False),
+    pa.field("conversation_id", pa.string(), nullable=False),
+    pa.field("session_id", pa.string(), nullable=False),
+    pa.field("session_time", TS),
+    pa.field("turn_ids", pa.list_(pa.string())),          # turn node ids, in order
+    pa.field("speakers", pa.list_(pa.string())),
+    pa.field("keys", pa.list_(pa.string())),              # candidate keys, their first surface form and score
+    pa.field("surfaces", pa.list_(pa.string())),
+    pa.field("scores", pa.list_(pa.float64())),
+    pa.field("words", pa.list_(pa.string())),             # the candidates' lowercase words
+    pa.field("candidates", pa.list_(pa.list_(pa.string()))),  # to score again under a wider ban
+])
+
 ENTITY_MENTIONS = pa.schema([
     pa.field("session_key", pa.string(), nullable=False),
     pa.field("tenant_id", pa.string(), nullable=False),

@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 import ray
 
 from memlib.compose.session_store import SessionStore, block_id
-from memlib.compose.sessions import session_keys, sort_turns
+from memlib.compose.sessions import SESSION_TABLES, session_keys, sort_turns
 from memlib.config import MemlibConfig
 from pipelines.operators import (
     BATCH_FORMAT,
@@ -193,7 +193,8 @@ def session_build_key(cfg: MemlibConfig, key: str) -> str:
     token vectors (``auto``'s encoder, whether token matrices are kept, how texts are encoded)."""
     from memlib.compose.vectors import auto_encoder_model
 
-    extra = f"{auto_encoder_model(cfg)}|{cfg.retrieve.precompute_token_matrices}|{EMBED_PASS}"
+    kept = ",".join(SESSION_TABLES)  # the tables a session keeps: outputs of another layout are never read
+    extra = f"{auto_encoder_model(cfg)}|{cfg.retrieve.precompute_token_matrices}|{EMBED_PASS}|{kept}"
     return f"{key}-{hashlib.sha256(extra.encode()).hexdigest()[:8]}"
 
 

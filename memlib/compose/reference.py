@@ -156,7 +156,7 @@ def tenant_steps(turns: pa.Table, parts: SessionOutput, vectors: TurnVectors, cf
     state.add(keyed["nodes"].drop_columns(["session_key"]), keyed["edges"].drop_columns(["session_key"]))
     if keyed["segments"].num_rows:
         state.segments = schema.conform(keyed["segments"], schema.SEGMENTS, name="segments")
-    state.drafts = {k: keyed[k] for k in ("fact_drafts", "entity_mentions", "triplet_drafts")}
+    state.drafts = {k: keyed[k] for k in ("fact_drafts", "entity_mentions", "triplet_drafts", "clue_drafts")}
     for stage in plan:
         if stage in TENANT_STEPS:
             with timer.span(stage):

@@ -13,6 +13,7 @@ segment             TURNS, TURN_VECTORS.vector           SEGMENTS (turn_ids)
 gate                TURNS, SEGMENTS                      SEGMENTS (kept_turn_ids, summary)
 structure           TURNS, SEGMENTS                      nodes (session, segment); edges (NEXT,
                                                          IN_SESSION, IN_SEGMENT)
+clues (draft)       TURNS, SEGMENTS (kept turns)         CLUE_DRAFTS (RAKE-scored keyphrase candidates)
 facts (draft)       kept TURNS (spaCy)                   FACT_DRAFTS
 triplets (draft)    kept TURNS (spaCy)                   ENTITY_MENTIONS, TRIPLET_DRAFTS
 ==================  ===================================  ======================================
@@ -50,6 +51,7 @@ SESSION_TABLES: dict[str, pa.Schema] = {
     "fact_drafts": schema.FACT_DRAFTS,
     "entity_mentions": schema.ENTITY_MENTIONS,
     "triplet_drafts": schema.TRIPLET_DRAFTS,
+    "clue_drafts": schema.CLUE_DRAFTS,
 }
 # the heuristic extractors split into a session-local draft and a tenant-level finish; other
 # backends (LLM) run whole at tenant level, where the LLM response cache makes reruns cheap
@@ -158,6 +160,10 @@ def session_local(turns: pa.Table, vectors: np.ndarray, key: str, cfg: MemlibCon
     out = {"nodes": pa.concat_tables([schema.conform(n, schema.NODES_NO_EMBEDDING) for n in nodes]),
            "edges": pa.concat_tables([schema.conform(e, schema.EDGES) for e in edges]),
            "segments": segments if segments is not None else schema.empty(schema.SEGMENTS)}
+    if Step.CLUES in plan:
+        from memlib.text.clues import clue_drafts
+
+        out["clue_drafts"] = clue_drafts(turns, segments)
     drafted = [s for s in DRAFTED if s in plan and getattr(cfg, s.value).backend == Backend.HEURISTIC]
     if drafted:
         from memlib.extract.base import ExtractionContext, get_extractor

@@ -22,10 +22,14 @@ if TYPE_CHECKING:
 
 
 def clues(state: BuildState) -> None:
-    """One clue per session; keyphrase IDF over the tenant's sessions (so tenant-level)."""
-    from memlib.text.clues import session_clues
+    """One clue per session from the sessions' clue drafts (their scored keyphrase candidates,
+    session-local); the keyphrases are ranked by IDF over the tenant's sessions, so tenant-level."""
+    from memlib.text.clues import clue_drafts, clues_from_drafts
 
-    state.add(*session_clues(state.turns, state.segments, state.cfg.clues))
+    drafts = state.drafts.get("clue_drafts")
+    if drafts is None:  # a build state without session drafts: draft every session here
+        drafts = clue_drafts(state.turns, state.segments)
+    state.add(*clues_from_drafts(drafts, state.segments, state.cfg.clues))
 
 
 def kept_turn_ids(state: BuildState) -> frozenset[str] | None:

@@ -19,7 +19,7 @@ from scipy.sparse.csgraph import connected_components
 from memlib import ids, schema
 from memlib.config import ClueConfig
 from memlib.schema import EdgeKind, NodeKind, Source
-from memlib.text.keyphrases import keyphrases
+from memlib.text.keyphrases import candidate_words, candidates, rank, score_doc
 from memlib.text.structure import SESSION_KEYS, index_texts, sort_turns
 
 BLOCK = 1024
@@ -52,14 +52,48 @@ def clue_text(speakers: list[str], phrases: list[str]) -> str:
     return f"{who}: {body}" if who else body
 
 
-def session_clues(turns: pa.Table, segments: pa.Table | None = None,
-                  cfg: ClueConfig | None = None) -> tuple[pa.Table, pa.Table]:
-    """One ``clue`` node per session, HAS_CLUE session->clue and segment->clue edges."""
-    cfg = cfg or ClueConfig()
+def _banned(speakers: list[str]) -> set[str]:
+    return {w.lower() for name in speakers for w in name.split()}
+
+
+def clue_drafts(turns: pa.Table, segments: pa.Table | None = None) -> pa.Table:
+    """Per session of ``turns``: its keyphrase candidates, RAKE-scored with its own speakers'
+    names banned (:data:`memlib.schema.CLUE_DRAFTS`). Depends on the session alone, so the
+    build keeps it with the session's other outputs; :func:`clues_from_drafts` ranks them."""
     docs = _session_docs(turns, segments)
+    rows = []
+    for doc, speakers in zip(docs["doc"].to_list(), docs["speakers"].to_list()):
+        cands = candidates(doc)
+        scores, surface = score_doc(cands, _banned(speakers))
+        rows.append({"keys": list(scores), "surfaces": [surface[k] for k in scores],
+                     "scores": list(scores.values()), "words": sorted(candidate_words(cands)),
+                     "candidates": cands})
+    scored = pl.DataFrame(rows, schema={"keys": pl.List(pl.String), "surfaces": pl.List(pl.String),
+                                        "scores": pl.List(pl.Float64), "words": pl.List(pl.String),
+                                        "candidates": pl.List(pl.List(pl.String))})
+    out = pl.concat([docs.select(SESSION_KEYS + ["session_time", "turn_ids", "speakers"]), scored], how="horizontal")
+    return schema.conform(out.to_arrow(), schema.CLUE_DRAFTS, name="clue_drafts")
+
+
+def _doc_scores(draft: dict, banned: set[str]) -> tuple[dict[str, float], dict[str, str]]:
+    """A session's scores under the tenant's ban: the kept ones unless one of the candidates
+    holds a banned word its own ban did not have (another session's speaker), then scored again."""
+    if (banned - _banned(draft["speakers"])) & set(draft["words"]):
+        return score_doc(draft["candidates"], banned)
+    return dict(zip(draft["keys"], draft["scores"])), dict(zip(draft["keys"], draft["surfaces"]))
+
+
+def clues_from_drafts(drafts: pa.Table, segments: pa.Table | None = None,
+                      cfg: ClueConfig | None = None) -> tuple[pa.Table, pa.Table]:
+    """One ``clue`` node per session of ``drafts`` (session order), HAS_CLUE session->clue and
+    segment->clue edges; keyphrase IDF over those sessions, every speaker's name banned."""
+    cfg = cfg or ClueConfig()
+    docs = pl.from_arrow(drafts.select(schema.CLUE_DRAFTS.names))
     speakers = docs["speakers"].to_list()
-    banned = {w.lower() for names in speakers for name in names for w in name.split()}
-    phrases = keyphrases(docs["doc"].to_list(), cfg.keyphrases, exclude=banned)
+    banned = _banned([name for names in speakers for name in names])
+    phrases = rank([_doc_scores(d, banned) for d in docs.select("speakers", "words", "keys", "scores", "surfaces",
+                                                                  "candidates").iter_rows(named=True)],
+                   cfg.keyphrases)
     keys = docs.select(SESSION_KEYS).rows()
     docs = docs.with_columns(
         pl.Series("node_id", [ids.make_id(NodeKind.CLUE.value, *k) for k in keys], dtype=pl.String),
@@ -86,6 +120,13 @@ def session_clues(turns: pa.Table, segments: pa.Table | None = None,
                                             pl.lit(1.0, dtype=pl.Float32).alias("weight"))
     return (schema.conform(nodes.to_arrow(), schema.NODES_NO_EMBEDDING, name="clue_nodes"),
             schema.conform(edge_df.to_arrow(), schema.EDGES, name="clue_edges"))
+
+
+def session_clues(turns: pa.Table, segments: pa.Table | None = None,
+                  cfg: ClueConfig | None = None) -> tuple[pa.Table, pa.Table]:
+    """One ``clue`` node per session, HAS_CLUE session->clue and segment->clue edges (the drafts
+    and their ranking in one call)."""
+    return clues_from_drafts(clue_drafts(turns, segments), segments, cfg)
 
 
 def _normalize(vectors: np.ndarray) -> np.ndarray:

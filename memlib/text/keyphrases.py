@@ -129,20 +129,24 @@ def _select(ranked: list[str], n: int) -> list[str]:
     return chosen
 
 
-def keyphrases(texts: list[str], n: int, exclude: set[str] | None = None) -> list[list[str]]:
-    """Top ``n`` keyphrases of every text (surface forms), IDF computed over ``texts``.
+def score_doc(cands: list[list[str]], banned: set[str]) -> tuple[dict[str, float], dict[str, str]]:
+    """RAKE score and first surface form of every candidate key of one document, candidates
+    holding a ``banned`` (lowercase) word left out."""
+    return _rake_scores([c for c in cands if not any(_norm(w) in banned for w in c)])
 
-    ``exclude`` holds lowercase words (e.g. speaker names) that may not appear in a phrase.
-    """
-    banned = {w.lower() for w in (exclude or set())}
-    per_doc = []
+
+def candidate_words(cands: list[list[str]]) -> set[str]:
+    """The lowercase words of ``cands`` (what a ban is checked against)."""
+    return {_norm(w) for c in cands for w in c}
+
+
+def rank(per_doc: list[tuple[dict[str, float], dict[str, str]]], n: int) -> list[list[str]]:
+    """Top ``n`` keyphrases (surface forms) of every document from its :func:`score_doc`
+    output, each key weighted by its IDF over the documents passed in."""
     df: Counter[str] = Counter()
-    for text in texts:
-        cands = [c for c in candidates(text) if not any(_norm(w) in banned for w in c)]
-        scores, surface = _rake_scores(cands)
-        per_doc.append((scores, surface))
+    for scores, _ in per_doc:
         df.update(scores.keys())
-    n_docs = len(texts)
+    n_docs = len(per_doc)
     out = []
     for scores, surface in per_doc:
         weighted = {k: s * (math.log((n_docs + 1) / (df[k] + 1)) + 1.0) for k, s in scores.items()}
@@ -150,3 +154,11 @@ def keyphrases(texts: list[str], n: int, exclude: set[str] | None = None) -> lis
         out.append([surface[k] for k in _select(ranked, n)])
     return out
 
+
+def keyphrases(texts: list[str], n: int, exclude: set[str] | None = None) -> list[list[str]]:
+    """Top ``n`` keyphrases of every text (surface forms), IDF computed over ``texts``.
+
+    ``exclude`` holds lowercase words (e.g. speaker names) that may not appear in a phrase.
+    """
+    banned = {w.lower() for w in (exclude or set())}
+    return rank([score_doc(candidates(text), banned) for text in texts], n)
