@@ -48,7 +48,7 @@ from pipelines.tenant_op import TENANT_ACTOR_CPUS, TenantOp, tenant_item
 
 # how the embed pass runs the encoder (memlib.compose.vectors.one_by_one); part of the session
 # build key, so outputs kept by an earlier way of encoding are never reused
-EMBED_PASS = "one-by-one;passage=first-window-all-rows"
+EMBED_PASS = "one-by-one;passage=first-window"
 
 
 @dataclass

@@ -76,11 +76,9 @@ def auto_encoder_model(cfg: Any) -> str:
     return str(strategy_params("auto", cfg).get("encoder", token_model.DEFAULT_MODEL))
 
 
-def one_by_one(encoder: Any, texts: Sequence[str]) -> tuple[list[Any], list[np.ndarray]]:
+def one_by_one(encoder: Any, texts: Sequence[str]) -> tuple[list[Any], list[int]]:
     """``encoder.encode_with_heads`` applied to each text on its own (a batch of one, so no
-    padding): per text (token ids, vectors), and per text its head (the mean of its first
-    window's token vectors, which :func:`memlib.embed.tokens_backend.unit_rows` makes its
-    passage vector).
+    padding): per text (token ids, vectors), and per text the rows of its first window.
 
     The int8 encoder quantizes activations per batch tensor, so in a batch a text's vectors
     depend (slightly) on its batch-mates. Alone, a text's vectors are a function of the text:
@@ -90,7 +88,7 @@ def one_by_one(encoder: Any, texts: Sequence[str]) -> tuple[list[Any], list[np.n
     and LongMemEval-S turns, a batch of one costs 25-35 % less CPU per text than batches of
     32 in length order (docs/benchmarks.md)."""
     out: list[Any] = []
-    heads: list[np.ndarray] = []
+    heads: list[int] = []
     for text in texts:
         enc, head = encoder.encode_with_heads([text])
         out.extend(enc)
@@ -126,7 +124,7 @@ class TurnEncoder:
 
     def encode(self, node_ids: Sequence[str], texts: Sequence[str]) -> TurnVectors:
         """Vectors of ``texts``, each text encoded on its own (see :func:`one_by_one`)."""
-        from memlib.embed.tokens_backend import unit_rows
+        from memlib.embed.tokens_backend import pooled
 
         texts = [t or "" for t in texts]
         tok, heads = one_by_one(self.tokens, texts) if self.tokens is not None and texts else ([], [])
@@ -137,9 +135,10 @@ class TurnEncoder:
         elif self.passages is not None:
             vectors = np.asarray(self.passages.embed_passages(texts), dtype=np.float32)
         elif self.pool_encoder is not None:
-            vectors = unit_rows(one_by_one(self.pool_encoder, texts)[1], self.dim)
+            enc, pool_heads = one_by_one(self.pool_encoder, texts)
+            vectors = pooled([v for _, v in enc], self.dim, pool_heads)
         else:
-            vectors = unit_rows(heads, self.dim)
+            vectors = pooled([v for _, v in tok], self.dim, heads)
         return TurnVectors(list(node_ids), vectors, ids, vecs)
 
 

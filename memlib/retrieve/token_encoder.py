@@ -17,7 +17,6 @@ from memlib.retrieve.token_model import DEFAULT_MODEL, WINDOWED, model_file
 MAX_TOKENS = 128
 _PUNCT = re.compile(r"^\W+$")
 _SPECIAL = frozenset({"[CLS]", "[SEP]", "[PAD]", "[UNK]", "[MASK]"})
-Encoded = tuple[np.ndarray, np.ndarray]  # a text's (content-token ids, unit vectors)
 
 
 class TokenEncoder:
@@ -46,21 +45,15 @@ class TokenEncoder:
         """Per text: (token ids, (n_tokens, dim) unit vectors), content tokens only."""
         return self.encode_with_heads(texts)[0]
 
-    def encode_with_heads(self, texts: Sequence[str]) -> tuple[list[Encoded], list[np.ndarray]]:
-        """:meth:`encode`, plus per text its head: the mean of every content-token vector its first
-        window produces, the rows that window shares with the second included (for a text that
-        fits one window, the mean of all its rows). The returned token rows are unchanged: each
-        content token once, from the window that owns it."""
+    def encode_with_heads(self, texts: Sequence[str]) -> tuple[list[tuple[np.ndarray, np.ndarray]], list[int]]:
+        """:meth:`encode`, plus per text the number of its rows read by its first window (all of
+        them for a text that fits one window)."""
         limit = token_windows.MAX_WINDOWS if self.windowed else 1
         windows = token_windows.split([e.ids for e in self._tok.encode_batch(list(texts))], max_windows=limit)
-        out: list[Encoded] = []
-        means: list[np.ndarray] = []
-        for start in range(0, len(windows), self.batch_size):
-            rows, batch_means = self._batch(windows[start:start + self.batch_size])
-            out += rows
-            means += batch_means
+        out = [r for start in range(0, len(windows), self.batch_size)
+               for r in self._batch(windows[start:start + self.batch_size])]
         return (token_windows.joined(windows, out, len(texts)),
-                token_windows.first_window_means(windows, means, len(texts)))
+                token_windows.first_window_rows(windows, out, len(texts)))
 
     def content_ids(self, texts: Sequence[str]) -> list[np.ndarray]:
         """Per text: the token ids :meth:`encode` returns vectors for, in the same order, without
@@ -74,23 +67,19 @@ class TokenEncoder:
             out += [(ids[row][keep[row]], ids[row][keep[row]]) for row in range(ids.shape[0])]
         return [i for i, _ in token_windows.joined(windows, out, len(texts))]
 
-    def _batch(self, windows: list[token_windows.Window]) -> tuple[list[Encoded], list[np.ndarray]]:
-        """Per window: (ids, unit vectors) of the content tokens of its own share, and the mean of
-        the unit vectors of all its content tokens."""
+    def _batch(self, windows: list[token_windows.Window]) -> list[tuple[np.ndarray, np.ndarray]]:
         ids, mask, share = token_windows.padded(windows)
         feeds = {"input_ids": ids, "attention_mask": mask}
         if "token_type_ids" in self._inputs:
             feeds["token_type_ids"] = np.zeros_like(ids)
         hidden = self._sess.run(None, feeds)[0]  # onnxruntime's run is thread-safe
-        rows, means = [], []
+        res = []
         for row in range(len(windows)):
-            content = (mask[row] == 1) & ~self._drop[ids[row]]
-            vec = hidden[row][content].astype(np.float32)
+            keep = (mask[row] == 1) & ~self._drop[ids[row]] & share[row]
+            vec = hidden[row][keep].astype(np.float32)
             vec /= np.maximum(np.linalg.norm(vec, axis=1, keepdims=True), 1e-12)
-            own = share[row][content]
-            rows.append((ids[row][content][own], vec[own]))
-            means.append(vec.mean(axis=0) if len(vec) else np.zeros(hidden.shape[-1], dtype=np.float32))
-        return rows, means
+            res.append((ids[row][keep], vec))
+        return res
 
 
 _ENCODERS: dict[tuple[int | None, str, str | None], TokenEncoder] = {}

@@ -74,14 +74,14 @@ def padded(windows: Sequence[Window]) -> tuple[np.ndarray, np.ndarray, np.ndarra
     return ids, mask, share
 
 
-def first_window_means(windows: Sequence[Window], means: Sequence[np.ndarray], n_texts: int) -> list[np.ndarray]:
-    """Per text: the ``means`` entry of its first window (every text has one)."""
-    heads: list[np.ndarray | None] = [None] * n_texts
-    for w, m in zip(windows, means):
-        if heads[w.text] is None:
-            heads[w.text] = m
-    assert all(h is not None for h in heads), "a text without a window"
-    return [h for h in heads if h is not None]
+def first_window_rows(windows: Sequence[Window], outputs: Sequence[tuple[np.ndarray, np.ndarray]],
+                      n_texts: int) -> list[int]:
+    """Per text: how many of its output rows (content tokens) come from its first window."""
+    heads = [-1] * n_texts
+    for w, (ids, _) in zip(windows, outputs):
+        if heads[w.text] < 0:
+            heads[w.text] = len(ids)
+    return [max(h, 0) for h in heads]
 
 
 def joined(windows: Sequence[Window], outputs: Sequence[tuple[np.ndarray, np.ndarray]],

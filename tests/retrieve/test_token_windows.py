@@ -86,53 +86,19 @@ def test_windowed_encoder_has_its_own_tag_and_cache_key(encoders):
         token_model.model_file("minilm-int8-dynamic-window")
 
 
-class FakeSession:
-    """Stands in for the ONNX session: a token's hidden state is a fixed random vector of its id
-    plus its position, so a window's vectors are known without the model."""
-
-    def __init__(self, vocab: int, dim: int = 8):
-        self.table = np.random.default_rng(0).normal(size=(vocab, dim)).astype(np.float32)
-
-    def run(self, _, feeds):
-        ids = feeds["input_ids"]
-        return [self.table[ids] + 0.1 * np.arange(ids.shape[1], dtype=np.float32)[None, :, None]]
-
-
-def test_head_of_a_long_text_is_the_mean_of_every_row_of_its_first_window(monkeypatch):
-    enc = token_encoder.TokenEncoder(1, model="minilm-int8-dynamic-windows")
-    fake = FakeSession(enc.vocab_size)
-    monkeypatch.setattr(enc, "_sess", fake)
-    texts = [SHORT[0], LONG, ""]
-    rows, heads = enc.encode_with_heads(texts)
-    unit = lambda v: v / np.linalg.norm(v, axis=-1, keepdims=True)  # noqa: E731
-    for (ids_a, vec_a), (ids_b, vec_b) in zip(rows, enc.encode(texts)):   # rows are encode's
-        np.testing.assert_array_equal(ids_a, ids_b)
-        np.testing.assert_array_equal(vec_a, vec_b)
-    first = token_windows.windows_of(0, enc._tok.encode(LONG).ids)[0]
-    ids = np.array(first.ids)
-    content = ~enc._drop[ids]
-    want = unit(fake.table[ids] + 0.1 * np.arange(len(ids))[:, None])[content].mean(axis=0)
-    np.testing.assert_allclose(heads[1], want, atol=1e-6)
-    # the first window's rows past its own share (window 2 owns them) count; they are not rows
-    owned = content.copy()
-    owned[first.keep_to:] = False
-    assert owned.sum() < content.sum()
-    np.testing.assert_array_equal(rows[1][0][:owned.sum()], ids[owned])
-    assert not np.allclose(heads[1], rows[1][1][:owned.sum()].mean(axis=0), atol=1e-4)
-    np.testing.assert_allclose(heads[0], rows[0][1].mean(axis=0), atol=1e-7)   # a short text: all its rows
-    assert not heads[2].any()                                                   # an empty text: zeros
-
-
-def test_passage_vectors_are_unit_heads_and_skip_what_lies_past_the_first_window(encoders):
-    from memlib.embed.tokens_backend import MiniLMTokensEmbedder, unit_rows
+def test_passage_vector_of_a_long_text_is_its_first_windows_mean(encoders):
+    from memlib.embed.tokens_backend import pooled
 
     _, windowed = encoders
-    rows, heads = windowed.encode_with_heads([SHORT[0], LONG])
-    np.testing.assert_allclose(heads[0], rows[0][1].mean(axis=0), atol=1e-7)
-    vec = unit_rows(heads)
-    assert np.allclose(np.linalg.norm(vec, axis=1), 1, atol=1e-6)
-    every = rows[1][1].mean(axis=0)          # the needle lies past the first window: not read
-    assert not np.allclose(vec[1], every / np.linalg.norm(every), atol=1e-3)
-    embedder = MiniLMTokensEmbedder(threads=1)
-    assert np.allclose(embedder.embed_passages([LONG])[0], unit_rows(windowed.encode_with_heads([LONG])[1])[0],
-                       atol=1e-6)
+    (short_ids, short_vecs), (long_ids, long_vecs) = windowed.encode([SHORT[0], LONG])
+    _, heads = windowed.encode_with_heads([SHORT[0], LONG])
+    assert heads[0] == len(short_ids)                      # a short text: every row
+    assert 0 < heads[1] < len(long_ids)                    # a long one: its first window's share
+    first = token_windows.windows_of(0, windowed._tok.encode(LONG).ids)[0]
+    assert heads[1] <= first.keep_to - first.keep_from     # punctuation rows are dropped
+    vec = pooled([short_vecs, long_vecs], heads=heads)
+    want = long_vecs[:heads[1]].mean(axis=0)
+    assert np.allclose(vec[1], want / np.linalg.norm(want), atol=1e-6)
+    assert np.allclose(vec[0], pooled([short_vecs])[0], atol=1e-7)
+    # the needle lies past the first window: the passage vector does not read it
+    assert not np.allclose(vec[1], pooled([long_vecs])[0], atol=1e-3)
