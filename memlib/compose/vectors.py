@@ -178,6 +178,7 @@ def span_pooled_vectors(nodes: pa.Table, tv: TurnVectors, tokenizer: Any) -> np.
     if derived.size == 0 or not tv.token_ids:
         return out
     words = tokenizer.ids([t or "" for t in nodes.column("text").take(pa.array(derived)).to_pylist()])
+    tv = by_node_id(tv)
     vocab = 1 + max(max((int(t.max()) for t in tv.token_ids if t.size), default=0),
                     max((int(w.max()) for w in words if w.size), default=0))
     rows = TokenRows.of(tv, vocab)
@@ -188,6 +189,16 @@ def span_pooled_vectors(nodes: pa.Table, tv: TurnVectors, tokenizer: Any) -> np.
     hit = norms > 1e-12
     out[derived[hit]] = sums[hit] / norms[hit, None]
     return out
+
+
+def by_node_id(tv: TurnVectors) -> TurnVectors:
+    """``tv`` with its turns in node id order: sums over several turns then add in one order,
+    whatever order the turns came in (a Ray build reads them back by session block), so a node's
+    vector is the same to the bit in every build."""
+    assert tv.token_ids is not None and tv.token_vectors is not None
+    order = sorted(range(len(tv.node_ids)), key=tv.node_ids.__getitem__)
+    return TurnVectors([tv.node_ids[i] for i in order], tv.vectors[order], [tv.token_ids[i] for i in order],
+                       [tv.token_vectors[i] for i in order])
 
 
 @dataclass

@@ -98,3 +98,22 @@ def test_rows_of_many_nodes_are_pooled_independently(turns):
     for i, row in enumerate(rows):
         if row[0] != "turn":
             assert np.allclose(together[i], _pool(turns, [row])[0], atol=1e-6)
+
+
+def test_the_order_of_the_turns_does_not_change_a_bit():
+    # many turns hold "rita" and "ran": a fact's "rita" (not in its own turn) and a concept of
+    # all the turns sum rows over many turns, which float addition makes order-sensitive
+    rng = np.random.default_rng(7)
+    ids, vecs = [np.array([WORDS["ana"], WORDS["race"]], dtype=np.int32)], [rng.normal(size=(2, DIM))]
+    for _ in range(40):
+        ids.append(np.array([WORDS["rita"], WORDS["ran"], WORDS["in"]], dtype=np.int32))
+        vecs.append(rng.normal(size=(3, DIM)) * rng.uniform(0.001, 1000))
+    vecs = [v.astype(np.float32) for v in vecs]
+    names = [f"t{i:02d}" for i in range(len(ids))]
+    passage = np.stack([_unit(v.mean(axis=0)) for v in vecs])
+    rows = [("fact", "rita ran the race", ["t00"]), ("concept", "ran in", names), ("fact", "ana", ["t00"])]
+    order = rng.permutation(len(ids))
+    a = _pool(TurnVectors(names, passage, ids, vecs), rows)
+    b = _pool(TurnVectors([names[i] for i in order], passage[order], [ids[i] for i in order],
+                          [vecs[i] for i in order]), rows)
+    np.testing.assert_array_equal(a, b)
