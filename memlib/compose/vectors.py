@@ -4,8 +4,9 @@
 vector every vector strategy reads and, from the same pass when the backend is
 ``minilm-tokens`` (default), ``auto``'s content-token ids and vectors. Nodes derived from
 turns (facts, triplets, concepts, entities, events, segments, sessions, clues,
-reflections) get no encoder pass of their own: their vector is the normalized mean of the token
-vectors of their ``provenance`` turns whose WordPiece ids occur in their own text
+reflections) get no encoder pass of their own: their vector is the normalized mean, over the
+token positions of their own text, of the token vectors with that WordPiece id in their
+``provenance`` turns (or, for an id none of those turns has, in the tenant's turns)
 (:func:`span_pooled_vectors`; the plain mean of those turns' vectors when the pass kept no
 token vectors). Measured: docs/benchmarks.md.
 """
@@ -184,65 +185,137 @@ def pooled_vectors(nodes: pa.Table, turn_ids: Sequence[str], turn_vectors: np.nd
 
 
 def span_pooled_vectors(nodes: pa.Table, tv: TurnVectors, tokenizer: Any) -> np.ndarray:
-    """Vector of every node from the token vectors of its provenance turns: the mean of those
-    turns' token vectors whose WordPiece id occurs in the node's own text (a fact's words in its
-    turn's context), normalized; a node none of whose words occur there falls back to the mean
-    of its turns' vectors. Turn nodes keep their own vector.
+    """Vector of every node from the token vectors of the tenant's turns ``tv``: turn nodes keep
+    their own; a derived node gets the normalized mean over the token positions of its own text,
+    each position taking the mean of the token vectors with its WordPiece id in the node's
+    provenance turns or, when none of them has that id (a name or date the extraction wrote in),
+    the mean of the id's vectors over every turn of ``tv``. A node none of whose tokens occurs
+    anywhere keeps the mean of its turns' vectors.
 
-    Vectorized as a join on (turn, token id): every token of every turn gets the key
-    ``turn * vocab + id``, every derived node the keys of its (provenance turn, word id) pairs;
-    the matching token rows are found by binary search and summed per node."""
+    Every position of the node's text counts once, as in an encoding of that text: a name a fact
+    repeats weighs more, a word its turn repeats does not. Pooling the set of the text's ids over
+    every matching row instead (the earlier rule) left a fact close to its turn (mean cosine 0.86
+    on locomo_dev3) and cost ``gaama`` 6 points of turn R@10 (docs/benchmarks.md)."""
     assert tv.token_ids is not None and tv.token_vectors is not None
     out = pooled_vectors(nodes, tv.node_ids, tv.vectors)
-    row = {n: i for i, n in enumerate(tv.node_ids)}
-    kinds = nodes.column("kind").to_pylist()
-    derived = [i for i, k in enumerate(kinds) if k != schema.NodeKind.TURN.value]
-    if not derived or not tv.token_ids:
+    derived = np.flatnonzero(np.asarray(nodes.column("kind").to_pylist(), dtype=object) != schema.NodeKind.TURN.value)
+    if derived.size == 0 or not tv.token_ids:
         return out
-    texts = nodes.column("text").to_pylist()
-    provenance = nodes.column("provenance").to_pylist()
-    word_ids = tokenizer.ids([texts[i] or "" for i in derived])
-    vocab = int(max((int(t.max()) for t in tv.token_ids if t.size), default=0)
-                + max((int(w.max()) for w in word_ids if w.size), default=0) + 2)
-    # token side: one key per token row of every turn, sorted (stable: token order kept)
-    lengths = np.fromiter((t.size for t in tv.token_ids), dtype=np.int64, count=len(tv.token_ids))
-    owner = np.repeat(np.arange(len(tv.token_ids), dtype=np.int64), lengths)
-    tok_keys = owner * vocab + np.concatenate(tv.token_ids).astype(np.int64)
-    order = np.argsort(tok_keys, kind="stable")
-    sorted_keys = tok_keys[order]
-    # node side: the keys of each derived node's (provenance turn, distinct word id) pairs
-    pair_node, pair_key = [], []
-    for i, ids in zip(derived, word_ids):
-        if ids.size == 0:
-            continue
-        ids = np.unique(ids).astype(np.int64)
-        for turn in provenance[i] or []:
-            r = row.get(turn)
-            if r is not None:
-                pair_key.append(r * vocab + ids)
-                pair_node.append(np.full(ids.size, i, dtype=np.int64))
-    if not pair_key:
-        return out
-    keys, key_node = np.concatenate(pair_key), np.concatenate(pair_node)
-    lo = np.searchsorted(sorted_keys, keys, side="left")
-    counts = np.searchsorted(sorted_keys, keys, side="right") - lo
-    hit = counts > 0
-    lo, counts, key_node = lo[hit], counts[hit], key_node[hit]
-    if counts.size == 0:
-        return out
-    # expand each [lo, lo + count) range into token rows, grouped by node (pairs are node-major)
-    total = int(counts.sum())
-    starts = np.repeat(lo - np.cumsum(np.r_[0, counts[:-1]]), counts) + np.arange(total)
-    rows = order[starts]
-    row_node = np.repeat(key_node, counts)
-    first = np.flatnonzero(np.r_[True, row_node[1:] != row_node[:-1]])
-    segment = np.cumsum(np.r_[False, row_node[1:] != row_node[:-1]])
-    select = sparse.csr_matrix((np.ones(total, dtype=np.float32), (segment, rows)),
-                               shape=(first.size, owner.size))
-    sums = np.asarray(select @ np.concatenate(tv.token_vectors).astype(np.float32))
-    norms = np.maximum(np.linalg.norm(sums, axis=1, keepdims=True), 1e-12)
-    out[row_node[first]] = sums / norms
+    words = tokenizer.ids([t or "" for t in nodes.column("text").take(pa.array(derived)).to_pylist()])
+    tv = by_node_id(tv)
+    vocab = 1 + max(max((int(t.max()) for t in tv.token_ids if t.size), default=0),
+                    max((int(w.max()) for w in words if w.size), default=0))
+    rows = TokenRows.of(tv, vocab)
+    pos = Positions.of(words, nodes.column("provenance").take(pa.array(derived)).to_pylist(),
+                       {n: i for i, n in enumerate(tv.node_ids)})
+    sums = rows.position_sums(pos, derived.size)
+    norms = np.linalg.norm(sums, axis=1)
+    hit = norms > 1e-12
+    out[derived[hit]] = sums[hit] / norms[hit, None]
     return out
+
+
+def by_node_id(tv: TurnVectors) -> TurnVectors:
+    """``tv`` with its turns in node id order: sums over several turns then add in one order,
+    whatever order the turns came in (a Ray build reads them back by session block), so a node's
+    vector is the same to the bit in every build."""
+    assert tv.token_ids is not None and tv.token_vectors is not None
+    order = sorted(range(len(tv.node_ids)), key=tv.node_ids.__getitem__)
+    return TurnVectors([tv.node_ids[i] for i in order], tv.vectors[order], [tv.token_ids[i] for i in order],
+                       [tv.token_vectors[i] for i in order])
+
+
+@dataclass
+class Positions:
+    """The token positions of derived nodes' texts, one row per (node, distinct WordPiece id):
+    ``node`` (index among the derived nodes), ``ids``, ``count`` (positions with that id), and
+    per row the index of each provenance turn in ``tv`` (``turn_row``, ``turn`` flattened)."""
+    node: np.ndarray
+    ids: np.ndarray
+    count: np.ndarray
+    turn_row: np.ndarray
+    turn: np.ndarray
+
+    @classmethod
+    def of(cls, words: Sequence[np.ndarray], provenance: Sequence[list[str] | None],
+           turn_index: dict[str, int]) -> Positions:
+        node, ids, count, turn_row, turn = [], [], [], [], []
+        n_rows = 0
+        for j, (w, prov) in enumerate(zip(words, provenance)):
+            u, c = np.unique(np.asarray(w, dtype=np.int64), return_counts=True)
+            turns = np.fromiter((turn_index[t] for t in prov or [] if t in turn_index), dtype=np.int64)
+            node.append(np.full(u.size, j, dtype=np.int64))
+            ids.append(u)
+            count.append(c.astype(np.float32))
+            turn_row.append(np.repeat(np.arange(n_rows, n_rows + u.size, dtype=np.int64), turns.size))
+            turn.append(np.tile(turns, u.size))
+            n_rows += u.size
+        cat = lambda parts, dt: np.concatenate(parts) if parts else np.zeros(0, dtype=dt)  # noqa: E731
+        return cls(cat(node, np.int64), cat(ids, np.int64), cat(count, np.float32), cat(turn_row, np.int64),
+                   cat(turn, np.int64))
+
+
+@dataclass
+class TokenRows:
+    """Every token row of a tenant's turns: its owner turn, WordPiece id and vector, with the
+    rows sorted by key ``turn * vocab + id`` for lookups."""
+    owner: np.ndarray
+    ids: np.ndarray
+    vectors: np.ndarray
+    vocab: int
+    order: np.ndarray
+    sorted_keys: np.ndarray
+
+    @classmethod
+    def of(cls, tv: TurnVectors, vocab: int) -> TokenRows:
+        """``vocab``: above every WordPiece id of the turns and of the texts to pool."""
+        assert tv.token_ids is not None and tv.token_vectors is not None
+        lengths = np.fromiter((t.size for t in tv.token_ids), dtype=np.int64, count=len(tv.token_ids))
+        owner = np.repeat(np.arange(len(tv.token_ids), dtype=np.int64), lengths)
+        ids = np.concatenate(tv.token_ids).astype(np.int64)
+        keys = owner * vocab + ids
+        order = np.argsort(keys, kind="stable")
+        vectors = np.concatenate(tv.token_vectors).astype(np.float32)
+        return cls(owner, ids, vectors, vocab, order, keys[order])
+
+    def position_sums(self, pos: Positions, n_nodes: int) -> np.ndarray:
+        """(n_nodes, dim): per node, the sum over its positions of each position's vector."""
+        local, found = self._local(pos, n_nodes)
+        fill = self._fill(pos, found, n_nodes)
+        return np.asarray(local @ self.vectors) + fill
+
+    def _local(self, pos: Positions, n_nodes: int) -> tuple[sparse.csr_matrix, np.ndarray]:
+        """Weights (node x token row) of the ids found in the node's own turns: each position
+        spread over the rows of its id there; and per position row, how many rows it found."""
+        keys = pos.turn * self.vocab + pos.ids[pos.turn_row]
+        lo = np.searchsorted(self.sorted_keys, keys, side="left")
+        counts = np.searchsorted(self.sorted_keys, keys, side="right") - lo
+        found = np.bincount(pos.turn_row, weights=counts, minlength=pos.ids.size)
+        hit = counts > 0
+        lo, counts, which = lo[hit], counts[hit], pos.turn_row[hit]
+        total = int(counts.sum())
+        starts = np.repeat(lo - np.cumsum(np.r_[0, counts[:-1]]), counts) + np.arange(total)
+        which = np.repeat(which, counts)
+        weight = pos.count[which] / found[which]
+        matrix = sparse.csr_matrix((weight.astype(np.float32), (pos.node[which], self.order[starts])),
+                                   shape=(n_nodes, self.ids.size))
+        return matrix, found
+
+    def _fill(self, pos: Positions, found: np.ndarray, n_nodes: int) -> np.ndarray:
+        """(n_nodes, dim): the positions whose id is in none of the node's turns, each the mean
+        of its id's rows over every turn (none where the id occurs in no turn)."""
+        out = np.zeros((n_nodes, self.vectors.shape[1]), dtype=np.float32)
+        per_id = np.bincount(self.ids, minlength=self.vocab)
+        need = (found == 0) & (per_id[pos.ids] > 0)
+        if not need.any():
+            return out
+        fill_ids, slot = np.unique(pos.ids[need], return_inverse=True)
+        rows = np.flatnonzero(np.isin(self.ids, fill_ids))
+        means = sparse.csr_matrix(((1.0 / per_id[self.ids[rows]]).astype(np.float32),
+                                   (np.searchsorted(fill_ids, self.ids[rows]), rows)),
+                                  shape=(fill_ids.size, self.ids.size)) @ self.vectors
+        weights = sparse.csr_matrix((pos.count[need], (pos.node[need], slot)), shape=(n_nodes, fill_ids.size))
+        return np.asarray(weights @ means, dtype=np.float32)
 
 
 def with_embeddings(nodes: pa.Table, vectors: np.ndarray, dim: int) -> pa.Table:

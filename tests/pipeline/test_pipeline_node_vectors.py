@@ -1,0 +1,119 @@
+"""Derived-node vectors pooled from the turns' token vectors (memlib.compose.vectors), on hand-made
+token vectors and a word tokenizer: no model."""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from memlib.compose.vectors import TurnVectors, span_pooled_vectors
+
+WORDS = {w: i for i, w in enumerate(["ana", "ran", "the", "race", "in", "porto", "rita", "lisbon", "kitten"], 1)}
+DIM = 6
+
+
+class WordTokenizer:
+    """``ids`` as ContentTokenizer gives them, one id per known word (unknown words dropped)."""
+
+    def ids(self, texts):
+        return [np.array([WORDS[w] for w in t.lower().split() if w in WORDS], dtype=np.int32) for t in texts]
+
+
+def _unit(v):
+    v = np.asarray(v, dtype=np.float32)
+    return v / np.linalg.norm(v)
+
+
+def _turn(words, seed):
+    """Token ids and distinct random unit vectors of a turn's words."""
+    rng = np.random.default_rng(seed)
+    vecs = rng.normal(size=(len(words), DIM)).astype(np.float32)
+    return np.array([WORDS[w] for w in words], dtype=np.int32), vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
+
+
+@pytest.fixture
+def turns():
+    t1 = _turn(["ana", "ran", "the", "race", "the", "porto"], 1)
+    t2 = _turn(["rita", "in", "lisbon"], 2)
+    t3 = _turn(["rita", "ran"], 3)
+    ids, vecs = zip(t1, t2, t3)
+    passage = np.stack([_unit(v.mean(axis=0)) for v in vecs])
+    return TurnVectors(["t1", "t2", "t3"], passage, list(ids), list(vecs))
+
+
+def _pool(turns, rows):
+    nodes = pa.table({"kind": [r[0] for r in rows], "text": [r[1] for r in rows],
+                      "provenance": pa.array([r[2] for r in rows], pa.list_(pa.string()))})
+    return span_pooled_vectors(nodes, turns, WordTokenizer())
+
+
+def _rows(turns, turn, word):
+    i = turns.node_ids.index(turn)
+    return turns.token_vectors[i][turns.token_ids[i] == WORDS[word]]
+
+
+def test_turn_nodes_keep_their_own_vector(turns):
+    out = _pool(turns, [("turn", "ana ran the race the porto", ["t1"])])
+    assert np.allclose(out[0], turns.vectors[0])
+
+
+def test_each_position_of_the_node_text_counts_once(turns):
+    # "ana ana race": the name twice, once the word; "the" (twice in the turn) is not in the text
+    out = _pool(turns, [("fact", "ana ana race", ["t1"])])
+    want = _unit(2 * _rows(turns, "t1", "ana")[0] + _rows(turns, "t1", "race")[0])
+    assert np.allclose(out[0], want, atol=1e-6)
+
+
+def test_a_word_the_turn_repeats_is_the_mean_of_its_rows(turns):
+    out = _pool(turns, [("fact", "the race", ["t1"])])
+    want = _unit(_rows(turns, "t1", "the").mean(axis=0) + _rows(turns, "t1", "race")[0])
+    assert np.allclose(out[0], want, atol=1e-6)
+
+
+def test_a_word_not_in_the_nodes_turns_takes_its_mean_over_the_tenants_turns(turns):
+    # "rita" is not in t1 (the fact's turn); it is in t2 and t3
+    out = _pool(turns, [("fact", "rita ran the race", ["t1"])])
+    rita = (_rows(turns, "t2", "rita")[0] + _rows(turns, "t3", "rita")[0]) / 2
+    want = _unit(rita + _rows(turns, "t1", "ran")[0] + _rows(turns, "t1", "the").mean(axis=0)
+                 + _rows(turns, "t1", "race")[0])
+    assert np.allclose(out[0], want, atol=1e-6)
+
+
+def test_several_provenance_turns_pool_their_rows_together(turns):
+    out = _pool(turns, [("concept", "ran", ["t1", "t3"])])
+    want = _unit((_rows(turns, "t1", "ran")[0] + _rows(turns, "t3", "ran")[0]) / 2)
+    assert np.allclose(out[0], want, atol=1e-6)
+
+
+def test_a_node_with_no_known_word_falls_back_to_its_turns_mean(turns):
+    out = _pool(turns, [("fact", "kitten", ["t1", "t2"]), ("fact", "zebra", ["t2"])])
+    assert np.allclose(out[0], _unit(turns.vectors[0] + turns.vectors[1]), atol=1e-6)
+    assert np.allclose(out[1], turns.vectors[1], atol=1e-6)
+
+
+def test_rows_of_many_nodes_are_pooled_independently(turns):
+    rows = [("fact", "ana ran", ["t1"]), ("turn", "x", ["t2"]), ("fact", "lisbon", ["t2"]),
+            ("fact", "porto porto rita", ["t1"])]
+    together = _pool(turns, rows)
+    for i, row in enumerate(rows):
+        if row[0] != "turn":
+            assert np.allclose(together[i], _pool(turns, [row])[0], atol=1e-6)
+
+
+def test_the_order_of_the_turns_does_not_change_a_bit():
+    # many turns hold "rita" and "ran": a fact's "rita" (not in its own turn) and a concept of
+    # all the turns sum rows over many turns, which float addition makes order-sensitive
+    rng = np.random.default_rng(7)
+    ids, vecs = [np.array([WORDS["ana"], WORDS["race"]], dtype=np.int32)], [rng.normal(size=(2, DIM))]
+    for _ in range(40):
+        ids.append(np.array([WORDS["rita"], WORDS["ran"], WORDS["in"]], dtype=np.int32))
+        vecs.append(rng.normal(size=(3, DIM)) * rng.uniform(0.001, 1000))
+    vecs = [v.astype(np.float32) for v in vecs]
+    names = [f"t{i:02d}" for i in range(len(ids))]
+    passage = np.stack([_unit(v.mean(axis=0)) for v in vecs])
+    rows = [("fact", "rita ran the race", ["t00"]), ("concept", "ran in", names), ("fact", "ana", ["t00"])]
+    order = rng.permutation(len(ids))
+    a = _pool(TurnVectors(names, passage, ids, vecs), rows)
+    b = _pool(TurnVectors([names[i] for i in order], passage[order], [ids[i] for i in order],
+                          [vecs[i] for i in order]), rows)
+    np.testing.assert_array_equal(a, b)
