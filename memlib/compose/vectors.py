@@ -269,6 +269,10 @@ class TokenRows:
     order: np.ndarray
     sorted_keys: np.ndarray
 
+    @property
+    def dim(self) -> int:
+        return next((int(v.shape[1]) for v in self.per_turn if v.ndim == 2), TOKEN_DIM)
+
     @classmethod
     def of(cls, tv: TurnVectors, vocab: int) -> TokenRows:
         """``vocab``: above every WordPiece id of the turns and of the texts to pool."""
@@ -282,7 +286,7 @@ class TokenRows:
 
     def rows(self, rows: np.ndarray) -> np.ndarray:
         """The vectors of token rows ``rows`` (ascending), float32."""
-        out = np.empty((rows.size, TOKEN_DIM), dtype=np.float32)
+        out = np.empty((rows.size, self.dim), dtype=np.float32)
         turn = self.owner[rows]
         cut = np.flatnonzero(np.r_[True, turn[1:] != turn[:-1]]) if rows.size else np.zeros(0, np.int64)
         for a, b in zip(cut, np.r_[cut[1:], rows.size]):
@@ -325,7 +329,7 @@ class TokenRows:
     def _fill(self, pos: Positions, found: np.ndarray, n_nodes: int) -> np.ndarray:
         """(n_nodes, dim): the positions whose id is in none of the node's turns, each the mean
         of its id's rows over every turn (none where the id occurs in no turn)."""
-        out = np.zeros((n_nodes, TOKEN_DIM), dtype=np.float32)
+        out = np.zeros((n_nodes, self.dim), dtype=np.float32)
         per_id = np.bincount(self.ids, minlength=self.vocab)
         need = (found == 0) & (per_id[pos.ids] > 0)
         if not need.any():
