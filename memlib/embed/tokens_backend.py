@@ -24,10 +24,12 @@ def pooled(token_vectors: list[np.ndarray], dim: int = DIM, heads: list[int] | N
     """(n, dim) unit vectors: the mean of each text's token vectors (a text with none gets zeros);
     with ``heads``, of its first ``heads[i]`` token vectors only.
 
-    The build pools a turn's first window (``TokenEncoder.encode_with_heads``): measured on
-    longmemeval_s_dev24, the mean over every window of a long turn lowered ``dense`` from turn
-    R@5 / R@10 68.1 / 78.5 (truncating encoder) to 66.0 / 74.3, the first window's mean gave
-    70.1 / 78.5 (docs/evaluation.md); ``auto`` reads every token from the token matrix."""
+    The build pools a turn's first window's own share (``TokenEncoder.encode_with_heads``); ``auto``
+    reads every token from the token matrix. On longmemeval_s_dev24 (docs/benchmarks.md, "Recall
+    fixes"), with each turn encoded on its own as the build does, neither the whole first window
+    (its overlap with the second included) nor every window's rows did better for ``dense`` and
+    ``hybrid``: their moves against the batch-encoded store of 9603941 are evidence turns one
+    rank either side of the cut-off, set by the int8 encoder's per-batch quantization."""
     out = np.zeros((len(token_vectors), dim), dtype=np.float32)
     for i, v in enumerate(token_vectors):
         if heads is not None:
