@@ -40,9 +40,18 @@ def prompt_versions(cfg: MemlibConfig) -> dict[str, str]:
         return {}
 
 
+# What a build writes for the same input and config: raised whenever the code changes a built
+# tenant's output, so the next incremental run rebuilds every tenant instead of carrying over
+# tenants built the old way. 2: derived node vectors pooled over their text's token positions,
+# clue keyphrases drafted per session (2026-11-25).
+BUILD_FORMAT = 2
+
+
 def build_key(cfg: MemlibConfig, recipe: str, prompts: dict[str, str] | None = None) -> str:
-    """Hash of everything besides the input that decides a tenant's output."""
-    parts: dict[str, Any] = {"recipe": recipe, "prompts": prompts if prompts is not None else prompt_versions(cfg)}
+    """Hash of everything besides the input that decides a tenant's output (:data:`BUILD_FORMAT`,
+    the recipe, the prompts, the config sections that change output)."""
+    parts: dict[str, Any] = {"format": BUILD_FORMAT, "recipe": recipe,
+                             "prompts": prompts if prompts is not None else prompt_versions(cfg)}
     parts.update(cfg.output_snapshot())  # fields marked config.RUNTIME and post-build sections left out
     blob = json.dumps(parts, sort_keys=True, default=str).encode("utf-8")
     return hashlib.sha256(blob).hexdigest()[:16]

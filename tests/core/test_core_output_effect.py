@@ -49,3 +49,13 @@ def test_heuristic_only_sections_reject_an_llm_backend():
 
 def test_every_prompt_file_belongs_to_a_task():
     assert {p.stem for p in DEFAULT_DIR.glob("*.txt")} == {t.value for t in Task}
+
+
+def test_the_build_format_is_part_of_the_build_key(monkeypatch):
+    """A code change that changes what a build writes raises BUILD_FORMAT: carried-over tenants
+    would otherwise keep output of the old code (same input, same config)."""
+    from jobs import nightly_plan
+
+    before = _key()
+    monkeypatch.setattr(nightly_plan, "BUILD_FORMAT", nightly_plan.BUILD_FORMAT + 1)
+    assert _key() != before
