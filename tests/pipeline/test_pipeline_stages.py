@@ -225,3 +225,88 @@ def test_a_failing_tenant_is_reported_with_its_reason(tmp_path):
     summary = json.loads(op(ops.batch_of([row])).column("summary")[0].as_py())
     assert summary["tenant_id"] == other.tenant_id and "block b1" in summary["error"], summary
     assert "the encoder could not read this" in summary["error"]
+
+
+def test_a_tenant_reads_its_earlier_sessions_before_its_blocks_are_kept(ray_local, tmp_path):
+    """The tenant operator reads the sessions kept by earlier runs at once and the sessions of this
+    run's blocks once those are kept: every session arrives, the earlier ones first, none twice."""
+    import threading
+    import time
+
+    from memlib.compose.sessions import session_keys, sort_turns
+    from pipelines import operators as ops
+    from pipelines.staged_build import plan_sessions
+    from pipelines.tenant_op import TenantOp
+
+    cfg = MemlibConfig()
+    writer, shards = _shards(tmp_path, cfg)
+    store = SessionStore(writer.path, "k", cfg.embed.dim)
+    plan = plan_sessions(shards, store, "k", tmp_path / "work" / "blocks", block_turns=7)
+    embed, local = ops.EmbedOp(cfg, threads=1), ops.SessionLocalOp(cfg, "full", str(writer.path), "k")
+
+    def keep(path: str) -> None:
+        block = ops.batch_of([{"kind": "block", "item": ops.block_item(path), "turns": None, "vectors": None,
+                               "summary": None}])
+        local(embed(ops.turn_nodes_op(block, cfg)))
+
+    tenant = next(s for s in shards if len(plan.tenant_blocks[s.tenant_id]) > 1)
+    late_block = plan.tenant_blocks[tenant.tenant_id][-1]
+    late_path = next(p for p in plan.blocks if Path(p).stem == late_block)
+    for path in plan.blocks:
+        if path != late_path:
+            keep(path)
+    late_keys = set(pq.read_table(late_path).column("session_key").to_pylist())
+    op = TenantOp(cfg, "full", str(writer.path), "k")
+    calls: list[tuple[float, set[str]]] = []
+    read = op.sessions.read
+    op.sessions.read = lambda keys: (calls.append((time.perf_counter(), set(keys))), read(keys))[1]
+    order = list(dict.fromkeys(session_keys(sort_turns(pq.read_table(tenant.turns_path)), "k").to_pylist()))
+    later = threading.Timer(0.6, keep, args=(late_path,))
+    started = time.perf_counter()
+    later.start()
+    outputs, vectors, waited = op.read_sessions(order, [late_block], tmp_path / "work", late_keys & set(order))
+    later.join()
+    assert waited >= 0.3
+    assert [keys for _, keys in calls] == [set(order) - late_keys, set(order) & late_keys]
+    assert calls[0][0] - started < 0.3  # the earlier sessions were read before the late block was kept
+    got = set(outputs.table("nodes").column("session_key").to_pylist())
+    assert got == set(order) and len(vectors.node_ids) == len(set(vectors.node_ids))
+
+
+WORKER_ENV_START = """
+import json, os, sys, ray
+from jobs.build import init_ray
+from pipelines.operators import WORKER_ENV
+target = init_ray(None, 2, token_auth=False)
+
+@ray.remote(num_cpus=0.25)
+def worker_side():
+    from memlib.compose.sessions import prepare
+    from memlib.compose.recipe import get_recipe
+    from memlib.config import MemlibConfig
+    prepare(MemlibConfig(), get_recipe("full"))  # loads the heuristic extractors and spaCy
+    return {k: os.environ.get(k) for k in WORKER_ENV}, "openai" in sys.modules
+
+env, openai_loaded = ray.get(worker_side.remote())
+print("RESULT " + json.dumps({"inherited": target.worker_env_inherited, "worker_env": env,
+                              "driver_env": {k: os.environ.get(k) for k in WORKER_ENV},
+                              "openai_loaded": openai_loaded}))
+"""
+
+
+def test_a_local_ray_started_by_the_build_gives_its_workers_the_operator_environment(tmp_path):
+    """The local instance the build starts passes the operators' environment to every worker (no
+    per-operator runtime_env, which would make Ray start new workers), while the driver keeps its
+    own; a heuristic build's workers never import the LLM client."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS" and k not in
+           ("POLARS_MAX_THREADS", "TOKENIZERS_PARALLELISM", "RAYON_NUM_THREADS")}
+    proc = subprocess.run([sys.executable, "-c", WORKER_ENV_START], env=env, cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert proc.returncode == 0 and line, proc.stdout[-2000:] + proc.stderr[-3000:]
+    out = json.loads(line[0][7:])
+    from pipelines.operators import WORKER_ENV
+
+    assert out["inherited"] and out["worker_env"] == WORKER_ENV
+    assert all(v is None for v in out["driver_env"].values())
+    assert out["openai_loaded"] is False

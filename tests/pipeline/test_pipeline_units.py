@@ -41,3 +41,24 @@ def test_documented_defaults_file_matches_builtin_defaults():
     from memlib.config import DEFAULT_FILE, MemlibConfig, load_config
 
     assert load_config(DEFAULT_FILE, environ={}) == MemlibConfig()
+
+
+def test_turn_vectors_read_back_as_views_of_a_chunked_sliced_table():
+    """Kept turn vectors come back as numpy views of the Arrow buffers (no per-turn copy), right
+    for a table of several chunks read from an offset."""
+    import numpy as np
+
+    from memlib.compose.vectors import TOKEN_DIM, TurnVectors
+
+    rng = np.random.default_rng(0)
+    sizes = [3, 0, 5, 1, 4, 2]
+    ids = [rng.integers(1000, 3000, n).astype(np.int32) for n in sizes]
+    vecs = [rng.normal(size=(n, TOKEN_DIM)).astype(np.float16) for n in sizes]
+    whole = TurnVectors([f"t{i}" for i in range(len(sizes))], rng.normal(size=(len(sizes), 8)).astype(np.float32),
+                        ids, vecs).table([f"k{i}" for i in range(len(sizes))], ["x"] * len(sizes), 8)
+    table = pa.concat_tables([whole.slice(0, 2), whole.slice(2, 4)]).slice(1, 4)  # 2 chunks, offset 1
+    back = TurnVectors.from_table(table)
+    assert back.node_ids == ["t1", "t2", "t3", "t4"]
+    for i, j in enumerate(range(1, 5)):
+        assert np.array_equal(back.token_ids[i], ids[j]) and np.array_equal(back.token_vectors[i], vecs[j])
+        assert back.token_vectors[i].shape == (sizes[j], TOKEN_DIM)

@@ -154,3 +154,15 @@ def test_a_tenant_scored_by_candidates_does_not_prepack_the_whole_int8_product(s
     assert "int8" not in matrix.__dict__          # candidates only: the packed copy was never made
     run_search(index, get_strategy("auto", retrieve_config()), "what should I cook?", 10)
     assert "int8" in matrix.__dict__              # a whole-tenant MaxSim builds it on first use
+
+
+def test_select_breaks_ties_at_the_cut_by_position():
+    """Equal first-stage scores at the cut (copies of one session score alike) go to the first
+    positions, so the choice never depends on which other turns were looked at."""
+    scores = np.array([0.5, 0.9, 0.5, 0.0, 0.5, 0.9], dtype=np.float32)
+    assert first_stage.select(scores, 3).tolist() == [0, 1, 5]
+    assert first_stage.select(scores, 4).tolist() == [0, 1, 2, 5]
+    assistant = np.array([False, False, False, True, False, True])
+    # the reached non-assistant turns suffice: the same choice as over every turn
+    assert first_stage.select_by_role(scores, assistant, 2, 1).tolist() == [0, 1, 5]
+    assert first_stage.select_by_role(scores, assistant, 5, 1).tolist() == [0, 1, 2, 4, 5]

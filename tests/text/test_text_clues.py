@@ -86,3 +86,31 @@ def test_text_similar_edges_top_k_and_blocks():
     edges = similar_edges([f"n{i:05d}" for i in range(2500)], ["t"] * 2500, v, 0.5, top_k=2)
     src_counts = pl.from_arrow(edges.select(["src", "dst"])).unpivot().group_by("value").len()
     assert edges.num_rows <= 2 * 2500 and src_counts["len"].max() >= 2
+
+
+def test_clue_drafts_per_session_give_the_clues_of_the_whole_tenant():
+    """Drafted one session at a time (as the build keeps them) and ranked together, the clues equal
+    the clues of every session drafted at once; a session whose candidates hold another session's
+    speaker name is scored again under the tenant's ban (Cleo speaks only in S2, so "Cleo" may not
+    stay in S1's phrases although S1's own ban does not know her)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from memlib.text.clues import clue_drafts, clues_from_drafts
+    from tests.text.conftest import make_turns
+
+    rows = [("t1", "c1", "S1", 0, "Ana", "Cleo Marsh taught the pottery class at the community center.", None),
+            ("t1", "c1", "S1", 0, "Ben", "The pottery class sounds great, and the kiln too.", None),
+            ("t1", "c1", "S2", 1, "Cleo", "I moved to Denver for a new job at a bakery.", None),
+            ("t1", "c1", "S2", 1, "Ana", "Sourdough bread at the bakery every morning.", None)]
+    turns = make_turns(rows)
+    cfg = ClueConfig(keyphrases=4)
+    whole_nodes, whole_edges = session_clues(turns, None, cfg)
+    per_session = pa.concat_tables([clue_drafts(turns.filter(pc.equal(turns.column("session_id"), s)))
+                                    for s in ("S1", "S2")])
+    nodes, edges = clues_from_drafts(per_session, None, cfg)
+    assert nodes.equals(whole_nodes) and edges.equals(whole_edges)
+    s1_draft = per_session.to_pylist()[0]
+    assert any("Cleo" in k or "cleo" in k for k in s1_draft["keys"])  # S1's own ban kept her
+    s1 = json.loads(nodes.to_pylist()[0]["attributes"])["keyphrases"]
+    assert s1 and not any("cleo" in p.lower() for p in s1)            # the tenant's ban removed her
