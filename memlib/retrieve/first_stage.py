@@ -83,9 +83,21 @@ class TokenPostings:
     vectors: np.ndarray     # the matrix's token vectors (shared, not copied)
     row_vocab: np.ndarray   # (rows,) int32: each row's position in vocab
 
-    @property
+    @cached_property
     def df(self) -> np.ndarray:
         return np.diff(self.ptr)
+
+    @cached_property
+    def _followed(self) -> dict[float, np.ndarray]:
+        return {}
+
+    def followed(self, max_df: float) -> np.ndarray:
+        """(V,) bool: ids held by at most ``max_df`` of the turns (at least one turn), kept per
+        ``max_df`` (it is the same for every query)."""
+        ok = self._followed.get(max_df)
+        if ok is None:
+            ok = self._followed[max_df] = self.df <= max(1.0, max_df * self.n_turns)
+        return ok
 
     @cached_property
     def similarity(self) -> Int8Similarity:
@@ -132,7 +144,7 @@ def reached_ids(post: TokenPostings, sim: np.ndarray, p: StageParams) -> list[np
     (``sim``, the (Q, V) centroid cosines) among ids held by at most ``max_df`` of the turns,
     whose cosine is at least ``min_cos``. Thresholding before the partial sort: most of the
     tenant's ids are far below ``min_cos``, so only a few per query token are sorted."""
-    df_ok = post.df <= max(1.0, p.max_df * post.n_turns)
+    df_ok = post.followed(p.max_df)
     out = []
     for qi in range(sim.shape[0]):
         reach = np.flatnonzero(sim[qi] >= p.min_cos)
@@ -152,14 +164,21 @@ def approximate_scores(post: TokenPostings, idf: np.ndarray, q_ids: np.ndarray, 
     if q_ids.size == 0 or post.vocab.size == 0:
         return score
     sim = post.similarity(q_vecs) if sim is None else sim                    # (Q, V)
+    reach = reached_ids(post, sim, p)
+    ids = np.concatenate(reach)
+    if ids.size == 0:
+        return score
+    # the postings of every reached id, all query tokens at once; token qi's are held[cut[qi]:cut[qi + 1]]
+    lo, lengths = post.ptr[ids], post.ptr[ids + 1] - post.ptr[ids]
+    held = post.turns[np.repeat(lo - np.cumsum(np.r_[0, lengths[:-1]]), lengths) + np.arange(lengths.sum())]
+    value = np.repeat(sim[np.repeat(np.arange(len(reach)), [r.size for r in reach]), ids], lengths)
+    cut = np.r_[0, np.cumsum(lengths)][np.cumsum([0] + [r.size for r in reach])]
     best = np.zeros(post.n_turns, dtype=np.float32)
-    for qi, reach in enumerate(reached_ids(post, sim, p)):
-        if reach.size == 0:
+    for qi in range(len(reach)):
+        if cut[qi] == cut[qi + 1]:
             continue
-        lo, lengths = post.ptr[reach], post.ptr[reach + 1] - post.ptr[reach]
-        held = post.turns[np.repeat(lo - np.cumsum(np.r_[0, lengths[:-1]]), lengths) + np.arange(lengths.sum())]
         best[:] = 0.0
-        np.maximum.at(best, held, np.repeat(sim[qi, reach], lengths))  # per turn: its best reached id
+        np.maximum.at(best, held[cut[qi]:cut[qi + 1]], value[cut[qi]:cut[qi + 1]])  # per turn: its best reached id
         score += idf[q_ids[qi]] * best
     return score
 
@@ -217,7 +236,7 @@ def maxsim_rows(matrix: TokenMatrix, post: TokenPostings, turns: np.ndarray, q_i
     if centroid_sim is not None and exact_min_cos > -1.0:
         vocab = post.row_vocab[rows]
         sim = np.take(centroid_sim, vocab, axis=1)                               # (Q, rows)
-        near = np.flatnonzero((centroid_sim.max(axis=0) >= exact_min_cos)[vocab])
+        near = np.flatnonzero(sim.max(axis=0) >= exact_min_cos)
         if near.size:
             sim[:, near] = ((matrix.vectors[rows[near]].astype(np.float32) @ q_vecs.T).T if exact
                             else post.rows(q_vecs, rows[near]))

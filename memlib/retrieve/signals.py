@@ -41,7 +41,7 @@ class TurnFrame:
         """The frame of the turns at ``positions`` (ascending) only; a turn's neighbours are its
         session neighbours when they are in the subset too."""
         sub = object.__new__(TurnFrame)
-        sub.ids = [self.ids[i] for i in positions]
+        sub.ids = [self.ids[i] for i in positions.tolist()]
         sub.pos = {t: i for i, t in enumerate(sub.ids)}
         _, sub.session = np.unique(self.session[positions], return_inverse=True) if positions.size else (
             None, np.zeros(0, np.int64))

@@ -87,6 +87,29 @@ def test_candidate_maxsim_equals_full_maxsim_on_the_turns_it_reads(tenant_parts)
 
 
 @pytest.mark.ray
+def test_approximate_scores_are_their_definition_by_hand(tenant_parts):
+    """Per turn: sum over query tokens of idf * the best centroid cosine among the ids the token
+    reaches and the turn holds, computed here turn by turn from the postings."""
+    index, encoder, matrix = tenant_parts
+    post = first_stage.postings_for(index, matrix, lambda: auto._row_ids(index, encoder, matrix))
+    p = first_stage.StageParams(expand=6, min_cos=0.3)
+    for query in ["which book did she recommend for the trip to Paris", "adoption agencies"]:
+        q_ids, q_vecs = encoder.encode([query])[0]
+        sim = post.similarity(q_vecs)
+        reach = first_stage.reached_ids(post, sim, p)
+        assert any(r.size for r in reach) and all(r.size <= p.expand for r in reach)
+        want = np.zeros(post.n_turns)
+        for qi, ids in enumerate(reach):
+            best = np.zeros(post.n_turns)
+            for v in ids.tolist():
+                held = post.turns[post.ptr[v]:post.ptr[v + 1]]
+                best[held] = np.maximum(best[held], sim[qi, v])
+            want += matrix.idf[q_ids[qi]] * best
+        got = first_stage.approximate_scores(post, matrix.idf, q_ids, q_vecs, p, sim)
+        assert np.allclose(got, want, rtol=1e-5, atol=1e-6) and (got > 0).sum() == (want > 0).sum()
+
+
+@pytest.mark.ray
 def test_candidate_maxsim_reads_far_rows_by_their_centroid(tenant_parts):
     index, encoder, matrix = tenant_parts
     post = first_stage.postings_for(index, matrix, lambda: auto._row_ids(index, encoder, matrix))
