@@ -15,13 +15,10 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import re
 import shutil
 import time
-import warnings
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +38,6 @@ from jobs.nightly_plan import (
     settle_missing,
     source_names,
 )
-from jobs.purge import purge_caches
 from jobs.store_lock import locked
 from memlib import schema
 from memlib.compose.manifest import build_manifest
@@ -50,7 +46,7 @@ from memlib.compose.timer import WallTimer
 from memlib.config import MemlibConfig
 from memlib.io.errors import InputError
 from memlib.io.remote import staged_input
-from memlib.io.store import StoreError, StoreWriter, atomic_write_json, read_manifest, rollback, version_name
+from memlib.io.store import StoreError, StoreWriter, atomic_write_json, read_manifest
 from pipelines.shard import QUARANTINE_PART, TenantShard, shard_input
 from pipelines.staged_build import run_staged, session_build_key
 from pipelines.store_sink import drop_staging, with_importance
@@ -310,56 +306,9 @@ def _drop_partitions(writer: StoreWriter, tenants: list[str]) -> None:
                 part.unlink()
 
 
-def _lance_writer(store: Path, dim: int) -> StoreWriter:
-    w = StoreWriter.__new__(StoreWriter)  # open the Lance tables without starting a new version dir
-    w.path, w.dim = store, dim
-    return w
-
-
 def _count_rows(writer: StoreWriter, name: str) -> int:
     d = writer.version_dir / name
     return sum(pq.read_metadata(f).num_rows for f in d.glob("*.parquet")) if d.exists() else 0
-
-
-@locked("store")
-def compact(store: str | Path) -> dict[str, Any]:
-    """Hard deletion: keep only the published version (Lance old versions, version dirs, manifests)."""
-    store = Path(store)
-    manifest = read_manifest(store)
-    if manifest is None:
-        raise InputError(store, "not a memlib store (no manifest.json)")
-    w = _lance_writer(store, int(manifest.get("embedding_dim", schema.DEFAULT_EMBED_DIM)))
-    w.restore_published(manifest)
-    stats = {"lance_versions_before": len(w.open_nodes().list_versions())}
-    for key, tbl in w.lance_tables().items():
-        with warnings.catch_warnings():  # the warning is the point: every older version goes
-            warnings.simplefilter("ignore", UserWarning)
-            tbl.optimize(cleanup_older_than=timedelta(0), delete_unverified=True)
-        manifest[key] = tbl.version
-    removed = []
-    for d in sorted((store / "versions").iterdir()):
-        if d.name != manifest["version"]:
-            shutil.rmtree(d)
-            removed.append(d.name)
-    for m in sorted((store / "manifests").glob("v*.json")):
-        if m.stem != manifest["version"]:
-            m.unlink()
-    atomic_write_json(store / "manifests" / f"{manifest['version']}.json", manifest)
-    atomic_write_json(store / "manifest.json", manifest)
-    stats.update(lance_versions_after=len(w.open_nodes().list_versions()), removed_versions=removed,
-                 version=manifest["version"], lance_version=manifest["lance_version"],
-                 **purge_caches(store))
-    return stats
-
-
-@locked("store")
-def rollback_store(store: str | Path, version: str) -> dict[str, Any]:
-    """Publish an earlier version again; Lance is restored to its rows so later builds start from them."""
-    if not re.fullmatch(r"v?\d{1,6}", version):
-        raise StoreError(f"version {version!r} is not a version name (v000003, or 3)")
-    data = rollback(store, version if version.startswith("v") else version_name(int(version)))
-    _lance_writer(Path(store), int(data.get("embedding_dim", schema.DEFAULT_EMBED_DIM))).restore_published(data)
-    return data
 
 
 def parser() -> argparse.ArgumentParser:

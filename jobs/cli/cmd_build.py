@@ -168,8 +168,8 @@ def register(app: typer.Typer) -> None:
 
 def _maintain(out: Path, version: Optional[str], compact: bool) -> None:
     """--rollback VERSION and --compact on an existing store."""
-    from jobs.nightly import compact as compact_store
-    from jobs.nightly import rollback_store
+    from jobs.store_maintenance import compact as compact_store
+    from jobs.store_maintenance import rollback_store
     from memlib.io.store import StoreError
 
     try:

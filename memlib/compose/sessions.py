@@ -164,7 +164,7 @@ def session_local(turns: pa.Table, vectors: np.ndarray, key: str, cfg: MemlibCon
         from memlib.text.clues import clue_drafts
 
         out["clue_drafts"] = clue_drafts(turns, segments)
-    drafted = [s for s in DRAFTED if s in plan and getattr(cfg, s.value).backend == Backend.HEURISTIC]
+    drafted = _drafted(cfg, plan)
     if drafted:
         from memlib.extract.base import ExtractionContext, get_extractor
 
@@ -177,6 +177,11 @@ def session_local(turns: pa.Table, vectors: np.ndarray, key: str, cfg: MemlibCon
     return SessionOutput({name: _keyed(t, name, key) for name, t in out.items()}), nlp
 
 
+def _drafted(cfg: MemlibConfig, plan: Sequence[Step]) -> list[Step]:
+    """The steps of ``plan`` whose extractor drafts per session (a heuristic backend)."""
+    return [s for s in DRAFTED if s in plan and getattr(cfg, s.value).backend == Backend.HEURISTIC]
+
+
 def prepare(cfg: MemlibConfig, plan: Sequence[Step]) -> Any:
     """Load now what :func:`session_local` would load on its first session: the modules of its
     steps, the drafted extractors and the spaCy pipeline they parse with (returned; None when
@@ -184,7 +189,7 @@ def prepare(cfg: MemlibConfig, plan: Sequence[Step]) -> Any:
     none of it."""
     from memlib.text import gate, segment, structure  # noqa: F401 - imported for their load time
 
-    drafted = [s for s in DRAFTED if s in plan and getattr(cfg, s.value).backend == Backend.HEURISTIC]
+    drafted = _drafted(cfg, plan)
     if not drafted:
         return None
     from memlib.extract.base import get_extractor

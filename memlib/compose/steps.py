@@ -24,12 +24,9 @@ if TYPE_CHECKING:
 def clues(state: BuildState) -> None:
     """One clue per session from the sessions' clue drafts (their scored keyphrase candidates,
     session-local); the keyphrases are ranked by IDF over the tenant's sessions, so tenant-level."""
-    from memlib.text.clues import clue_drafts, clues_from_drafts
+    from memlib.text.clues import clues_from_drafts
 
-    drafts = state.drafts.get("clue_drafts")
-    if drafts is None:  # a build state without session drafts: draft every session here
-        drafts = clue_drafts(state.turns, state.segments)
-    state.add(*clues_from_drafts(drafts, state.segments, state.cfg.clues))
+    state.add(*clues_from_drafts(state.drafts["clue_drafts"], state.segments, state.cfg.clues))
 
 
 def kept_turn_ids(state: BuildState) -> frozenset[str] | None:

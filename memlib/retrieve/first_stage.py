@@ -169,10 +169,11 @@ def approximate_scores(post: TokenPostings, idf: np.ndarray, q_ids: np.ndarray, 
     if ids.size == 0:
         return score
     # the postings of every reached id, all query tokens at once; token qi's are held[cut[qi]:cut[qi + 1]]
+    sizes = [r.size for r in reach]
     lo, lengths = post.ptr[ids], post.ptr[ids + 1] - post.ptr[ids]
     held = post.turns[np.repeat(lo - np.cumsum(np.r_[0, lengths[:-1]]), lengths) + np.arange(lengths.sum())]
-    value = np.repeat(sim[np.repeat(np.arange(len(reach)), [r.size for r in reach]), ids], lengths)
-    cut = np.r_[0, np.cumsum(lengths)][np.cumsum([0] + [r.size for r in reach])]
+    value = np.repeat(sim[np.repeat(np.arange(len(reach)), sizes), ids], lengths)
+    cut = np.r_[0, np.cumsum(lengths)][np.cumsum([0] + sizes)]
     best = np.zeros(post.n_turns, dtype=np.float32)
     for qi in range(len(reach)):
         if cut[qi] == cut[qi + 1]:
