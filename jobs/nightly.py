@@ -48,7 +48,7 @@ from memlib.io.errors import InputError
 from memlib.io.remote import staged_input
 from memlib.io.store import StoreError, StoreWriter, atomic_write_json, read_manifest
 from pipelines.shard import QUARANTINE_PART, TenantShard, shard_input
-from pipelines.staged_build import run_staged, session_build_key
+from pipelines.staged_build import Prepared, prepare_staged, run_staged, session_build_key
 from pipelines.store_sink import drop_staging, with_importance
 
 log = logging.getLogger("memlib.nightly")
@@ -153,17 +153,34 @@ def _shard_all(sources, fmt, cfg, writer, plan: Plan, forget: ForgetList,
     return list(shards.values()), seen, quarantine
 
 
+def _shard_and_prepare(sources, fmt, cfg, writer, plan: Plan, forget: ForgetList, skip: dict[str, str], key: str,
+                       *, full: bool) -> tuple[list[TenantShard], list[TenantShard], dict, Prepared | None]:
+    """Shard the input, then pack the pending sessions of the tenants to build into blocks (no Ray
+    needed: it runs while Ray starts). Returns every shard, those to build, the quarantine counts
+    and the prepared session pass."""
+    shards, seen, quarantine = _shard_all(sources, fmt, cfg, writer, plan, forget, skip, full=full)
+    for tenant in plan.build:
+        if seen.get(tenant, 0) == 0 and tenant not in plan.failed:
+            plan.failed[tenant] = "no valid turns in the input (every record quarantined)"
+    to_build = [s for s in shards if s.tenant_id not in plan.resume and s.tenant_id not in plan.failed]
+    prepared = (prepare_staged(to_build, cfg, store=writer.path, build_key=key, reuse=not full)
+                if to_build else None)
+    return shards, to_build, quarantine, prepared
+
+
 def _build_tenants(writer: ResumableWriter, shards: list[TenantShard], cfg, recipe, plan: Plan, key: str,
-                   target: RayTarget, progress: Progress, *, reuse: bool = True,
-                   stats: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+                   target: RayTarget | None, progress: Progress, *, reuse: bool = True,
+                   stats: dict[str, Any] | None = None, prepared: Prepared | None = None) -> list[dict[str, Any]]:
     """The staged build of ``shards`` (session pass, then tenant stages); a tenant with no summary
     afterwards failed (its block errored)."""
     summaries = []
     if shards:
+        assert target is not None, "shards to build need Ray"
         ray.data.DataContext.get_current().max_errored_blocks = 0  # operators report failures in their rows
         allow_long_tenants()
         for s in run_staged(shards, cfg, recipe, store=writer.path, build_key=key, total_cpus=target.cpus,
-                            reuse=reuse, stats=stats, worker_env_inherited=target.worker_env_inherited):
+                            reuse=reuse, stats=stats, worker_env_inherited=target.worker_env_inherited,
+                            prepared=prepared):
             shard = next(x for x in shards if x.tenant_id == s["tenant_id"])
             if "error" in s:
                 plan.failed[s["tenant_id"]] = f"tenant build raised {s['error']}"
@@ -239,6 +256,7 @@ def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: st
     holds exactly the input's tenants (removing published ones only within
     ``nightly.max_removed_share``). A full build is this run against an empty store."""
     get_recipe(recipe)
+    pl.thread_pool_size()  # polars sizes its pool now: Ray's start sets POLARS_MAX_THREADS=1 for a moment
     timer, wall = WallTimer(), time.perf_counter()
     base = read_manifest(out)
     forget = ForgetList.load(delete, (base or {}).get("forgotten"))
@@ -252,13 +270,17 @@ def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: st
                          {} if full else writer.done_markers(), read.failed)
         settle_missing(plan, base, forget.tenants, complete=full or cfg.nightly.input_is_complete,
                        max_share=cfg.nightly.max_removed_share)
-        shards, seen, quarantine = _shard_all(sources, str(fmt), cfg, writer, plan, forget, read.failed, full=full)
-    for tenant in plan.build:
-        if seen.get(tenant, 0) == 0 and tenant not in plan.failed:
-            plan.failed[tenant] = "no valid turns in the input (every record quarantined)"
-    to_build = [s for s in shards if s.tenant_id not in plan.resume and s.tenant_id not in plan.failed]
+        # Ray starts (seconds of its processes coming up) while the input is sharded and the
+        # pending sessions are packed into blocks; a run with nothing to build never starts it
+        with ThreadPoolExecutor(1, thread_name_prefix="memlib-shard") as reader:
+            sharded = reader.submit(_shard_and_prepare, sources, str(fmt), cfg, writer, plan, forget, read.failed,
+                                    key, full=full)
+            target = None
+            if plan.build:
+                with timer.span(Phase.RAY_START):
+                    target = init_ray(address, num_cpus, token_auth=cfg.ray.local_token_auth)
+            shards, to_build, quarantine, prepared = sharded.result()
     progress("plan", plan.to_json())
-    target = init_ray(address, num_cpus, token_auth=cfg.ray.local_token_auth)
     session_stats: dict[str, Any] = {}
     # Lance is first needed when the tenants are written: its restore (and lancedb's import) runs
     # while the dataset does, and after Ray's processes are started (lancedb warns about forks)
@@ -266,7 +288,7 @@ def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: st
         lance_restored = background.submit(restore_published_lance, writer, base)
         with timer.span(Phase.TENANTS):
             summaries = _build_tenants(writer, to_build, cfg, recipe, plan, key, target, progress,
-                                       reuse=not full, stats=session_stats)
+                                       reuse=not full, stats=session_stats, prepared=prepared)
         lance_restored.result()
     summaries += [{**m["summary"], "status": TenantStatus.RESUMED.value} for m in plan.resume.values()]
     done = {s["tenant_id"] for s in summaries}

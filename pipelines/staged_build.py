@@ -209,19 +209,36 @@ def _session_stats(plan: SessionPlan, blocks: list[dict[str, Any]], pass_s: floa
             "embed_gpus": sorted({g for b in done for g in b.get("embed_gpus", [])})}
 
 
+@dataclass
+class Prepared:
+    """What the driver does before the dataset starts (no Ray needed): the session build key and
+    the pending sessions packed into block files. :func:`jobs.nightly.run_incremental` prepares
+    while Ray starts."""
+    key: str
+    work: Path
+    plan: SessionPlan
+
+
+def prepare_staged(shards: list[TenantShard], cfg: MemlibConfig, *, store: str | Path, build_key: str,
+                   reuse: bool = True) -> Prepared:
+    key = session_build_key(cfg, build_key)
+    work = Path(shards[0].turns_path).parent.parent / "_work"
+    plan = plan_sessions(shards, SessionStore(str(store), key, cfg.embed.dim), key, work / "blocks",
+                         cfg.ray.block_turns, reuse)
+    return Prepared(key, work, plan)
+
+
 def run_staged(shards: list[TenantShard], cfg: MemlibConfig, recipe: str, *, store: str | Path, build_key: str,
                total_cpus: float, reuse: bool = True, stats: dict[str, Any] | None = None,
-               worker_env_inherited: bool = False) -> Iterator[dict[str, Any]]:
+               worker_env_inherited: bool = False, prepared: Prepared | None = None) -> Iterator[dict[str, Any]]:
     """The staged build of ``shards``; yields one summary per tenant as it finishes (an ``error``
-    key when it failed). ``stats`` receives the session operators' figures once all are done."""
+    key when it failed). ``stats`` receives the session operators' figures once all are done.
+    ``prepared``: :func:`prepare_staged` of the same arguments, done already."""
     if not shards:
         return
     store = str(store)
-    key = session_build_key(cfg, build_key)
-    work = Path(shards[0].turns_path).parent.parent / "_work"
-    start = time.time()
-    plan = plan_sessions(shards, SessionStore(store, key, cfg.embed.dim), key, work / "blocks",
-                         cfg.ray.block_turns, reuse)
+    prepared = prepared or prepare_staged(shards, cfg, store=store, build_key=build_key, reuse=reuse)
+    key, work, plan, start = prepared.key, prepared.work, prepared.plan, time.time()
     ds = build_dataset(plan, shards, cfg, recipe, store, key, work, total_cpus, worker_env_inherited)
     blocks: list[dict[str, Any]] = []
     for row in ds.iter_rows():
@@ -231,6 +248,6 @@ def run_staged(shards: list[TenantShard], cfg: MemlibConfig, recipe: str, *, sto
         else:
             yield summary
     shutil.rmtree(work, ignore_errors=True)  # block files and failure markers (<version>/_work)
-    if stats is not None:  # session pass: from the start until the last block was kept
+    if stats is not None:  # session pass: from the dataset's start until the last block was kept
         kept = max([b.get("kept_at", start) for b in blocks] or [start])
         stats.update(_session_stats(plan, blocks, kept - start), key=key)

@@ -31,6 +31,7 @@ class Step(str, Enum):
 class Phase(str, Enum):
     """Driver-side phases of a store build, around the recipe steps (timed in the manifest)."""
     READ = "read"
+    RAY_START = "ray_start"            # local Ray coming up (inside ``read``: overlaps the sharding)
     TENANTS = "tenants"                # session pass + tenant stages (graph included) on Ray Data
     GRAPH = "graph"                    # (older manifests: the graph pass before it joined the tenant stage)
     WRITE = "write"

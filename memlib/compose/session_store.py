@@ -64,6 +64,10 @@ class SessionStore:
         self.root = Path(store) / SESSIONS_SUBDIR / build_key
         self.dim = dim
         self._index: pa.Table | None = None
+        # index file -> (its (inode, mtime, size) when read, its rows): a refresh reads only new or
+        # rewritten files (a nightly's tenant actors refresh while blocks are kept; a store holds
+        # hundreds of index files)
+        self._read: dict[str, tuple[tuple[int, int, int], pa.Table]] = {}
 
     # ---- writing -------------------------------------------------------------------------------
     def write_block(self, block: str, output: SessionOutput, vectors: pa.Table, index: pa.Table) -> None:
@@ -84,11 +88,21 @@ class SessionStore:
         """(session_key, tenant_id, turns, block) of every kept session."""
         if self._index is None:
             idir = self.root / "index"
-            parts = []
-            for f in sorted(idir.glob("*.parquet")) if idir.is_dir() else []:
-                t = pq.read_table(f)
-                parts.append(t.append_column("block", pa.array([f.stem] * t.num_rows, pa.string())))
-            self._index = (pa.concat_tables(parts) if parts else
+            read: dict[str, tuple[tuple[int, int, int], pa.Table]] = {}
+            # names starting with "." are files being written (_write), never read
+            for f in sorted(idir.glob("[!.]*.parquet")) if idir.is_dir() else []:
+                try:
+                    st = f.stat()
+                except FileNotFoundError:  # its block was dropped (retain) since the listing
+                    continue
+                sig = (st.st_ino, st.st_mtime_ns, st.st_size)  # a rewrite (os.replace) is a new inode
+                known = self._read.get(f.stem)
+                if known is None or known[0] != sig:
+                    t = pq.read_table(f)
+                    known = (sig, t.append_column("block", pa.array([f.stem] * t.num_rows, pa.string())))
+                read[f.stem] = known
+            self._read = read
+            self._index = (pa.concat_tables([t for _, t in read.values()]) if read else
                            schema.empty(INDEX).append_column("block", pa.array([], pa.string())))
         return self._index
 
@@ -119,9 +133,12 @@ class SessionStore:
             by_block.setdefault(b, []).append(k)
         tables: dict[str, list[pa.Table]] = {name: [] for name in [*SESSION_TABLES, VECTORS]}
         for b, ks in sorted(by_block.items()):
-            flt = pc.field("session_key").isin(ks)
+            wanted = pa.array(ks, pa.string())
             for name in tables:
-                tables[name].append(pq.read_table(self.root / "blocks" / b / f"{name}.parquet", filters=flt))
+                # read whole and filter: a ``filters=`` read goes through the dataset layer, 6.5x
+                # slower on the token vectors' binary column (0.39 against 0.06 s for 4 blocks)
+                t = pq.read_table(self.root / "blocks" / b / f"{name}.parquet")
+                tables[name].append(t.filter(pc.is_in(t.column("session_key"), value_set=wanted)))
         out = SessionOutput({name: pa.concat_tables(tables[name]) for name in SESSION_TABLES})
         return out, TurnVectors.from_table(pa.concat_tables(tables[VECTORS]))
 

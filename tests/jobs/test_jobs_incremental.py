@@ -103,6 +103,9 @@ def test_jobs_incremental_same_data_carries_everything(history):
     inc = history["manifests"]["v000003"]["incremental"]
     assert inc["built"] == [] and inc["carried"] == ["dora", "emil", "fay"]
     assert history["manifests"]["v000003"]["row_counts"] == history["manifests"]["v000002"]["row_counts"]
+    # nothing to build: the run never asks for Ray (a run that builds does, while it shards)
+    assert "ray_start" not in history["manifests"]["v000003"]["stage_timings_s"]
+    assert "ray_start" in history["manifests"]["v000002"]["stage_timings_s"]
 
 
 def test_jobs_incremental_corrupt_file_fails_one_tenant(history):

@@ -62,3 +62,38 @@ def test_turn_vectors_read_back_as_views_of_a_chunked_sliced_table():
     for i, j in enumerate(range(1, 5)):
         assert np.array_equal(back.token_ids[i], ids[j]) and np.array_equal(back.token_vectors[i], vecs[j])
         assert back.token_vectors[i].shape == (sizes[j], TOKEN_DIM)
+
+
+def test_session_index_refresh_reads_only_new_files_and_never_a_file_being_written(tmp_path, monkeypatch):
+    """A refresh re-reads only index files added or rewritten since the last read; a file still
+    being written (its temporary name starts with ".") is never listed."""
+    from pathlib import Path
+
+    import pyarrow.parquet as pq
+
+    from memlib.compose import session_store as ss
+
+    store = ss.SessionStore(tmp_path, "k")
+    idir = store.root / "index"
+
+    def entry(block: str, keys: list[str]) -> None:
+        rows = {"session_key": keys, "tenant_id": ["t"] * len(keys), "turns": pa.array([1] * len(keys), pa.int32())}
+        ss._write(pa.table(rows, schema=ss.INDEX), idir / f"{block}.parquet")
+
+    entry("b1", ["s1", "s2"])
+    entry("b2", ["s3"])
+    reads: list[str] = []
+    real = pq.read_table
+    monkeypatch.setattr(ss.pq, "read_table", lambda f, *a, **k: (reads.append(Path(f).stem), real(f, *a, **k))[1])
+    assert sorted(store.index().column("session_key").to_pylist()) == ["s1", "s2", "s3"]
+    assert sorted(reads) == ["b1", "b2"]
+    reads.clear()
+    entry("b3", ["s4"])
+    pq.write_table(pa.table({"session_key": ["half"]}), idir / ".tmp-99-b4.parquet")  # another worker's write
+    store.refresh()
+    assert store.known(["s1", "s4", "half"]) == {"s1", "s4"} and reads == ["b3"]
+    reads.clear()
+    entry("b1", ["s1"])  # rewritten without s2 (retain/rewrite), b2 dropped
+    (idir / "b2.parquet").unlink()
+    store.refresh()
+    assert sorted(store.index().column("session_key").to_pylist()) == ["s1", "s4"] and reads == ["b1"]
