@@ -9,6 +9,9 @@ configured default strategy) in ``by_strategy``: haystack_turn_recall@10,
 conversation_turn_recall@10 (the same LoCoMo questions against the conversation alone, built as
 a separate store), recall_ratio, in-process p50/p95 on the haystack and on the conversation
 alone, and p50_ratio (same run); the first strategy's figures are repeated at the top level.
+``paired_p50_ratio`` (first strategy; also for each ``--also-store``) times the same questions on
+both tenants interleaved in blocks of 10 (:func:`paired_latency`), free of the machine's drift
+between the two sequential evaluations that ``p50_ratio`` comes from.
 ``--store`` / ``--alone-store`` keep the built stores and reuse them on the next run;
 ``--also-store`` evaluates further haystack stores (other sizes) in the same run.
 p50_ms / p95_ms are those of
@@ -171,6 +174,47 @@ def built_store(cfg, corpus: Path, store: Path, turns: int, num_cpus: Optional[i
     return manifest, time.perf_counter() - start
 
 
+def _questions(per_question: pl.DataFrame, tenant: str) -> list[str]:
+    return per_question.filter(pl.col("tenant_id") == tenant).get_column("question").unique(
+        maintain_order=True).to_list()
+
+
+def paired_latency(hay_store: Path, alone_store: Path, hay_tenant: str, alone_tenant: str, strategy: str, cfg,
+                   queries: list[str], block: int = 10) -> dict:
+    """In-process latency of ``strategy`` on the haystack tenant and on the conversation alone,
+    measured interleaved: the queries in blocks of ``block``, each block on one tenant then on the
+    other (the first tenant alternating), so both see the same machine state. A sequential run
+    (every haystack query, then every alone query, as ``memlib eval`` does per store) lets the
+    machine's drift between the two halves into the ratio: 2.07-2.58 over five runs of one commit
+    (docs/benchmarks.md). Same search path as ``memlib eval``: warm tenants, query vectors
+    embedded beforehand, run_search's latency."""
+    import numpy as np
+
+    from memlib.eval.runner import default_embedder
+    from memlib.retrieve.kernels import run_search
+    from memlib.retrieve.registry import get_strategy
+    from memlib.retrieve.tenant import CachedQueryEmbedder, TenantCache
+
+    qemb = CachedQueryEmbedder(default_embedder(cfg))
+    qemb.prime(queries)
+    strat = get_strategy(strategy, cfg)
+    indexes = {"hay": TenantCache(hay_store, embedder=qemb).get(hay_tenant),
+               "alone": TenantCache(alone_store, embedder=qemb).get(alone_tenant)}
+    for index in indexes.values():  # the first query of a tenant loads its caches: not timed
+        run_search(index, strat, queries[0], 10)
+    lat: dict[str, list[float]] = {"hay": [], "alone": []}
+    for i, start in enumerate(range(0, len(queries), block)):
+        for name in (("hay", "alone") if i % 2 == 0 else ("alone", "hay")):
+            for q in queries[start:start + block]:
+                lat[name].append(run_search(indexes[name], strat, q, 10).latency_ms)
+    p50 = {k: float(np.median(v)) for k, v in lat.items()}
+    return {"paired_p50_ms": round(p50["hay"], 2), "paired_alone_p50_ms": round(p50["alone"], 2),
+            "paired_p95_ms": round(float(np.percentile(lat["hay"], 95)), 2),
+            "paired_alone_p95_ms": round(float(np.percentile(lat["alone"], 95)), 2),
+            "paired_p50_ratio": round(p50["hay"] / p50["alone"], 3) if p50["alone"] > 0 else None,
+            "paired_queries": len(queries), "paired_block": block}
+
+
 def _also(stores: list[Path], strategies: list[str], alone: pl.DataFrame, tenants: list[str], cfg) -> dict:
     """Further haystack stores of the same conversation (other sizes), evaluated in the same run."""
     from memlib.io.store import StoreReader
@@ -218,11 +262,14 @@ def run_scale(cfg, data: Path, workdir: Path, *, conversation: str, sessions: in
         out.update({"alone_store": str(alone_store), "by_strategy": figures, **figures[strategies[0]]})
         out.update({"p50_ms": out.get("inprocess_p50_ms"), "p95_ms": out.get("inprocess_p95_ms"),
                     "latency_source": "in-process"})
+        queries = _questions(pq, evaluated[0])
+        out.update(paired_latency(store, alone_store, *evaluated, strategies[0], cfg, queries))
         if also:
             out["also"] = _also(also, strategies, alone, evaluated, cfg)
+            for entry in out["also"].values():
+                entry.update(paired_latency(Path(entry["store"]), alone_store, *evaluated, strategies[0], cfg, queries))
     if http:
-        queries = pq.filter(pl.col("tenant_id") == evaluated[0]).get_column("question").unique(
-            maintain_order=True).to_list()
+        queries = _questions(pq, evaluated[0])
         out.update(http_latency(store, cfg, evaluated[0], queries, strategies[0], num_cpus))
     if speedup and not tenants:
         out.update(tenant_speedup(workdir / "scale.jsonl", workdir, num_cpus, config, sets))

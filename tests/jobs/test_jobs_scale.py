@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -88,6 +89,46 @@ def test_jobs_scale_figures_per_strategy():
     assert strategy_figures(hay, alone, "bm25", "c-hay", "c")["recall_ratio"] == 2.0
 
 
+def test_jobs_scale_paired_latency_interleaves_blocks(monkeypatch):
+    """Both tenants answer the same questions block by block, the first tenant alternating, after
+    one untimed warm-up query each; the p50s are those of the timed searches."""
+    import types
+
+    from jobs.cli import bench_scale
+    from memlib.eval import runner
+    from memlib.retrieve import kernels, registry, tenant
+
+    calls: list[tuple[str, str]] = []
+
+    class Cache:
+        def __init__(self, store, embedder=None):
+            self.store = str(store)
+
+        def get(self, name):
+            return name
+
+    def search(index, strategy, query, k):
+        calls.append((index, query))
+        return types.SimpleNamespace(latency_ms=4.0 if index == "big" else 2.0)
+
+    class Embedder:
+        def embed_queries(self, texts):
+            return [[0.0] for _ in texts]
+
+    monkeypatch.setattr(tenant, "TenantCache", Cache)
+    monkeypatch.setattr(kernels, "run_search", search)
+    monkeypatch.setattr(registry, "get_strategy", lambda name, cfg: name)
+    monkeypatch.setattr(runner, "default_embedder", lambda cfg: Embedder())
+    qs = [f"q{i}" for i in range(25)]
+    out = bench_scale.paired_latency(Path("h"), Path("a"), "big", "small", "auto", None, qs, block=10)
+    assert calls[:2] == [("big", "q0"), ("small", "q0")]  # warm-up
+    timed = calls[2:]
+    assert [t for t, _ in timed] == ["big"] * 10 + ["small"] * 10 + ["small"] * 10 + ["big"] * 10 + \
+        ["big"] * 5 + ["small"] * 5
+    assert [q for _, q in timed if _ == "big"] == qs and [q for t, q in timed if t == "small"] == qs
+    assert out["paired_p50_ratio"] == 2.0 and out["paired_queries"] == 25
+
+
 @pytest.mark.slow
 def test_jobs_scale_bench_small(shared_data, tmp_path):
     args = ["bench", "scale", "--data", str(shared_data), "--sessions", "40", "--num-cpus", "2",
@@ -107,3 +148,6 @@ def test_jobs_scale_bench_small(shared_data, tmp_path):
     second = json.loads(again.output.strip().splitlines()[-1])
     assert second["store_reused"] and second["build_s"] is None
     assert second["by_strategy"]["bm25"]["recall_ratio"] == out["by_strategy"]["bm25"]["recall_ratio"]
+    assert second["paired_queries"] > 10 and 0 < second["paired_alone_p50_ms"] <= second["paired_alone_p95_ms"]
+    assert second["paired_p50_ratio"] == round(second["paired_p50_ms"] / second["paired_alone_p50_ms"], 3) or \
+        abs(second["paired_p50_ratio"] - second["paired_p50_ms"] / second["paired_alone_p50_ms"]) < 0.01
