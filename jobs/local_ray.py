@@ -56,10 +56,16 @@ _STARTED: list[LocalRayEnv] = []  # the instance this process started last (star
 
 
 def workers_inherit(env: dict[str, str]) -> bool:
-    """Whether the running Ray instance was started here (:func:`start_local`) with ``env`` in
-    its workers' environment."""
-    return bool(_STARTED) and ray.is_initialized() and all(
-        _STARTED[-1].worker_env.get(k) == v for k, v in env.items())
+    """Whether every worker of this Ray job already has ``env``: the running instance was started
+    here (:func:`start_local`) with it, or the job's runtime environment sets it (``ray job submit
+    --runtime-env-json``, a RayJob's ``runtimeEnvYAML``: cluster/rayjob-nightly.yaml does). Then an
+    operator asking for ``env`` again would only make Ray start workers of another environment."""
+    if not ray.is_initialized():
+        return False
+    if _STARTED and all(_STARTED[-1].worker_env.get(k) == v for k, v in env.items()):
+        return True
+    job_vars = (ray.get_runtime_context().runtime_env or {}).get("env_vars") or {}
+    return all(job_vars.get(k) == v for k, v in env.items())
 
 
 def base_env(token_auth: bool) -> dict[str, str]:

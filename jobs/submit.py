@@ -76,8 +76,13 @@ def entrypoint(command: JobCommand, args: list[str], python: str = "python") -> 
 
 
 def runtime_env(opts: SubmitOptions) -> dict[str, Any]:
+    """The job's runtime environment. It carries the build operators' worker environment, so the
+    operators ask for none of their own and run on the job's workers (jobs/local_ray.py
+    ``workers_inherit``)."""
+    from pipelines.operators import WORKER_ENV
+
     env: dict[str, Any] = {"working_dir": str(opts.working_dir), "excludes": EXCLUDES,
-                           "env_vars": {**DEFAULT_ENV, **opts.env_vars}}
+                           "env_vars": {**DEFAULT_ENV, **WORKER_ENV, **opts.env_vars}}
     if opts.with_requirements:
         env["pip"] = project_requirements(opts.working_dir / "pyproject.toml")
     return env

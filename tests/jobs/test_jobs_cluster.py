@@ -58,7 +58,11 @@ def test_jobs_cluster_rayjob_nightly():
     assert argv[:3] == ["python", "-m", "jobs.nightly"]
     args = parser().parse_args(argv[3:])  # the entrypoint's options are the job's real options
     assert args.out.startswith("/mnt/memlib") and args.input.startswith("/mnt/memlib")
-    assert yaml.safe_load(j["spec"]["runtimeEnvYAML"])["working_dir"] == "/opt/memlib"
+    job_env = yaml.safe_load(j["spec"]["runtimeEnvYAML"])
+    assert job_env["working_dir"] == "/opt/memlib"
+    from pipelines.operators import WORKER_ENV
+
+    assert WORKER_ENV.items() <= job_env["env_vars"].items()  # the operators then ask for no runtime_env
     assert j["spec"]["shutdownAfterJobFinishes"] is True
     assert len(_check_pods(j["spec"]["rayClusterSpec"])) == 1
 

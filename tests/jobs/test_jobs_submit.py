@@ -128,3 +128,6 @@ def test_jobs_submit_paths_and_runtime_env(tmp_path, monkeypatch):
     env = runtime_env(SubmitOptions(with_requirements=True))
     assert ".venv" in env["excludes"] and any(r.startswith("ray[") for r in env["pip"])
     assert "pip" not in runtime_env(SubmitOptions())
+    from pipelines.operators import WORKER_ENV
+
+    assert WORKER_ENV.items() <= env["env_vars"].items()  # the operators then ask for no runtime_env

@@ -294,6 +294,45 @@ print("RESULT " + json.dumps({"inherited": target.worker_env_inherited, "worker_
 """
 
 
+JOB_ENV_START = """
+import json, os, ray
+from jobs.build import init_ray
+from jobs.local_ray import workers_inherit
+from pipelines.operators import WORKER_ENV
+first = dict(list(WORKER_ENV.items())[:-1])
+ray.init(address="local", num_cpus=2, include_dashboard=False, runtime_env={"env_vars": first})
+partial = workers_inherit(WORKER_ENV)
+ray.shutdown()
+ray.init(address="local", num_cpus=2, include_dashboard=False,
+         runtime_env={"env_vars": {**WORKER_ENV, "HF_HUB_OFFLINE": "1"}})
+target = init_ray(None, 2)  # joins the instance running (a job on a cluster, as ray job submit runs it)
+
+@ray.remote(num_cpus=0.25)
+def worker_side():
+    return {k: os.environ.get(k) for k in WORKER_ENV}
+
+print("RESULT " + json.dumps({"partial": partial, "inherited": target.worker_env_inherited,
+                              "worker_env": ray.get(worker_side.remote())}))
+"""
+
+
+def test_a_job_whose_runtime_env_sets_the_operator_environment_needs_none_per_operator(tmp_path):
+    """A job started with the operators' environment in its runtime_env (``ray job submit``, the
+    RayJob manifest) counts as inherited, so the operators ask for no runtime_env of their own;
+    a job missing one of the variables does not."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS" and k not in
+           ("POLARS_MAX_THREADS", "TOKENIZERS_PARALLELISM", "RAYON_NUM_THREADS")}
+    proc = subprocess.run([sys.executable, "-c", JOB_ENV_START], env=env, cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert proc.returncode == 0 and line, proc.stdout[-2000:] + proc.stderr[-3000:]
+    out = json.loads(line[0][7:])
+    from pipelines.operators import WORKER_ENV
+
+    assert out["partial"] is False
+    assert out["inherited"] is True and out["worker_env"] == WORKER_ENV
+
+
 def test_a_local_ray_started_by_the_build_gives_its_workers_the_operator_environment(tmp_path):
     """The local instance the build starts passes the operators' environment to every worker (no
     per-operator runtime_env, which would make Ray start new workers), while the driver keeps its
