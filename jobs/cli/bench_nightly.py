@@ -2,7 +2,7 @@
 
 1. Full build of the input (LongMemEval format; default ../shared/data/longmemeval_s_dev24.json).
 2. One new session appended to each of ``--touched`` tenants (a session of another tenant's
-   haystack, its has_answer flags dropped, dated like the tenant's last session), then an
+   haystack, its has_answer flags dropped, dated at the tenant's latest session), then an
    incremental (nightly) run on the same store.
 3. A full build of the new input into a second store; the two published stores are compared
    (node ids, node texts, edges and vectors) and ``auto`` / ``bm25`` recall is evaluated on both.
@@ -10,7 +10,10 @@
 By default the full build and the nightly run are each a ``memlib build`` child process (with
 its own local Ray, as a cron job on one machine runs them: both pay Ray's start and stop);
 ``--same-process`` starts Ray here first and runs both on it, as jobs submitted to a running
-cluster find it up (neither pays Ray's start).
+cluster find it up (neither pays Ray's start). ``--submit ADDRESS`` submits both as Ray jobs to
+the running cluster whose dashboard is at ADDRESS (:mod:`jobs.submit`, as ``memlib submit`` does:
+a fresh driver on a cluster that is up, the production path); their times are the jobs' own, from
+the job's start to its end as Ray records them (the working directory's upload is not counted).
 
 Prints one JSON line: full_build_s, nightly_s, nightly_ratio = nightly_s / full_build_s,
 sessions computed by the nightly run, equal_to_full_build and the recall of both stores.
@@ -38,7 +41,10 @@ def append_sessions(data: list[dict[str, Any]], touched: int) -> list[dict[str, 
         session = [{k: v for k, v in turn.items() if k != "has_answer"} for turn in donor["haystack_sessions"][0]]
         item["haystack_sessions"].append(session)
         item["haystack_session_ids"].append(f"nightly_{i}")
-        item["haystack_dates"].append(item["haystack_dates"][-1])
+        # dated at the tenant's latest session ("YYYY/MM/DD (Day) HH:MM" sorts as it reads): the
+        # haystack's list order is not chronological, and the list's last date would put the new
+        # session amid the history, renumbering (and so recomputing) the sessions after it
+        item["haystack_dates"].append(max(item["haystack_dates"]))
     return out
 
 
@@ -79,6 +85,22 @@ def recall(store: Path, data: Path, cfg, strategies: list[str]) -> dict[str, flo
     return {s: run.metrics["strategies"][s].get("turn_recall@10") for s in strategies}
 
 
+def submitted_build(address: str, args: list[str], timeout_s: float = 7200.0) -> float:
+    """Run ``memlib build ARGS`` as a job on the cluster at ``address``; the job's own seconds."""
+    import sys
+
+    from ray.job_submission import JobStatus
+
+    from jobs.submit import JobCommand, SubmitOptions, client, logs, submit, wait
+
+    job = submit(JobCommand.BUILD, args, SubmitOptions(address=address, python=sys.executable))
+    state = wait(address, job, timeout_s=timeout_s, poll_s=0.5)
+    if state != JobStatus.SUCCEEDED:
+        raise typer.BadParameter(f"job {job} ended {state}: {logs(address, job)[-2000:]}")
+    info = client(address).get_job_info(job)
+    return (info.end_time - info.start_time) / 1000.0
+
+
 def register(bench_app: typer.Typer) -> None:
     @bench_app.command("nightly")
     def bench_nightly(
@@ -94,6 +116,10 @@ def register(bench_app: typer.Typer) -> None:
                                             "and stop, as a cron job on one machine would), or both in this one "
                                             "on a Ray started before either (as jobs submitted to a running "
                                             "cluster)")] = True,
+        submit_to: Annotated[Optional[str], typer.Option("--submit", help="submit the three builds as jobs to "
+                                                         "the Ray cluster whose dashboard is at this address "
+                                                         "(e.g. http://127.0.0.1:8265); times are the jobs' "
+                                                         "own")] = None,
     ) -> None:
         """Full build, one new session in a few tenants, nightly run; cost ratio and equality."""
         from jobs.local_ray import export_local_ray_env
@@ -111,7 +137,15 @@ def register(bench_app: typer.Typer) -> None:
             new_input = work / "nightly_input.json"
             new_input.write_text(json.dumps(append_sessions(data, touched)), encoding="utf-8")
             store, full = work / "store", work / "full"
-            if fresh:  # each run is a job of its own, as from cron: its own process and local Ray
+            opts = [*(["--config", str(config)] if config else []), *[a for x in set_ or [] for a in ("--set", x)]]
+            if submit_to:  # jobs on a running cluster, each a fresh driver: the production path
+                base = ["--format", "longmemeval", *opts]
+                full_s = submitted_build(submit_to, ["--input", str(input), "--out", str(store), *base])
+                nightly_s = submitted_build(submit_to, ["--input", str(new_input), "--out", str(store), *base,
+                                                        "--incremental"])
+                submitted_build(submit_to, ["--input", str(new_input), "--out", str(full), *base])
+                m = json.loads((store / "manifest.json").read_text(encoding="utf-8"))
+            elif fresh:  # each run is a job of its own, as from cron: its own process and local Ray
                 full_s = timed_build(input, store, num_cpus, None, work / "full_build.log", config, set_,
                                      "longmemeval")
                 nightly_s = timed_build(new_input, store, num_cpus, None, work / "nightly.log", config, set_,
@@ -125,9 +159,11 @@ def register(bench_app: typer.Typer) -> None:
                 start = time.perf_counter()
                 m = run_incremental(cfg, new_input, "longmemeval", store, num_cpus=num_cpus)
                 nightly_s = time.perf_counter() - start
-            run_build(cfg, new_input, "longmemeval", full, num_cpus=num_cpus)
+            if not submit_to:
+                run_build(cfg, new_input, "longmemeval", full, num_cpus=num_cpus)
             out: dict[str, Any] = {
-                "input": str(input), "touched": touched, "fresh_process": fresh, "full_build_s": round(full_s, 2),
+                "input": str(input), "touched": touched, "fresh_process": fresh and not submit_to,
+                "submitted_to": submit_to, "full_build_s": round(full_s, 2),
                 "nightly_s": round(nightly_s, 2), "nightly_ratio": round(nightly_s / full_s, 4),
                 "nightly_built": m["incremental"]["built"], "nightly_sessions": m.get("sessions"),
                 "nightly_stage_timings_s": m.get("stage_timings_s"), **compare_stores(store, full)}

@@ -1,6 +1,7 @@
 """`memlib submit` against a real Ray head started here (`ray start --head --block`), over HTTP."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -131,3 +132,28 @@ def test_jobs_submit_paths_and_runtime_env(tmp_path, monkeypatch):
     from pipelines.operators import WORKER_ENV
 
     assert WORKER_ENV.items() <= env["env_vars"].items()  # the operators then ask for no runtime_env
+
+
+@pytest.mark.slow
+def test_jobs_bench_nightly_submits_its_builds_to_the_cluster(ray_head, shared_data, tmp_path):
+    """``memlib bench nightly --submit``: the full build, the nightly run and the comparison build
+    are jobs on the running cluster; the nightly job computes only the new sessions and its store
+    equals the full build's."""
+    data = json.loads((shared_data / "longmemeval_s_dev24.json").read_text(encoding="utf-8"))
+    small = []
+    for item in data[:3]:
+        keep = 6
+        small.append({**item, "haystack_sessions": item["haystack_sessions"][:keep],
+                      "haystack_session_ids": item["haystack_session_ids"][:keep],
+                      "haystack_dates": item["haystack_dates"][:keep]})
+    inp = tmp_path / "small.json"
+    inp.write_text(json.dumps(small), encoding="utf-8")
+    res = run_cli(["bench", "nightly", "--input", str(inp), "--touched", "2", "--submit", ray_head,
+                   "--strategies", "bm25", "--workdir", str(tmp_path / "w")])
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    out = json.loads(res.output.strip().splitlines()[-1])
+    assert out["submitted_to"] == ray_head and out["fresh_process"] is False
+    assert 0 < out["nightly_s"] < out["full_build_s"] and out["nightly_built"] and len(out["nightly_built"]) == 2
+    # the new sessions come last in time: only they are computed, no earlier session is renumbered
+    assert out["nightly_sessions"]["sessions_computed"] == 2 and out["equal_to_full_build"] is True
+    assert out["recall_nightly"] == out["recall_full"]
