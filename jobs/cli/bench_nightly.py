@@ -137,9 +137,9 @@ def register(bench_app: typer.Typer) -> None:
             new_input = work / "nightly_input.json"
             new_input.write_text(json.dumps(append_sessions(data, touched)), encoding="utf-8")
             store, full = work / "store", work / "full"
-            opts = [*(["--config", str(config)] if config else []), *[a for x in set_ or [] for a in ("--set", x)]]
             if submit_to:  # jobs on a running cluster, each a fresh driver: the production path
-                base = ["--format", "longmemeval", *opts]
+                base = ["--format", "longmemeval", *(["--config", str(config)] if config else []),
+                        *[a for x in set_ or [] for a in ("--set", x)]]
                 full_s = submitted_build(submit_to, ["--input", str(input), "--out", str(store), *base])
                 nightly_s = submitted_build(submit_to, ["--input", str(new_input), "--out", str(store), *base,
                                                         "--incremental"])

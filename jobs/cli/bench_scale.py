@@ -242,6 +242,7 @@ def run_scale(cfg, data: Path, workdir: Path, *, conversation: str, sessions: in
     with RssSampler() as rss:
         manifest, build_s = built_store(cfg, workdir / "scale.jsonl", store, counts["turns"], num_cpus)
     pq = _evaluate(store, strategies, cfg)
+    queries = _questions(pq, evaluated[0])  # the first evaluated tenant's questions, for latency
     out = {"mode": "tenants" if tenants else "haystack", **counts, "store": str(store),
            "build_s": round(build_s, 1) if build_s is not None else None, "store_reused": build_s is None,
            "peak_rss_mb": round(rss.peak / 2**20) if build_s is not None else None,
@@ -262,14 +263,12 @@ def run_scale(cfg, data: Path, workdir: Path, *, conversation: str, sessions: in
         out.update({"alone_store": str(alone_store), "by_strategy": figures, **figures[strategies[0]]})
         out.update({"p50_ms": out.get("inprocess_p50_ms"), "p95_ms": out.get("inprocess_p95_ms"),
                     "latency_source": "in-process"})
-        queries = _questions(pq, evaluated[0])
         out.update(paired_latency(store, alone_store, *evaluated, strategies[0], cfg, queries))
         if also:
             out["also"] = _also(also, strategies, alone, evaluated, cfg)
             for entry in out["also"].values():
                 entry.update(paired_latency(Path(entry["store"]), alone_store, *evaluated, strategies[0], cfg, queries))
     if http:
-        queries = _questions(pq, evaluated[0])
         out.update(http_latency(store, cfg, evaluated[0], queries, strategies[0], num_cpus))
     if speedup and not tenants:
         out.update(tenant_speedup(workdir / "scale.jsonl", workdir, num_cpus, config, sets))

@@ -294,6 +294,18 @@ print("RESULT " + json.dumps({"inherited": target.worker_env_inherited, "worker_
 """
 
 
+def _run_driver(script: str) -> dict:
+    """Run ``script`` as a driver process of its own (without the operators' variables in its
+    environment); returns the JSON it printed after ``RESULT``."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS" and k not in
+           ("POLARS_MAX_THREADS", "TOKENIZERS_PARALLELISM", "RAYON_NUM_THREADS")}
+    proc = subprocess.run([sys.executable, "-c", script], env=env, cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert proc.returncode == 0 and line, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return json.loads(line[0][7:])
+
+
 JOB_ENV_START = """
 import json, os, ray
 from jobs.build import init_ray
@@ -320,13 +332,7 @@ def test_a_job_whose_runtime_env_sets_the_operator_environment_needs_none_per_op
     """A job started with the operators' environment in its runtime_env (``ray job submit``, the
     RayJob manifest) counts as inherited, so the operators ask for no runtime_env of their own;
     a job missing one of the variables does not."""
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS" and k not in
-           ("POLARS_MAX_THREADS", "TOKENIZERS_PARALLELISM", "RAYON_NUM_THREADS")}
-    proc = subprocess.run([sys.executable, "-c", JOB_ENV_START], env=env, cwd=REPO, capture_output=True,
-                          text=True, timeout=300)
-    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-    assert proc.returncode == 0 and line, proc.stdout[-2000:] + proc.stderr[-3000:]
-    out = json.loads(line[0][7:])
+    out = _run_driver(JOB_ENV_START)
     from pipelines.operators import WORKER_ENV
 
     assert out["partial"] is False
@@ -337,13 +343,7 @@ def test_a_local_ray_started_by_the_build_gives_its_workers_the_operator_environ
     """The local instance the build starts passes the operators' environment to every worker (no
     per-operator runtime_env, which would make Ray start new workers), while the driver keeps its
     own; a heuristic build's workers never import the LLM client."""
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS" and k not in
-           ("POLARS_MAX_THREADS", "TOKENIZERS_PARALLELISM", "RAYON_NUM_THREADS")}
-    proc = subprocess.run([sys.executable, "-c", WORKER_ENV_START], env=env, cwd=REPO, capture_output=True,
-                          text=True, timeout=300)
-    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-    assert proc.returncode == 0 and line, proc.stdout[-2000:] + proc.stderr[-3000:]
-    out = json.loads(line[0][7:])
+    out = _run_driver(WORKER_ENV_START)
     from pipelines.operators import WORKER_ENV
 
     assert out["inherited"] and out["worker_env"] == WORKER_ENV
