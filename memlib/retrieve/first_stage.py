@@ -33,6 +33,7 @@ from functools import cached_property
 
 import numpy as np
 
+from memlib.retrieve import jit_kernels
 from memlib.retrieve.int8_maxsim import Int8Similarity, one_thread_session, quantize_rows
 from memlib.retrieve.late import TokenMatrix
 
@@ -62,11 +63,23 @@ class RowSimilarity:
              helper.make_tensor_value_info("v_scale", TensorProto.FLOAT, [1, None])],
             [helper.make_tensor_value_info("sim", TensorProto.FLOAT, [None, None])])
         self._sess = one_thread_session(graph)
+        self._quantize = one_thread_session(helper.make_graph(
+            [helper.make_node("DynamicQuantizeLinear", ["q"], ["q8", "q_scale", "q_zero"])], "int8_query",
+            [helper.make_tensor_value_info("q", TensorProto.FLOAT, [None, dim])],
+            [helper.make_tensor_value_info("q8", TensorProto.UINT8, [None, dim]),
+             helper.make_tensor_value_info("q_scale", TensorProto.FLOAT, []),
+             helper.make_tensor_value_info("q_zero", TensorProto.UINT8, [])]))
 
     def __call__(self, q_vecs: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """(Q, len(rows)) approximate cosines of the query token vectors with those rows."""
-        return self._sess.run(None, {"q": np.ascontiguousarray(q_vecs, dtype=np.float32), "v8": self.v8[rows],
-                                     "v_scale": self.scale[rows][None, :]})[0]
+        return self._sess.run(None, {"q": np.ascontiguousarray(q_vecs, dtype=np.float32),
+                                     "v8": np.take(self.v8, rows, axis=0),
+                                     "v_scale": np.take(self.scale, rows)[None, :]})[0]
+
+    def quantize(self, q_vecs: np.ndarray) -> tuple[np.ndarray, np.float32]:
+        """(``q8 - q_zero`` as int16, ``q_scale``): the query as onnxruntime's graph quantizes it."""
+        q8, q_scale, q_zero = self._quantize.run(None, {"q": np.ascontiguousarray(q_vecs, dtype=np.float32)})
+        return q8.astype(np.int16) - np.int16(q_zero), np.float32(q_scale)
 
 
 @dataclass(frozen=True, eq=False)
@@ -165,23 +178,11 @@ def approximate_scores(post: TokenPostings, idf: np.ndarray, q_ids: np.ndarray, 
         return score
     sim = post.similarity(q_vecs) if sim is None else sim                    # (Q, V)
     reach = reached_ids(post, sim, p)
-    ids = np.concatenate(reach)
-    if ids.size == 0:
+    cut = np.r_[0, np.cumsum([r.size for r in reach])].astype(np.int64)
+    if cut[-1] == 0:
         return score
-    # the postings of every reached id, all query tokens at once; token qi's are held[cut[qi]:cut[qi + 1]]
-    sizes = [r.size for r in reach]
-    lo, lengths = post.ptr[ids], post.ptr[ids + 1] - post.ptr[ids]
-    held = post.turns[np.repeat(lo - np.cumsum(np.r_[0, lengths[:-1]]), lengths) + np.arange(lengths.sum())]
-    value = np.repeat(sim[np.repeat(np.arange(len(reach)), sizes), ids], lengths)
-    cut = np.r_[0, np.cumsum(lengths)][np.cumsum([0] + sizes)]
-    best = np.zeros(post.n_turns, dtype=np.float32)
-    for qi in range(len(reach)):
-        if cut[qi] == cut[qi + 1]:
-            continue
-        best[:] = 0.0
-        np.maximum.at(best, held[cut[qi]:cut[qi + 1]], value[cut[qi]:cut[qi + 1]])  # per turn: its best reached id
-        score += idf[q_ids[qi]] * best
-    return score
+    return jit_kernels.walk_postings(sim, np.concatenate(reach).astype(np.int64), cut, post.ptr, post.turns,
+                                     idf[q_ids].astype(np.float32), post.n_turns)
 
 
 def select(scores: np.ndarray, n: int) -> np.ndarray:
@@ -205,11 +206,9 @@ def select_by_role(scores: np.ndarray, assistant: np.ndarray, n: int, n_assistan
     small share of the budget instead of crowding out the others (and long assistant turns
     are most of the rows the exact MaxSim would read). ``by_role``: those two position arrays,
     when already known (``TurnFrame.by_role``)."""
-    other, asst = by_role if by_role is not None else (np.flatnonzero(~assistant), np.flatnonzero(assistant))
-    reached = np.flatnonzero(scores > 0)  # usually a few thousand of the tenant's turns
-    is_asst = assistant[reached]
-    if int((~is_asst).sum()) >= n and int(is_asst.sum()) >= n_assistant:  # the best are among them
-        other, asst = reached[~is_asst], reached[is_asst]
+    other, asst = jit_kernels.split_reached(scores, assistant)  # usually a few thousand of the tenant's turns
+    if other.size < n or asst.size < n_assistant:  # the best are not all among the reached turns
+        other, asst = by_role if by_role is not None else (np.flatnonzero(~assistant), np.flatnonzero(assistant))
     return np.sort(np.r_[other[select(scores[other], n)], asst[select(scores[asst], n_assistant)]])
 
 
@@ -222,7 +221,9 @@ def maxsim_rows(matrix: TokenMatrix, post: TokenPostings, turns: np.ndarray, q_i
     With ``centroid_sim`` (the query's (Q, V) centroid cosines) and ``exact_min_cos`` > -1, a
     row whose token id's centroid is below ``exact_min_cos`` for every query token keeps that
     centroid cosine instead of its own: such rows rarely hold a turn's maximum, and most rows
-    of the candidates are such rows (measured in docs/benchmarks.md)."""
+    of the candidates are such rows (measured in docs/benchmarks.md). The int8 case is one
+    compiled loop (:func:`memlib.retrieve.jit_kernels.candidate_best`) whose near rows equal
+    onnxruntime's products (:class:`RowSimilarity`); the numpy code below is the float32 case."""
     out = np.zeros(turns.size, dtype=np.float32)
     if q_ids.size == 0 or turns.size == 0:
         return out
@@ -231,21 +232,28 @@ def maxsim_rows(matrix: TokenMatrix, post: TokenPostings, turns: np.ndarray, q_i
     has = hi > lo
     if not has.any():
         return out
+    weights = matrix.idf[q_ids] if use_idf else np.ones(q_ids.size, dtype=np.float32)
+    split = centroid_sim is not None and exact_min_cos > -1.0
+    if split and not exact:
+        sim_t, vocab_best = jit_kernels.vocab_major(centroid_sim)
+        q_centered, q_scale = post.rows.quantize(q_vecs)
+        best = jit_kernels.candidate_best(turns.astype(np.int64), bounds, post.row_vocab, sim_t, vocab_best,
+                                          np.float32(exact_min_cos), post.rows.v8, post.rows.scale, q_centered,
+                                          q_scale)
+        out[has] = weights @ (best if has.all() else np.ascontiguousarray(best[:, has]))
+        return out
     lengths = (hi - lo)[has]
     starts = np.r_[0, np.cumsum(lengths)[:-1]]
     rows = np.repeat(lo[has] - starts, lengths) + np.arange(lengths.sum())
-    if centroid_sim is not None and exact_min_cos > -1.0:
-        vocab = post.row_vocab[rows]
-        sim = np.take(centroid_sim, vocab, axis=1)                               # (Q, rows)
+    if split:
+        sim = np.take(centroid_sim, post.row_vocab[rows], axis=1)               # (Q, rows)
         near = np.flatnonzero(sim.max(axis=0) >= exact_min_cos)
-        if near.size:
-            sim[:, near] = ((matrix.vectors[rows[near]].astype(np.float32) @ q_vecs.T).T if exact
-                            else post.rows(q_vecs, rows[near]))
+        if near.size:  # float32 rows here: the int8 case returned above
+            sim[:, near] = (matrix.vectors[rows[near]].astype(np.float32) @ q_vecs.T).T
     else:
         sim = ((matrix.vectors[rows].astype(np.float32) @ q_vecs.T).T if exact
                else post.rows(q_vecs, rows))                                     # (Q, rows)
     best = np.maximum.reduceat(sim, starts, axis=1)                              # (Q, turns with rows)
-    weights = matrix.idf[q_ids] if use_idf else np.ones(q_ids.size, dtype=np.float32)
     out[has] = weights @ best
     return out
 
@@ -259,6 +267,7 @@ def postings_for(index, matrix: TokenMatrix, row_ids_fn) -> TokenPostings | None
         post = build_postings(matrix, row_ids) if row_ids is not None else None
         if post is not None:
             post.similarity, post.rows  # noqa: B018 - built once here, not by the first query
+            jit_kernels.warm()
         return post
 
     return index.memo(("token_postings", id(matrix)), build)

@@ -126,8 +126,24 @@ def test_candidate_maxsim_reads_far_rows_by_their_centroid(tenant_parts):
         if hi > lo:
             want = matrix.idf[q_ids] @ sim[:, post.row_vocab[lo:hi]].max(axis=1)
             assert by_centroid[pos] == pytest.approx(want, rel=1e-5)
-    # the default threshold: exact where a query token is near the row's id, close to full elsewhere
+    # the default threshold: a row is read exactly (onnxruntime's int8 product) where some query
+    # token is near the row's id, by the centroid elsewhere; by hand, turn by turn
     mixed = first_stage.maxsim_rows(matrix, post, some, q_ids, q_vecs, centroid_sim=sim, exact_min_cos=0.2)
+    mixed_f32 = first_stage.maxsim_rows(matrix, post, some, q_ids, q_vecs, exact=True, centroid_sim=sim,
+                                        exact_min_cos=0.2)
+    n_mixed = 0
+    for pos, turn in zip(range(0, some.size, 5), some[::5]):
+        lo, hi = post.bounds[turn], post.bounds[turn + 1]
+        if hi == lo:
+            continue
+        centroid = sim[:, post.row_vocab[lo:hi]]
+        near = np.broadcast_to((centroid >= 0.2).any(axis=0), centroid.shape)
+        n_mixed += bool(near.any() and not near.all())
+        int8 = np.where(near, post.rows(q_vecs, np.arange(lo, hi)), centroid)
+        f32 = np.where(near, (matrix.vectors[lo:hi].astype(np.float32) @ q_vecs.T).T, centroid)
+        assert mixed[pos] == pytest.approx(matrix.idf[q_ids] @ int8.max(axis=1), rel=1e-6)
+        assert mixed_f32[pos] == pytest.approx(matrix.idf[q_ids] @ f32.max(axis=1), rel=1e-5)
+    assert n_mixed >= 3, "too few turns with both near and far pairs to test the split"
     assert np.corrcoef(mixed, full)[0, 1] > 0.95
     top = set(np.argsort(-full)[:5].tolist())
     assert len(top & set(np.argsort(-mixed)[:10].tolist())) >= 4
@@ -189,3 +205,41 @@ def test_select_breaks_ties_at_the_cut_by_position():
     # the reached non-assistant turns suffice: the same choice as over every turn
     assert first_stage.select_by_role(scores, assistant, 2, 1).tolist() == [0, 1, 5]
     assert first_stage.select_by_role(scores, assistant, 5, 1).tolist() == [0, 1, 2, 4, 5]
+
+
+def test_postings_walk_equals_the_numpy_walk_bit_for_bit():
+    """The compiled walk (falling cosine, first visit is the maximum, no branch on data) gives
+    the float32 scores of the numpy walk it replaced (a maximum.at per query token)."""
+    from memlib.retrieve import jit_kernels
+
+    rng = np.random.default_rng(7)
+    n_turns, n_vocab = 300, 80
+    held = [np.unique(rng.integers(0, n_turns, rng.integers(1, 40))) for _ in range(n_vocab)]
+    ptr = np.r_[0, np.cumsum([h.size for h in held])].astype(np.int64)
+    turns = np.concatenate(held).astype(np.int32)
+    sim = rng.uniform(-0.2, 1.0, (5, n_vocab)).astype(np.float32)
+    sim[2, 10] = sim[2, 11]  # a tie between two reached ids
+    reach = [rng.choice(n_vocab, k, replace=False) for k in (7, 0, 12, 3, 30)] + [np.array([10, 11])]
+    sim = np.r_[sim, sim[2:3]]
+    weights = rng.uniform(0.5, 4.0, len(reach)).astype(np.float32)
+    want = np.zeros(n_turns, np.float32)
+    for qi, ids in enumerate(reach):
+        best = np.zeros(n_turns, np.float32)
+        for v in ids:
+            np.maximum.at(best, turns[ptr[v]:ptr[v + 1]], sim[qi, v])
+        want += weights[qi] * best
+    cut = np.r_[0, np.cumsum([r.size for r in reach])].astype(np.int64)
+    got = jit_kernels.walk_postings(sim, np.concatenate(reach).astype(np.int64), cut, ptr, turns, weights, n_turns)
+    assert got.dtype == np.float32 and np.array_equal(got, want)
+
+
+def test_split_reached_is_the_role_split_of_the_positive_scores():
+    from memlib.retrieve import jit_kernels
+
+    rng = np.random.default_rng(3)
+    scores = np.where(rng.random(5000) < 0.4, rng.random(5000), 0.0).astype(np.float32)
+    assistant = rng.random(5000) < 0.3
+    other, asst = jit_kernels.split_reached(scores, assistant)
+    assert other.tolist() == np.flatnonzero((scores > 0) & ~assistant).tolist()
+    assert asst.tolist() == np.flatnonzero((scores > 0) & assistant).tolist()
+    assert [a.size for a in jit_kernels.split_reached(np.zeros(4, np.float32), np.zeros(4, bool))] == [0, 0]
