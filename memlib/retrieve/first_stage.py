@@ -155,15 +155,16 @@ class StageParams:
 def reached_ids(post: TokenPostings, sim: np.ndarray, p: StageParams) -> list[np.ndarray]:
     """Per query token: the vocabulary positions it reaches, the ``expand`` nearest centroids
     (``sim``, the (Q, V) centroid cosines) among ids held by at most ``max_df`` of the turns,
-    whose cosine is at least ``min_cos``. Thresholding before the partial sort: most of the
-    tenant's ids are far below ``min_cos``, so only a few per query token are sorted."""
+    whose cosine is at least ``min_cos``, ascending. Thresholding before the sort: most of the
+    tenant's ids are far below ``min_cos``, so only a few per query token are sorted. The
+    reference of :func:`memlib.retrieve.jit_kernels.reach_scan`, which queries use."""
     df_ok = post.followed(p.max_df)
     out = []
     for qi in range(sim.shape[0]):
         reach = np.flatnonzero(sim[qi] >= p.min_cos)
         reach = reach[df_ok[reach]]
-        if reach.size > p.expand:
-            reach = reach[np.argpartition(-sim[qi, reach], p.expand - 1)[:p.expand]]
+        if reach.size > p.expand:  # the best by falling cosine, the lower id first among equals
+            reach = np.sort(reach[np.argsort(-sim[qi, reach], kind="stable")[:p.expand]])
         out.append(reach)
     return out
 
@@ -177,12 +178,10 @@ def approximate_scores(post: TokenPostings, idf: np.ndarray, q_ids: np.ndarray, 
     if q_ids.size == 0 or post.vocab.size == 0:
         return score
     sim = post.similarity(q_vecs) if sim is None else sim                    # (Q, V)
-    reach = reached_ids(post, sim, p)
-    cut = np.r_[0, np.cumsum([r.size for r in reach])].astype(np.int64)
+    ids, cut = jit_kernels.reach_scan(sim, post.followed(p.max_df), np.float32(p.min_cos), p.expand)  # reached_ids
     if cut[-1] == 0:
         return score
-    return jit_kernels.walk_postings(sim, np.concatenate(reach).astype(np.int64), cut, post.ptr, post.turns,
-                                     idf[q_ids].astype(np.float32), post.n_turns)
+    return jit_kernels.walk_postings(sim, ids, cut, post.ptr, post.turns, idf[q_ids].astype(np.float32), post.n_turns)
 
 
 def select(scores: np.ndarray, n: int) -> np.ndarray:
@@ -209,7 +208,8 @@ def select_by_role(scores: np.ndarray, assistant: np.ndarray, n: int, n_assistan
     other, asst = jit_kernels.split_reached(scores, assistant)  # usually a few thousand of the tenant's turns
     if other.size < n or asst.size < n_assistant:  # the best are not all among the reached turns
         other, asst = by_role if by_role is not None else (np.flatnonzero(~assistant), np.flatnonzero(assistant))
-    return np.sort(np.r_[other[select(scores[other], n)], asst[select(scores[asst], n_assistant)]])
+    return np.sort(np.r_[jit_kernels.top_positions(scores, other, n),           # select() over those turns
+                         jit_kernels.top_positions(scores, asst, n_assistant)])
 
 
 def maxsim_rows(matrix: TokenMatrix, post: TokenPostings, turns: np.ndarray, q_ids: np.ndarray,

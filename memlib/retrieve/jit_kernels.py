@@ -97,6 +97,74 @@ def split_reached(score, assistant):
 
 
 @nb.njit(**_JIT)
+def reach_scan(sim, followed, min_cos, expand):
+    """(ids, cut): per query token ``q`` (``ids[cut[q]:cut[q + 1]]``) the ids it reaches: cosine
+    at least ``min_cos``, ``followed``, and of those the ``expand`` best by falling cosine, the
+    lower id first among equal cosines (as :func:`memlib.retrieve.first_stage.reached_ids`)."""
+    n_q, n_v = sim.shape
+    ids = np.empty(n_q * expand, np.int64)
+    cut = np.zeros(n_q + 1, np.int64)
+    hits = np.empty(n_v, np.int64)
+    n = 0
+    for q in range(n_q):
+        n_hits = 0
+        for v in range(n_v):
+            if sim[q, v] >= min_cos:  # rare (a few dozen ids of thousands): a well-predicted branch
+                hits[n_hits] = v
+                n_hits += followed[v]
+        if n_hits > expand:
+            vals = np.empty(n_hits, np.float32)
+            for i in range(n_hits):
+                vals[i] = -sim[q, hits[i]]
+            order = np.argsort(vals, kind="mergesort")[:expand]
+            for i in range(expand):
+                ids[n + i] = hits[order[i]]
+            n += expand
+        else:
+            ids[n:n + n_hits] = hits[:n_hits]
+            n += n_hits
+        cut[q + 1] = n
+    return ids[:n], cut
+
+
+@nb.njit(**_JIT)
+def top_positions(scores, positions, n):
+    """The ``n`` of ``positions`` (ascending) with the best ``scores``, ascending; of equal scores
+    at the cut the first positions (as :func:`memlib.retrieve.first_stage.select`). A bounded
+    heap whose root is the worst kept (lowest score, then last position): after the first few
+    thousand turns a new one rarely beats it, so the one comparison per turn is predicted."""
+    if n <= 0:
+        return np.zeros(0, np.int64)
+    if n >= positions.size:
+        return positions.copy()
+    heap = positions[:n].copy()
+    # heapify; a is worse than b: lower score, or equal score and later position
+    for start in range(n // 2 - 1, -1, -1):
+        _sift(heap, scores, start, n)
+    for i in range(n, positions.size):
+        t = positions[i]
+        if scores[t] > scores[heap[0]]:  # equal score: t comes later, so it is not better
+            heap[0] = t
+            _sift(heap, scores, 0, n)
+    return np.sort(heap)
+
+
+@nb.njit(**_JIT)
+def _sift(heap, scores, i, n):
+    while True:
+        worst = i
+        for child in (2 * i + 1, 2 * i + 2):
+            if child < n:
+                a, b = heap[child], heap[worst]
+                if scores[a] < scores[b] or (scores[a] == scores[b] and a > b):
+                    worst = child
+        if worst == i:
+            return
+        heap[i], heap[worst] = heap[worst], heap[i]
+        i = worst
+
+
+@nb.njit(**_JIT)
 def vocab_major(sim):
     """(sim.T as a contiguous (V, Q) array, per id its best cosine over the query tokens)."""
     n_q, n_v = sim.shape
@@ -168,6 +236,8 @@ def warm() -> None:
     ptr, cut = np.array([0, 1, 1], np.int64), np.array([0, 1], np.int64)
     walk_postings(sim, np.zeros(1, np.int64), cut, ptr, np.zeros(1, np.int32), np.ones(1, np.float32), 1)
     split_reached(np.zeros(1, np.float32), np.zeros(1, np.bool_))
+    reach_scan(sim, np.ones(2, np.bool_), np.float32(0.4), 32)
+    top_positions(np.zeros(2, np.float32), np.arange(2), 1)
     sim_t, best = vocab_major(sim)
     candidate_best(np.zeros(1, np.int64), np.array([0, 1], np.int64), np.zeros(1, np.int32), sim_t, best,
                    np.float32(0.2), np.zeros((1, 2), np.int8), np.ones(1, np.float32), np.zeros((1, 2), np.int16),

@@ -243,3 +243,33 @@ def test_split_reached_is_the_role_split_of_the_positive_scores():
     assert other.tolist() == np.flatnonzero((scores > 0) & ~assistant).tolist()
     assert asst.tolist() == np.flatnonzero((scores > 0) & assistant).tolist()
     assert [a.size for a in jit_kernels.split_reached(np.zeros(4, np.float32), np.zeros(4, bool))] == [0, 0]
+
+
+def test_reach_scan_and_top_positions_equal_their_numpy_references():
+    """The compiled reach (ids per query token) and top-n choice give the numpy functions'
+    answers, ties included: equal cosines at the ``expand`` cut keep the lower ids, equal scores at
+    the ``n`` cut the first positions."""
+    from memlib.retrieve import jit_kernels
+
+    rng = np.random.default_rng(11)
+    n_v = 400
+    sim = rng.uniform(-0.3, 1.0, (6, n_v)).astype(np.float32)
+    sim[1] = rng.uniform(-0.3, 0.5, n_v)
+    sim[1, 50:90] = 0.8                       # 40 equal cosines across the cut of 32
+    sim[2] = -0.5                             # a token that reaches nothing
+    df = rng.integers(1, 200, n_v)
+    df[50:90] = 10
+    post = first_stage.TokenPostings(np.arange(n_v), np.r_[0, np.cumsum(df)], np.zeros(int(df.sum()), np.int32),
+                                     np.zeros((n_v, 2), np.float32), 1000, np.zeros(1001, np.int64),
+                                     np.zeros((0, 2), np.float32), np.zeros(0, np.int32))
+    for params in (first_stage.StageParams(), first_stage.StageParams(expand=5, min_cos=0.1, max_df=0.05)):
+        want = first_stage.reached_ids(post, sim, params)
+        ids, cut = jit_kernels.reach_scan(sim, post.followed(params.max_df), np.float32(params.min_cos), params.expand)
+        assert [sorted(ids[cut[q]:cut[q + 1]].tolist()) for q in range(sim.shape[0])] == [w.tolist() for w in want]
+        if params.expand == 32:
+            assert want[1].tolist() == list(range(50, 82))
+    scores = np.round(rng.random(3000), 2).astype(np.float32)   # many equal scores
+    positions = np.flatnonzero(rng.random(3000) < 0.6)
+    for n in (0, 1, 64, 500, positions.size, positions.size + 3):
+        assert jit_kernels.top_positions(scores, positions, n).tolist() == \
+            positions[first_stage.select(scores[positions], n)].tolist()
