@@ -1,17 +1,18 @@
 """Compiled loops of ``auto``'s first stage (memlib/retrieve/first_stage.py), with numba.
 
-On a 2,500-session tenant the first stage is a few hundred numpy calls per query over arrays of
-the tenant's size (26k turns, 21k token ids) and the candidates' rows (13k): each call is cheap,
-but their passes over memory and their per-call overhead were most of the query's own time.
-These loops do the same arithmetic in one pass each; the results equal the numpy reference
-computations kept in first_stage.py bit for bit (tests/retrieve/test_first_stage.py).
+On a 2,500-session tenant the first stage was a few hundred numpy calls per query over arrays
+of the tenant's size (26k turns, 21k token ids) and of the candidates' rows (13k), some of them
+scans whose branches the CPU cannot predict. These loops do the same arithmetic in one pass
+each and give the same results as the numpy code they replaced, bit for bit
+(tests/retrieve/test_first_stage.py):
 
+* :func:`reach_scan`: the ids each query token reaches (:func:`~memlib.retrieve.first_stage.reached_ids`);
 * :func:`walk_postings`: the approximate MaxSim over the reached ids' postings;
-* :func:`split_reached`: the reached turns, split by role, in position order;
-* :func:`vocab_major` and :func:`candidate_best`: the candidates' per-token maxima, near rows
-  through an int8 dot product equal to onnxruntime's (same quantized operands, integer sums),
-  far rows by their id's centroid cosine read from a token-major copy of the cosines (one
-  cache line per row instead of one per query token).
+* :func:`split_reached` and :func:`top_positions`: the reached turns split by role, and the best
+  of each (:func:`~memlib.retrieve.first_stage.select`);
+* :func:`vocab_major`, :func:`far_rows` and :func:`fold_rows`: the candidates' per-token maxima,
+  far rows by their id's centroid cosine read from a token-major copy of the cosines (one cache
+  line per row instead of one per query token), near rows by onnxruntime's int8 product.
 
 Compiled once per machine (``cache=True``: numba's cache beside this file, or in the user's
 cache directory when that is not writable); :func:`warm` compiles them before a tenant's first
@@ -21,28 +22,8 @@ from __future__ import annotations
 
 import numba as nb
 import numpy as np
-from llvmlite import ir
-from numba.core import cgutils, types
-from numba.extending import intrinsic
 
 _JIT = {"cache": True, "nogil": True}
-PREFETCH_AHEAD = 16  # near rows whose cache lines are requested before their turn comes
-
-
-@intrinsic
-def _prefetch(typingctx, arr, i, j):
-    """Ask the CPU to bring ``arr[i, j]``'s cache line in (``llvm.prefetch``: a hint, read, keep in
-    all cache levels); nothing waits for it."""
-    def codegen(context, builder, signature, args):
-        ary = context.make_array(signature.args[0])(context, builder, args[0])
-        ptr = cgutils.get_item_pointer(context, builder, signature.args[0], ary, [args[1], args[2]],
-                                       wraparound=False)
-        byte_ptr = ir.IntType(8).as_pointer()
-        fn = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(ir.VoidType(), [byte_ptr] + [ir.IntType(32)] * 3), "llvm.prefetch.p0i8")
-        builder.call(fn, [builder.bitcast(ptr, byte_ptr)] + [ir.Constant(ir.IntType(32), v) for v in (0, 3, 1)])
-        return context.get_dummy_value()
-    return types.void(arr, i, j), codegen
 
 
 @nb.njit(**_JIT)
@@ -181,19 +162,13 @@ def vocab_major(sim):
 
 
 @nb.njit(**_JIT)
-def candidate_best(turns, bounds, row_vocab, sim_t, vocab_best, min_cos, v8, v_scale, q_centered, q_scale):
-    """(Q, len(turns)) per query token and turn: the best cosine over the turn's rows, a row read
-    by the int8 product when some token's cosine with its id's centroid (``vocab_best``) reaches
-    ``min_cos``, by that centroid cosine (``sim_t``) otherwise; -inf for a turn without rows.
-
-    The int8 product is onnxruntime's, ``float(sum (q8 - q_zero) * v8) * v_scale * q_scale``
-    (``q_centered = q8 - q_zero`` as int16), summed in int32 as its kernel does: exact. The near
-    rows lie anywhere in a matrix of gigabytes, so they are read in a second pass that asks for
-    each row's cache lines :data:`PREFETCH_AHEAD` rows in advance (3,000 random rows of a 1.7 GB
-    matrix: 1.47 ms without, 0.91 ms with). Reading the int8 rows in place and multiplying in
-    int16 ran 2.6 times faster than a float32 dot of converted rows."""
+def far_rows(turns, bounds, row_vocab, sim_t, vocab_best, min_cos):
+    """The candidates' MaxSim, first pass: (best, near, owner). ``best`` (Q, len(turns)) holds per
+    query token and turn the best centroid cosine (``sim_t``, token-major) over the turn's far
+    rows, those whose id no query token reaches with ``min_cos`` (``vocab_best``), -inf where
+    there are none; ``near`` lists the other rows, which need their own vectors, and ``owner``
+    the position in ``turns`` of each. :func:`fold_rows` then adds the near rows' cosines."""
     n_q = sim_t.shape[1]
-    dim = v8.shape[1]
     best = np.full((n_q, turns.size), -np.inf, np.float32)
     n_rows = 0
     for i in range(turns.size):
@@ -213,17 +188,16 @@ def candidate_best(turns, bounds, row_vocab, sim_t, vocab_best, min_cos, v8, v_s
                     x = sim_t[v, q]
                     cur = best[q, i]
                     best[q, i] = x if x > cur else cur
-    for j in range(n_near):
-        if j + PREFETCH_AHEAD < n_near:
-            for k in range(0, dim, 64):
-                _prefetch(v8, near[j + PREFETCH_AHEAD], k)
-        r = near[j]
+    return best, near[:n_near], owner[:n_near]
+
+
+@nb.njit(**_JIT)
+def fold_rows(best, sim, owner):
+    """``best[q, owner[j]] = max(best[q, owner[j]], sim[q, j])`` for every near row ``j``."""
+    for j in range(owner.size):
         i = owner[j]
-        for q in range(n_q):
-            dot = np.int32(0)
-            for k in range(dim):
-                dot += np.int32(q_centered[q, k]) * np.int32(v8[r, k])
-            x = np.float32(dot) * v_scale[r] * q_scale
+        for q in range(best.shape[0]):
+            x = sim[q, j]
             cur = best[q, i]
             best[q, i] = x if x > cur else cur
     return best
@@ -239,6 +213,6 @@ def warm() -> None:
     reach_scan(sim, np.ones(2, np.bool_), np.float32(0.4), 32)
     top_positions(np.zeros(2, np.float32), np.arange(2), 1)
     sim_t, best = vocab_major(sim)
-    candidate_best(np.zeros(1, np.int64), np.array([0, 1], np.int64), np.zeros(1, np.int32), sim_t, best,
-                   np.float32(0.2), np.zeros((1, 2), np.int8), np.ones(1, np.float32), np.zeros((1, 2), np.int16),
-                   np.float32(1.0))
+    near_best, _, owner = far_rows(np.zeros(1, np.int64), np.array([0, 1], np.int64), np.zeros(1, np.int32), sim_t,
+                                   best, np.float32(0.2))
+    fold_rows(near_best, np.zeros((1, 1), np.float32), owner)
