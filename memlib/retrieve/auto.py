@@ -30,7 +30,8 @@ Score of a turn (the z terms standardized over the tenant's turns):
   plus their non-assistant session neighbours; the z terms are then taken over those turns.
   Their rows go through the int8 kernel where some query token's nearest centroid cosine with
   the row's token id reaches ``exact_min_cos`` (0.2); the other rows, most of them, count with
-  that centroid cosine (memlib/retrieve/first_stage.py ``maxsim_rows``).
+  that centroid cosine (memlib/retrieve/first_stage.py ``maxsim_rows``). The stage's loops are
+  compiled with numba (memlib/retrieve/jit_kernels.py).
   Smaller tenants (every LoCoMo conversation, every LongMemEval-S haystack) score every turn;
 * ``graph_weight`` (off by default) adds GAAMA-style PPR mass from the top turns when the
   tenant has a graph; without a graph the term is skipped (clean fallback).
