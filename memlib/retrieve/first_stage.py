@@ -210,9 +210,9 @@ def maxsim_rows(matrix: TokenMatrix, post: TokenPostings, turns: np.ndarray, q_i
     With ``centroid_sim`` (the query's (Q, V) centroid cosines) and ``exact_min_cos`` > -1, a
     row whose token id's centroid is below ``exact_min_cos`` for every query token keeps that
     centroid cosine instead of its own: such rows rarely hold a turn's maximum, and most rows
-    of the candidates are such rows (measured in docs/benchmarks.md). The int8 case runs in
-    compiled loops (:func:`memlib.retrieve.jit_kernels.far_rows`) around onnxruntime's product of
-    the near rows (:class:`RowSimilarity`); the numpy code below is the float32 case."""
+    of the candidates are such rows (measured in docs/benchmarks.md). The far rows are read in a
+    compiled loop (:func:`memlib.retrieve.jit_kernels.far_rows`), the near rows by the int8 product
+    (:class:`RowSimilarity`) or, with ``exact``, in float32."""
     out = np.zeros(turns.size, dtype=np.float32)
     if q_ids.size == 0 or turns.size == 0:
         return out
@@ -222,26 +222,21 @@ def maxsim_rows(matrix: TokenMatrix, post: TokenPostings, turns: np.ndarray, q_i
     if not has.any():
         return out
     weights = matrix.idf[q_ids] if use_idf else np.ones(q_ids.size, dtype=np.float32)
-    split = centroid_sim is not None and exact_min_cos > -1.0
-    if split and not exact:
+    if centroid_sim is not None and exact_min_cos > -1.0:
         sim_t, vocab_best = jit_kernels.vocab_major(centroid_sim)
         best, near, owner = jit_kernels.far_rows(turns.astype(np.int64), bounds, post.row_vocab, sim_t, vocab_best,
                                                  np.float32(exact_min_cos))
         if near.size:
-            jit_kernels.fold_rows(best, post.rows(q_vecs, near), owner)
+            near_sim = (np.ascontiguousarray((matrix.vectors[near].astype(np.float32) @ q_vecs.T).T, np.float32)
+                        if exact else post.rows(q_vecs, near))                   # (Q, near rows)
+            jit_kernels.fold_rows(best, near_sim, owner)
         out[has] = weights @ (best if has.all() else np.ascontiguousarray(best[:, has]))
         return out
     lengths = (hi - lo)[has]
     starts = np.r_[0, np.cumsum(lengths)[:-1]]
     rows = np.repeat(lo[has] - starts, lengths) + np.arange(lengths.sum())
-    if split:
-        sim = np.take(centroid_sim, post.row_vocab[rows], axis=1)               # (Q, rows)
-        near = np.flatnonzero(sim.max(axis=0) >= exact_min_cos)
-        if near.size:  # float32 rows here: the int8 case returned above
-            sim[:, near] = (matrix.vectors[rows[near]].astype(np.float32) @ q_vecs.T).T
-    else:
-        sim = ((matrix.vectors[rows].astype(np.float32) @ q_vecs.T).T if exact
-               else post.rows(q_vecs, rows))                                     # (Q, rows)
+    sim = ((matrix.vectors[rows].astype(np.float32) @ q_vecs.T).T if exact
+           else post.rows(q_vecs, rows))                                         # (Q, rows)
     best = np.maximum.reduceat(sim, starts, axis=1)                              # (Q, turns with rows)
     out[has] = weights @ best
     return out
