@@ -62,17 +62,20 @@ def floor_seconds(store: Path, cfg, cores: int) -> tuple[dict[str, float], int]:
     return encoder_floor(texts, cores, model_cache=cfg.embed.model_cache), len(texts)
 
 
+def build_args(corpus: Path, store: Path, fmt: str = "jsonl", config: Optional[Path] = None,
+               sets: Optional[list[str]] = None, extra: tuple[str, ...] = ()) -> list[str]:
+    """The arguments of ``memlib build`` for ``corpus`` into ``store``."""
+    return ["--input", str(corpus), "--format", fmt, "--out", str(store), *extra,
+            *(["--config", str(config)] if config else []), *[a for item in sets or [] for a in ("--set", item)]]
+
+
 def timed_build(corpus: Path, store: Path, num_cpus: Optional[int], cores: set[int] | None, log: Path,
                 config: Optional[Path] = None, sets: Optional[list[str]] = None, fmt: str = "jsonl",
                 extra: tuple[str, ...] = ()) -> float:
     """Wall seconds of ``memlib build`` in a child process (its own local Ray); ``cores``: the CPU
     cores the child and every process it starts may run on (Linux affinity, inherited)."""
-    cmd = [sys.executable, "-m", "jobs.cli", "build", "--input", str(corpus), "--format", fmt,
-           "--out", str(store), *extra]
+    cmd = [sys.executable, "-m", "jobs.cli", "build", *build_args(corpus, store, fmt, config, sets, extra)]
     cmd += ["--num-cpus", str(num_cpus)] if num_cpus else []
-    cmd += ["--config", str(config)] if config else []
-    for item in sets or []:
-        cmd += ["--set", item]
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     pin = (lambda: os.sched_setaffinity(0, cores)) if cores else None
     start = time.perf_counter()

@@ -127,7 +127,7 @@ def register(bench_app: typer.Typer) -> None:
         export_local_ray_env()
         cfg = get_config(config, set_)
         from jobs.build import init_ray, run_build
-        from jobs.measure import timed_build
+        from jobs.measure import build_args, timed_build
         from jobs.nightly import run_incremental
 
         with tempfile.TemporaryDirectory(prefix="memlib-bench-") as tmp:
@@ -138,12 +138,10 @@ def register(bench_app: typer.Typer) -> None:
             new_input.write_text(json.dumps(append_sessions(data, touched)), encoding="utf-8")
             store, full = work / "store", work / "full"
             if submit_to:  # jobs on a running cluster, each a fresh driver: the production path
-                base = ["--format", "longmemeval", *(["--config", str(config)] if config else []),
-                        *[a for x in set_ or [] for a in ("--set", x)]]
-                full_s = submitted_build(submit_to, ["--input", str(input), "--out", str(store), *base])
-                nightly_s = submitted_build(submit_to, ["--input", str(new_input), "--out", str(store), *base,
-                                                        "--incremental"])
-                submitted_build(submit_to, ["--input", str(new_input), "--out", str(full), *base])
+                full_s = submitted_build(submit_to, build_args(input, store, "longmemeval", config, set_))
+                nightly_s = submitted_build(submit_to, build_args(new_input, store, "longmemeval", config, set_,
+                                                                  ("--incremental",)))
+                submitted_build(submit_to, build_args(new_input, full, "longmemeval", config, set_))
                 m = json.loads((store / "manifest.json").read_text(encoding="utf-8"))
             elif fresh:  # each run is a job of its own, as from cron: its own process and local Ray
                 full_s = timed_build(input, store, num_cpus, None, work / "full_build.log", config, set_,

@@ -142,20 +142,12 @@ class StageParams:
 
 
 def reached_ids(post: TokenPostings, sim: np.ndarray, p: StageParams) -> list[np.ndarray]:
-    """Per query token: the vocabulary positions it reaches, the ``expand`` nearest centroids
-    (``sim``, the (Q, V) centroid cosines) among ids held by at most ``max_df`` of the turns,
-    whose cosine is at least ``min_cos``, ascending. Thresholding before the sort: most of the
-    tenant's ids are far below ``min_cos``, so only a few per query token are sorted. The
-    reference of :func:`memlib.retrieve.jit_kernels.reach_scan`, which queries use."""
-    df_ok = post.followed(p.max_df)
-    out = []
-    for qi in range(sim.shape[0]):
-        reach = np.flatnonzero(sim[qi] >= p.min_cos)
-        reach = reach[df_ok[reach]]
-        if reach.size > p.expand:  # the best by falling cosine, the lower id first among equals
-            reach = np.sort(reach[np.argsort(-sim[qi, reach], kind="stable")[:p.expand]])
-        out.append(reach)
-    return out
+    """Per query token: the vocabulary positions it reaches, ascending: the ``expand`` nearest
+    centroids (``sim``, the (Q, V) centroid cosines; the lower id first among equal cosines) among
+    ids held by at most ``max_df`` of the turns, whose cosine is at least ``min_cos``
+    (:func:`memlib.retrieve.jit_kernels.reach_scan`)."""
+    ids, cut = jit_kernels.reach_scan(sim, post.followed(p.max_df), np.float32(p.min_cos), p.expand)
+    return [np.sort(ids[cut[q]:cut[q + 1]]) for q in range(sim.shape[0])]
 
 
 def approximate_scores(post: TokenPostings, idf: np.ndarray, q_ids: np.ndarray, q_vecs: np.ndarray,
@@ -177,13 +169,7 @@ def select(scores: np.ndarray, n: int) -> np.ndarray:
     """Positions of the ``n`` best first-stage scores, ascending; of equal scores at the cut, the
     first positions (copies of one session score alike: the choice never depends on which other
     turns were looked at)."""
-    if n >= scores.size:
-        return np.arange(scores.size)
-    if n <= 0:
-        return np.zeros(0, dtype=np.int64)
-    kth = np.partition(scores, scores.size - n)[scores.size - n]  # the n-th best score
-    above = np.flatnonzero(scores > kth)
-    return np.sort(np.r_[above, np.flatnonzero(scores == kth)[:n - above.size]])
+    return jit_kernels.top_positions(scores, np.arange(scores.size), n)
 
 
 def select_by_role(scores: np.ndarray, assistant: np.ndarray, n: int, n_assistant: int,

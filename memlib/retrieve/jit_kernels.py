@@ -3,13 +3,13 @@
 On a 2,500-session tenant the first stage was a few hundred numpy calls per query over arrays
 of the tenant's size (26k turns, 21k token ids) and of the candidates' rows (13k), some of them
 scans whose branches the CPU cannot predict. These loops do the same arithmetic in one pass
-each and give the same results as the numpy code they replaced, bit for bit
-(tests/retrieve/test_first_stage.py):
+each and give the same results as the numpy code they replaced, bit for bit (that code is the
+reference in tests/retrieve/test_first_stage.py):
 
-* :func:`reach_scan`: the ids each query token reaches (:func:`~memlib.retrieve.first_stage.reached_ids`);
+* :func:`reach_scan`: the ids each query token reaches;
 * :func:`walk_postings`: the approximate MaxSim over the reached ids' postings;
 * :func:`split_reached` and :func:`top_positions`: the reached turns split by role, and the best
-  of each (:func:`~memlib.retrieve.first_stage.select`);
+  of each;
 * :func:`vocab_major`, :func:`far_rows` and :func:`fold_rows`: the candidates' per-token maxima,
   far rows by their id's centroid cosine read from a token-major copy of the cosines (one cache
   line per row instead of one per query token), near rows by onnxruntime's int8 product.
@@ -81,7 +81,7 @@ def split_reached(score, assistant):
 def reach_scan(sim, followed, min_cos, expand):
     """(ids, cut): per query token ``q`` (``ids[cut[q]:cut[q + 1]]``) the ids it reaches: cosine
     at least ``min_cos``, ``followed``, and of those the ``expand`` best by falling cosine, the
-    lower id first among equal cosines (as :func:`memlib.retrieve.first_stage.reached_ids`)."""
+    lower id first among equal cosines."""
     n_q, n_v = sim.shape
     ids = np.empty(n_q * expand, np.int64)
     cut = np.zeros(n_q + 1, np.int64)
@@ -111,7 +111,7 @@ def reach_scan(sim, followed, min_cos, expand):
 @nb.njit(**_JIT)
 def top_positions(scores, positions, n):
     """The ``n`` of ``positions`` (ascending) with the best ``scores``, ascending; of equal scores
-    at the cut the first positions (as :func:`memlib.retrieve.first_stage.select`). A bounded
+    at the cut the first positions. A bounded
     heap whose root is the worst kept (lowest score, then last position): after the first few
     thousand turns a new one rarely beats it, so the one comparison per turn is predicted."""
     if n <= 0:
