@@ -191,19 +191,16 @@ class SessionLocalOp:
         return batch_of(out)
 
     def run_block(self, bid: str, turns: pa.Table, vectors: pa.Table) -> dict[str, Any]:
-        from memlib.compose.sessions import SessionOutput, session_local, split_sessions
+        from memlib.compose.sessions import SessionOutput, sessions_local, split_sessions
         from memlib.compose.vectors import TurnVectors
 
         start, cpu = time.perf_counter(), time.process_time()
         meta = json.loads((vectors.schema.metadata or {}).get(b"memlib", b"{}"))
         tv = TurnVectors.from_table(vectors)
         position = {n: i for i, n in enumerate(tv.node_ids)}
-        parts = []
-        for session in split_sessions(turns.drop_columns([TEXT_COLUMN])):
-            key = session.column(KEY_COLUMN)[0].as_py()
-            vec = tv.vectors[[position[n] for n in session.column("node_id").to_pylist()]]
-            part, self.nlp = session_local(session.drop_columns([KEY_COLUMN]), vec, key, self.cfg, self.plan, self.nlp)
-            parts.append(part)
+        sessions = [(s.drop_columns([KEY_COLUMN]), tv.vectors[[position[n] for n in s.column("node_id").to_pylist()]],
+                     s.column(KEY_COLUMN)[0].as_py()) for s in split_sessions(turns.drop_columns([TEXT_COLUMN]))]
+        parts, self.nlp = sessions_local(sessions, self.cfg, self.plan, self.nlp)  # one spaCy call per block
         index = (pa.table({"key": turns.column(KEY_COLUMN), "tenant": turns.column("tenant_id")})
                  .group_by(["key", "tenant"], use_threads=False).aggregate([([], "count_all")]))
         index = pa.table({"session_key": index.column("key"), "tenant_id": index.column("tenant"),

@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import ray
 
-from memlib.compose.session_store import SessionStore, block_id
+from memlib.compose.session_store import VECTORS_FORMAT, SessionStore, block_id
 from memlib.compose.sessions import SESSION_TABLES, session_keys, sort_turns
 from memlib.config import MemlibConfig
 from pipelines.operators import (
@@ -193,7 +193,8 @@ def session_build_key(cfg: MemlibConfig, key: str) -> str:
     token vectors (``auto``'s encoder, whether token matrices are kept, how texts are encoded)."""
     from memlib.compose.vectors import auto_encoder_model
 
-    kept = ",".join(SESSION_TABLES)  # the tables a session keeps: outputs of another layout are never read
+    # the tables a session keeps and the vectors' file format: outputs of another layout are never read
+    kept = f"{','.join(SESSION_TABLES)};vectors={VECTORS_FORMAT}"
     extra = f"{auto_encoder_model(cfg)}|{cfg.retrieve.precompute_token_matrices}|{EMBED_PASS}|{kept}"
     return f"{key}-{hashlib.sha256(extra.encode()).hexdigest()[:8]}"
 

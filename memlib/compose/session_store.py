@@ -3,7 +3,8 @@
 Layout under the store (one directory per build key, so a config change never reads
 outputs of another configuration)::
 
-    cache/sessions/<build_key>/blocks/<block_id>/<table>.parquet   SESSION_TABLES + turn_vectors
+    cache/sessions/<build_key>/blocks/<block_id>/<table>.parquet   SESSION_TABLES
+    cache/sessions/<build_key>/blocks/<block_id>/turn_vectors.arrow  turn vectors (Arrow IPC file)
     cache/sessions/<build_key>/index/<block_id>.parquet            session_key, tenant_id, turns
 
 A block holds whole sessions of one or more tenants; every row carries its ``session_key``.
@@ -20,6 +21,7 @@ import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -30,6 +32,12 @@ from memlib.compose.vectors import TurnVectors
 
 SESSIONS_SUBDIR = Path("cache") / "sessions"
 VECTORS = "turn_vectors"
+# the turn vectors (token vectors included: most of a kept session's bytes) are an uncompressed
+# Arrow IPC file, memory-mapped when read: a tenant's sessions are read back without decoding or
+# copying them. Parquet (uncompressed float16 column) took 3.4-4.7 s to read the 669 MB of a
+# 500-session LongMemEval tenant; the IPC files map in 0.01 s, and the node-vector pooling then
+# reads only the rows it weighs. Part of the session build key (pipelines/staged_build.py).
+VECTORS_FORMAT = "arrow-ipc"
 INDEX = pa.schema([
     pa.field("session_key", pa.string(), nullable=False),
     pa.field("tenant_id", pa.string(), nullable=False),
@@ -53,8 +61,21 @@ _RAW = frozenset({"token_vectors"})
 def _write(table: pa.Table, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".tmp-{os.getpid()}-{path.name}")
-    pq.write_table(table, tmp, compression={c: "none" if c in _RAW else "zstd" for c in table.column_names})
+    if path.suffix == ".arrow":
+        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table)
+    else:
+        pq.write_table(table, tmp, compression={c: "none" if c in _RAW else "zstd" for c in table.column_names})
     os.replace(tmp, path)
+
+
+def _vectors_path(bdir: Path) -> Path:
+    return bdir / f"{VECTORS}.arrow"
+
+
+def _read_vectors(path: Path) -> pa.Table:
+    """A block's turn vectors, memory-mapped (no copy: the table's buffers are the file's pages)."""
+    return pa.ipc.open_file(pa.memory_map(str(path))).read_all()
 
 
 class SessionStore:
@@ -75,7 +96,7 @@ class SessionStore:
         bdir = self.root / "blocks" / block
         for name in SESSION_TABLES:
             _write(schema.conform(output.table(name), keyed_schema(name), name=name), bdir / f"{name}.parquet")
-        _write(schema.conform(vectors, schema.turn_vectors_schema(self.dim), name=VECTORS), bdir / f"{VECTORS}.parquet")
+        _write(schema.conform(vectors, schema.turn_vectors_schema(self.dim), name=VECTORS), _vectors_path(bdir))
         _write(schema.conform(index, INDEX, name="session_index"), self.root / "index" / f"{block}.parquet")
         self._index = None
 
@@ -131,16 +152,21 @@ class SessionStore:
         by_block: dict[str, list[str]] = {}
         for k, b in chosen.items():
             by_block.setdefault(b, []).append(k)
-        tables: dict[str, list[pa.Table]] = {name: [] for name in [*SESSION_TABLES, VECTORS]}
+        tables: dict[str, list[pa.Table]] = {name: [] for name in SESSION_TABLES}
+        vectors: list[TurnVectors] = []
         for b, ks in sorted(by_block.items()):
             wanted = pa.array(ks, pa.string())
+            bdir = self.root / "blocks" / b
             for name in tables:
                 # read whole and filter: a ``filters=`` read goes through the dataset layer, 6.5x
                 # slower on the token vectors' binary column (0.39 against 0.06 s for 4 blocks)
-                t = pq.read_table(self.root / "blocks" / b / f"{name}.parquet")
+                t = pq.read_table(bdir / f"{name}.parquet")
                 tables[name].append(t.filter(pc.is_in(t.column("session_key"), value_set=wanted)))
+            t = _read_vectors(_vectors_path(bdir))
+            keep = pc.is_in(t.column("session_key"), value_set=wanted).to_numpy(zero_copy_only=False)
+            vectors.append(TurnVectors.from_table(t).subset(np.flatnonzero(keep)))  # views, no copy
         out = SessionOutput({name: pa.concat_tables(tables[name]) for name in SESSION_TABLES})
-        return out, TurnVectors.from_table(pa.concat_tables(tables[VECTORS]))
+        return out, TurnVectors.concat(vectors, self.dim)
 
     # ---- forgetting ------------------------------------------------------------------------------
     def retain(self, live: set[str], *, rewrite: bool = False) -> dict[str, int]:
@@ -163,9 +189,12 @@ class SessionStore:
     def _rewrite(self, block: str, keep: set[str]) -> None:
         bdir = self.root / "blocks" / block
         flt = pc.field("session_key").isin(sorted(keep))
-        for name in [*SESSION_TABLES, VECTORS]:
+        for name in SESSION_TABLES:
             path = bdir / f"{name}.parquet"
             _write(pq.read_table(path, filters=flt), path)
+        vectors = _read_vectors(_vectors_path(bdir))
+        _write(vectors.filter(pc.is_in(vectors.column("session_key"), value_set=pa.array(sorted(keep), pa.string()))),
+               _vectors_path(bdir))
         ipath = self.root / "index" / f"{block}.parquet"
         _write(pq.read_table(ipath, filters=flt), ipath)
 

@@ -137,6 +137,39 @@ def session_local(turns: pa.Table, vectors: np.ndarray, key: str, cfg: MemlibCon
     """The session-local stages of one session (``turns``: its rows in turn order; ``vectors``:
     its turn vectors in the same order). Returns the output and the spaCy pipeline (loaded on
     first use, to be passed back in for the next session)."""
+    outputs, nlp = sessions_local([(turns, vectors, key)], cfg, plan, nlp)
+    return outputs[0], nlp
+
+
+def sessions_local(sessions: Sequence[tuple[pa.Table, np.ndarray, str]], cfg: MemlibConfig,
+                   plan: Sequence[Step], nlp: Any = None) -> tuple[list[SessionOutput], Any]:
+    """:func:`session_local` of several sessions (``(turns, vectors, key)`` each), their kept
+    turns parsed by spaCy in one call (:func:`memlib.extract.parse.parse_contexts`); each
+    session's output is the same as alone."""
+    staged = [_structure(turns, vectors, cfg, plan) for turns, vectors, _ in sessions]
+    drafted = _drafted(cfg, plan)
+    if drafted:
+        from memlib.extract.base import ExtractionContext, get_extractor
+        from memlib.extract.parse import parse_contexts
+
+        ctxs = [ExtractionContext(turns=turns, kept_turn_ids=_kept_turn_ids(out["segments"]), config=cfg, nlp=nlp)
+                for (turns, _, _), out in zip(sessions, staged)]
+        parse_contexts(ctxs)
+        facts, triplets = get_extractor("facts", Backend.HEURISTIC), get_extractor("triplets", Backend.HEURISTIC)
+        for ctx, (_, _, key), out in zip(ctxs, sessions, staged):
+            if Step.FACTS in drafted:
+                out["fact_drafts"] = facts.draft(ctx, key)
+            if Step.TRIPLETS in drafted:
+                out["entity_mentions"], out["triplet_drafts"] = triplets.draft(ctx, key)
+            nlp = ctx.nlp
+    outputs = [SessionOutput({name: _keyed(t, name, key) for name, t in out.items()})
+               for (_, _, key), out in zip(sessions, staged)]
+    return outputs, nlp
+
+
+def _structure(turns: pa.Table, vectors: np.ndarray, cfg: MemlibConfig, plan: Sequence[Step]) -> dict[str, pa.Table]:
+    """A session's stages before extraction: turn, session and segment nodes and their edges,
+    segments (gated), clue drafts."""
     from memlib.text import structure as st
 
     nodes = [st.turn_nodes(turns, cfg.io.image_caption_in_text)]
@@ -164,17 +197,7 @@ def session_local(turns: pa.Table, vectors: np.ndarray, key: str, cfg: MemlibCon
         from memlib.text.clues import clue_drafts
 
         out["clue_drafts"] = clue_drafts(turns, segments)
-    drafted = _drafted(cfg, plan)
-    if drafted:
-        from memlib.extract.base import ExtractionContext, get_extractor
-
-        ctx = ExtractionContext(turns=turns, kept_turn_ids=_kept_turn_ids(segments), config=cfg, nlp=nlp)
-        if Step.FACTS in drafted:
-            out["fact_drafts"] = get_extractor("facts", Backend.HEURISTIC).draft(ctx, key)
-        if Step.TRIPLETS in drafted:
-            out["entity_mentions"], out["triplet_drafts"] = get_extractor("triplets", Backend.HEURISTIC).draft(ctx, key)
-        nlp = ctx.nlp
-    return SessionOutput({name: _keyed(t, name, key) for name, t in out.items()}), nlp
+    return out
 
 
 def _drafted(cfg: MemlibConfig, plan: Sequence[Step]) -> list[Step]:

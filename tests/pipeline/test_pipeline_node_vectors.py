@@ -117,3 +117,63 @@ def test_the_order_of_the_turns_does_not_change_a_bit():
     b = _pool(TurnVectors([names[i] for i in order], passage[order], [ids[i] for i in order],
                           [vecs[i] for i in order]), rows)
     np.testing.assert_array_equal(a, b)
+
+
+def _scipy_times(weights, per_turn):
+    """The product as the build computed it before the compiled loop: every token row gathered in
+    float32, then scipy's CSR product (the reference the kernel must equal to the bit)."""
+    dense = np.concatenate([np.asarray(v, dtype=np.float32).reshape(-1, per_turn[0].shape[1]) for v in per_turn])
+    return np.asarray(weights.tocsr() @ dense)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_compiled_product_equals_scipys_to_the_bit(dtype):
+    from scipy import sparse
+
+    from memlib.compose.vectors import TokenRows
+
+    rng = np.random.default_rng(3)
+    sizes = [4, 0, 7, 1, 30, 2, 9]
+    per_turn = [(rng.normal(size=(n, 16)) * rng.uniform(0.01, 100)).astype(dtype) for n in sizes]
+    ids = [rng.integers(1, 50, n).astype(np.int32) for n in sizes]
+    rows = TokenRows.of(TurnVectors([f"t{i}" for i in range(len(sizes))], np.zeros((len(sizes), 16), np.float32),
+                                    ids, per_turn), 64)
+    n_rows = sum(sizes)
+    # duplicates (the same node and row twice) are summed by scipy first, as the build's matrices are
+    node = rng.integers(0, 12, 400)
+    col = rng.integers(0, n_rows, 400)
+    weights = sparse.csr_matrix((rng.uniform(0.01, 3, 400).astype(np.float32), (node, col)), shape=(12, n_rows))
+    np.testing.assert_array_equal(rows.times(weights), _scipy_times(weights, per_turn))
+
+
+def _positions_by_loop(words, provenance, turn_index):
+    """Positions as a loop over nodes (the implementation the vectorized one replaced)."""
+    node, ids, count, turn_row, turn = [], [], [], [], []
+    n_rows = 0
+    for j, (w, prov) in enumerate(zip(words, provenance)):
+        u, c = np.unique(np.asarray(w, dtype=np.int64), return_counts=True)
+        turns = np.fromiter((turn_index[t] for t in prov or [] if t in turn_index), dtype=np.int64)
+        node.append(np.full(u.size, j, dtype=np.int64))
+        ids.append(u)
+        count.append(c.astype(np.float32))
+        turn_row.append(np.repeat(np.arange(n_rows, n_rows + u.size, dtype=np.int64), turns.size))
+        turn.append(np.tile(turns, u.size))
+        n_rows += u.size
+    return [np.concatenate(p) if p else np.zeros(0) for p in (node, ids, count, turn_row, turn)]
+
+
+def test_positions_equal_the_loop_over_nodes():
+    from memlib.compose.vectors import Positions
+
+    rng = np.random.default_rng(5)
+    turn_index = {f"t{i}": i for i in range(8)}
+    words = [rng.integers(1, 40, rng.integers(0, 12)).astype(np.int32) for _ in range(60)]
+    provenance = [None if i % 17 == 0 else [f"t{k}" for k in rng.integers(0, 10, rng.integers(0, 4))]
+                  for i in range(60)]  # t8, t9: turns not in the tenant, dropped
+    got = Positions.of(words, provenance, turn_index)
+    want = _positions_by_loop(words, provenance, turn_index)
+    for name, a, b in zip(("node", "ids", "count", "turn_row", "turn"), (got.node, got.ids, got.count,
+                                                                          got.turn_row, got.turn), want):
+        np.testing.assert_array_equal(a, b, err_msg=name)
+    empty = Positions.of([], [], turn_index)
+    assert empty.node.size == empty.turn.size == 0

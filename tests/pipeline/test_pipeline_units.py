@@ -97,3 +97,57 @@ def test_session_index_refresh_reads_only_new_files_and_never_a_file_being_writt
     (idir / "b2.parquet").unlink()
     store.refresh()
     assert sorted(store.index().column("session_key").to_pylist()) == ["s1", "s4"] and reads == ["b1"]
+
+
+def test_kept_turn_vectors_are_memory_mapped_and_read_by_session(tmp_path):
+    """A block's turn vectors are an Arrow IPC file read back without a copy: the token vectors of
+    the sessions asked for are views of the mapped file; a rewrite without a session drops it."""
+    import numpy as np
+
+    from memlib.compose import session_store as ss
+    from memlib.compose.sessions import SessionOutput
+    from memlib.compose.vectors import TOKEN_DIM, TurnVectors
+
+    rng = np.random.default_rng(1)
+    sizes, keys = [2, 3, 0, 4], ["s1", "s2", "s2", "s3"]
+    tv = TurnVectors([f"t{i}" for i in range(4)], rng.normal(size=(4, 8)).astype(np.float32),
+                     [rng.integers(1000, 2000, n).astype(np.int32) for n in sizes],
+                     [rng.normal(size=(n, TOKEN_DIM)).astype(np.float16) for n in sizes])
+    store = ss.SessionStore(tmp_path, "k", dim=8)
+    index = pa.table({"session_key": ["s1", "s2", "s3"], "tenant_id": ["x"] * 3,
+                      "turns": pa.array([1, 2, 1], pa.int32())})
+    store.write_block("b1", SessionOutput({}), tv.table(keys, ["x"] * 4, 8), index)
+    bdir = store.root / "blocks" / "b1"
+    assert (bdir / "turn_vectors.arrow").exists() and not (bdir / "turn_vectors.parquet").exists()
+    _, back = store.read(["s3", "s2"])
+    assert back.node_ids == ["t1", "t2", "t3"]
+    np.testing.assert_array_equal(back.vectors, tv.vectors[1:])
+    for got, want in zip(back.token_vectors, tv.token_vectors[1:]):
+        np.testing.assert_array_equal(got, want)
+        assert not got.flags.owndata and not got.flags.writeable  # a view of the mapped file
+    store._rewrite("b1", {"s1", "s3"})
+    store.refresh()
+    assert TurnVectors.from_table(ss._read_vectors(bdir / "turn_vectors.arrow")).node_ids == ["t0", "t3"]
+
+
+def test_sessions_parsed_together_give_what_each_gives_alone(locomo_path):
+    """A block's sessions go through spaCy in one call (memlib.extract.parse.parse_contexts):
+    every kept table of every session equals what the session yields on its own."""
+    import numpy as np
+
+    from memlib.compose.recipe import get_recipe
+    from memlib.compose.sessions import session_local, sessions_local, split_sessions
+    from memlib.config import MemlibConfig
+    from memlib.io.readers import read_input
+
+    cfg, plan = MemlibConfig(), get_recipe("full")
+    sessions = split_sessions(read_input(locomo_path, "locomo").turns)[:6]
+    rng = np.random.default_rng(0)
+    vectors = [rng.normal(size=(s.num_rows, cfg.embed.dim)).astype(np.float32) for s in sessions]
+    together, nlp = sessions_local([(s, v, f"k{i}") for i, (s, v) in enumerate(zip(sessions, vectors))], cfg, plan)
+    for i, (s, v) in enumerate(zip(sessions, vectors)):
+        alone, nlp = session_local(s, v, f"k{i}", cfg, plan, nlp)
+        assert set(alone.tables) == set(together[i].tables)
+        for name, table in alone.tables.items():
+            assert table.equals(together[i].tables[name]), (i, name)
+    assert sum(together[i].table("fact_drafts").num_rows for i in range(len(sessions))) > 0
