@@ -365,6 +365,10 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, InputError, StoreError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    finally:
+        from jobs.local_ray import stop_local
+
+        stop_local()
     print(json.dumps({"version": m["version"], **m["incremental"]}))
     return 1 if m["incremental"]["failed"] else 0
 

@@ -159,6 +159,10 @@ def register(app: typer.Typer) -> None:
                                      num_cpus=num_cpus or cfg.ray.num_cpus, recipe=recipe, progress=_progress)
         except (InputError, UnknownRecipeError, StoreError) as exc:
             fail(str(exc).strip("'\""))
+        finally:
+            from jobs.local_ray import stop_local
+
+            stop_local()  # the local Ray this build started, if any: stopped now, not by the exit handler
         typer.echo(format_summary(manifest))
         if compact:
             _maintain(out, None, True)

@@ -178,8 +178,11 @@ def prepare_tenant_steps(cfg: MemlibConfig, recipe: str | Sequence[Step] = DEFAU
     """Import now what :func:`tenant_steps` would import on its first tenant: the extractors of
     the configured backends and the modules of the tenant steps (a worker calls it when it starts,
     while the sessions of its first tenant are still being computed)."""
+    from memlib.compose import pool_kernels
     from memlib.extract.base import backend_of, configured, get_extractor
     from memlib.text import clues  # noqa: F401 - imported for its load time
+
+    pool_kernels.warm()
 
     plan = get_recipe(recipe) if isinstance(recipe, str) else tuple(recipe)
     for extraction in configured(cfg):

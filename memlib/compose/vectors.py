@@ -301,8 +301,9 @@ class TokenRows:
 
         weights = weights.tocsr()
         per_turn, table = self._kernel_rows()
-        return pool_kernels.csr_times_turn_rows(weights.indptr, weights.indices, weights.data.astype(np.float32),
-                                                self.owner, self.starts, per_turn, table, self.dim)
+        return pool_kernels.csr_times_turn_rows(weights.indptr.astype(np.int64), weights.indices.astype(np.int64),
+                                                weights.data.astype(np.float32), self.owner, self.starts, per_turn,
+                                                table, self.dim)
 
     def _kernel_rows(self) -> tuple[Any, np.ndarray]:
         """The turns' arrays as the kernel reads them: float16 ones as their uint16 bits (with the
@@ -319,7 +320,7 @@ class TokenRows:
                 v = v.view(np.uint16) if half else np.ascontiguousarray(v, dtype=np.float32).view()
                 v.flags.writeable = False  # one array type for the list: arrays read back are read-only
                 typed.append(v)
-            table = pool_kernels.HALF_TO_FLOAT if half else np.zeros(1, np.float32)
+            table = pool_kernels.HALF_TO_FLOAT if half else pool_kernels.table_none()
             self._typed = (typed, table)
         return self._typed
 

@@ -349,3 +349,28 @@ def test_a_local_ray_started_by_the_build_gives_its_workers_the_operator_environ
     assert out["inherited"] and out["worker_env"] == WORKER_ENV
     assert all(v is None for v in out["driver_env"].values())
     assert out["openai_loaded"] is False
+
+
+STOP_LOCAL = """
+import json, ray
+from ray._private import worker
+from jobs.local_ray import start_local, stop_local
+ray.init(address="local", num_cpus=1, include_dashboard=False)
+other = stop_local()  # an instance this process did not start through start_local: left up
+other_up = ray.is_initialized()
+ray.shutdown()
+start_local(1, token_auth=False)
+monitor = worker._global_node.all_processes["monitor"][0].process
+stopped = stop_local()
+print("RESULT " + json.dumps({"other": other, "other_up": other_up, "stopped": stopped, "up": ray.is_initialized(),
+                              "monitor_exit": monitor.poll(), "again": stop_local()}))
+"""
+
+
+def test_stop_local_stops_only_the_instance_this_process_started():
+    """The build stops the local Ray it started (its idle autoscaler monitor killed rather than
+    waited for); an instance it joined, or one started otherwise, is left alone."""
+    out = _run_driver(STOP_LOCAL)
+    assert out["other"] is False and out["other_up"] is True
+    assert out["stopped"] is True and out["up"] is False and out["monitor_exit"] is not None
+    assert out["again"] is False
