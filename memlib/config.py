@@ -269,6 +269,10 @@ class RayConfig(_Section):
                                      "embed_cpus of the cluster, at most the number of blocks)")
     embed_cpus: float = Field(1.0, gt=0, description="CPUs reserved by each embed actor")
     embed_gpus: float = Field(0.0, ge=0, description="GPUs of each embed actor (num_gpus; 0 on CPU nodes)")
+    tenant_actor_turns: int = Field(4000, ge=1, description="turns of the tenants to build per tenant actor (at "
+                                    "least one, at most one per CPU and per tenant): an actor's start (process, "
+                                    "imports, graph-tool, kernels: 3-4 CPU-s on 2 cores) pays off over a few "
+                                    "seconds of tenant stages, 2-3 ms per turn")
     tenant_wait_s: float = Field(86_400.0, gt=0, description="how long a tenant actor waits for its sessions to "
                                  "be kept before it reports the tenant failed (a safety net: a failed block is "
                                  "reported at once)")

@@ -102,6 +102,21 @@ def test_embed_resources_come_from_config():
     assert resources(cfg, total_cpus=8, n_blocks=2).embed_actors == 2  # never more actors than blocks
 
 
+def test_tenant_actors_follow_the_work_to_build():
+    """One tenant actor per ``ray.tenant_actor_turns`` turns of the tenants to build, at least one,
+    at most one per CPU and per tenant."""
+    from pipelines.staged_build import resources
+
+    cfg = MemlibConfig()
+    per = cfg.ray.tenant_actor_turns
+    assert resources(cfg, 2, n_blocks=1, n_tenants=3, tenant_turns=1500).tenant_actors == 1  # a small nightly
+    assert resources(cfg, 8, n_blocks=40, n_tenants=3, tenant_turns=per + 1).tenant_actors == 2
+    assert resources(cfg, 8, n_blocks=40, n_tenants=3, tenant_turns=50 * per).tenant_actors == 3  # per tenant
+    assert resources(cfg, 2, n_blocks=40, n_tenants=30, tenant_turns=50 * per).tenant_actors == 2  # per CPU
+    cfg.ray.tenant_actor_turns = 1
+    assert resources(cfg, 2, n_blocks=1, n_tenants=3, tenant_turns=1500).tenant_actors == 2
+
+
 FAKE_GPU_BUILD = """
 import json, sys, ray
 ray.init(address="local", num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
