@@ -148,9 +148,9 @@ class TenantOp:
                       "nodes")
         write_parquet(out.edges, shard.edges_path, schema.EDGES, "edges")
         write_parquet(out.segments, shard.segments_path, schema.SEGMENTS, "segments")
-        if out.token_matrix is not None:
+        if out.matrix_turns is not None:
             t0 = time.perf_counter()
-            self._store_matrix(shard, out)
+            self._store_matrix(shard, out, order)
             out.timings["token_matrix"] = round(time.perf_counter() - t0, 3)
         calls = drain_llm_calls(extras)
         write_llm_calls(shard, calls)
@@ -173,14 +173,16 @@ class TenantOp:
         out.timings["graph"] = round(time.perf_counter() - t0, 3)
         return schema.conform(with_importance(out.nodes, importance), out.nodes.schema, name="nodes")
 
-    def _store_matrix(self, shard: TenantShard, out: Any) -> None:
+    def _store_matrix(self, shard: TenantShard, out: Any, sessions: list[str]) -> None:
+        """``auto``'s token matrix of the tenant: a reference to the token vectors its ``sessions``
+        kept (memlib.retrieve.matrix_cache.store_reference), keyed by its turns' texts."""
         from memlib.compose.vectors import auto_encoder_model
         from memlib.io.store import LATE_CACHE_SUBDIR
         from memlib.retrieve import matrix_cache, token_model
 
         node_text = dict(zip(out.nodes.column("node_id").to_pylist(), out.nodes.column("text").to_pylist()))
-        texts = [node_text[t] for t in out.token_matrix.turn_ids]
+        texts = [node_text[t] for t in out.matrix_turns]
         if self._encoder_tag is None:  # the derived model's digest: hashed once per actor
             self._encoder_tag = token_model.model_file(auto_encoder_model(self.cfg), self.cfg.embed.model_cache)[1]
-        matrix_cache.store_matrix(shard.tenant_id, texts, out.token_matrix, self._encoder_tag,
-                          Path(self.store_dir) / LATE_CACHE_SUBDIR)
+        matrix_cache.store_reference(shard.tenant_id, out.matrix_turns, texts, self._encoder_tag, self.build_key,
+                                     sessions, Path(self.store_dir) / LATE_CACHE_SUBDIR)

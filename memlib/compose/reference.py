@@ -8,8 +8,8 @@ A tenant's build is two halves (DESIGN.md, "Data flow"):
 2. per tenant (:func:`tenant_steps`), once its sessions are complete: clues (keyphrase IDF
    over the tenant's sessions) -> facts (concepts canonicalized) -> triplets (entities
    canonicalized) -> events -> reflections -> node vectors (pooled from the turn vectors) ->
-   merge clues / SIMILAR edges -> drop dangling edges (counted) -> conform; plus ``auto``'s
-   token matrix from the pass's token vectors.
+   merge clues / SIMILAR edges -> drop dangling edges (counted) -> conform; plus the turn order
+   of ``auto``'s token matrix, which is the pass's kept token vectors.
 
 :func:`process_tenant` runs both halves in one process. ``pipelines/`` runs the same
 functions as Ray Data operators over blocks of sessions of many tenants, keeps each
@@ -48,7 +48,10 @@ class TenantOutput:
     dropped_edges: int = 0
     dropped_by_kind: dict[str, int] = field(default_factory=dict)
     texts_embedded: int = 0
-    token_matrix: Any = None  # memlib.retrieve.late.TokenMatrix of the turns, when token vectors were kept
+    # the turn ids in the order ``auto``'s token matrix holds them (TenantIndex.turn_order), when the
+    # embed pass kept token vectors and retrieve.precompute_token_matrices is on: the matrix is those
+    # turns' kept token vectors (memlib.retrieve.matrix_cache.store_reference)
+    matrix_turns: list[str] | None = None
 
     def counts(self) -> dict[str, Any]:
         return {"nodes": self.nodes.num_rows, "edges": self.edges.num_rows,
@@ -118,18 +121,12 @@ def _pooled_backend(cfg: MemlibConfig) -> bool:
     return parse_backend(cfg.embed.backend) is EmbedBackend.MINILM_TOKENS and auto_encoder_model(cfg) == DEFAULT_MODEL
 
 
-def token_matrix(turns: pa.Table, vectors: TurnVectors) -> Any:
-    """``auto``'s token matrix of the tenant's turns (the order a TenantIndex reads), or None."""
+def matrix_turns(turns: pa.Table, vectors: TurnVectors) -> list[str] | None:
+    """The tenant's turn ids in the order ``auto``'s token matrix holds them (conversation order,
+    as a TenantIndex reads them), or None when the pass kept no token vectors."""
     if vectors.token_ids is None or vectors.token_vectors is None:
         return None
-    from memlib.retrieve import late
-
-    order = turns.sort_by([("session_index", "ascending"), ("turn_index", "ascending")])
-    turn_ids = order.column("node_id").to_pylist()
-    row = {n: i for i, n in enumerate(vectors.node_ids)}
-    pos = [row[t] for t in turn_ids]
-    return late.matrix_from_tokens(turn_ids, [vectors.token_ids[i] for i in pos],
-                                   [vectors.token_vectors[i] for i in pos])
+    return turns.sort_by([("session_index", "ascending"), ("turn_index", "ascending")]).column("node_id").to_pylist()
 
 
 def tenant_steps(turns: pa.Table, parts: SessionOutput, vectors: TurnVectors, cfg: MemlibConfig,
@@ -167,11 +164,10 @@ def tenant_steps(turns: pa.Table, parts: SessionOutput, vectors: TurnVectors, cf
         done = finalize(state.embedded_nodes, state.all_edges(), dim)
         segments = schema.conform(state.segments if state.segments is not None else schema.empty(schema.SEGMENTS),
                                   schema.SEGMENTS, name="segments")
-        matrix = token_matrix(turns, vectors) if cfg.retrieve.precompute_token_matrices else None
     return TenantOutput(tenant_id=tenants.pop(), nodes=done.nodes, edges=done.edges, segments=segments,
                         timings=timer.rounded(), dropped_edges=done.dropped_edges,
                         dropped_by_kind=done.dropped_by_kind, texts_embedded=len(vectors.node_ids),
-                        token_matrix=matrix)
+                        matrix_turns=matrix_turns(turns, vectors) if cfg.retrieve.precompute_token_matrices else None)
 
 
 def prepare_tenant_steps(cfg: MemlibConfig, recipe: str | Sequence[Step] = DEFAULT_RECIPE) -> None:

@@ -138,6 +138,25 @@ class SessionStore:
 
     def read(self, keys: Iterable[str]) -> tuple[SessionOutput, TurnVectors]:
         """The kept outputs and turn vectors of sessions ``keys`` (all must be kept)."""
+        tables: dict[str, list[pa.Table]] = {name: [] for name in SESSION_TABLES}
+        vectors: list[TurnVectors] = []
+        for bdir, wanted in self._blocks_of(keys):
+            for name in tables:
+                # read whole and filter: a ``filters=`` read goes through the dataset layer, 6.5x
+                # slower on the token vectors' binary column (0.39 against 0.06 s for 4 blocks)
+                t = pq.read_table(bdir / f"{name}.parquet")
+                tables[name].append(t.filter(pc.is_in(t.column("session_key"), value_set=wanted)))
+            vectors.append(self._vectors_in(bdir, wanted))
+        out = SessionOutput({name: pa.concat_tables(tables[name]) for name in SESSION_TABLES})
+        return out, TurnVectors.concat(vectors, self.dim)
+
+    def read_vectors(self, keys: Iterable[str]) -> TurnVectors:
+        """Only the turn vectors of sessions ``keys`` (all must be kept): views of the mapped files."""
+        return TurnVectors.concat([self._vectors_in(bdir, wanted) for bdir, wanted in self._blocks_of(keys)], self.dim)
+
+    def _blocks_of(self, keys: Iterable[str]) -> list[tuple[Path, pa.Array]]:
+        """(block directory, the sessions of ``keys`` to read from it) for every block needed; a
+        KeyError names a session that is not kept."""
         keys = sorted(set(keys))
         idx = self.index()
         rows = idx.filter(pc.is_in(idx.column("session_key"), value_set=pa.array(keys, pa.string())))
@@ -152,21 +171,13 @@ class SessionStore:
         by_block: dict[str, list[str]] = {}
         for k, b in chosen.items():
             by_block.setdefault(b, []).append(k)
-        tables: dict[str, list[pa.Table]] = {name: [] for name in SESSION_TABLES}
-        vectors: list[TurnVectors] = []
-        for b, ks in sorted(by_block.items()):
-            wanted = pa.array(ks, pa.string())
-            bdir = self.root / "blocks" / b
-            for name in tables:
-                # read whole and filter: a ``filters=`` read goes through the dataset layer, 6.5x
-                # slower on the token vectors' binary column (0.39 against 0.06 s for 4 blocks)
-                t = pq.read_table(bdir / f"{name}.parquet")
-                tables[name].append(t.filter(pc.is_in(t.column("session_key"), value_set=wanted)))
-            t = _read_vectors(_vectors_path(bdir))
-            keep = pc.is_in(t.column("session_key"), value_set=wanted).to_numpy(zero_copy_only=False)
-            vectors.append(TurnVectors.from_table(t).subset(np.flatnonzero(keep)))  # views, no copy
-        out = SessionOutput({name: pa.concat_tables(tables[name]) for name in SESSION_TABLES})
-        return out, TurnVectors.concat(vectors, self.dim)
+        return [(self.root / "blocks" / b, pa.array(ks, pa.string())) for b, ks in sorted(by_block.items())]
+
+    @staticmethod
+    def _vectors_in(bdir: Path, wanted: pa.Array) -> TurnVectors:
+        t = _read_vectors(_vectors_path(bdir))
+        keep = pc.is_in(t.column("session_key"), value_set=wanted).to_numpy(zero_copy_only=False)
+        return TurnVectors.from_table(t).subset(np.flatnonzero(keep))  # views, no copy
 
     # ---- forgetting ------------------------------------------------------------------------------
     def retain(self, live: set[str], *, rewrite: bool = False) -> dict[str, int]:

@@ -1,19 +1,30 @@
 """Per-tenant token matrices of ``auto``: computed once per tenant view and encoder (single
 flight, kept in the view's memo: :meth:`memlib.retrieve.tenant.TenantIndex.memo`); with a
-``cache_dir`` also written as ``.npz`` (no pickle) and reused by later processes. The file is
-keyed by the content it encodes (turn ids and texts in order, the encoder's tag: exact weights
-and windowing, token limit), not by store version, so a tenant carried over unchanged by a
-nightly build keeps its matrix; writing a tenant's new matrix removes its older files, and
-``memlib build --compact`` clears the directory (hard deletion).
+``cache_dir`` also kept on disk for later processes, in one of two forms, each keyed by the
+content it encodes (turn ids and texts in order, the encoder's tag: exact weights and windowing,
+token limit), not by store version, so a tenant carried over unchanged by a nightly build keeps
+its matrix:
+
+* ``late-TENANT-KEY.sessions.json``, written by the build: the kept sessions whose token vectors
+  make up the matrix (the session build key and the session keys). The build's embed pass kept
+  those vectors already (``cache/sessions/``, memory-mapped Arrow files); a reference costs the
+  build nothing, where writing the matrix again cost a 500-session tenant 3 s to assemble and
+  3 s to write its 670 MB, on every nightly run that touched it.
+* ``late-TENANT-KEY.npz`` (no pickle), written when a query had to encode the tenant (no
+  reference, or sessions no longer kept).
+
+Writing a tenant's new matrix removes its older files, and ``memlib build --compact`` clears
+the directory (hard deletion).
 """
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Sequence
+from typing import BinaryIO, Callable, Sequence
 
 import numpy as np
 
@@ -34,15 +45,23 @@ def content_key(turn_ids: Sequence[str], texts: Sequence[str], encoder_tag: str)
     return h.hexdigest()[:20]
 
 
+REFERENCE_SUFFIX = ".sessions.json"
+
+
 def _cache_file(tenant: str, key: str, cache_dir: Path) -> Path:
     return cache_dir / f"late-{tenant}-{key}.npz"
 
 
+def _reference_file(tenant: str, key: str, cache_dir: Path) -> Path:
+    return cache_dir / f"late-{tenant}-{key}{REFERENCE_SUFFIX}"
+
+
 def _tenant_files(tenant: str, cache_dir: Path) -> list[Path]:
-    """This tenant's matrix files (a tenant whose id extends another's is not matched)."""
+    """This tenant's matrix files and references (a tenant whose id extends another's is not matched)."""
     if not cache_dir.is_dir():
         return []
-    return [f for f in cache_dir.glob(f"late-{tenant}-*.npz") if f.stem.rsplit("-", 1)[0] == f"late-{tenant}"]
+    return [f for f in cache_dir.glob(f"late-{tenant}-*") if not f.name.startswith(".")
+            and f.name.split(".", 1)[0].rsplit("-", 1)[0] == f"late-{tenant}"]
 
 
 def default_cache_dir(index) -> Path:
@@ -73,8 +92,13 @@ def tenant_matrix(index, encoder: TokenEncoder, cache_dir: str | Path | None = N
 def _load_or_build(index, encoder: TokenEncoder, cache_dir: str | Path | None) -> TokenMatrix:
     turn_ids = list(index.turn_order)
     texts = [index.texts[index.row_of[t]] if t in index.row_of else index.turns[t].text for t in turn_ids]
-    path = _cache_file(index.tenant, content_key(turn_ids, texts, encoder.tag), Path(cache_dir)) if cache_dir else None
+    key = content_key(turn_ids, texts, encoder.tag)
+    path = _cache_file(index.tenant, key, Path(cache_dir)) if cache_dir else None
     matrix = _read(path, turn_ids) if path is not None and path.exists() else None
+    ref = _reference_file(index.tenant, key, Path(cache_dir)) if cache_dir else None
+    reader = getattr(index, "reader", None)
+    if matrix is None and ref is not None and reader is not None and ref.exists():
+        matrix = _read_reference(ref, turn_ids, Path(reader.path))
     if matrix is None:
         matrix = build_token_matrix(encoder, turn_ids, texts)
         if path is not None:
@@ -82,37 +106,63 @@ def _load_or_build(index, encoder: TokenEncoder, cache_dir: str | Path | None) -
     return matrix
 
 
-def precompute(tenant: str, turns, nodes, encoder: TokenEncoder, cache_dir: str | Path) -> bool:
-    """Write ``tenant``'s token matrix at build time, from its ``turns`` and ``nodes`` tables as
-    they will be stored (same order and texts as a :class:`TenantIndex` reads), so its first
-    ``auto`` query does not encode. False when the file already exists."""
-    order = turns.sort_by([("session_index", "ascending"), ("turn_index", "ascending")])
-    turn_ids = order.column("node_id").to_pylist()
-    node_text = dict(zip(nodes.column("node_id").to_pylist(), nodes.column("text").to_pylist()))
-    texts = [node_text.get(t, text) for t, text in zip(turn_ids, order.column("text").to_pylist())]
-    path = _cache_file(tenant, content_key(turn_ids, texts, encoder.tag), Path(cache_dir))
-    if path.exists():
-        return False
-    _store(tenant, path, build_token_matrix(encoder, turn_ids, texts))
-    return True
+def store_reference(tenant: str, turn_ids: Sequence[str], texts: Sequence[str], encoder_tag: str,
+                    session_build_key: str, sessions: Sequence[str], cache_dir: str | Path) -> Path:
+    """Record at build time that ``tenant``'s matrix (its turns ``turn_ids`` with node texts
+    ``texts``, in the order a :class:`TenantIndex` reads them) is the token vectors the build kept
+    for ``sessions`` under ``session_build_key``; the tenant's older files are removed."""
+    path = _reference_file(tenant, content_key(list(turn_ids), list(texts), encoder_tag), Path(cache_dir))
+    body = {"format": CACHE_FORMAT, "session_build_key": session_build_key, "sessions": list(sessions)}
+    _atomic_write(path, lambda fh: fh.write(json.dumps(body).encode("utf-8")))
+    _drop_others(tenant, path)
+    return path
+
+
+def _read_reference(path: Path, turn_ids: list[str], store: Path) -> TokenMatrix | None:
+    """The matrix a reference names, from the kept sessions' vectors; None when the reference is
+    unreadable or the sessions are no longer kept or hold other turns (the caller encodes)."""
+    from memlib.compose.session_store import SessionStore
+    from memlib.retrieve.late import matrix_from_tokens
+
+    try:
+        body = json.loads(path.read_text(encoding="utf-8"))
+        if body.get("format") != CACHE_FORMAT:
+            return None
+        tv = SessionStore(store, body["session_build_key"]).read_vectors(body["sessions"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    row = {n: i for i, n in enumerate(tv.node_ids)}
+    if tv.token_ids is None or tv.token_vectors is None or len(row) != len(turn_ids) or set(row) != set(turn_ids):
+        return None
+    order = [row[t] for t in turn_ids]
+    return matrix_from_tokens(turn_ids, [tv.token_ids[i] for i in order], [tv.token_vectors[i] for i in order])
 
 
 def _store(tenant: str, path: Path, matrix: TokenMatrix) -> None:
     """Write the tenant's matrix and remove its older ones (a process that has one loaded keeps
     its copy in memory)."""
     _write(path, matrix)
+    _drop_others(tenant, path)
+
+
+def _drop_others(tenant: str, path: Path) -> None:
     for old in _tenant_files(tenant, path.parent):
         if old != path:
             old.unlink(missing_ok=True)
 
 
-def _write(path: Path, m: TokenMatrix) -> None:
+def _atomic_write(path: Path, write: Callable[[BinaryIO], object], suffix: str = "") -> None:
+    """Write ``path`` through a temporary file and a rename: replicas and actors may write at once."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".npz")  # replicas may write at once
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=suffix)
     with os.fdopen(fd, "wb") as fh:
-        np.savez(fh, turn_ids=np.asarray(m.turn_ids, dtype=str), owner=m.owner,
-                 vectors=m.vectors, idf=m.idf)
+        write(fh)
     os.replace(tmp, path)
+
+
+def _write(path: Path, m: TokenMatrix) -> None:
+    _atomic_write(path, lambda fh: np.savez(fh, turn_ids=np.asarray(m.turn_ids, dtype=str), owner=m.owner,
+                                            vectors=m.vectors, idf=m.idf), ".npz")
 
 
 def _read(path: Path, turn_ids: list[str]) -> TokenMatrix | None:
@@ -126,10 +176,3 @@ def _read(path: Path, turn_ids: list[str]) -> TokenMatrix | None:
         return None
 
 
-def store_matrix(tenant: str, texts: Sequence[str], matrix: TokenMatrix, encoder_tag: str,
-                 cache_dir: str | Path) -> Path:
-    """Write a tenant's matrix where :func:`tenant_matrix` looks for it (keyed by the turn ids
-    and texts it encodes and the encoder's tag); the tenant's older files are removed."""
-    path = _cache_file(tenant, content_key(list(matrix.turn_ids), list(texts), encoder_tag), Path(cache_dir))
-    _store(tenant, path, matrix)
-    return path

@@ -178,16 +178,19 @@ def test_auto_first_queries_of_a_tenant_build_its_matrix_once(sample_store, tmp_
 
 def test_build_precomputes_auto_token_matrices(sample_store, monkeypatch):
     """With retrieve.precompute_token_matrices (set by the fixture's build), `memlib build`
-    writes every tenant's token matrix before it publishes, and a fresh view of the store
-    answers auto without encoding the tenant."""
+    records every tenant's token matrix before it publishes, as a reference to the token vectors
+    its sessions kept (no second copy), and a fresh view of the store answers auto without
+    encoding the tenant."""
     from memlib.retrieve import matrix_cache
     from memlib.retrieve.tenant import TenantCache
 
     cache = TenantCache(sample_store)
-    files = list((sample_store / "cache" / "late").glob("late-*.npz"))
+    late = sample_store / "cache" / "late"
+    files = list(late.glob(f"late-*{matrix_cache.REFERENCE_SUFFIX}"))
     published = (sample_store / "manifest.json").stat().st_mtime
-    assert sorted(f.name.rsplit("-", 1)[0] for f in files) == sorted(f"late-{t}" for t in cache.tenants())
-    assert all(f.stat().st_mtime <= published for f in files)
+    assert sorted(f.name.split(".", 1)[0].rsplit("-", 1)[0] for f in files) == sorted(
+        f"late-{t}" for t in cache.tenants())
+    assert all(f.stat().st_mtime <= published for f in files) and not list(late.glob("*.npz"))
 
     def no_encoding(*a, **k):
         raise AssertionError("the build should have written this tenant's matrix")
@@ -223,3 +226,23 @@ def test_personalai_reaches_an_assistant_reply_through_turn_starts(cache):
     assert reply.node_id in [t.node_id for t in with_turns.turns[:3]]
     entities_only = run_search(index, get_strategy("personalai", retrieve_config(), start_turns=0), query, 10)
     assert reply.node_id not in [n.node_id for n in entities_only.nodes]
+
+
+def test_a_matrix_reference_to_sessions_no_longer_kept_is_encoded_again(sample_store, tmp_path):
+    """A tenant whose matrix reference names kept sessions that are gone (a cache deleted by
+    hand) is encoded on its first query, and the encoded matrix is kept for the next process."""
+    import shutil
+
+    from memlib.retrieve import matrix_cache
+    from memlib.retrieve.tenant import TenantCache
+
+    store = tmp_path / "store"
+    shutil.copytree(sample_store, store)
+    shutil.rmtree(store / "cache" / "sessions")
+    cache = TenantCache(store)
+    tenant = cache.tenants()[0]
+    hits = run_search(cache.get(tenant), get_strategy("auto", retrieve_config()), "weekend plans", 3).turns
+    assert hits
+    late = store / "cache" / "late"
+    assert [p.name.startswith(f"late-{tenant}-") for p in late.glob("*.npz")] == [True]
+    assert not list(late.glob(f"late-{tenant}-*{matrix_cache.REFERENCE_SUFFIX}"))  # replaced by the npz
