@@ -9,7 +9,10 @@ def purge_caches(store: Path) -> dict[str, int]:
     """Hard deletion also covers what the store caches outside its tables: LLM responses not
     referenced by the published ``llm_calls`` (their outputs quote forgotten conversations;
     eval QA answers too), every token matrix of ``auto`` (re-encoded on first use), and every
-    kept session output that no published turn belongs to (other build keys entirely)."""
+    kept session output that no published turn belongs to (other build keys entirely). A
+    published tenant's matrix reference stays: it names only session keys, and the sessions it
+    names are the published ones, which stay (so its first query after compaction reads them
+    instead of encoding the tenant again)."""
     from memlib.io.store import LATE_CACHE_SUBDIR, StoreReader
     from pipelines.llm_actors import CACHE_SUBDIR
 
@@ -30,8 +33,13 @@ def purge_caches(store: Path) -> dict[str, int]:
         for tmp in llm_dir.glob("*/.tmp-*"):
             tmp.unlink(missing_ok=True)
     if late_dir.is_dir():
-        removed_late = sum(1 for f in late_dir.iterdir() if f.is_file())
-        shutil.rmtree(late_dir)
+        from memlib.retrieve.matrix_cache import REFERENCE_SUFFIX, file_tenant
+
+        published = set(reader.tenants())
+        for f in late_dir.iterdir():
+            if f.is_file() and not (f.name.endswith(REFERENCE_SUFFIX) and file_tenant(f) in published):
+                f.unlink()
+                removed_late += 1
     return {"llm_cache_removed": removed_llm, "llm_cache_kept": kept_llm, "token_matrices_removed": removed_late,
             **purge_sessions(store, reader)}
 

@@ -56,12 +56,16 @@ def _reference_file(tenant: str, key: str, cache_dir: Path) -> Path:
     return cache_dir / f"late-{tenant}-{key}{REFERENCE_SUFFIX}"
 
 
+def file_tenant(path: Path) -> str:
+    """The tenant a matrix file or reference belongs to (``late-TENANT-KEY.*``; a tenant id may hold "-")."""
+    return path.name.split(".", 1)[0][len("late-"):].rsplit("-", 1)[0]
+
+
 def _tenant_files(tenant: str, cache_dir: Path) -> list[Path]:
     """This tenant's matrix files and references (a tenant whose id extends another's is not matched)."""
     if not cache_dir.is_dir():
         return []
-    return [f for f in cache_dir.glob(f"late-{tenant}-*") if not f.name.startswith(".")
-            and f.name.split(".", 1)[0].rsplit("-", 1)[0] == f"late-{tenant}"]
+    return [f for f in cache_dir.glob(f"late-{tenant}-*") if file_tenant(f) == tenant]
 
 
 def default_cache_dir(index) -> Path:
