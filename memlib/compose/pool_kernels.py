@@ -25,8 +25,10 @@ _JIT = {"cache": True, "nogil": True}
 HALF_TO_FLOAT = np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float32)
 
 
-def _as_float32(x, table):  # pragma: no cover - replaced by the overload inside compiled code
-    raise NotImplementedError
+def _as_float32(x, table):
+    """``x`` as float32: a float as it is, a float16 stored as its uint16 bits through ``table``
+    (what the overload below compiles; this body serves calls from Python)."""
+    return np.float32(x) if isinstance(x, (float, np.floating)) else table[x]
 
 
 @overload(_as_float32)

@@ -13,8 +13,9 @@ its matrix:
 * ``late-TENANT-KEY.npz`` (no pickle), written when a query had to encode the tenant (no
   reference, or sessions no longer kept).
 
-Writing a tenant's new matrix removes its older files, and ``memlib build --compact`` clears
-the directory (hard deletion).
+Writing a tenant's new matrix removes its older files. ``memlib build --compact`` (hard
+deletion) removes every ``.npz`` and the references of tenants no longer published; a published
+tenant's reference stays, as it names only kept session keys (jobs/purge.py).
 """
 from __future__ import annotations
 
