@@ -239,7 +239,10 @@ def _finish_manifest(manifest, plan: Plan, base, key, forget, node_kinds, edge_k
                     nodes_by_kind=node_kinds, edges_by_kind=edge_kinds,
                     tenant_timings_s={s["tenant_id"]: s.get("timings", {}) for s in summaries
                                       if s["tenant_id"] in built},
-                    tenant_nodes={s["tenant_id"]: s.get("node_id") for s in summaries if s["tenant_id"] in built})
+                    tenant_nodes={s["tenant_id"]: s.get("node_id") for s in summaries if s["tenant_id"] in built},
+                    # per rebuilt tenant: what its tenant steps copied from its published version
+                    tenant_reused={s["tenant_id"]: s["reused"] for s in summaries
+                                   if s["tenant_id"] in built and s.get("reused")})
     return manifest
 
 

@@ -273,6 +273,10 @@ class RayConfig(_Section):
                                     "least one, at most one per CPU and per tenant): an actor's start (process, "
                                     "imports, graph-tool, kernels: 3-4 CPU-s on 2 cores) pays off over a few "
                                     "seconds of tenant stages, 2-3 ms per turn")
+    reuse_tenant_build: bool = Field(True, description="a tenant that only gained turns since its published "
+                                     "build starts its tenant steps from that build (node vectors of unchanged "
+                                     "nodes, SIMILAR edges between old turns); the output is the same either way "
+                                     "(memlib/compose/reuse.py)")
     tenant_wait_s: float = Field(86_400.0, gt=0, description="how long a tenant actor waits for its sessions to "
                                  "be kept before it reports the tenant failed (a safety net: a failed block is "
                                  "reported at once)")

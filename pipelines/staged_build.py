@@ -157,7 +157,7 @@ def resources(cfg: MemlibConfig, total_cpus: float, n_blocks: int, n_tenants: in
 
 def build_dataset(plan: SessionPlan, shards: list[TenantShard], cfg: MemlibConfig, recipe: str, store: str,
                   build_key: str, work: Path, total_cpus: float,
-                  worker_env_inherited: bool = False) -> ray.data.Dataset:
+                  worker_env_inherited: bool = False, reuse: bool = True) -> ray.data.Dataset:
     """The build's one dataset: block rows, then tenant rows (largest first), four operators.
     ``worker_env_inherited``: the workers already have :data:`~pipelines.operators.WORKER_ENV`
     (a local instance started with it), so the operators ask for no runtime environment."""
@@ -191,7 +191,7 @@ def build_dataset(plan: SessionPlan, shards: list[TenantShard], cfg: MemlibConfi
     return ds.map_batches(TenantOp, num_cpus=TENANT_ACTOR_CPUS, **common,
                           compute=ray.data.ActorPoolStrategy(size=res.tenant_actors, max_tasks_in_flight_per_actor=1),
                           fn_constructor_kwargs={"cfg": cfg, "recipe": recipe, "store": store,
-                                                 "build_key": build_key, "llm_limiter": limiter})
+                                                 "build_key": build_key, "llm_limiter": limiter, "reuse": reuse})
 
 
 def session_build_key(cfg: MemlibConfig, key: str) -> str:
@@ -246,7 +246,7 @@ def run_staged(shards: list[TenantShard], cfg: MemlibConfig, recipe: str, *, sto
     store = str(store)
     prepared = prepared or prepare_staged(shards, cfg, store=store, build_key=build_key, reuse=reuse)
     key, work, plan, start = prepared.key, prepared.work, prepared.plan, time.time()
-    ds = build_dataset(plan, shards, cfg, recipe, store, key, work, total_cpus, worker_env_inherited)
+    ds = build_dataset(plan, shards, cfg, recipe, store, key, work, total_cpus, worker_env_inherited, reuse)
     blocks: list[dict[str, Any]] = []
     for row in ds.iter_rows():
         summary = json.loads(row["summary"])

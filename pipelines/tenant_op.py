@@ -52,7 +52,8 @@ def tenant_item(shard: TenantShard, blocks: list[str], work: str | Path, pending
 class TenantOp:
     """Tenant-level stages of one tenant from its kept session outputs; writes its staged tables."""
 
-    def __init__(self, cfg: MemlibConfig, recipe: str, store: str, build_key: str, llm_limiter: Any = None):
+    def __init__(self, cfg: MemlibConfig, recipe: str, store: str, build_key: str, llm_limiter: Any = None,
+                 reuse: bool = True):
         from memlib.compose.reference import prepare_tenant_steps
         from memlib.graph import tenant  # noqa: F401 - graph-tool's import, not on the first tenant
 
@@ -65,6 +66,8 @@ class TenantOp:
         self.nlp = None
         self.extras: dict[str, Any] | None = None
         self.llm_limiter = llm_limiter
+        # start from the tenant's published build when this run only appended turns
+        self.reuse = reuse and cfg.ray.reuse_tenant_build
         self._encoder_tag: str | None = None
 
     def __call__(self, batch: pa.Table) -> pa.Table:
@@ -138,11 +141,13 @@ class TenantOp:
         turns = sort_turns(pq.read_table(shard.turns_path))
         keys = session_keys(turns, self.build_key)
         order = list(dict.fromkeys(keys.to_pylist()))
+        previous = self._previous(shard.tenant_id)  # read while this run's blocks are still computed
         parts, vectors, waited = self.read_sessions(order, blocks, work, pending)
         start += waited  # the tenant's own seconds: reading (its turns too) and its stages, not the wait
         read_s = time.perf_counter() - start
         extras = self._extras()
-        out = tenant_steps(turns, parts, vectors, self.cfg, order, self.recipe, nlp=self.nlp, extras=extras)
+        out = tenant_steps(turns, parts, vectors, self.cfg, order, self.recipe, nlp=self.nlp, extras=extras,
+                           previous=previous)
         nodes = self._graph(shard, out) if shard.graph_path else out.nodes
         write_parquet(nodes, shard.nodes_path, schema.nodes_schema(nodes.schema.field("embedding").type.list_size),
                       "nodes")
@@ -160,7 +165,15 @@ class TenantOp:
                 "waited_s": round(waited, 3), "timings": out.timings, "seconds": round(time.perf_counter() - start, 3),
                 "cpu_s": round(time.process_time() - cpu, 3), "pid": os.getpid(),
                 "node_id": ray.get_runtime_context().get_node_id(), **out.counts(),
-                **({"llm": llm} if llm else {})}
+                **({"llm": llm} if llm else {}), **({"reused": out.reused} if out.reused else {})}
+
+    def _previous(self, tenant: str) -> Any:
+        """The tenant's published build, when reuse is on and it was built under this run's key."""
+        if not self.reuse:
+            return None
+        from memlib.compose.reuse import load_previous
+
+        return load_previous(self.store_dir, tenant, self.build_key)
 
     def _graph(self, shard: TenantShard, out: Any) -> pa.Table:
         """The tenant's graph-tool graph (.gt) and global importance, joined into its nodes."""

@@ -48,6 +48,7 @@ class TenantOutput:
     dropped_edges: int = 0
     dropped_by_kind: dict[str, int] = field(default_factory=dict)
     texts_embedded: int = 0
+    reused: dict[str, int] = field(default_factory=dict)  # what was copied from the tenant's previous build
     # the turn ids in the order ``auto``'s token matrix holds them (TenantIndex.turn_order), when the
     # embed pass kept token vectors and retrieve.precompute_token_matrices is on: the matrix is those
     # turns' kept token vectors (memlib.retrieve.matrix_cache.store_reference)
@@ -77,6 +78,9 @@ class BuildState:
     extras: dict[str, Any] = field(default_factory=dict)  # backend handles (e.g. the LLM client), per worker
     token_vectors: TurnVectors | None = None  # the embed pass's output (token vectors, when kept)
     pooled_turns: bool = False                # turn vectors are the mean of those token vectors
+    previous: Any = None                      # the tenant's published build (memlib.compose.reuse.PreviousTenant)
+    appended: list[str] | None = None         # turns added since ``previous`` when that is all that changed
+    reused_vectors: int = 0                   # node vectors copied from ``previous``
 
     def add(self, nodes: pa.Table | None = None, edges: pa.Table | None = None) -> None:
         if nodes is not None and nodes.num_rows:
@@ -131,9 +135,12 @@ def matrix_turns(turns: pa.Table, vectors: TurnVectors) -> list[str] | None:
 
 def tenant_steps(turns: pa.Table, parts: SessionOutput, vectors: TurnVectors, cfg: MemlibConfig,
                  session_order: Sequence[str], recipe: str | Sequence[Step] = DEFAULT_RECIPE,
-                 nlp: Any = None, extras: dict[str, Any] | None = None) -> TenantOutput:
+                 nlp: Any = None, extras: dict[str, Any] | None = None, previous: Any = None) -> TenantOutput:
     """The tenant-level half: every session's outputs (``parts``, any order) and turn vectors of
-    one tenant -> its memory. ``session_order``: the tenant's session keys in session order."""
+    one tenant -> its memory. ``session_order``: the tenant's session keys in session order.
+    ``previous``: the tenant's published build under the same build key
+    (:func:`memlib.compose.reuse.load_previous`), whose unchanged parts are reused when this run
+    only appended turns; the output is the same either way."""
     turns = sort_turns(schema.conform(turns, schema.TURNS, name="turns"))
     tenants = set(turns.column("tenant_id").unique().to_pylist())
     if len(tenants) != 1:
@@ -148,7 +155,7 @@ def tenant_steps(turns: pa.Table, parts: SessionOutput, vectors: TurnVectors, cf
     dim = int(vectors.vectors.shape[1]) if vectors.vectors.ndim == 2 else int(cfg.embed.dim)
     state = BuildState(turns=turns, cfg=cfg, dim=dim, nlp=nlp, extras=dict(extras) if extras is not None else {},
                        turn_vectors=vectors.vectors[[row[n] for n in turns.column("node_id").to_pylist()]],
-                       token_vectors=vectors, pooled_turns=_pooled_backend(cfg))
+                       token_vectors=vectors, pooled_turns=_pooled_backend(cfg), previous=previous)
     keyed = {name: _in_session_order(parts.table(name), order) for name in parts.tables}
     state.add(keyed["nodes"].drop_columns(["session_key"]), keyed["edges"].drop_columns(["session_key"]))
     if keyed["segments"].num_rows:
@@ -167,7 +174,16 @@ def tenant_steps(turns: pa.Table, parts: SessionOutput, vectors: TurnVectors, cf
     return TenantOutput(tenant_id=tenants.pop(), nodes=done.nodes, edges=done.edges, segments=segments,
                         timings=timer.rounded(), dropped_edges=done.dropped_edges,
                         dropped_by_kind=done.dropped_by_kind, texts_embedded=len(vectors.node_ids),
-                        matrix_turns=matrix_turns(turns, vectors) if cfg.retrieve.precompute_token_matrices else None)
+                        matrix_turns=matrix_turns(turns, vectors) if cfg.retrieve.precompute_token_matrices else None,
+                        reused=_reused(state))
+
+
+def _reused(state: BuildState) -> dict[str, int]:
+    if state.previous is None:
+        return {}
+    if state.appended is None:  # not an append: every step ran over the whole tenant
+        return {"appended_only": 0}
+    return {"appended_only": 1, "appended_turns": len(state.appended), "node_vectors": state.reused_vectors}
 
 
 def prepare_tenant_steps(cfg: MemlibConfig, recipe: str | Sequence[Step] = DEFAULT_RECIPE) -> None:
@@ -193,12 +209,13 @@ def embed_turns(turns: pa.Table, keys: pa.Array, cfg: MemlibConfig, encoder: Tur
 
 def process_tenant(turns: pa.Table, cfg: MemlibConfig, encoder: TurnEncoder, nlp: Any = None,
                    recipe: str | Sequence[Step] = DEFAULT_RECIPE, build_key: str = "",
-                   extras: dict[str, Any] | None = None) -> TenantOutput:
+                   extras: dict[str, Any] | None = None, previous: Any = None) -> TenantOutput:
     """Build one tenant's memory from its ``schema.TURNS`` rows, in one process: every session
     through the session-local stages, then the tenant-level stages.
 
     ``extras`` reaches every extractor's ``ExtractionContext.extras`` (the caller builds it
-    once per worker, e.g. ``pipelines.llm_actors.llm_extras``)."""
+    once per worker, e.g. ``pipelines.llm_actors.llm_extras``); ``previous``: as in
+    :func:`tenant_steps`."""
     turns = sort_turns(schema.conform(turns, schema.TURNS, name="turns"))
     plan = get_recipe(recipe) if isinstance(recipe, str) else tuple(recipe)
     timer = WallTimer()
@@ -213,6 +230,7 @@ def process_tenant(turns: pa.Table, cfg: MemlibConfig, encoder: TurnEncoder, nlp
         vecs.append(tv)
         order.append(key)
     merged = TurnVectors.concat(vecs, cfg.embed.dim)
-    out = tenant_steps(turns, SessionOutput.concat(parts), merged, cfg, order, plan, nlp=nlp, extras=extras)
+    out = tenant_steps(turns, SessionOutput.concat(parts), merged, cfg, order, plan, nlp=nlp, extras=extras,
+                       previous=previous)
     out.timings = {**timer.rounded(), **out.timings}
     return out

@@ -87,13 +87,25 @@ def extract(state: BuildState, extraction: Extraction) -> None:
 def embed_nodes(state: BuildState) -> None:
     """Every node with its vector, from the embed pass only: turns their own; derived nodes the
     mean of their turns' token vectors that match their words (when the pass kept token vectors
-    and the turn vectors are pooled from them), else the mean of their turns' vectors."""
+    and the turn vectors are pooled from them), else the mean of their turns' vectors. After a
+    run that only appended turns to a published tenant (``state.previous``), the vectors of
+    unchanged nodes are copied from it (:mod:`memlib.compose.reuse`)."""
     nodes = state.all_nodes()
     tv = state.token_vectors
+    prev = state.previous
+    if prev is not None and tv is not None:
+        from memlib.compose.reuse import appended_turns
+
+        state.appended = appended_turns(nodes, tv, prev)
     if tv is not None and tv.token_ids is not None and state.pooled_turns:
         from memlib.embed.tokens_backend import content_tokenizer
 
-        vectors = span_pooled_vectors(nodes, tv, content_tokenizer())
+        if state.appended is not None:
+            from memlib.compose.reuse import pooled_reusing
+
+            vectors, state.reused_vectors = pooled_reusing(nodes, tv, content_tokenizer(), prev, state.appended)
+        else:
+            vectors = span_pooled_vectors(nodes, tv, content_tokenizer())
     else:
         vectors = pooled_vectors(nodes, state.turns.column("node_id").to_pylist(), state.turn_vectors)
     state.embedded_nodes = with_embeddings(nodes, vectors, state.dim)
@@ -134,5 +146,13 @@ def link(state: BuildState) -> None:
         state.add(edges=has_clue)
         state.add(edges=similar_edges(new_ids, merged.column("tenant_id"), merged_vecs, cfg.similar_threshold))
     if state.turn_vectors is not None and state.turns.num_rows > 1:
-        state.add(edges=similar_edges(state.turns.column("node_id"), state.turns.column("tenant_id"),
-                                      state.turn_vectors, cfg.similar_threshold))
+        ids = state.turns.column("node_id")
+        if state.appended is not None and state.previous is not None:  # only the pairs with an added turn
+            from memlib.text.clues import similar_edges_appended
+
+            added = np.flatnonzero(pc.is_in(ids, pa.array(state.appended, pa.string())).to_numpy(zero_copy_only=False))
+            state.add(edges=similar_edges_appended(ids, state.turns.column("tenant_id")[0].as_py(), state.turn_vectors,
+                                                   cfg.similar_threshold, added, state.previous.similar))
+        else:
+            state.add(edges=similar_edges(ids, state.turns.column("tenant_id"), state.turn_vectors,
+                                          cfg.similar_threshold))

@@ -180,7 +180,7 @@ def pooled_vectors(nodes: pa.Table, turn_ids: Sequence[str], turn_vectors: np.nd
     pairs = (pl.from_arrow(nodes.select(["provenance"])).with_row_index("_node")
              .explode("provenance").drop_nulls("provenance")
              .join(pl.DataFrame({"provenance": list(turn_ids), "_turn": np.arange(len(turn_ids))}),
-                   on="provenance", how="inner"))
+                   on="provenance", how="inner", maintain_order="left"))
     if len(pairs):
         node = pairs["_node"].to_numpy().astype(np.int64)
         turn = pairs["_turn"].to_numpy().astype(np.int64)
@@ -203,21 +203,62 @@ def span_pooled_vectors(nodes: pa.Table, tv: TurnVectors, tokenizer: Any) -> np.
     on locomo_dev3) and cost ``gaama`` 6 points of turn R@10 (docs/benchmarks.md)."""
     assert tv.token_ids is not None and tv.token_vectors is not None
     out = pooled_vectors(nodes, tv.node_ids, tv.vectors)
-    derived = np.flatnonzero(np.asarray(nodes.column("kind").to_pylist(), dtype=object) != schema.NodeKind.TURN.value)
-    if derived.size == 0 or not tv.token_ids:
-        return out
-    words = tokenizer.ids([t or "" for t in nodes.column("text").take(pa.array(derived)).to_pylist()])
-    tv = by_node_id(tv)
-    vocab = 1 + max(max((int(t.max()) for t in tv.token_ids if t.size), default=0),
-                    max((int(w.max()) for w in words if w.size), default=0))
-    rows = TokenRows.of(tv, vocab)
-    pos = Positions.of(words, nodes.column("provenance").take(pa.array(derived)).to_pylist(),
-                       {n: i for i, n in enumerate(tv.node_ids)})
-    sums = rows.position_sums(pos, derived.size)
-    norms = np.linalg.norm(sums, axis=1)
-    hit = norms > 1e-12
-    out[derived[hit]] = sums[hit] / norms[hit, None]
+    pooler = SpanPooler.of(nodes, tv, tokenizer)
+    if pooler is not None:
+        pooler.pool_into(out, np.arange(pooler.derived.size))
     return out
+
+
+@dataclass
+class SpanPooler:
+    """What pooling the derived nodes of a node table needs, computed once: which rows are
+    derived, their texts' WordPiece ids and provenance, and the tenant's token rows. Each derived
+    node's vector depends on its own text, its provenance turns and the tenant's turns only, so
+    any subset of the nodes pools to the same bits as the whole table (what lets a nightly run
+    pool only the nodes whose inputs changed, :mod:`memlib.compose.reuse`)."""
+    derived: np.ndarray             # row of each derived node in the table
+    words: list[np.ndarray]         # per derived node: the WordPiece ids of its text
+    provenance: list[Any]           # per derived node: its provenance turn ids
+    rows: TokenRows
+    turn_index: dict[str, int]      # turn id -> its index in the token rows' turns
+
+    @classmethod
+    def of(cls, nodes: pa.Table, tv: TurnVectors, tokenizer: Any) -> SpanPooler | None:
+        """None when there is nothing to pool (no derived node, or no turn)."""
+        assert tv.token_ids is not None and tv.token_vectors is not None
+        kinds = np.asarray(nodes.column("kind").to_pylist(), dtype=object)
+        derived = np.flatnonzero(kinds != schema.NodeKind.TURN.value)
+        if derived.size == 0 or not tv.token_ids:
+            return None
+        take = pa.array(derived)
+        words = tokenizer.ids([t or "" for t in nodes.column("text").take(take).to_pylist()])
+        tv = by_node_id(tv)
+        vocab = 1 + max(max((int(t.max()) for t in tv.token_ids if t.size), default=0),
+                        max((int(w.max()) for w in words if w.size), default=0))
+        return cls(derived, words, nodes.column("provenance").take(take).to_pylist(), TokenRows.of(tv, vocab),
+                   {n: i for i, n in enumerate(tv.node_ids)})
+
+    def positions(self, which: np.ndarray) -> Positions:
+        """The token positions of the derived nodes ``which`` (indices into ``derived``)."""
+        return Positions.of([self.words[i] for i in which], [self.provenance[i] for i in which], self.turn_index)
+
+    def pool_into(self, out: np.ndarray, which: np.ndarray) -> None:
+        """Write the pooled vectors of the derived nodes ``which`` into their rows of ``out``
+        (left as they are for a node none of whose tokens occurs in any turn)."""
+        if which.size == 0:
+            return
+        sums = self.rows.position_sums(self.positions(which), which.size)
+        norms = np.linalg.norm(sums, axis=1)
+        hit = norms > 1e-12
+        out[self.derived[which[hit]]] = sums[hit] / norms[hit, None]
+
+    def falls_back_to(self, which: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        """Per derived node of ``which``: whether a position of its text whose id none of its
+        provenance turns has (so it takes the id's mean over every turn) has one of ``ids``."""
+        pos = self.positions(which)
+        found = self.rows.found(pos)
+        hit = (found == 0) & np.isin(pos.ids, ids)
+        return np.bincount(pos.node[hit], minlength=which.size) > 0
 
 
 def by_node_id(tv: TurnVectors) -> TurnVectors:
@@ -309,17 +350,21 @@ class TokenRows:
         """The turns' arrays as the kernel reads them: float16 ones as their uint16 bits (with the
         float16 -> float32 table), anything else as float32; built once."""
         if self._typed is None:
+            from numba import types
             from numba.typed import List
 
             from memlib.compose import pool_kernels
 
             half = all(v.dtype == np.float16 for v in self.per_turn)
-            typed = List()
+            arrays = []
             for v in self.per_turn:
                 v = v.reshape(-1, self.dim)
                 v = v.view(np.uint16) if half else np.ascontiguousarray(v, dtype=np.float32).view()
                 v.flags.writeable = False  # one array type for the list: arrays read back are read-only
-                typed.append(v)
+                arrays.append(v)
+            # one call: appending to a typed list one array at a time costs ~0.2 ms each (5 s at 26k turns)
+            typed = List(arrays) if arrays else List.empty_list(types.Array(types.uint16 if half else types.float32,
+                                                                            2, "C", readonly=True))
             table = pool_kernels.HALF_TO_FLOAT if half else pool_kernels.table_none()
             self._typed = (typed, table)
         return self._typed
@@ -329,6 +374,13 @@ class TokenRows:
         local, found = self._local(pos, n_nodes)
         fill = self._fill(pos, found, n_nodes)
         return self.times(local) + fill
+
+    def found(self, pos: Positions) -> np.ndarray:
+        """Per position row: how many token rows of its id its node's provenance turns hold."""
+        keys = pos.turn * self.vocab + pos.ids[pos.turn_row]
+        counts = (np.searchsorted(self.sorted_keys, keys, side="right")
+                  - np.searchsorted(self.sorted_keys, keys, side="left"))
+        return np.bincount(pos.turn_row, weights=counts, minlength=pos.ids.size)
 
     def _local(self, pos: Positions, n_nodes: int) -> tuple[sparse.csr_matrix, np.ndarray]:
         """Weights (node x token row) of the ids found in the node's own turns: each position

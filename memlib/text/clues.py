@@ -134,33 +134,111 @@ def _normalize(vectors: np.ndarray) -> np.ndarray:
     return v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
 
 
-def _pairs_above(v: np.ndarray, threshold: float, top_k: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(i, j, cos) with i < j and cos > threshold, from blockwise matmul; top_k per row if given."""
-    rows, cols, sims = [], [], []
-    n = len(v)
-    for start in range(0, n, BLOCK):
-        block = v[start:start + BLOCK] @ v.T
-        idx = np.arange(start, min(start + BLOCK, n))
-        block[np.arange(len(idx)), idx] = -np.inf  # no self pairs
-        r, c = np.nonzero(block > threshold)       # few: most pairs are far below the threshold
-        s = block[r, c]
-        if top_k is not None and r.size:
-            # each row's top_k of its pairs above the threshold (ties: the lower column first)
-            order = np.lexsort((c, -s, r))
-            r, c, s = r[order], c[order], s[order]
-            first = np.flatnonzero(np.r_[True, r[1:] != r[:-1]])
-            rank = np.arange(r.size) - np.repeat(first, np.diff(np.r_[first, r.size]))
-            keep = rank < top_k
-            r, c, s = r[keep], c[keep], s[keep]
-        rows.append(idx[r])
-        cols.append(c)
-        sims.append(s)
-    if not rows:
-        return np.zeros(0, int), np.zeros(0, int), np.zeros(0, np.float32)
-    i, j, s = np.concatenate(rows), np.concatenate(cols), np.concatenate(sims)
+# float32 matrix products round differently with the shape of the operands (OpenBLAS picks its
+# kernels and blocking by shape and CPU), so a cosine from ``v @ v.T`` depends on which other
+# vectors were in the product. The product only proposes candidates, with this margin below the
+# threshold (above any float32 rounding of a 384-term dot product of unit vectors, <= 2.3e-5);
+# each candidate's cosine is then computed on its own (:func:`exact_cosines`).
+CANDIDATE_MARGIN = 1e-4
+_EXACT_CHUNK = 65536
+
+
+def exact_cosines(v: np.ndarray, i: np.ndarray, j: np.ndarray) -> np.ndarray:
+    """float32 cosine of each pair (``v[i]``, ``v[j]``) of unit rows, computed per pair: float64
+    products of float32 values are exact and commute, and each row of products is summed in one
+    fixed order, so a pair's value depends on its two vectors only. It is the same in a full
+    build and a nightly run whatever the tenant's size, and the same for (i, j) and (j, i)."""
+    out = np.empty(i.size, dtype=np.float32)
+    for a in range(0, i.size, _EXACT_CHUNK):
+        b = min(a + _EXACT_CHUNK, i.size)
+        prod = v[i[a:b]].astype(np.float64) * v[j[a:b]].astype(np.float64)
+        out[a:b] = prod.sum(axis=1)
+    return out
+
+
+def _row_candidates(v: np.ndarray, rows: np.ndarray, threshold: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every pair (row, column) with row in ``rows``, column != row and cosine > ``threshold``."""
+    rr, cc, ss = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)], [np.zeros(0, np.float32)]
+    for start in range(0, rows.size, BLOCK):
+        idx = rows[start:start + BLOCK]
+        block = v[idx] @ v.T
+        block[np.arange(idx.size), idx] = -np.inf  # no self pairs
+        r, c = np.nonzero(block > threshold - CANDIDATE_MARGIN)  # few: most pairs are far below
+        r = idx[r]
+        s = exact_cosines(v, r, c)
+        keep = s > threshold
+        rr.append(r[keep])
+        cc.append(c[keep])
+        ss.append(s[keep])
+    return np.concatenate(rr), np.concatenate(cc), np.concatenate(ss)
+
+
+def _top_k(r: np.ndarray, c: np.ndarray, s: np.ndarray, top_k: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each row's ``top_k`` pairs (ties: the lower column first); all of them when None."""
+    if top_k is None or r.size == 0:
+        return r, c, s
+    order = np.lexsort((c, -s, r))
+    r, c, s = r[order], c[order], s[order]
+    first = np.flatnonzero(np.r_[True, r[1:] != r[:-1]])
+    rank = np.arange(r.size) - np.repeat(first, np.diff(np.r_[first, r.size]))
+    keep = rank < top_k
+    return r[keep], c[keep], s[keep]
+
+
+def _unordered(i: np.ndarray, j: np.ndarray, s: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each unordered pair once, as (lower, higher) row, in that order."""
     lo, hi = np.minimum(i, j), np.maximum(i, j)
     _, keep = np.unique(lo.astype(np.int64) * n + hi, return_index=True)
     return lo[keep], hi[keep], s[keep].astype(np.float32)
+
+
+def _pairs_above(v: np.ndarray, threshold: float, top_k: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(i, j, cos) with i < j and cos > threshold; each row's top_k pairs if given."""
+    r, c, s = _top_k(*_row_candidates(v, np.arange(len(v)), threshold), top_k)
+    return _unordered(r, c, s, len(v))
+
+
+def _pairs_appended(v: np.ndarray, added: np.ndarray, previous: tuple[np.ndarray, np.ndarray, np.ndarray],
+                    threshold: float, top_k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What :func:`_pairs_above` returns for ``v``, from the pairs it returned for ``v`` without
+    the rows ``added`` (``previous``, as rows of ``v``): a kept row's top_k is the best top_k of
+    its earlier top_k (the best of the earlier pairs incident to it) and its pairs with the
+    added rows; an added row's pairs are scored against every row."""
+    r_new, c_new, s_new = _row_candidates(v, added, threshold)
+    kept_end = ~np.isin(c_new, added)  # a pair of two added rows is in both rows' candidates already
+    pi, pj, ps = previous
+    # the earlier pairs from both ends, and the new pairs from the kept row's end too
+    r = np.concatenate([pi, pj, r_new, c_new[kept_end]])
+    c = np.concatenate([pj, pi, c_new, r_new[kept_end]])
+    s = np.concatenate([ps, ps, s_new, s_new[kept_end]])
+    r, c, s = _top_k(r, c, s, top_k)
+    return _unordered(r, c, s, len(v))
+
+
+def similar_edges_appended(node_ids: list[str] | pa.Array, tenant_id: str, vectors: np.ndarray, threshold: float,
+                           added: np.ndarray, previous: pa.Table, top_k: int = 5) -> pa.Table:
+    """:func:`similar_edges` of one tenant's nodes whose rows ``added`` are new, given the SIMILAR
+    edges (``src``, ``dst``, ``weight``) it returned for the other rows (a nightly run that only
+    appended turns): the same edges, scoring only the pairs with an added row."""
+    ids = np.asarray(pa.array(node_ids).to_pylist(), dtype=object)
+    row = {n: i for i, n in enumerate(ids.tolist())}
+    src = previous.column("src").to_pylist()
+    dst = previous.column("dst").to_pylist()
+    if any(a not in row or b not in row for a, b in zip(src, dst)):
+        raise ValueError("an earlier SIMILAR edge names a node that is not among the nodes")
+    prev = (np.fromiter((row[a] for a in src), np.int64, len(src)),
+            np.fromiter((row[b] for b in dst), np.int64, len(dst)),
+            previous.column("weight").to_numpy().astype(np.float32))
+    i, j, s = _pairs_appended(_normalize(vectors), np.asarray(added, dtype=np.int64), prev, threshold, top_k)
+    return _edges_table(tenant_id, ids[i], ids[j], s)
+
+
+def _edges_table(tenant: str, a: np.ndarray, b: np.ndarray, s: np.ndarray) -> pa.Table:
+    src, dst = np.where(a < b, a, b), np.where(a < b, b, a)
+    df = pl.DataFrame({"tenant_id": [tenant] * len(s), "src": src.tolist(), "dst": dst.tolist(), "weight": s},
+                      schema={"tenant_id": pl.String, "src": pl.String, "dst": pl.String, "weight": pl.Float32})
+    df = df.with_columns(pl.lit(EdgeKind.SIMILAR.value).alias("kind"))
+    return schema.conform(df.to_arrow(), schema.EDGES, name="similar_edges")
 
 
 def similar_edges(node_ids: list[str] | pa.Array, tenant_ids: list[str] | pa.Array, vectors: np.ndarray,
@@ -177,15 +255,8 @@ def similar_edges(node_ids: list[str] | pa.Array, tenant_ids: list[str] | pa.Arr
     for tenant in dict.fromkeys(tenants.tolist()):
         members = np.flatnonzero(tenants == tenant)
         i, j, s = _pairs_above(v[members], threshold, top_k)
-        a, b = node_ids[members[i]], node_ids[members[j]]
-        src, dst = np.where(a < b, a, b), np.where(a < b, b, a)
-        parts.append(pl.DataFrame({"tenant_id": [tenant] * len(s), "src": src.tolist(), "dst": dst.tolist(),
-                                   "weight": s}, schema={"tenant_id": pl.String, "src": pl.String,
-                                                          "dst": pl.String, "weight": pl.Float32}))
-    df = pl.concat(parts) if parts else pl.DataFrame(schema={"tenant_id": pl.String, "src": pl.String,
-                                                             "dst": pl.String, "weight": pl.Float32})
-    df = df.with_columns(pl.lit(EdgeKind.SIMILAR.value).alias("kind"))
-    return schema.conform(df.to_arrow(), schema.EDGES, name="similar_edges")
+        parts.append(_edges_table(tenant, node_ids[members[i]], node_ids[members[j]], s))
+    return pa.concat_tables(parts) if parts else schema.empty(schema.EDGES)
 
 
 def _components(tenants: np.ndarray, v: np.ndarray, threshold: float) -> np.ndarray:

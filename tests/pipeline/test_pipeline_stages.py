@@ -170,9 +170,11 @@ def _build(inp: Path, store: Path, *extra: str) -> dict:
 
 
 def _published(store: Path):
+    """Every published node with its vector, every edge with its weight."""
     r = StoreReader(store)
-    nodes = pl.from_arrow(r.nodes(columns=["node_id", "tenant_id", "kind", "text", "session_id", "provenance"]))
-    edges = pl.from_arrow(r.table("edges").select(["src", "dst", "kind", "relation"]))
+    nodes = pl.from_arrow(r.nodes(columns=["node_id", "tenant_id", "kind", "text", "session_id", "provenance",
+                                           "embedding"]))
+    edges = pl.from_arrow(r.table("edges").select(["src", "dst", "kind", "relation", "weight"]))
     return nodes.sort("node_id"), edges.sort(["src", "dst", "kind", "relation"])
 
 
@@ -195,6 +197,11 @@ def test_nightly_reuses_unchanged_sessions_and_equals_a_full_build(ray_local, tm
     assert m2["incremental"]["built"] == ["ana", "ben"] and m2["incremental"]["carried"] == ["cara"]
     # ana 2 + ben 3 sessions; only ana/s2 (edited) and ben/s3 (new) go through the session pass
     assert (m2["sessions"]["sessions"], m2["sessions"]["sessions_computed"]) == (5, 2)
+    # ben only gained a session: his tenant steps started from his published build; ana's edit is
+    # not an append, so hers ran over the whole tenant (memlib.compose.reuse)
+    reused = m2["tenant_reused"]
+    assert reused["ben"]["appended_only"] == 1 and reused["ben"]["appended_turns"] == 2
+    assert reused["ben"]["node_vectors"] > 0 and reused["ana"] == {"appended_only": 0}
     full = tmp_path / "full"
     _build(v2, full)
     got, want = _published(store), _published(full)

@@ -1,0 +1,177 @@
+"""A tenant's previous build reused by a run that only appended turns (memlib.compose.reuse):
+SIMILAR edges scored only for pairs with an added turn, node vectors copied when nothing they
+pool from changed; in every case the output equals a build from scratch, to the bit."""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from memlib.compose.reuse import PreviousTenant, appended_turns
+from memlib.compose.vectors import SpanPooler, span_pooled_vectors
+from memlib.text.clues import exact_cosines, similar_edges, similar_edges_appended
+
+
+def _clustered(n: int, seed: int = 0, dim: int = 384) -> np.ndarray:
+    """Unit vectors in tight clusters, so many pairs are above a 0.85 threshold and ties of rank occur."""
+    rng = np.random.default_rng(seed)
+    centers = rng.standard_normal((max(2, n // 10), dim)).astype(np.float32)
+    v = centers[rng.integers(0, len(centers), n)] + 0.35 * rng.standard_normal((n, dim)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def _edge_set(t: pa.Table) -> list[tuple]:
+    return sorted(zip(t.column("src").to_pylist(), t.column("dst").to_pylist(), t.column("weight").to_pylist()))
+
+
+def test_a_cosine_depends_on_its_two_vectors_only():
+    """float32 matrix products round differently with the operands' shape; the per-pair cosine
+    does not: the same value in any product, in both orders, and within 1e-6 of the product."""
+    v = _clustered(600, seed=3)
+    rng = np.random.default_rng(4)
+    i, j = rng.integers(0, 600, 2000), rng.integers(0, 600, 2000)
+    s = exact_cosines(v, i, j)
+    assert np.array_equal(s, exact_cosines(v, j, i))
+    rows = np.unique(np.concatenate([i, j]))
+    sub = v[rows]
+    where = {r: k for k, r in enumerate(rows)}
+    assert np.array_equal(s, exact_cosines(sub, np.array([where[a] for a in i]), np.array([where[b] for b in j])))
+    assert np.abs(s - np.einsum("ij,ij->i", v[i], v[j])).max() < 1e-6
+
+
+@pytest.mark.parametrize("n_added, seed", [(0, 1), (1, 2), (2, 3), (17, 4), (250, 5)])
+def test_similar_edges_of_an_append_equal_the_full_edges(n_added, seed):
+    n = 1500
+    v = _clustered(n, seed)
+    ids = [f"turn:{i:05d}" for i in range(n)]
+    added = np.sort(np.random.default_rng(seed).choice(n, n_added, replace=False))  # anywhere in the order
+    kept = np.setdiff1d(np.arange(n), added)
+    before = similar_edges([ids[i] for i in kept], ["t"] * kept.size, v[kept], 0.85)
+    full = similar_edges(ids, ["t"] * n, v, 0.85)
+    assert full.num_rows > n // 2  # enough pairs above the threshold for the top-5 cut to matter
+    got = similar_edges_appended(ids, "t", v, 0.85, added, before)
+    assert _edge_set(got) == _edge_set(full)
+
+
+def test_similar_edges_appended_refuses_edges_of_unknown_nodes():
+    v = _clustered(50)
+    before = similar_edges([f"a{i}" for i in range(50)], ["t"] * 50, v, 0.85)
+    assert before.num_rows
+    with pytest.raises(ValueError, match="not among the nodes"):
+        similar_edges_appended([f"b{i}" for i in range(50)], "t", v, 0.85, np.arange(0), before)
+
+
+def test_pooling_a_subset_of_nodes_gives_the_same_bits(tenant_pass):
+    """A derived node's pooled vector does not depend on which other nodes are pooled with it."""
+    from memlib.embed.tokens_backend import content_tokenizer
+
+    nodes, tv = tenant_pass["full"].nodes.drop_columns(["embedding"]), tenant_pass["vectors"]
+    whole = span_pooled_vectors(nodes, tv, content_tokenizer())
+    pooler = SpanPooler.of(nodes, tv, content_tokenizer())
+    assert pooler is not None and pooler.derived.size > 100
+    which = np.arange(0, pooler.derived.size, 7)
+    part = np.zeros_like(whole)
+    pooler.pool_into(part, which)
+    rows = pooler.derived[which]
+    hit = np.abs(part[rows]).sum(axis=1) > 0
+    assert hit.mean() > 0.9
+    assert np.array_equal(part[rows][hit], whole[rows][hit])
+
+
+@pytest.fixture(scope="module")
+def tenant_pass(locomo_path):
+    """One LoCoMo conversation: its turns, the build of all but its last session (the published
+    build), and the session outputs of every session (nodes before the tenant steps)."""
+    from memlib.compose.recipe import DEFAULT_RECIPE, get_recipe
+    from memlib.compose.reference import embed_turns, process_tenant
+    from memlib.compose.sessions import SessionOutput, session_keys, session_local, split_sessions
+    from memlib.compose.vectors import TurnEncoder, TurnVectors
+    from memlib.config import MemlibConfig
+    from memlib.io.readers import read_input
+
+    cfg = MemlibConfig()
+    turns = read_input(str(locomo_path), "locomo").turns
+    tenant = turns.column("tenant_id")[0].as_py()
+    turns = turns.filter(pc.equal(turns.column("tenant_id"), tenant))
+    sessions = list(dict.fromkeys(turns.column("session_id").to_pylist()))
+    encoder = TurnEncoder(cfg, threads=2)
+    parts, vecs, nlp = [], [], None
+    for s in split_sessions(turns):
+        tv = embed_turns(s, None, cfg, encoder)
+        out, nlp = session_local(s, tv.vectors, session_keys(s, "k")[0].as_py(), cfg, get_recipe(DEFAULT_RECIPE), nlp)
+        parts.append(out)
+        vecs.append(tv)
+    return {"cfg": cfg, "turns": turns, "sessions": sessions, "encoder": encoder,
+            "full": process_tenant(turns, cfg, encoder),
+            "nodes": SessionOutput.concat(parts).table("nodes").drop_columns(["session_key"]),
+            "vectors": TurnVectors.concat(vecs, cfg.embed.dim), "process": process_tenant}
+
+
+def _without(turns: pa.Table, session: str) -> pa.Table:
+    return turns.filter(pc.not_equal(turns.column("session_id"), session))
+
+
+def _assert_same(a, b) -> None:
+    assert a.nodes.equals(b.nodes)  # every column, vectors included
+    assert a.edges.equals(b.edges)  # weights included
+    assert a.segments.equals(b.segments)
+
+
+def test_a_run_that_appended_a_session_reuses_and_equals_a_full_build(tenant_pass):
+    cfg, turns, enc, build = tenant_pass["cfg"], tenant_pass["turns"], tenant_pass["encoder"], tenant_pass["process"]
+    last = tenant_pass["sessions"][-1]
+    before = build(_without(turns, last), cfg, enc)
+    full = tenant_pass["full"]
+    got = build(turns, cfg, enc, previous=PreviousTenant.of(before.nodes, before.edges))
+    _assert_same(got, full)
+    n_last = pc.sum(pc.equal(turns.column("session_id"), last)).as_py()
+    assert got.reused["appended_only"] == 1 and got.reused["appended_turns"] == n_last
+    derived = sum(n for k, n in full.counts()["nodes_by_kind"].items() if k != "turn")
+    assert got.reused["node_vectors"] > derived // 2  # most derived nodes were copied
+
+
+def test_a_session_appended_in_the_middle_is_an_append(tenant_pass):
+    cfg, turns, enc, build = tenant_pass["cfg"], tenant_pass["turns"], tenant_pass["encoder"], tenant_pass["process"]
+    middle = tenant_pass["sessions"][len(tenant_pass["sessions"]) // 2]
+    before = build(_without(turns, middle), cfg, enc)
+    got = build(turns, cfg, enc, previous=PreviousTenant.of(before.nodes, before.edges))
+    assert got.reused["appended_only"] == 1
+    _assert_same(got, tenant_pass["full"])
+
+
+def test_a_changed_or_deleted_session_is_not_an_append(tenant_pass):
+    """An edited turn or a deleted session: every step runs over the whole tenant; same output."""
+    cfg, turns, enc, build = tenant_pass["cfg"], tenant_pass["turns"], tenant_pass["encoder"], tenant_pass["process"]
+    published = tenant_pass["full"]
+    prev = PreviousTenant.of(published.nodes, published.edges)
+    first = tenant_pass["sessions"][0]
+    deleted = _without(turns, first)
+    got = build(deleted, cfg, enc, previous=prev)
+    assert got.reused == {"appended_only": 0}
+    _assert_same(got, build(deleted, cfg, enc))
+    text = turns.column("text").to_pylist()
+    text[0] = text[0] + " We moved to Porto."
+    edited = turns.set_column(turns.column_names.index("text"), "text", pa.array(text, pa.string()))
+    got = build(edited, cfg, enc, previous=prev)
+    assert got.reused == {"appended_only": 0}
+    _assert_same(got, build(edited, cfg, enc))
+
+
+def test_appended_turns_checks_text_and_vector(tenant_pass):
+    nodes, tv = tenant_pass["nodes"], tenant_pass["vectors"]
+    cfg, turns, enc, build = tenant_pass["cfg"], tenant_pass["turns"], tenant_pass["encoder"], tenant_pass["process"]
+    last = tenant_pass["sessions"][-1]
+    before = build(_without(turns, last), cfg, enc)
+    prev = PreviousTenant.of(before.nodes, before.edges)
+    added = appended_turns(nodes, tv, prev)
+    want = turns.filter(pc.equal(turns.column("session_id"), last)).column("node_id").to_pylist()
+    assert added is not None and sorted(added) == sorted(want)
+    # a published turn whose vector differs (another encoder, say) is not the same turn
+    emb = before.nodes.column("embedding").combine_chunks()
+    flat = emb.flatten().to_numpy(zero_copy_only=False).copy().reshape(len(emb), -1)
+    row = before.nodes.column("kind").to_pylist().index("turn")
+    flat[row, 0] += 1e-3
+    changed = before.nodes.set_column(before.nodes.column_names.index("embedding"), "embedding",
+                                      pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1)), flat.shape[1]))
+    assert appended_turns(nodes, tv, PreviousTenant.of(changed, before.edges)) is None
