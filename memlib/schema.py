@@ -248,6 +248,16 @@ LLM_CALLS = pa.schema([
     pa.field("created_at", TS),
 ])
 
+# Per derived node of a tenant (clues left out): the WordPiece ids of its text that none of its
+# provenance turns has, whose vectors it pools from every turn of the tenant instead
+# (memlib.compose.vectors.SpanPooler). A nightly run that only appends turns reads them to tell
+# which published node vectors still hold without tokenizing every node (memlib.compose.reuse).
+NODE_FALLBACKS = pa.schema([
+    pa.field("tenant_id", pa.string(), nullable=False),
+    pa.field("node_id", pa.string(), nullable=False),
+    pa.field("ids", pa.list_(pa.int32())),
+])
+
 TABLES: dict[str, pa.Schema] = {
     "turns": TURNS,
     "segments": SEGMENTS,
@@ -256,6 +266,7 @@ TABLES: dict[str, pa.Schema] = {
     "quarantine": QUARANTINE,
     "questions": QUESTIONS,
     "llm_calls": LLM_CALLS,
+    "node_fallbacks": NODE_FALLBACKS,
 }
 
 

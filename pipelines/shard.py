@@ -36,6 +36,7 @@ class TenantShard:
     segments_path: str
     turns: int
     graph_path: str = ""   # the tenant's graph-tool file (built by the tenant stage)
+    fallbacks_path: str = ""  # its node_fallbacks table (memlib.compose.reuse)
 
     def row(self) -> dict[str, Any]:
         return asdict(self)
@@ -136,4 +137,5 @@ def _write_tenant(writer: StoreWriter, tenant: str, result) -> TenantShard | Non
                        nodes_path=str(staged_nodes_path(writer, tenant)),
                        edges_path=str(writer.table_path("edges", tenant)),
                        segments_path=str(writer.table_path("segments", tenant)),
-                       turns=turns.num_rows, graph_path=str(writer.graph_path(tenant)))
+                       turns=turns.num_rows, graph_path=str(writer.graph_path(tenant)),
+                       fallbacks_path=str(writer.table_path("node_fallbacks", tenant)))

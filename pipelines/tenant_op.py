@@ -153,6 +153,8 @@ class TenantOp:
                       "nodes")
         write_parquet(out.edges, shard.edges_path, schema.EDGES, "edges")
         write_parquet(out.segments, shard.segments_path, schema.SEGMENTS, "segments")
+        if out.fallbacks is not None and shard.fallbacks_path:
+            write_parquet(out.fallbacks, shard.fallbacks_path, schema.NODE_FALLBACKS, "node_fallbacks")
         if out.matrix_turns is not None:
             t0 = time.perf_counter()
             self._store_matrix(shard, out, order)

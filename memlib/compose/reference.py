@@ -49,6 +49,7 @@ class TenantOutput:
     dropped_by_kind: dict[str, int] = field(default_factory=dict)
     texts_embedded: int = 0
     reused: dict[str, int] = field(default_factory=dict)  # what was copied from the tenant's previous build
+    fallbacks: pa.Table | None = None  # schema.NODE_FALLBACKS (memlib.compose.reuse), when the pass kept token vectors
     # the turn ids in the order ``auto``'s token matrix holds them (TenantIndex.turn_order), when the
     # embed pass kept token vectors and retrieve.precompute_token_matrices is on: the matrix is those
     # turns' kept token vectors (memlib.retrieve.matrix_cache.store_reference)
@@ -81,6 +82,7 @@ class BuildState:
     previous: Any = None                      # the tenant's published build (memlib.compose.reuse.PreviousTenant)
     appended: list[str] | None = None         # turns added since ``previous`` when that is all that changed
     reused_vectors: int = 0                   # node vectors copied from ``previous``
+    fallbacks: pa.Table | None = None         # schema.NODE_FALLBACKS of the derived nodes (token vectors only)
 
     def add(self, nodes: pa.Table | None = None, edges: pa.Table | None = None) -> None:
         if nodes is not None and nodes.num_rows:
@@ -175,7 +177,7 @@ def tenant_steps(turns: pa.Table, parts: SessionOutput, vectors: TurnVectors, cf
                         timings=timer.rounded(), dropped_edges=done.dropped_edges,
                         dropped_by_kind=done.dropped_by_kind, texts_embedded=len(vectors.node_ids),
                         matrix_turns=matrix_turns(turns, vectors) if cfg.retrieve.precompute_token_matrices else None,
-                        reused=_reused(state))
+                        reused=_reused(state), fallbacks=state.fallbacks)
 
 
 def _reused(state: BuildState) -> dict[str, int]:

@@ -40,15 +40,34 @@ class PreviousTenant:
     """What a tenant's published version holds that a run over it can reuse."""
     nodes: pa.Table    # NODE_COLUMNS of every node
     similar: pa.Table  # SIMILAR edges between two turns: src, dst, weight
+    fallbacks: dict[str, np.ndarray] | None = None  # node id -> its fallback ids (schema.NODE_FALLBACKS)
 
     @classmethod
-    def of(cls, nodes: pa.Table, edges: pa.Table) -> PreviousTenant:
+    def of(cls, nodes: pa.Table, edges: pa.Table, fallbacks: pa.Table | None = None) -> PreviousTenant:
         nodes = nodes.select(NODE_COLUMNS)
         turns = nodes.filter(pc.equal(nodes.column("kind"), schema.NodeKind.TURN.value)).column("node_id")
         similar = edges.filter(pc.and_(pc.equal(edges.column("kind"), schema.EdgeKind.SIMILAR.value),
                                        pc.and_(pc.is_in(edges.column("src"), turns),
                                                pc.is_in(edges.column("dst"), turns))))
-        return cls(nodes, similar.select(["src", "dst", "weight"]))
+        known = None
+        if fallbacks is not None and fallbacks.num_rows:
+            known = dict(zip(fallbacks.column("node_id").to_pylist(), _id_lists(fallbacks.column("ids"))))
+        return cls(nodes, similar.select(["src", "dst", "weight"]), known)
+
+    def fallback_ids(self, node_ids: list[str]) -> list[np.ndarray | None]:
+        """Per node id: its published fallback ids, or None when the published build did not list it."""
+        known = self.fallbacks or {}
+        return [known.get(n) for n in node_ids]
+
+
+def _id_lists(column: pa.ChunkedArray) -> list[np.ndarray]:
+    """Per row of a list<int32> column: its values as int32 (an empty array for a null)."""
+    out = []
+    for chunk in column.chunks:
+        offsets = chunk.offsets.to_numpy()
+        values = chunk.values.to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
+        out.extend(values[a:b] for a, b in zip(offsets[:-1], offsets[1:]))
+    return out
 
 
 def load_previous(store: str | Path, tenant: str, session_key: str) -> PreviousTenant | None:
@@ -64,7 +83,7 @@ def load_previous(store: str | Path, tenant: str, session_key: str) -> PreviousT
     nodes = reader.nodes(tenant, columns=NODE_COLUMNS)
     if nodes.num_rows == 0:
         return None
-    return PreviousTenant.of(nodes, reader.edges(tenant))
+    return PreviousTenant.of(nodes, reader.edges(tenant), reader.table("node_fallbacks", tenant))
 
 
 def _embedding_bytes(table: pa.Table) -> list[bytes]:
@@ -106,36 +125,66 @@ def _unchanged(nodes: pa.Table, rows: np.ndarray, previous: PreviousTenant) -> t
 
 
 def pooled_reusing(nodes: pa.Table, tv: TurnVectors, tokenizer: Any, previous: PreviousTenant,
-                   added: list[str]) -> tuple[np.ndarray, int]:
-    """:func:`memlib.compose.vectors.span_pooled_vectors` of ``nodes`` after a run that only
-    added the turns ``added`` (:func:`appended_turns`): the vectors of unchanged nodes copied
-    from ``previous``, the others pooled. Returns (vectors, how many were copied)."""
+                   added: list[str]) -> tuple[np.ndarray, int, dict[int, np.ndarray]]:
+    """:func:`memlib.compose.vectors.span_pooled_with_fallbacks` of ``nodes`` after a run that
+    only added the turns ``added`` (:func:`appended_turns`): the vectors of unchanged nodes copied
+    from ``previous``, the others pooled. Returns (vectors, how many were copied, per derived node
+    row its fallback ids)."""
     assert tv.token_ids is not None and tv.token_vectors is not None
     n = nodes.num_rows
     out = np.zeros((n, tv.vectors.shape[1] if tv.vectors.ndim == 2 else 0), dtype=np.float32)
-    pooler = SpanPooler.of(nodes, tv, tokenizer)
-    derived = pooler.derived if pooler is not None else np.zeros(0, np.int64)
-    is_turn = np.ones(n, dtype=bool)
-    is_turn[derived] = False
-    turn_rows = np.flatnonzero(is_turn)
+    kinds = np.asarray(nodes.column("kind").to_pylist(), dtype=object)
+    turn_rows = np.flatnonzero(kinds == schema.NodeKind.TURN.value)
     out[turn_rows] = pooled_vectors(nodes.take(pa.array(turn_rows, pa.int64())), tv.node_ids, tv.vectors)
-    if pooler is None:
-        return out, 0
+    derived = np.flatnonzero(kinds != schema.NodeKind.TURN.value)
     # a clue's published vector is its merged one (renormalized in the link step), not its pooled one
-    poolable = derived[np.asarray(nodes.column("kind").take(pa.array(derived, pa.int64())).to_pylist(), dtype=object)
-                       != schema.NodeKind.CLUE.value]
+    poolable = derived[kinds[derived] != schema.NodeKind.CLUE.value]
     rows, prev_rows = _unchanged(nodes, poolable, previous)
-    which = np.searchsorted(derived, rows)  # derived is ascending: each unchanged row's index in it
     position = {t: i for i, t in enumerate(tv.node_ids)}
     added_ids = [tv.token_ids[position[t]] for t in added if t in position]
-    fresh_ids = np.unique(np.concatenate(added_ids)) if added_ids else np.zeros(0, np.int64)
-    moved = pooler.falls_back_to(which, fresh_ids) if which.size else np.zeros(0, dtype=bool)
+    fresh = np.unique(np.concatenate(added_ids)) if added_ids else np.zeros(0, np.int64)
+    moved, kept_fallbacks = _moved(nodes, rows, prev_rows, previous, tv, tokenizer, fresh)
     copy_rows, copy_prev = rows[~moved], prev_rows[~moved]
     if copy_rows.size:
         emb = previous.nodes.column("embedding").take(pa.array(copy_prev, pa.int64())).combine_chunks()
         out[copy_rows] = emb.flatten().to_numpy(zero_copy_only=False).reshape(copy_rows.size, -1)
-    redo = np.setdiff1d(np.arange(derived.size), which[~moved])
-    if redo.size:
-        out[derived[redo]] = pooled_vectors(nodes.take(pa.array(derived[redo], pa.int64())), tv.node_ids, tv.vectors)
-        pooler.pool_into(out, redo)
-    return out, int(copy_rows.size)
+    fallbacks = {int(r): kept_fallbacks[k] for k, r in enumerate(rows.tolist()) if not moved[k]}
+    redo = np.setdiff1d(derived, copy_rows)
+    pooler = SpanPooler.of(nodes, tv, tokenizer, rows=redo)
+    if pooler is not None:
+        out[redo] = pooled_vectors(nodes.take(pa.array(redo, pa.int64())), tv.node_ids, tv.vectors)
+        fallbacks.update(zip(redo.tolist(), pooler.pool_into(out, np.arange(redo.size))))
+    return out, int(copy_rows.size), fallbacks
+
+
+def _moved(nodes: pa.Table, rows: np.ndarray, prev_rows: np.ndarray, previous: PreviousTenant, tv: TurnVectors,
+           tokenizer: Any, fresh: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Per unchanged node row: whether one of its fallback ids is in ``fresh`` (the ids of the
+    added turns, whose tenant-wide means changed), and its fallback ids. They are read from the
+    published ``node_fallbacks`` when it lists the node, else found by tokenizing its text."""
+    known = previous.fallback_ids(previous.nodes.column("node_id").take(pa.array(prev_rows, pa.int64())).to_pylist())
+    unknown = np.array([k for k, ids in enumerate(known) if ids is None], dtype=np.int64)
+    if unknown.size:
+        pooler = SpanPooler.of(nodes, tv, tokenizer, rows=rows[unknown])
+        if pooler is not None:
+            pos = pooler.positions(np.arange(unknown.size))
+            missing = pooler.rows.found(pos) == 0
+            bounds = np.searchsorted(pos.node[missing], np.arange(unknown.size + 1))
+            ids = pos.ids[missing].astype(np.int32)
+            for j, k in enumerate(unknown.tolist()):
+                known[k] = ids[bounds[j]:bounds[j + 1]]
+    fallbacks = [np.zeros(0, np.int32) if ids is None else ids for ids in known]
+    moved = np.fromiter((bool(np.isin(ids, fresh).any()) if ids.size else False for ids in fallbacks),
+                        dtype=bool, count=len(fallbacks))
+    return moved, fallbacks
+
+
+def fallbacks_table(nodes: pa.Table, fallbacks: dict[int, np.ndarray]) -> pa.Table:
+    """``schema.NODE_FALLBACKS`` rows of the derived nodes of ``nodes`` but clues (one per node id)."""
+    rows = sorted(r for r in fallbacks if nodes.column("kind")[r].as_py() != schema.NodeKind.CLUE.value)
+    take = pa.array(rows, pa.int64())
+    table = pa.table({"tenant_id": nodes.column("tenant_id").take(take), "node_id": nodes.column("node_id").take(take),
+                      "ids": pa.array([np.asarray(fallbacks[r], dtype=np.int32) for r in rows], pa.list_(pa.int32()))})
+    first = pl.from_arrow(table.select(["node_id"])).with_row_index("_i").unique("node_id", keep="first")["_i"]
+    return schema.conform(table.take(pa.array(np.sort(first.to_numpy()), pa.int64())), schema.NODE_FALLBACKS,
+                          name="node_fallbacks")

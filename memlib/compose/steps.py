@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memlib import schema
-from memlib.compose.vectors import pooled_vectors, span_pooled_vectors, with_embeddings
+from memlib.compose.vectors import pooled_vectors, span_pooled_with_fallbacks, with_embeddings
 from memlib.config import Backend
 from memlib.extract.base import Extraction
 
@@ -98,14 +98,15 @@ def embed_nodes(state: BuildState) -> None:
 
         state.appended = appended_turns(nodes, tv, prev)
     if tv is not None and tv.token_ids is not None and state.pooled_turns:
+        from memlib.compose.reuse import fallbacks_table, pooled_reusing
         from memlib.embed.tokens_backend import content_tokenizer
 
         if state.appended is not None:
-            from memlib.compose.reuse import pooled_reusing
-
-            vectors, state.reused_vectors = pooled_reusing(nodes, tv, content_tokenizer(), prev, state.appended)
+            vectors, state.reused_vectors, fallbacks = pooled_reusing(nodes, tv, content_tokenizer(), prev,
+                                                                       state.appended)
         else:
-            vectors = span_pooled_vectors(nodes, tv, content_tokenizer())
+            vectors, fallbacks = span_pooled_with_fallbacks(nodes, tv, content_tokenizer())
+        state.fallbacks = fallbacks_table(nodes, fallbacks)
     else:
         vectors = pooled_vectors(nodes, state.turns.column("node_id").to_pylist(), state.turn_vectors)
     state.embedded_nodes = with_embeddings(nodes, vectors, state.dim)

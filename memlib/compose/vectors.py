@@ -201,12 +201,20 @@ def span_pooled_vectors(nodes: pa.Table, tv: TurnVectors, tokenizer: Any) -> np.
     repeats weighs more, a word its turn repeats does not. Pooling the set of the text's ids over
     every matching row instead (the earlier rule) left a fact close to its turn (mean cosine 0.86
     on locomo_dev3) and cost ``gaama`` 6 points of turn R@10 (docs/benchmarks.md)."""
+    return span_pooled_with_fallbacks(nodes, tv, tokenizer)[0]
+
+
+def span_pooled_with_fallbacks(nodes: pa.Table, tv: TurnVectors,
+                               tokenizer: Any) -> tuple[np.ndarray, dict[int, np.ndarray]]:
+    """:func:`span_pooled_vectors`, and per derived node row its fallback ids
+    (:meth:`SpanPooler.pool_into`)."""
     assert tv.token_ids is not None and tv.token_vectors is not None
     out = pooled_vectors(nodes, tv.node_ids, tv.vectors)
     pooler = SpanPooler.of(nodes, tv, tokenizer)
-    if pooler is not None:
-        pooler.pool_into(out, np.arange(pooler.derived.size))
-    return out
+    if pooler is None:
+        return out, {}
+    fallbacks = pooler.pool_into(out, np.arange(pooler.derived.size))
+    return out, dict(zip(pooler.derived.tolist(), fallbacks))
 
 
 @dataclass
@@ -223,11 +231,15 @@ class SpanPooler:
     turn_index: dict[str, int]      # turn id -> its index in the token rows' turns
 
     @classmethod
-    def of(cls, nodes: pa.Table, tv: TurnVectors, tokenizer: Any) -> SpanPooler | None:
-        """None when there is nothing to pool (no derived node, or no turn)."""
+    def of(cls, nodes: pa.Table, tv: TurnVectors, tokenizer: Any, rows: np.ndarray | None = None) -> SpanPooler | None:
+        """The derived nodes of ``nodes`` (only those at ``rows`` when given: their texts alone
+        are tokenized); None when there is nothing to pool (no such node, or no turn)."""
         assert tv.token_ids is not None and tv.token_vectors is not None
-        kinds = np.asarray(nodes.column("kind").to_pylist(), dtype=object)
-        derived = np.flatnonzero(kinds != schema.NodeKind.TURN.value)
+        if rows is None:
+            kinds = np.asarray(nodes.column("kind").to_pylist(), dtype=object)
+            derived = np.flatnonzero(kinds != schema.NodeKind.TURN.value)
+        else:
+            derived = np.asarray(rows, dtype=np.int64)
         if derived.size == 0 or not tv.token_ids:
             return None
         take = pa.array(derived)
@@ -242,23 +254,22 @@ class SpanPooler:
         """The token positions of the derived nodes ``which`` (indices into ``derived``)."""
         return Positions.of([self.words[i] for i in which], [self.provenance[i] for i in which], self.turn_index)
 
-    def pool_into(self, out: np.ndarray, which: np.ndarray) -> None:
+    def pool_into(self, out: np.ndarray, which: np.ndarray) -> list[np.ndarray]:
         """Write the pooled vectors of the derived nodes ``which`` into their rows of ``out``
-        (left as they are for a node none of whose tokens occurs in any turn)."""
+        (left as they are for a node none of whose tokens occurs in any turn). Returns per node
+        of ``which`` its fallback ids: those of its text that none of its provenance turns has
+        (ascending), whose vectors it took from every turn."""
         if which.size == 0:
-            return
-        sums = self.rows.position_sums(self.positions(which), which.size)
+            return []
+        pos = self.positions(which)
+        sums, found = self.rows.position_sums(pos, which.size)
         norms = np.linalg.norm(sums, axis=1)
         hit = norms > 1e-12
         out[self.derived[which[hit]]] = sums[hit] / norms[hit, None]
-
-    def falls_back_to(self, which: np.ndarray, ids: np.ndarray) -> np.ndarray:
-        """Per derived node of ``which``: whether a position of its text whose id none of its
-        provenance turns has (so it takes the id's mean over every turn) has one of ``ids``."""
-        pos = self.positions(which)
-        found = self.rows.found(pos)
-        hit = (found == 0) & np.isin(pos.ids, ids)
-        return np.bincount(pos.node[hit], minlength=which.size) > 0
+        missing = found == 0
+        bounds = np.searchsorted(pos.node[missing], np.arange(which.size + 1))
+        ids = pos.ids[missing].astype(np.int32)
+        return [ids[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
 
 
 def by_node_id(tv: TurnVectors) -> TurnVectors:
@@ -369,11 +380,12 @@ class TokenRows:
             self._typed = (typed, table)
         return self._typed
 
-    def position_sums(self, pos: Positions, n_nodes: int) -> np.ndarray:
-        """(n_nodes, dim): per node, the sum over its positions of each position's vector."""
+    def position_sums(self, pos: Positions, n_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+        """(n_nodes, dim): per node, the sum over its positions of each position's vector; and
+        per position row, how many rows of its id the node's provenance turns hold."""
         local, found = self._local(pos, n_nodes)
         fill = self._fill(pos, found, n_nodes)
-        return self.times(local) + fill
+        return self.times(local) + fill, found
 
     def found(self, pos: Positions) -> np.ndarray:
         """Per position row: how many token rows of its id its node's provenance turns hold."""

@@ -26,6 +26,8 @@ def _value(field: pa.Field, i: int):
         return dt.datetime(2023, 5, 8, 13, 56, tzinfo=dt.timezone.utc)
     if pa.types.is_fixed_size_list(t):
         return list(np.linspace(0, 1, t.list_size, dtype=np.float32))
+    if pa.types.is_list(t) and pa.types.is_integer(t.value_type):
+        return [i, i + 7]
     if pa.types.is_list(t):
         return [f"turn:{i}", f"turn:{i + 1}"]
     raise AssertionError(f"no sample value for {field}")

@@ -118,13 +118,19 @@ def _assert_same(a, b) -> None:
     assert a.segments.equals(b.segments)
 
 
-def test_a_run_that_appended_a_session_reuses_and_equals_a_full_build(tenant_pass):
+@pytest.mark.parametrize("published_fallbacks", [True, False])
+def test_a_run_that_appended_a_session_reuses_and_equals_a_full_build(tenant_pass, published_fallbacks):
+    """With the published node_fallbacks table (what a store has) the copied nodes are not
+    tokenized; without it (a store written before the table) they are; same output either way."""
     cfg, turns, enc, build = tenant_pass["cfg"], tenant_pass["turns"], tenant_pass["encoder"], tenant_pass["process"]
     last = tenant_pass["sessions"][-1]
     before = build(_without(turns, last), cfg, enc)
     full = tenant_pass["full"]
-    got = build(turns, cfg, enc, previous=PreviousTenant.of(before.nodes, before.edges))
+    assert before.fallbacks is not None and before.fallbacks.num_rows > 0
+    prev = PreviousTenant.of(before.nodes, before.edges, before.fallbacks if published_fallbacks else None)
+    got = build(turns, cfg, enc, previous=prev)
     _assert_same(got, full)
+    assert got.fallbacks.equals(full.fallbacks)
     n_last = pc.sum(pc.equal(turns.column("session_id"), last)).as_py()
     assert got.reused["appended_only"] == 1 and got.reused["appended_turns"] == n_last
     derived = sum(n for k, n in full.counts()["nodes_by_kind"].items() if k != "turn")
@@ -135,16 +141,17 @@ def test_a_session_appended_in_the_middle_is_an_append(tenant_pass):
     cfg, turns, enc, build = tenant_pass["cfg"], tenant_pass["turns"], tenant_pass["encoder"], tenant_pass["process"]
     middle = tenant_pass["sessions"][len(tenant_pass["sessions"]) // 2]
     before = build(_without(turns, middle), cfg, enc)
-    got = build(turns, cfg, enc, previous=PreviousTenant.of(before.nodes, before.edges))
+    got = build(turns, cfg, enc, previous=PreviousTenant.of(before.nodes, before.edges, before.fallbacks))
     assert got.reused["appended_only"] == 1
     _assert_same(got, tenant_pass["full"])
+    assert got.fallbacks.equals(tenant_pass["full"].fallbacks)
 
 
 def test_a_changed_or_deleted_session_is_not_an_append(tenant_pass):
     """An edited turn or a deleted session: every step runs over the whole tenant; same output."""
     cfg, turns, enc, build = tenant_pass["cfg"], tenant_pass["turns"], tenant_pass["encoder"], tenant_pass["process"]
     published = tenant_pass["full"]
-    prev = PreviousTenant.of(published.nodes, published.edges)
+    prev = PreviousTenant.of(published.nodes, published.edges, published.fallbacks)
     first = tenant_pass["sessions"][0]
     deleted = _without(turns, first)
     got = build(deleted, cfg, enc, previous=prev)
@@ -156,6 +163,30 @@ def test_a_changed_or_deleted_session_is_not_an_append(tenant_pass):
     got = build(edited, cfg, enc, previous=prev)
     assert got.reused == {"appended_only": 0}
     _assert_same(got, build(edited, cfg, enc))
+
+
+def test_fallback_ids_are_the_text_ids_missing_from_the_provenance_turns(tenant_pass):
+    """The published node_fallbacks: per derived node but clues, the ids of its text that none of
+    its provenance turns has (hand-checked against the tokenizer and the turns' token ids)."""
+    from memlib.embed.tokens_backend import content_tokenizer
+
+    full, tv = tenant_pass["full"], tenant_pass["vectors"]
+    table = full.fallbacks
+    kinds = dict(zip(full.nodes.column("node_id").to_pylist(), full.nodes.column("kind").to_pylist()))
+    derived = {n for n, k in kinds.items() if k not in ("turn", "clue")}
+    assert set(table.column("node_id").to_pylist()) == derived
+    tokens = dict(zip(tv.node_ids, tv.token_ids))
+    rows = {r["node_id"]: r for r in full.nodes.select(["node_id", "text", "provenance"]).to_pylist()}
+    some = 0
+    for node_id, ids in zip(table.column("node_id").to_pylist(), table.column("ids").to_pylist()):
+        row = rows[node_id]
+        words = set(content_tokenizer().ids([row["text"] or ""])[0].tolist())
+        have = set()
+        for t in row["provenance"] or []:
+            have |= set(tokens[t].tolist()) if t in tokens else set()
+        assert ids == sorted(words - have), node_id
+        some += bool(ids)
+    assert some > 10  # names and dates written in by the extraction
 
 
 def test_appended_turns_checks_text_and_vector(tenant_pass):
