@@ -206,6 +206,8 @@ def test_nightly_reuses_unchanged_sessions_and_equals_a_full_build(ray_local, tm
     _build(v2, full)
     got, want = _published(store), _published(full)
     assert got[0].equals(want[0]) and got[1].equals(want[1])
+    fallbacks = lambda s: pl.from_arrow(StoreReader(s).table("node_fallbacks")).sort("node_id")  # noqa: E731
+    assert fallbacks(store).equals(fallbacks(full)) and len(fallbacks(store))
     texts = " ".join(got[0]["text"].to_list())
     assert "Porto marathon" in texts and "Lisbon half marathon" not in texts and "Maud" in texts
     # a deleted session disappears with everything derived from it
