@@ -174,14 +174,17 @@ def _moved(nodes: pa.Table, rows: np.ndarray, prev_rows: np.ndarray, previous: P
             for j, k in enumerate(unknown.tolist()):
                 known[k] = ids[bounds[j]:bounds[j + 1]]
     fallbacks = [np.zeros(0, np.int32) if ids is None else ids for ids in known]
-    moved = np.fromiter((bool(np.isin(ids, fresh).any()) if ids.size else False for ids in fallbacks),
-                        dtype=bool, count=len(fallbacks))
+    lengths = np.fromiter((ids.size for ids in fallbacks), dtype=np.int64, count=len(fallbacks))
+    flat = np.concatenate(fallbacks) if fallbacks else np.zeros(0, np.int32)
+    owner = np.repeat(np.arange(len(fallbacks)), lengths)
+    moved = np.bincount(owner[np.isin(flat, fresh)], minlength=len(fallbacks)) > 0
     return moved, fallbacks
 
 
 def fallbacks_table(nodes: pa.Table, fallbacks: dict[int, np.ndarray]) -> pa.Table:
     """``schema.NODE_FALLBACKS`` rows of the derived nodes of ``nodes`` but clues (one per node id)."""
-    rows = sorted(r for r in fallbacks if nodes.column("kind")[r].as_py() != schema.NodeKind.CLUE.value)
+    kinds = np.asarray(nodes.column("kind").to_pylist(), dtype=object)
+    rows = sorted(r for r in fallbacks if kinds[r] != schema.NodeKind.CLUE.value)
     take = pa.array(rows, pa.int64())
     table = pa.table({"tenant_id": nodes.column("tenant_id").take(take), "node_id": nodes.column("node_id").take(take),
                       "ids": pa.array([np.asarray(fallbacks[r], dtype=np.int32) for r in rows], pa.list_(pa.int32()))})
