@@ -49,7 +49,7 @@ def append_sessions(data: list[dict[str, Any]], touched: int) -> list[dict[str, 
 
 
 def store_snapshot(store: Path):
-    """Published nodes (ids, texts, vectors) and edges, sorted, for comparing two stores."""
+    """Published nodes (ids, texts, vectors) and edges (with weights), sorted, for comparing two stores."""
     import numpy as np
     import polars as pl
 
@@ -59,7 +59,7 @@ def store_snapshot(store: Path):
     nodes = r.nodes(columns=["node_id", "tenant_id", "kind", "text", "provenance", "embedding"]).sort_by("node_id")
     emb = nodes.column("embedding").combine_chunks()
     vectors = emb.values.to_numpy(zero_copy_only=False).reshape(-1, emb.type.list_size)
-    edges = pl.from_arrow(r.table("edges").select(["src", "dst", "kind", "relation"])).sort(
+    edges = pl.from_arrow(r.table("edges").select(["src", "dst", "kind", "relation", "weight"])).sort(
         ["src", "dst", "kind", "relation"], nulls_last=True)
     return pl.from_arrow(nodes.drop_columns(["embedding"])), vectors, edges, np
 
