@@ -98,14 +98,15 @@ def appended_turns(nodes: pa.Table, tv: TurnVectors, previous: PreviousTenant) -
     is_turn = pc.equal(nodes.column("kind"), schema.NodeKind.TURN.value)
     turns = nodes.filter(is_turn)
     before = previous.nodes.filter(pc.equal(previous.nodes.column("kind"), schema.NodeKind.TURN.value))
-    now = dict(zip(turns.column("node_id").to_pylist(), turns.column("text").to_pylist()))
+    ids = turns.column("node_id").to_pylist()
+    now = dict(zip(ids, turns.column("text").to_pylist()))
     old_ids = before.column("node_id").to_pylist()
     if any(n not in now or now[n] != t for n, t in zip(old_ids, before.column("text").to_pylist())):
         return None
     old = set(old_ids)
-    keep = [i for i, n in enumerate(turns.column("node_id").to_pylist()) if n in old]
+    keep = [i for i, n in enumerate(ids) if n in old]
     vectors = pooled_vectors(turns.take(pa.array(keep, pa.int64())), tv.node_ids, tv.vectors)
-    mine = {turns.column("node_id")[i].as_py(): vectors[k].tobytes() for k, i in enumerate(keep)}
+    mine = {ids[i]: vectors[k].tobytes() for k, i in enumerate(keep)}
     if any(mine[n] != b for n, b in zip(old_ids, _embedding_bytes(before))):
         return None
     return [n for n in now if n not in old]
