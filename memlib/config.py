@@ -10,15 +10,14 @@ The documented default file is ``memlib/defaults/memlib.toml``.
 from __future__ import annotations
 
 import os
-import tomllib
 from enum import Enum
 from pathlib import Path
 from typing import Any, ClassVar
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 from pydantic.fields import FieldInfo
 
+from memlib.config_sources import ConfigError, env_overrides, parse_override, read_file, set_path
 from memlib.schema import Role
 
 # marks a field whose value never changes what a build writes (throughput, endpoints, local
@@ -319,65 +318,7 @@ class MemlibConfig(_Section):
         return out
 
 
-class ConfigError(ValueError):
-    pass
-
-
-ENV_PREFIX = "MEMLIB__"
 DEFAULT_FILE = Path(__file__).parent / "defaults" / "memlib.toml"
-
-
-def _read_file(path: Path) -> dict[str, Any]:
-    if not path.exists():
-        raise ConfigError(f"config file not found: {path}")
-    text = path.read_text(encoding="utf-8")
-    try:
-        if path.suffix.lower() == ".toml":
-            data = tomllib.loads(text)
-        elif path.suffix.lower() in (".yaml", ".yml"):
-            data = yaml.safe_load(text) or {}
-        else:
-            raise ConfigError(f"config file must be .toml, .yaml or .yml: {path}")
-    except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
-        raise ConfigError(f"cannot parse config file {path}: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ConfigError(f"config file {path} must contain a mapping at top level")
-    return data
-
-
-def _set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
-    keys = [k for k in dotted.split(".") if k]
-    if not keys:
-        raise ConfigError(f"empty override key in {dotted!r}")
-    cur = data
-    for k in keys[:-1]:
-        nxt = cur.setdefault(k, {})
-        if not isinstance(nxt, dict):
-            raise ConfigError(f"override {dotted!r}: {k!r} is not a section")
-        cur = nxt
-    cur[keys[-1]] = value
-
-
-def parse_override(item: str) -> tuple[str, Any]:
-    """``"section.key=value"`` -> (key path, YAML-typed value)."""
-    if "=" not in item:
-        raise ConfigError(f"override must look like section.key=value, got {item!r}")
-    key, raw = item.split("=", 1)
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        value = raw
-    return key.strip(), value
-
-
-def env_overrides(environ: dict[str, str]) -> list[str]:
-    """``MEMLIB__LLM__BASE_URL=x`` -> ``["llm.base_url=x"]``."""
-    out = []
-    for name, value in sorted(environ.items()):
-        if name.startswith(ENV_PREFIX):
-            path = ".".join(p.lower() for p in name[len(ENV_PREFIX):].split("__"))
-            out.append(f"{path}={value}")
-    return out
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None,
@@ -385,11 +326,11 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     """Build the config: defaults < file < environment < overrides."""
     data: dict[str, Any] = {}
     if path is not None:
-        data = _read_file(Path(path))
+        data = read_file(Path(path))
     env = os.environ if environ is None else environ
     for item in env_overrides(dict(env)) + list(overrides or []):
         key, value = parse_override(item)
-        _set_path(data, key, value)
+        set_path(data, key, value)
     try:
         return MemlibConfig.model_validate(data)
     except ValidationError as exc:  # -> one clear line per problem, joined

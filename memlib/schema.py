@@ -250,7 +250,7 @@ LLM_CALLS = pa.schema([
 
 # Per derived node of a tenant (clues left out): the WordPiece ids of its text that none of its
 # provenance turns has, whose vectors it pools from every turn of the tenant instead
-# (memlib.compose.vectors.SpanPooler). A nightly run that only appends turns reads them to tell
+# (memlib.compose.span_pool.SpanPooler). A nightly run that only appends turns reads them to tell
 # which published node vectors still hold without tokenizing every node (memlib.compose.reuse).
 NODE_FALLBACKS = pa.schema([
     pa.field("tenant_id", pa.string(), nullable=False),

@@ -1,4 +1,4 @@
-"""Compiled loop of the build's derived-node pooling (memlib/compose/vectors.py), with numba.
+"""Compiled loop of the build's derived-node pooling (memlib/compose/span_pool.py), with numba.
 
 :func:`csr_times_turn_rows` is ``weights @ V`` where ``V`` is every token row of a tenant's turns
 (each turn's rows a float16 array of its own, as read back from the kept session outputs) and

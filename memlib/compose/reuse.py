@@ -30,7 +30,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memlib import schema
-from memlib.compose.vectors import SpanPooler, TurnVectors, pooled_vectors
+from memlib.compose.span_pool import SpanPooler
+from memlib.compose.vectors import TurnVectors, pooled_vectors
 
 NODE_COLUMNS = ["node_id", "kind", "text", "provenance", "embedding"]
 
@@ -127,7 +128,7 @@ def _unchanged(nodes: pa.Table, rows: np.ndarray, previous: PreviousTenant) -> t
 
 def pooled_reusing(nodes: pa.Table, tv: TurnVectors, tokenizer: Any, previous: PreviousTenant,
                    added: list[str]) -> tuple[np.ndarray, int, dict[int, np.ndarray]]:
-    """:func:`memlib.compose.vectors.span_pooled_with_fallbacks` of ``nodes`` after a run that
+    """:func:`memlib.compose.span_pool.span_pooled_with_fallbacks` of ``nodes`` after a run that
     only added the turns ``added`` (:func:`appended_turns`): the vectors of unchanged nodes copied
     from ``previous``, the others pooled. Returns (vectors, how many were copied, per derived node
     row its fallback ids)."""
@@ -168,12 +169,8 @@ def _moved(nodes: pa.Table, rows: np.ndarray, prev_rows: np.ndarray, previous: P
     if unknown.size:
         pooler = SpanPooler.of(nodes, tv, tokenizer, rows=rows[unknown])
         if pooler is not None:
-            pos = pooler.positions(np.arange(unknown.size))
-            missing = pooler.rows.found(pos) == 0
-            bounds = np.searchsorted(pos.node[missing], np.arange(unknown.size + 1))
-            ids = pos.ids[missing].astype(np.int32)
-            for j, k in enumerate(unknown.tolist()):
-                known[k] = ids[bounds[j]:bounds[j + 1]]
+            for k, ids in zip(unknown.tolist(), pooler.fallback_ids(np.arange(unknown.size))):
+                known[k] = ids
     fallbacks = [np.zeros(0, np.int32) if ids is None else ids for ids in known]
     lengths = np.fromiter((ids.size for ids in fallbacks), dtype=np.int64, count=len(fallbacks))
     flat = np.concatenate(fallbacks) if fallbacks else np.zeros(0, np.int32)

@@ -12,7 +12,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memlib import schema
-from memlib.compose.vectors import pooled_vectors, span_pooled_with_fallbacks, with_embeddings
+from memlib.compose.span_pool import span_pooled_with_fallbacks
+from memlib.compose.vectors import pooled_vectors, with_embeddings
 from memlib.config import Backend
 from memlib.extract.base import Extraction
 

@@ -1,4 +1,4 @@
-"""Derived-node vectors pooled from the turns' token vectors (memlib.compose.vectors), on hand-made
+"""Derived-node vectors pooled from the turns' token vectors (memlib.compose.span_pool), on hand-made
 token vectors and a word tokenizer: no model."""
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from memlib.compose.vectors import TurnVectors, span_pooled_vectors
+from memlib.compose.span_pool import span_pooled_vectors
+from memlib.compose.vectors import TurnVectors
 
 WORDS = {w: i for i, w in enumerate(["ana", "ran", "the", "race", "in", "porto", "rita", "lisbon", "kitten"], 1)}
 DIM = 6
@@ -130,7 +131,7 @@ def _scipy_times(weights, per_turn):
 def test_compiled_product_equals_scipys_to_the_bit(dtype):
     from scipy import sparse
 
-    from memlib.compose.vectors import TokenRows
+    from memlib.compose.span_pool import TokenRows
 
     rng = np.random.default_rng(3)
     sizes = [4, 0, 7, 1, 30, 2, 9]
@@ -163,7 +164,7 @@ def _positions_by_loop(words, provenance, turn_index):
 
 
 def test_positions_equal_the_loop_over_nodes():
-    from memlib.compose.vectors import Positions
+    from memlib.compose.span_pool import Positions
 
     rng = np.random.default_rng(5)
     turn_index = {f"t{i}": i for i in range(8)}

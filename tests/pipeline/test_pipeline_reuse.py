@@ -9,7 +9,7 @@ import pyarrow.compute as pc
 import pytest
 
 from memlib.compose.reuse import PreviousTenant, appended_turns
-from memlib.compose.vectors import SpanPooler, span_pooled_vectors
+from memlib.compose.span_pool import SpanPooler, span_pooled_vectors
 from memlib.text.clues import exact_cosines, similar_edges, similar_edges_appended
 
 
