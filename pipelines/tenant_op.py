@@ -141,7 +141,7 @@ class TenantOp:
         turns = sort_turns(pq.read_table(shard.turns_path))
         keys = session_keys(turns, self.build_key)
         order = list(dict.fromkeys(keys.to_pylist()))
-        previous = self._previous(shard.tenant_id)  # read while this run's blocks are still computed
+        previous, unreadable = self._previous(shard.tenant_id)  # read while this run's blocks are computed
         parts, vectors, waited = self.read_sessions(order, blocks, work, pending)
         start += waited  # the tenant's own seconds: reading (its turns too) and its stages, not the wait
         read_s = time.perf_counter() - start
@@ -163,19 +163,26 @@ class TenantOp:
         write_llm_calls(shard, calls)
         llm = call_summary(calls)
         out.timings["read_sessions"] = round(read_s, 3)
+        reused = out.reused or ({"appended_only": 0, "error": unreadable} if unreadable else {})
         return {"tenant_id": shard.tenant_id, "turns": turns.num_rows, "sessions": len(order),
                 "waited_s": round(waited, 3), "timings": out.timings, "seconds": round(time.perf_counter() - start, 3),
                 "cpu_s": round(time.process_time() - cpu, 3), "pid": os.getpid(),
                 "node_id": ray.get_runtime_context().get_node_id(), **out.counts(),
-                **({"llm": llm} if llm else {}), **({"reused": out.reused} if out.reused else {})}
+                **({"llm": llm} if llm else {}), **({"reused": reused} if reused else {})}
 
-    def _previous(self, tenant: str) -> Any:
-        """The tenant's published build, when reuse is on and it was built under this run's key."""
+    def _previous(self, tenant: str) -> tuple[Any, str | None]:
+        """The tenant's published build, when reuse is on and it was built under this run's key,
+        and why it could not be read (then None: the tenant steps run in full, and the tenant is
+        still built; reuse only saves time)."""
         if not self.reuse:
-            return None
+            return None, None
+        from memlib.compose.reference import reuse_failure
         from memlib.compose.reuse import load_previous
 
-        return load_previous(self.store_dir, tenant, self.build_key)
+        try:
+            return load_previous(self.store_dir, tenant, self.build_key), None
+        except Exception as exc:  # noqa: BLE001 - a damaged published build never fails the tenant
+            return None, reuse_failure(exc)
 
     def _graph(self, shard: TenantShard, out: Any) -> pa.Table:
         """The tenant's graph-tool graph (.gt) and global importance, joined into its nodes."""

@@ -17,6 +17,7 @@ session's outputs, and must produce exactly what this produces.
 """
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -36,6 +37,8 @@ from memlib.compose.vectors import TurnEncoder, TurnVectors
 from memlib.config import MemlibConfig
 from memlib.extract.base import Extraction
 
+_log = logging.getLogger(__name__)
+
 
 @dataclass
 class TenantOutput:
@@ -48,7 +51,7 @@ class TenantOutput:
     dropped_edges: int = 0
     dropped_by_kind: dict[str, int] = field(default_factory=dict)
     texts_embedded: int = 0
-    reused: dict[str, int] = field(default_factory=dict)  # what was copied from the tenant's previous build
+    reused: dict[str, Any] = field(default_factory=dict)  # what was copied from the tenant's previous build
     fallbacks: pa.Table | None = None  # schema.NODE_FALLBACKS (memlib.compose.reuse), when the pass kept token vectors
     # the turn ids in the order ``auto``'s token matrix holds them (TenantIndex.turn_order), when the
     # embed pass kept token vectors and retrieve.precompute_token_matrices is on: the matrix is those
@@ -83,12 +86,21 @@ class BuildState:
     appended: list[str] | None = None         # turns added since ``previous`` when that is all that changed
     reused_vectors: int = 0                   # node vectors copied from ``previous``
     fallbacks: pa.Table | None = None         # schema.NODE_FALLBACKS of the derived nodes (token vectors only)
+    reuse_error: str | None = None            # why ``previous`` could not be reused (the steps ran in full)
 
     def add(self, nodes: pa.Table | None = None, edges: pa.Table | None = None) -> None:
         if nodes is not None and nodes.num_rows:
             self.nodes.append(schema.conform(nodes, schema.NODES_NO_EMBEDDING, name="nodes"))
         if edges is not None and edges.num_rows:
             self.edges.append(schema.conform(edges, schema.EDGES, name="edges"))
+
+    def reuse_failed(self, exc: Exception) -> None:
+        """Reusing ``previous`` raised (a damaged or unexpected published build): the remaining
+        steps run over the whole tenant, as in a full build, and the reason is reported."""
+        self.reuse_error = reuse_failure(exc)
+        self.appended = None
+        self.reused_vectors = 0
+        _log.warning("tenant build not reused: %s", self.reuse_error)
 
     def all_nodes(self) -> pa.Table:
         return pa.concat_tables(self.nodes) if self.nodes else schema.empty(schema.NODES_NO_EMBEDDING)
@@ -180,12 +192,19 @@ def tenant_steps(turns: pa.Table, parts: SessionOutput, vectors: TurnVectors, cf
                         reused=_reused(state), fallbacks=state.fallbacks)
 
 
-def _reused(state: BuildState) -> dict[str, int]:
+def _reused(state: BuildState) -> dict[str, Any]:
     if state.previous is None:
         return {}
+    if state.reuse_error is not None:  # the published build could not be reused: the steps ran in full
+        return {"appended_only": 0, "error": state.reuse_error}
     if state.appended is None:  # not an append: every step ran over the whole tenant
         return {"appended_only": 0}
     return {"appended_only": 1, "appended_turns": len(state.appended), "node_vectors": state.reused_vectors}
+
+
+def reuse_failure(exc: BaseException) -> str:
+    """One line on why a tenant's published build could not be reused."""
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:300]
 
 
 def prepare_tenant_steps(cfg: MemlibConfig, recipe: str | Sequence[Step] = DEFAULT_RECIPE) -> None:

@@ -97,15 +97,22 @@ def embed_nodes(state: BuildState) -> None:
     if prev is not None and tv is not None:
         from memlib.compose.reuse import appended_turns
 
-        state.appended = appended_turns(nodes, tv, prev)
+        try:
+            state.appended = appended_turns(nodes, tv, prev)
+        except Exception as exc:  # noqa: BLE001 - a published build that cannot be reused is not reused
+            state.reuse_failed(exc)
     if tv is not None and tv.token_ids is not None and state.pooled_turns:
         from memlib.compose.reuse import fallbacks_table, pooled_reusing
         from memlib.embed.tokens_backend import content_tokenizer
 
+        vectors = None
         if state.appended is not None:
-            vectors, state.reused_vectors, fallbacks = pooled_reusing(nodes, tv, content_tokenizer(), prev,
-                                                                       state.appended)
-        else:
+            try:
+                vectors, state.reused_vectors, fallbacks = pooled_reusing(nodes, tv, content_tokenizer(), prev,
+                                                                           state.appended)
+            except Exception as exc:  # noqa: BLE001 - as above: pool every node
+                state.reuse_failed(exc)
+        if vectors is None:
             vectors, fallbacks = span_pooled_with_fallbacks(nodes, tv, content_tokenizer())
         state.fallbacks = fallbacks_table(nodes, fallbacks)
     else:
@@ -149,12 +156,18 @@ def link(state: BuildState) -> None:
         state.add(edges=similar_edges(new_ids, merged.column("tenant_id"), merged_vecs, cfg.similar_threshold))
     if state.turn_vectors is not None and state.turns.num_rows > 1:
         ids = state.turns.column("node_id")
+        similar = None
         if state.appended is not None and state.previous is not None:  # only the pairs with an added turn
             from memlib.text.clues import similar_edges_appended
 
             added = np.flatnonzero(pc.is_in(ids, pa.array(state.appended, pa.string())).to_numpy(zero_copy_only=False))
-            state.add(edges=similar_edges_appended(ids, state.turns.column("tenant_id")[0].as_py(), state.turn_vectors,
-                                                   cfg.similar_threshold, added, state.previous.similar))
+            try:
+                similar = similar_edges_appended(ids, state.turns.column("tenant_id")[0].as_py(), state.turn_vectors,
+                                                 cfg.similar_threshold, added, state.previous.similar)
+            except Exception as exc:  # noqa: BLE001 - a published build that cannot be reused is not reused
+                state.reuse_failed(exc)
+        if similar is not None:
+            state.add(edges=similar)
         else:
             state.add(edges=similar_edges(ids, state.turns.column("tenant_id"), state.turn_vectors,
                                           cfg.similar_threshold))

@@ -206,3 +206,43 @@ def test_appended_turns_checks_text_and_vector(tenant_pass):
     changed = before.nodes.set_column(before.nodes.column_names.index("embedding"), "embedding",
                                       pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1)), flat.shape[1]))
     assert appended_turns(nodes, tv, PreviousTenant.of(changed, before.edges)) is None
+
+
+@pytest.mark.parametrize("damage", ["similar", "fallbacks"])
+def test_a_published_build_that_cannot_be_reused_is_not_reused(tenant_pass, damage):
+    """Reuse only saves time: when a step raises on the published build (an edge naming a turn the
+    tenant never had, a fallback entry that is not an id list), that step and the next run over
+    the whole tenant, the output equals a full build and the reason is reported."""
+    cfg, turns, enc, build = tenant_pass["cfg"], tenant_pass["turns"], tenant_pass["encoder"], tenant_pass["process"]
+    before = build(_without(turns, tenant_pass["sessions"][-1]), cfg, enc)
+    prev = PreviousTenant.of(before.nodes, before.edges, before.fallbacks)
+    if damage == "similar":
+        bogus = pa.table({"src": ["turn:nowhere"], "dst": [prev.similar.column("dst")[0].as_py()],
+                          "weight": pa.array([0.9], pa.float32())})
+        prev.similar = pa.concat_tables([prev.similar, bogus.cast(prev.similar.schema)])
+    else:
+        assert prev.fallbacks
+        prev.fallbacks[next(iter(prev.fallbacks))] = 7  # not an array of ids
+    got = build(turns, cfg, enc, previous=prev)
+    _assert_same(got, tenant_pass["full"])
+    assert got.fallbacks.equals(tenant_pass["full"].fallbacks)
+    assert got.reused["appended_only"] == 0
+    assert got.reused["error"].startswith("ValueError" if damage == "similar" else "AttributeError")
+
+
+def test_an_unreadable_published_build_still_builds_the_tenant(tmp_path):
+    """The tenant actor reads the published build before its steps; when that read raises (here a
+    manifest naming a Lance table that is not there) it builds without it and says why."""
+    import json
+
+    from memlib.config import MemlibConfig
+    from pipelines.tenant_op import TenantOp
+
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / "manifest.json").write_text(json.dumps({"version": "v000001", "session_build_key": "key",
+                                                      "tenants": {"ana": {}}}), encoding="utf-8")
+    op = TenantOp(MemlibConfig(), "turns", str(store), "key")
+    previous, reason = op._previous("ana")
+    assert previous is None and reason
+    assert op._previous("ben") == (None, None)  # not published: nothing to reuse, nothing wrong
