@@ -16,9 +16,17 @@ DEFAULT_BATCH = 64
 
 @lru_cache(maxsize=4)
 def load_nlp(model_name: str = DEFAULT_MODEL, disable: tuple[str, ...] = ()) -> Any:
-    """The spaCy ``Language`` for ``model_name`` (a model package name), cached per process."""
-    import spacy
+    """The spaCy ``Language`` for ``model_name`` (a model package name), cached per process.
 
+    Its layers multiply matrices through numpy's BLAS instead of thinc's default, the bundled
+    BLIS: on an AVX2 AMD EPYC BLIS ran these float32 products (a few thousand rows by 96-480)
+    3-4 times slower than numpy, and spaCy took 11.5 s against 9.1 s over locomo_dev3's turns,
+    with the same tags, dependencies, lemmas and entities on every turn of locomo_dev3 and on
+    1,500 LongMemEval user turns, parsed in batches or one at a time (docs/benchmarks.md)."""
+    import spacy
+    from thinc.api import NumpyOps, set_current_ops
+
+    set_current_ops(NumpyOps(use_blis=False))  # the ops a model gets when it is built
     return spacy.load(model_name, disable=list(disable))
 
 
