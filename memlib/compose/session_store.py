@@ -19,6 +19,7 @@ import hashlib
 import os
 import shutil
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +32,7 @@ from memlib.compose.sessions import SESSION_TABLES, SessionOutput, keyed_schema
 from memlib.compose.vectors import TurnVectors
 
 SESSIONS_SUBDIR = Path("cache") / "sessions"
+READ_THREADS = 4  # blocks read at once by SessionStore.read
 VECTORS = "turn_vectors"
 # the turn vectors (token vectors included: most of a kept session's bytes) are an uncompressed
 # Arrow IPC file, memory-mapped when read: a tenant's sessions are read back without decoding or
@@ -137,26 +139,32 @@ class SessionStore:
         return set(hit.column("session_key").to_pylist())
 
     def read(self, keys: Iterable[str]) -> tuple[SessionOutput, TurnVectors]:
-        """The kept outputs and turn vectors of sessions ``keys`` (all must be kept)."""
-        tables: dict[str, list[pa.Table]] = {name: [] for name in SESSION_TABLES}
-        vectors: list[TurnVectors] = []
-        for bdir, wanted in self._blocks_of(keys):
-            for name in tables:
-                # read whole and filter: a ``filters=`` read goes through the dataset layer, 6.5x
-                # slower on the token vectors' binary column (0.39 against 0.06 s for 4 blocks)
-                t = pq.read_table(bdir / f"{name}.parquet")
-                tables[name].append(t.filter(pc.is_in(t.column("session_key"), value_set=wanted)))
-            vectors.append(self._vectors_in(bdir, wanted))
-        out = SessionOutput({name: pa.concat_tables(tables[name]) for name in SESSION_TABLES})
-        return out, TurnVectors.concat(vectors, self.dim)
+        """The kept outputs and turn vectors of sessions ``keys`` (all must be kept), in block
+        order. Blocks are read by a few threads (Parquet decoding and file reads release the
+        GIL): 2,500 kept LongMemEval sessions in 108 blocks, 3.6 s one block after another."""
+        blocks = self._blocks_of(keys)
+        with ThreadPoolExecutor(max(1, min(READ_THREADS, len(blocks))), thread_name_prefix="memlib-sessions") as pool:
+            parts = list(pool.map(self._read_block, blocks))  # in block order, whatever finishes first
+        out = SessionOutput({name: pa.concat_tables([t[name] for t, _ in parts]) for name in SESSION_TABLES})
+        return out, TurnVectors.concat([v for _, v in parts], self.dim)
+
+    def _read_block(self, block: tuple[Path, pa.Array, bool]) -> tuple[dict[str, pa.Table], TurnVectors]:
+        bdir, wanted, whole = block
+        tables = {}
+        for name in SESSION_TABLES:
+            # read whole and filter: a ``filters=`` read goes through the dataset layer, 6.5x
+            # slower on the token vectors' binary column (0.39 against 0.06 s for 4 blocks)
+            t = pq.read_table(bdir / f"{name}.parquet")
+            tables[name] = t if whole else t.filter(pc.is_in(t.column("session_key"), value_set=wanted))
+        return tables, self._vectors_in(bdir, wanted, whole)
 
     def read_vectors(self, keys: Iterable[str]) -> TurnVectors:
         """Only the turn vectors of sessions ``keys`` (all must be kept): views of the mapped files."""
-        return TurnVectors.concat([self._vectors_in(bdir, wanted) for bdir, wanted in self._blocks_of(keys)], self.dim)
+        return TurnVectors.concat([self._vectors_in(*b) for b in self._blocks_of(keys)], self.dim)
 
-    def _blocks_of(self, keys: Iterable[str]) -> list[tuple[Path, pa.Array]]:
-        """(block directory, the sessions of ``keys`` to read from it) for every block needed; a
-        KeyError names a session that is not kept."""
+    def _blocks_of(self, keys: Iterable[str]) -> list[tuple[Path, pa.Array, bool]]:
+        """(block directory, the sessions of ``keys`` to read from it, whether those are all the
+        block holds) for every block needed; a KeyError names a session that is not kept."""
         keys = sorted(set(keys))
         idx = self.index()
         rows = idx.filter(pc.is_in(idx.column("session_key"), value_set=pa.array(keys, pa.string())))
@@ -171,11 +179,16 @@ class SessionStore:
         by_block: dict[str, list[str]] = {}
         for k, b in chosen.items():
             by_block.setdefault(b, []).append(k)
-        return [(self.root / "blocks" / b, pa.array(ks, pa.string())) for b, ks in sorted(by_block.items())]
+        held = idx.group_by("block").aggregate([("session_key", "count_distinct")])
+        size = dict(zip(held.column("block").to_pylist(), held.column("session_key_count_distinct").to_pylist()))
+        return [(self.root / "blocks" / b, pa.array(ks, pa.string()), len(ks) == size[b])
+                for b, ks in sorted(by_block.items())]
 
     @staticmethod
-    def _vectors_in(bdir: Path, wanted: pa.Array) -> TurnVectors:
+    def _vectors_in(bdir: Path, wanted: pa.Array, whole: bool = False) -> TurnVectors:
         t = _read_vectors(_vectors_path(bdir))
+        if whole:  # every session of the block is wanted
+            return TurnVectors.from_table(t)
         keep = pc.is_in(t.column("session_key"), value_set=wanted).to_numpy(zero_copy_only=False)
         return TurnVectors.from_table(t).subset(np.flatnonzero(keep))  # views, no copy
 
