@@ -8,6 +8,7 @@ are :data:`memlib.extract.contract.CONTRACT`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -52,13 +53,39 @@ class Attributes:
     """Typed ``attributes`` of one node kind; optional fields left ``None`` are not written."""
 
     def to_dict(self) -> dict[str, Any]:
-        keep = set(self.contract())
-        return {k: v for k, v in dataclasses.asdict(self).items() if k in keep or v is not None}
+        """The fields as a dict, lists and dicts copied (what ``dataclasses.asdict`` gives for
+        these flat records, at a fraction of its cost: a 2,500-session tenant writes ~36k rows)."""
+        names, keep = _layout(type(self))
+        out = {}
+        for k in names:
+            v = getattr(self, k)
+            if k in keep or v is not None:
+                out[k] = _copied(v)
+        return out
 
     @classmethod
     def contract(cls) -> tuple[str, ...]:
         """The keys every node of the kind carries (the fields without a ``None`` default)."""
         return tuple(f.name for f in dataclasses.fields(cls) if f.default is not None)
+
+
+@functools.cache
+def _layout(cls: type) -> tuple[tuple[str, ...], frozenset[str]]:
+    """The field names of an :class:`Attributes` class and those of its contract."""
+    return tuple(f.name for f in dataclasses.fields(cls)), frozenset(cls.contract())
+
+
+def _copied(value: Any) -> Any:
+    """``value`` with its lists, tuples and dicts copied all the way down (as ``asdict`` does)."""
+    if isinstance(value, list):
+        return [_copied(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_copied(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _copied(v) for k, v in value.items()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    return value
 
 
 @dataclass
