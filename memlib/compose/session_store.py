@@ -141,7 +141,8 @@ class SessionStore:
     def read(self, keys: Iterable[str]) -> tuple[SessionOutput, TurnVectors]:
         """The kept outputs and turn vectors of sessions ``keys`` (all must be kept), in block
         order. Blocks are read by a few threads (Parquet decoding and file reads release the
-        GIL): 2,500 kept LongMemEval sessions in 108 blocks, 3.6 s one block after another."""
+        GIL): 2,500 kept LongMemEval sessions in 108 blocks took 3.0-3.5 s one block after
+        another and 1.75-2.3 s this way, page cache warm (docs/benchmarks.md)."""
         blocks = self._blocks_of(keys)
         with ThreadPoolExecutor(max(1, min(READ_THREADS, len(blocks))), thread_name_prefix="memlib-sessions") as pool:
             parts = list(pool.map(self._read_block, blocks))  # in block order, whatever finishes first
