@@ -94,13 +94,18 @@ class BuildState:
         if edges is not None and edges.num_rows:
             self.edges.append(schema.conform(edges, schema.EDGES, name="edges"))
 
-    def reuse_failed(self, exc: Exception) -> None:
-        """Reusing ``previous`` raised (a damaged or unexpected published build): the remaining
-        steps run over the whole tenant, as in a full build, and the reason is reported."""
-        self.reuse_error = reuse_failure(exc)
-        self.appended = None
-        self.reused_vectors = 0
-        _log.warning("tenant build not reused: %s", self.reuse_error)
+    def reusing(self, step: Callable[..., Any], *args: Any) -> Any:
+        """``step(*args)``, a step's use of ``previous``; None when it raised (a damaged or
+        unexpected published build): then this and the remaining steps run over the whole
+        tenant, as in a full build, and the reason is reported."""
+        try:
+            return step(*args)
+        except Exception as exc:  # noqa: BLE001 - a published build that cannot be reused is not reused
+            self.reuse_error = reuse_failure(exc)
+            self.appended = None
+            self.reused_vectors = 0
+            _log.warning("tenant build not reused: %s", self.reuse_error)
+            return None
 
     def all_nodes(self) -> pa.Table:
         return pa.concat_tables(self.nodes) if self.nodes else schema.empty(schema.NODES_NO_EMBEDDING)

@@ -97,22 +97,16 @@ def embed_nodes(state: BuildState) -> None:
     if prev is not None and tv is not None:
         from memlib.compose.reuse import appended_turns
 
-        try:
-            state.appended = appended_turns(nodes, tv, prev)
-        except Exception as exc:  # noqa: BLE001 - a published build that cannot be reused is not reused
-            state.reuse_failed(exc)
+        state.appended = state.reusing(appended_turns, nodes, tv, prev)
     if tv is not None and tv.token_ids is not None and state.pooled_turns:
         from memlib.compose.reuse import fallbacks_table, pooled_reusing
         from memlib.embed.tokens_backend import content_tokenizer
 
-        vectors = None
-        if state.appended is not None:
-            try:
-                vectors, state.reused_vectors, fallbacks = pooled_reusing(nodes, tv, content_tokenizer(), prev,
-                                                                           state.appended)
-            except Exception as exc:  # noqa: BLE001 - as above: pool every node
-                state.reuse_failed(exc)
-        if vectors is None:
+        reused = (state.reusing(pooled_reusing, nodes, tv, content_tokenizer(), prev, state.appended)
+                  if state.appended is not None else None)
+        if reused is not None:
+            vectors, state.reused_vectors, fallbacks = reused
+        else:
             vectors, fallbacks = span_pooled_with_fallbacks(nodes, tv, content_tokenizer())
         state.fallbacks = fallbacks_table(nodes, fallbacks)
     else:
@@ -161,11 +155,8 @@ def link(state: BuildState) -> None:
             from memlib.text.clues import similar_edges_appended
 
             added = np.flatnonzero(pc.is_in(ids, pa.array(state.appended, pa.string())).to_numpy(zero_copy_only=False))
-            try:
-                similar = similar_edges_appended(ids, state.turns.column("tenant_id")[0].as_py(), state.turn_vectors,
-                                                 cfg.similar_threshold, added, state.previous.similar)
-            except Exception as exc:  # noqa: BLE001 - a published build that cannot be reused is not reused
-                state.reuse_failed(exc)
+            similar = state.reusing(similar_edges_appended, ids, state.turns.column("tenant_id")[0].as_py(),
+                                    state.turn_vectors, cfg.similar_threshold, added, state.previous.similar)
         if similar is not None:
             state.add(edges=similar)
         else:

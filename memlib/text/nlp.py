@@ -24,10 +24,14 @@ def load_nlp(model_name: str = DEFAULT_MODEL, disable: tuple[str, ...] = ()) -> 
     with the same tags, dependencies, lemmas and entities on every turn of locomo_dev3 and on
     1,500 LongMemEval user turns, parsed in batches or one at a time (docs/benchmarks.md)."""
     import spacy
-    from thinc.api import NumpyOps, set_current_ops
+    from thinc.api import NumpyOps, get_current_ops, set_current_ops
 
-    set_current_ops(NumpyOps(use_blis=False))  # the ops a model gets when it is built
-    return spacy.load(model_name, disable=list(disable))
+    before = get_current_ops()
+    set_current_ops(NumpyOps(use_blis=False))  # the ops a layer keeps from when it is built
+    try:
+        return spacy.load(model_name, disable=list(disable))
+    finally:
+        set_current_ops(before)  # nothing else in the process changes
 
 
 def pipe(texts: Iterable[str], nlp: Any = None, *, batch_size: int = DEFAULT_BATCH,
