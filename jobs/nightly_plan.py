@@ -44,8 +44,10 @@ def prompt_versions(cfg: MemlibConfig) -> dict[str, str]:
 # tenant's output, so the next incremental run rebuilds every tenant instead of carrying over
 # tenants built the old way. 2: derived node vectors pooled over their text's token positions,
 # clue keyphrases drafted per session (2026-11-25). 3: SIMILAR cosines computed per pair, the same
-# whatever the tenant's size (memlib.text.clues.exact_cosines), 2026-11-26.
-BUILD_FORMAT = 3
+# whatever the tenant's size (memlib.text.clues.exact_cosines), 2026-11-26. 4: the tenant means of
+# fallback ids from exact per-id sums, kept with each node's local sum (memlib.compose.span_pool
+# IdSums, Fallback), 2026-11-26.
+BUILD_FORMAT = 4
 
 
 def build_key(cfg: MemlibConfig, recipe: str, prompts: dict[str, str] | None = None) -> str:

@@ -37,6 +37,7 @@ class TenantShard:
     turns: int
     graph_path: str = ""   # the tenant's graph-tool file (built by the tenant stage)
     fallbacks_path: str = ""  # its node_fallbacks table (memlib.compose.reuse)
+    token_sums_path: str = ""  # its token_sums table (memlib.compose.span_pool.IdSums)
 
     def row(self) -> dict[str, Any]:
         return asdict(self)
@@ -138,4 +139,5 @@ def _write_tenant(writer: StoreWriter, tenant: str, result) -> TenantShard | Non
                        edges_path=str(writer.table_path("edges", tenant)),
                        segments_path=str(writer.table_path("segments", tenant)),
                        turns=turns.num_rows, graph_path=str(writer.graph_path(tenant)),
-                       fallbacks_path=str(writer.table_path("node_fallbacks", tenant)))
+                       fallbacks_path=str(writer.table_path("node_fallbacks", tenant)),
+                       token_sums_path=str(writer.table_path("token_sums", tenant)))

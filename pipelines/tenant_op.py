@@ -155,6 +155,8 @@ class TenantOp:
         write_parquet(out.segments, shard.segments_path, schema.SEGMENTS, "segments")
         if out.fallbacks is not None and shard.fallbacks_path:
             write_parquet(out.fallbacks, shard.fallbacks_path, schema.NODE_FALLBACKS, "node_fallbacks")
+        if out.token_sums is not None and shard.token_sums_path:
+            write_parquet(out.token_sums, shard.token_sums_path, schema.TOKEN_SUMS, "token_sums")
         if out.matrix_turns is not None:
             t0 = time.perf_counter()
             self._store_matrix(shard, out, order)

@@ -53,6 +53,7 @@ class TenantOutput:
     texts_embedded: int = 0
     reused: dict[str, Any] = field(default_factory=dict)  # what was copied from the tenant's previous build
     fallbacks: pa.Table | None = None  # schema.NODE_FALLBACKS (memlib.compose.reuse), when the pass kept token vectors
+    token_sums: pa.Table | None = None  # schema.TOKEN_SUMS (memlib.compose.span_pool.IdSums), likewise
     # the turn ids in the order ``auto``'s token matrix holds them (TenantIndex.turn_order), when the
     # embed pass kept token vectors and retrieve.precompute_token_matrices is on: the matrix is those
     # turns' kept token vectors (memlib.retrieve.matrix_cache.store_reference)
@@ -85,7 +86,9 @@ class BuildState:
     previous: Any = None                      # the tenant's published build (memlib.compose.reuse.PreviousTenant)
     appended: list[str] | None = None         # turns added since ``previous`` when that is all that changed
     reused_vectors: int = 0                   # node vectors copied from ``previous``
+    refilled_vectors: int = 0                 # node vectors given from their kept sums and the new means
     fallbacks: pa.Table | None = None         # schema.NODE_FALLBACKS of the derived nodes (token vectors only)
+    token_sums: pa.Table | None = None        # schema.TOKEN_SUMS of the tenant's token rows (token vectors only)
     reuse_error: str | None = None            # why ``previous`` could not be reused (the steps ran in full)
 
     def add(self, nodes: pa.Table | None = None, edges: pa.Table | None = None) -> None:
@@ -194,7 +197,7 @@ def tenant_steps(turns: pa.Table, parts: SessionOutput, vectors: TurnVectors, cf
                         timings=timer.rounded(), dropped_edges=done.dropped_edges,
                         dropped_by_kind=done.dropped_by_kind, texts_embedded=len(vectors.node_ids),
                         matrix_turns=matrix_turns(turns, vectors) if cfg.retrieve.precompute_token_matrices else None,
-                        reused=_reused(state), fallbacks=state.fallbacks)
+                        reused=_reused(state), fallbacks=state.fallbacks, token_sums=state.token_sums)
 
 
 def _reused(state: BuildState) -> dict[str, Any]:
@@ -204,7 +207,8 @@ def _reused(state: BuildState) -> dict[str, Any]:
         return {"appended_only": 0, "error": state.reuse_error}
     if state.appended is None:  # not an append: every step ran over the whole tenant
         return {"appended_only": 0}
-    return {"appended_only": 1, "appended_turns": len(state.appended), "node_vectors": state.reused_vectors}
+    return {"appended_only": 1, "appended_turns": len(state.appended), "node_vectors": state.reused_vectors,
+            "node_vectors_refilled": state.refilled_vectors}
 
 
 def reuse_failure(exc: BaseException) -> str:

@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memlib import schema
-from memlib.compose.span_pool import SpanPooler
+from memlib.compose.span_pool import Fallback, IdSums, SpanPooler, fill_sums, normalize_into
 from memlib.compose.vectors import TurnVectors, pooled_vectors
 
 NODE_COLUMNS = ["node_id", "kind", "text", "provenance", "embedding"]
@@ -41,10 +41,12 @@ class PreviousTenant:
     """What a tenant's published version holds that a run over it can reuse."""
     nodes: pa.Table    # NODE_COLUMNS of every node
     similar: pa.Table  # SIMILAR edges between two turns: src, dst, weight
-    fallbacks: dict[str, np.ndarray] | None = None  # node id -> its fallback ids (schema.NODE_FALLBACKS)
+    fallbacks: dict[str, Fallback] | None = None  # node id -> its Fallback (schema.NODE_FALLBACKS)
+    sums: IdSums | None = None  # the tenant's per-id sums (schema.TOKEN_SUMS)
 
     @classmethod
-    def of(cls, nodes: pa.Table, edges: pa.Table, fallbacks: pa.Table | None = None) -> PreviousTenant:
+    def of(cls, nodes: pa.Table, edges: pa.Table, fallbacks: pa.Table | None = None,
+           sums: pa.Table | None = None) -> PreviousTenant:
         nodes = nodes.select(NODE_COLUMNS)
         turns = nodes.filter(pc.equal(nodes.column("kind"), schema.NodeKind.TURN.value)).column("node_id")
         similar = edges.filter(pc.and_(pc.equal(edges.column("kind"), schema.EdgeKind.SIMILAR.value),
@@ -52,21 +54,25 @@ class PreviousTenant:
                                                pc.is_in(edges.column("dst"), turns))))
         known = None
         if fallbacks is not None and fallbacks.num_rows:
-            known = dict(zip(fallbacks.column("node_id").to_pylist(), _id_lists(fallbacks.column("ids"))))
-        return cls(nodes, similar.select(["src", "dst", "weight"]), known)
+            local = [None if v.size == 0 else v for v in _lists(fallbacks.column("local"), np.float32)]
+            known = {n: Fallback(i, c, v) for n, i, c, v in zip(fallbacks.column("node_id").to_pylist(),
+                                                                _lists(fallbacks.column("ids"), np.int32),
+                                                                _lists(fallbacks.column("counts"), np.int32), local)}
+        kept = IdSums.from_table(sums) if sums is not None and sums.num_rows else None
+        return cls(nodes, similar.select(["src", "dst", "weight"]), known, kept)
 
-    def fallback_ids(self, node_ids: list[str]) -> list[np.ndarray | None]:
-        """Per node id: its published fallback ids, or None when the published build did not list it."""
+    def fallbacks_of(self, node_ids: list[str]) -> list[Fallback | None]:
+        """Per node id: its published :class:`Fallback`, or None when the published build did not list it."""
         known = self.fallbacks or {}
         return [known.get(n) for n in node_ids]
 
 
-def _id_lists(column: pa.ChunkedArray) -> list[np.ndarray]:
-    """Per row of a list<int32> column: its values as int32 (an empty array for a null)."""
+def _lists(column: pa.ChunkedArray, dtype: type) -> list[np.ndarray]:
+    """Per row of a list column: its values as ``dtype`` (an empty array for a null)."""
     out = []
     for chunk in column.chunks:
         offsets = chunk.offsets.to_numpy()
-        values = chunk.values.to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
+        values = chunk.values.to_numpy(zero_copy_only=False).astype(dtype, copy=False)
         out.extend(values[a:b] for a, b in zip(offsets[:-1], offsets[1:]))
     return out
 
@@ -84,7 +90,8 @@ def load_previous(store: str | Path, tenant: str, session_key: str) -> PreviousT
     nodes = reader.nodes(tenant, columns=NODE_COLUMNS)
     if nodes.num_rows == 0:
         return None
-    return PreviousTenant.of(nodes, reader.edges(tenant), reader.table("node_fallbacks", tenant))
+    return PreviousTenant.of(nodes, reader.edges(tenant), reader.table("node_fallbacks", tenant),
+                             reader.table("token_sums", tenant))
 
 
 def _embedding_bytes(table: pa.Table) -> list[bytes]:
@@ -126,12 +133,30 @@ def _unchanged(nodes: pa.Table, rows: np.ndarray, previous: PreviousTenant) -> t
     return same["_row"].to_numpy().astype(np.int64), same["_prev"].to_numpy().astype(np.int64)
 
 
+@dataclass
+class Reused:
+    """What :func:`pooled_reusing` returns."""
+    vectors: np.ndarray                 # every node's vector
+    copied: int                         # node vectors copied from the published build
+    refilled: int                       # moved nodes given their vector from their kept sums
+    fallbacks: dict[int, Fallback]      # per derived node row but clues
+    sums: IdSums                        # the tenant's per-id sums, added turns included
+
+
 def pooled_reusing(nodes: pa.Table, tv: TurnVectors, tokenizer: Any, previous: PreviousTenant,
-                   added: list[str]) -> tuple[np.ndarray, int, dict[int, np.ndarray]]:
+                   added: list[str]) -> Reused:
     """:func:`memlib.compose.span_pool.span_pooled_with_fallbacks` of ``nodes`` after a run that
-    only added the turns ``added`` (:func:`appended_turns`): the vectors of unchanged nodes copied
-    from ``previous``, the others pooled. Returns (vectors, how many were copied, per derived node
-    row its fallback ids)."""
+    only added the turns ``added`` (:func:`appended_turns`), reading no token row of an old turn
+    for a node whose inputs did not change:
+
+    - its vector is copied from ``previous`` when none of its fallback ids occurs in an added turn;
+    - else (it *moved*: an added turn changed the tenant mean of one of its fallback ids) its
+      vector is its published ``local`` sum plus the new means, from the published per-id sums
+      plus the added turns' rows (:class:`memlib.compose.span_pool.IdSums`);
+    - nodes that are new or changed, clues, and moved nodes without a published ``local`` are
+      pooled as in a full build.
+
+    The vectors equal a full build's to the bit (tests/pipeline/test_pipeline_reuse.py)."""
     assert tv.token_ids is not None and tv.token_vectors is not None
     n = nodes.num_rows
     out = np.zeros((n, tv.vectors.shape[1] if tv.vectors.ndim == 2 else 0), dtype=np.float32)
@@ -143,49 +168,75 @@ def pooled_reusing(nodes: pa.Table, tv: TurnVectors, tokenizer: Any, previous: P
     poolable = derived[kinds[derived] != schema.NodeKind.CLUE.value]
     rows, prev_rows = _unchanged(nodes, poolable, previous)
     position = {t: i for i, t in enumerate(tv.node_ids)}
-    added_ids = [tv.token_ids[position[t]] for t in added if t in position]
-    fresh = np.unique(np.concatenate(added_ids)) if added_ids else np.zeros(0, np.int64)
-    moved, kept_fallbacks = _moved(nodes, rows, prev_rows, previous, tv, tokenizer, fresh)
-    copy_rows, copy_prev = rows[~moved], prev_rows[~moved]
+    new = [position[t] for t in added if t in position]
+    fresh = np.unique(np.concatenate([tv.token_ids[i] for i in new])) if new else np.zeros(0, np.int64)
+    if previous.sums is not None:
+        sums = previous.sums.plus(IdSums.of([tv.token_ids[i] for i in new], [tv.token_vectors[i] for i in new]))
+    else:  # a published build without its sums: every row is read once
+        sums = IdSums.of(tv.token_ids, tv.token_vectors)
+    moved, kept = _moved(nodes, rows, prev_rows, previous, tv, tokenizer, fresh, sums)
+    # a node with fallback ids but no kept local sum (a published table that did not list it) is
+    # pooled again, so the table this run writes is complete
+    whole = np.array([f.ids.size == 0 or f.local is not None for f in kept], dtype=bool)
+    copy = ~moved & whole
+    copy_rows, copy_prev = rows[copy], prev_rows[copy]
     if copy_rows.size:
         emb = previous.nodes.column("embedding").take(pa.array(copy_prev, pa.int64())).combine_chunks()
         out[copy_rows] = emb.flatten().to_numpy(zero_copy_only=False).reshape(copy_rows.size, -1)
-    fallbacks = {int(r): kept_fallbacks[k] for k, r in enumerate(rows.tolist()) if not moved[k]}
-    redo = np.setdiff1d(derived, copy_rows)
-    pooler = SpanPooler.of(nodes, tv, tokenizer, rows=redo)
+    fallbacks = {int(r): kept[k] for k, r in enumerate(rows.tolist()) if copy[k]}
+    refill = np.flatnonzero(moved & whole)
+    refill_rows = rows[refill]
+    if refill.size:
+        out[refill_rows] = pooled_vectors(nodes.take(pa.array(refill_rows, pa.int64())), tv.node_ids, tv.vectors)
+        moved_fb = [kept[k] for k in refill.tolist()]
+        lengths = np.fromiter((f.ids.size for f in moved_fb), dtype=np.int64, count=len(moved_fb))
+        local = np.stack([f.local for f in moved_fb]).astype(np.float32, copy=False)
+        fill = fill_sums(np.repeat(np.arange(len(moved_fb), dtype=np.int64), lengths),
+                         np.concatenate([f.ids for f in moved_fb]).astype(np.int64),
+                         np.concatenate([f.counts for f in moved_fb]), sums, len(moved_fb), local.shape[1])
+        normalize_into(out, refill_rows, local + fill)
+        fallbacks.update(zip(refill_rows.tolist(), moved_fb))
+    redo = np.setdiff1d(derived, np.concatenate([copy_rows, refill_rows]))
+    pooler = SpanPooler.of(nodes, tv, tokenizer, rows=redo, sums=sums)
     if pooler is not None:
         out[redo] = pooled_vectors(nodes.take(pa.array(redo, pa.int64())), tv.node_ids, tv.vectors)
         fallbacks.update(zip(redo.tolist(), pooler.pool_into(out, np.arange(redo.size))))
-    return out, int(copy_rows.size), fallbacks
+    return Reused(out, int(copy_rows.size), int(refill_rows.size), fallbacks, sums)
 
 
 def _moved(nodes: pa.Table, rows: np.ndarray, prev_rows: np.ndarray, previous: PreviousTenant, tv: TurnVectors,
-           tokenizer: Any, fresh: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+           tokenizer: Any, fresh: np.ndarray, sums: IdSums) -> tuple[np.ndarray, list[Fallback]]:
     """Per unchanged node row: whether one of its fallback ids is in ``fresh`` (the ids of the
-    added turns, whose tenant-wide means changed), and its fallback ids. They are read from the
-    published ``node_fallbacks`` when it lists the node, else found by tokenizing its text."""
-    known = previous.fallback_ids(previous.nodes.column("node_id").take(pa.array(prev_rows, pa.int64())).to_pylist())
-    unknown = np.array([k for k, ids in enumerate(known) if ids is None], dtype=np.int64)
+    added turns, whose tenant-wide means changed), and its :class:`Fallback`. They are read from
+    the published ``node_fallbacks`` when it lists the node, else found by tokenizing its text
+    (then without ``local``)."""
+    known = previous.fallbacks_of(previous.nodes.column("node_id").take(pa.array(prev_rows, pa.int64())).to_pylist())
+    unknown = np.array([k for k, f in enumerate(known) if f is None], dtype=np.int64)
     if unknown.size:
-        pooler = SpanPooler.of(nodes, tv, tokenizer, rows=rows[unknown])
+        pooler = SpanPooler.of(nodes, tv, tokenizer, rows=rows[unknown], sums=sums)
         if pooler is not None:
-            for k, ids in zip(unknown.tolist(), pooler.fallback_ids(np.arange(unknown.size))):
-                known[k] = ids
-    fallbacks = [np.zeros(0, np.int32) if ids is None else ids for ids in known]
-    lengths = np.fromiter((ids.size for ids in fallbacks), dtype=np.int64, count=len(fallbacks))
-    flat = np.concatenate(fallbacks) if fallbacks else np.zeros(0, np.int32)
+            for k, f in zip(unknown.tolist(), pooler.fallbacks(np.arange(unknown.size))):
+                known[k] = f
+    none = np.zeros(0, np.int32)
+    fallbacks = [Fallback(none, none) if f is None else f for f in known]
+    lengths = np.fromiter((f.ids.size for f in fallbacks), dtype=np.int64, count=len(fallbacks))
+    flat = np.concatenate([f.ids for f in fallbacks]) if fallbacks else none
     owner = np.repeat(np.arange(len(fallbacks)), lengths)
     moved = np.bincount(owner[np.isin(flat, fresh)], minlength=len(fallbacks)) > 0
     return moved, fallbacks
 
 
-def fallbacks_table(nodes: pa.Table, fallbacks: dict[int, np.ndarray]) -> pa.Table:
+def fallbacks_table(nodes: pa.Table, fallbacks: dict[int, Fallback]) -> pa.Table:
     """``schema.NODE_FALLBACKS`` rows of the derived nodes of ``nodes`` but clues (one per node id)."""
     kinds = np.asarray(nodes.column("kind").to_pylist(), dtype=object)
     rows = sorted(r for r in fallbacks if kinds[r] != schema.NodeKind.CLUE.value)
     take = pa.array(rows, pa.int64())
+    fb = [fallbacks[r] for r in rows]
     table = pa.table({"tenant_id": nodes.column("tenant_id").take(take), "node_id": nodes.column("node_id").take(take),
-                      "ids": pa.array([np.asarray(fallbacks[r], dtype=np.int32) for r in rows], pa.list_(pa.int32()))})
+                      "ids": pa.array([np.asarray(f.ids, dtype=np.int32) for f in fb], pa.list_(pa.int32())),
+                      "counts": pa.array([np.asarray(f.counts, dtype=np.int32) for f in fb], pa.list_(pa.int32())),
+                      "local": pa.array([None if f.local is None else np.asarray(f.local, dtype=np.float32)
+                                         for f in fb], pa.list_(pa.float32()))})
     first = pl.from_arrow(table.select(["node_id"])).with_row_index("_i").unique("node_id", keep="first")["_i"]
     return schema.conform(table.take(pa.array(np.sort(first.to_numpy()), pa.int64())), schema.NODE_FALLBACKS,
                           name="node_fallbacks")

@@ -7,7 +7,9 @@ turns when none of them has the id (its *fallback ids*). :class:`SpanPooler` com
 that needs once and pools any subset of the nodes to the same bits as the whole table, which
 is what lets a nightly run pool only the nodes whose inputs changed
 (:mod:`memlib.compose.reuse`). The sums read the turns' float16 rows where they lie
-(:class:`TokenRows`, :mod:`memlib.compose.pool_kernels`). Measured: docs/benchmarks.md.
+(:class:`TokenRows`, :mod:`memlib.compose.pool_kernels`); the tenant-wide means come from exact
+per-id sums (:class:`IdSums`), which a nightly run updates from its added turns alone. Measured:
+docs/benchmarks.md.
 """
 from __future__ import annotations
 
@@ -28,8 +30,8 @@ def span_pooled_vectors(nodes: pa.Table, tv: TurnVectors, tokenizer: Any) -> np.
     their own; a derived node gets the normalized mean over the token positions of its own text,
     each position taking the mean of the token vectors with its WordPiece id in the node's
     provenance turns or, when none of them has that id (a name or date the extraction wrote in),
-    the mean of the id's vectors over every turn of ``tv``. A node none of whose tokens occurs
-    anywhere keeps the mean of its turns' vectors.
+    the mean of the id's vectors over every turn of ``tv`` (from exact sums, :class:`IdSums`). A
+    node none of whose tokens occurs anywhere keeps the mean of its turns' vectors.
 
     Every position of the node's text counts once, as in an encoding of that text: a name a fact
     repeats weighs more, a word its turn repeats does not. Pooling the set of the text's ids over
@@ -39,16 +41,17 @@ def span_pooled_vectors(nodes: pa.Table, tv: TurnVectors, tokenizer: Any) -> np.
 
 
 def span_pooled_with_fallbacks(nodes: pa.Table, tv: TurnVectors,
-                               tokenizer: Any) -> tuple[np.ndarray, dict[int, np.ndarray]]:
-    """:func:`span_pooled_vectors`, and per derived node row its fallback ids
-    (:meth:`SpanPooler.pool_into`)."""
+                               tokenizer: Any) -> tuple[np.ndarray, dict[int, Fallback], IdSums]:
+    """:func:`span_pooled_vectors`, per derived node row its :class:`Fallback`
+    (:meth:`SpanPooler.pool_into`), and the tenant's per-id sums (:class:`IdSums`)."""
     assert tv.token_ids is not None and tv.token_vectors is not None
     out = pooled_vectors(nodes, tv.node_ids, tv.vectors)
-    pooler = SpanPooler.of(nodes, tv, tokenizer)
+    sums = IdSums.of(tv.token_ids, tv.token_vectors)
+    pooler = SpanPooler.of(nodes, tv, tokenizer, sums=sums)
     if pooler is None:
-        return out, {}
+        return out, {}, sums
     fallbacks = pooler.pool_into(out, np.arange(pooler.derived.size))
-    return out, dict(zip(pooler.derived.tolist(), fallbacks))
+    return out, dict(zip(pooler.derived.tolist(), fallbacks)), sums
 
 
 @dataclass
@@ -63,11 +66,15 @@ class SpanPooler:
     provenance: list[Any]           # per derived node: its provenance turn ids
     rows: TokenRows
     turn_index: dict[str, int]      # turn id -> its index in the token rows' turns
+    sums: IdSums                    # the tenant's per-id sums, for the means of fallback ids
 
     @classmethod
-    def of(cls, nodes: pa.Table, tv: TurnVectors, tokenizer: Any, rows: np.ndarray | None = None) -> SpanPooler | None:
+    def of(cls, nodes: pa.Table, tv: TurnVectors, tokenizer: Any, rows: np.ndarray | None = None,
+           sums: IdSums | None = None) -> SpanPooler | None:
         """The derived nodes of ``nodes`` (only those at ``rows`` when given: their texts alone
-        are tokenized); None when there is nothing to pool (no such node, or no turn)."""
+        are tokenized); None when there is nothing to pool (no such node, or no turn). ``sums``:
+        the per-id sums of every turn of ``tv`` when known (a nightly run adds the added turns'
+        rows to the published ones); else they are computed from every token row."""
         assert tv.token_ids is not None and tv.token_vectors is not None
         if rows is None:
             kinds = np.asarray(nodes.column("kind").to_pylist(), dtype=object)
@@ -81,32 +88,147 @@ class SpanPooler:
         tv = by_node_id(tv)
         vocab = 1 + max(max((int(t.max()) for t in tv.token_ids if t.size), default=0),
                         max((int(w.max()) for w in words if w.size), default=0))
+        if sums is None:
+            sums = IdSums.of(tv.token_ids, tv.token_vectors)
         return cls(derived, words, nodes.column("provenance").take(take).to_pylist(), TokenRows.of(tv, vocab),
-                   {n: i for i, n in enumerate(tv.node_ids)})
+                   {n: i for i, n in enumerate(tv.node_ids)}, sums)
 
     def positions(self, which: np.ndarray) -> Positions:
         """The token positions of the derived nodes ``which`` (indices into ``derived``)."""
         return Positions.of([self.words[i] for i in which], [self.provenance[i] for i in which], self.turn_index)
 
-    def pool_into(self, out: np.ndarray, which: np.ndarray) -> list[np.ndarray]:
+    def pool_into(self, out: np.ndarray, which: np.ndarray) -> list[Fallback]:
         """Write the pooled vectors of the derived nodes ``which`` into their rows of ``out``
         (left as they are for a node none of whose tokens occurs in any turn). Returns per node
-        of ``which`` its fallback ids: those of its text that none of its provenance turns has
-        (ascending), whose vectors it took from every turn."""
+        of ``which`` its :class:`Fallback`: the ids of its text that none of its provenance turns
+        has, whose vectors it took from every turn, and the sum over its other positions."""
         if which.size == 0:
             return []
         pos = self.positions(which)
-        sums, found = self.rows.position_sums(pos, which.size)
-        norms = np.linalg.norm(sums, axis=1)
-        hit = norms > 1e-12
-        out[self.derived[which[hit]]] = sums[hit] / norms[hit, None]
-        return pos.fallback_ids(found, which.size)
+        local, found = self.rows.local_sums(pos, which.size)
+        missing = found == 0
+        fill = fill_sums(pos.node[missing], pos.ids[missing], pos.count[missing], self.sums, which.size, local.shape[1])
+        normalize_into(out, self.derived[which], local + fill)
+        return pos.fallbacks(found, which.size, local)
 
-    def fallback_ids(self, which: np.ndarray) -> list[np.ndarray]:
-        """Per derived node of ``which``: its fallback ids, as :meth:`pool_into` returns them,
-        without pooling."""
+    def fallbacks(self, which: np.ndarray) -> list[Fallback]:
+        """Per derived node of ``which``: its fallback ids and their counts, as :meth:`pool_into`
+        returns them, without pooling (``local`` None)."""
         pos = self.positions(which)
-        return pos.fallback_ids(self.rows.found(pos), which.size)
+        return pos.fallbacks(self.rows.found(pos), which.size, None)
+
+
+@dataclass
+class Fallback:
+    """A derived node's positions whose WordPiece id none of its provenance turns has: those ids
+    (ascending, int32), how many positions each has (int32), and ``local``, the sum over the
+    node's other positions (float32, what its own turns give; None when not computed). Its
+    vector is ``local`` plus each count times the id's mean over the tenant's turns, normalized,
+    so a run that adds turns gives it its new vector from ``local`` and the new means alone,
+    without reading its turns' token rows (:func:`memlib.compose.reuse.pooled_reusing`)."""
+    ids: np.ndarray
+    counts: np.ndarray
+    local: np.ndarray | None = None
+
+
+def normalize_into(out: np.ndarray, rows: np.ndarray, sums: np.ndarray) -> None:
+    """``out[rows] = sums / |sums|`` for the sums that are not zero (the others left as they are)."""
+    norms = np.linalg.norm(sums, axis=1)
+    hit = norms > 1e-12
+    out[rows[hit]] = sums[hit] / norms[hit, None]
+
+
+def fill_sums(node: np.ndarray, ids: np.ndarray, count: np.ndarray, sums: IdSums, n_nodes: int,
+              dim: int) -> np.ndarray:
+    """(n_nodes, dim) float32: per node, the sum of ``count`` times the tenant's mean of ``ids``
+    over its (node, id, count) rows, which come by node and then by id ascending; an id with no
+    row in any turn adds nothing. A node's row is the same whichever other nodes are given."""
+    out = np.zeros((n_nodes, dim), dtype=np.float32)
+    keep = sums.count_of(ids) > 0
+    if not keep.any():
+        return out
+    node, ids, count = node[keep], ids[keep], count[keep]
+    fill_ids, slot = np.unique(ids, return_inverse=True)
+    weights = sparse.csr_matrix((np.asarray(count, dtype=np.float32), (node, slot)), shape=(n_nodes, fill_ids.size))
+    return np.asarray(weights @ sums.means(fill_ids), dtype=np.float32)
+
+
+@dataclass
+class IdSums:
+    """Per WordPiece id of a tenant's token rows: how many rows carry it and their sum, exact
+    (the float16 values as int64 multiples of 2^-24, :func:`memlib.compose.pool_kernels.id_sums`).
+    An exact sum does not depend on the order of its terms, so the sums of a tenant's turns equal
+    its published sums plus those of its added turns, and an id's mean (what a node pools for a
+    fallback id) is the same in a full build and in a nightly run that read no old token row."""
+    ids: np.ndarray     # int64, ascending
+    counts: np.ndarray  # int64, each > 0
+    sums: np.ndarray    # (n, dim) int64, in units of 2^-24
+
+    @classmethod
+    def of(cls, token_ids: Sequence[np.ndarray], token_vectors: Sequence[np.ndarray],
+           dim: int = TOKEN_DIM) -> IdSums:
+        """The sums over the token rows of the given turns."""
+        from memlib.compose import pool_kernels
+
+        if not token_ids:
+            return cls.empty(dim)
+        dim = next((int(v.shape[1]) for v in token_vectors if np.ndim(v) == 2), dim)
+        flat = np.concatenate([np.asarray(t, dtype=np.int64) for t in token_ids])
+        ids, slots = np.unique(flat, return_inverse=True)
+        typed, table = pool_kernels.typed_rows(list(token_vectors), dim)
+        sums, counts = pool_kernels.id_sums(slots.astype(np.int64), typed, table, dim, ids.size)
+        return cls(ids, counts, sums)
+
+    @classmethod
+    def empty(cls, dim: int = TOKEN_DIM) -> IdSums:
+        return cls(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, dim), np.int64))
+
+    def plus(self, other: IdSums) -> IdSums:
+        """The sums over both sets of rows."""
+        ids = np.union1d(self.ids, other.ids)
+        counts = np.zeros(ids.size, np.int64)
+        sums = np.zeros((ids.size, self.sums.shape[1]), np.int64)
+        for part in (self, other):
+            at = np.searchsorted(ids, part.ids)
+            counts[at] += part.counts
+            sums[at] += part.sums
+        return IdSums(ids, counts, sums)
+
+    def count_of(self, ids: np.ndarray) -> np.ndarray:
+        """How many rows carry each of ``ids`` (0 for an id in no row)."""
+        ids = np.asarray(ids, dtype=np.int64)
+        if self.ids.size == 0:
+            return np.zeros(ids.size, np.int64)
+        at = np.minimum(np.searchsorted(self.ids, ids), self.ids.size - 1)
+        return np.where(self.ids[at] == ids, self.counts[at], 0)
+
+    def means(self, ids: np.ndarray) -> np.ndarray:
+        """(len(ids), dim) float32: each id's mean row (every id must have rows)."""
+        at = np.searchsorted(self.ids, np.asarray(ids, dtype=np.int64))
+        from memlib.compose.pool_kernels import SUM_SCALE
+
+        exact = self.sums[at].astype(np.float64) / SUM_SCALE  # a power of two: exact
+        return (exact / self.counts[at, None]).astype(np.float32)
+
+    def table(self, tenant: str) -> pa.Table:
+        """As :data:`memlib.schema.TOKEN_SUMS` rows."""
+        dim = self.sums.shape[1]
+        return pa.table({
+            "tenant_id": pa.array([tenant] * self.ids.size, pa.string()),
+            "id": pa.array(self.ids.astype(np.int32), pa.int32()),
+            "count": pa.array(self.counts, pa.int64()),
+            "sum": pa.FixedSizeListArray.from_arrays(pa.array(np.ascontiguousarray(self.sums).reshape(-1), pa.int64()),
+                                                     dim),
+        })
+
+    @classmethod
+    def from_table(cls, table: pa.Table, dim: int = TOKEN_DIM) -> IdSums:
+        if table.num_rows == 0:
+            return cls.empty(dim)
+        table = table.sort_by("id")
+        values = table.column("sum").combine_chunks().flatten().to_numpy(zero_copy_only=False)
+        return cls(table.column("id").to_numpy().astype(np.int64), table.column("count").to_numpy().astype(np.int64),
+                   values.astype(np.int64, copy=False).reshape(table.num_rows, -1))
 
 
 def by_node_id(tv: TurnVectors) -> TurnVectors:
@@ -151,13 +273,16 @@ class Positions:
         turn = flat_turns[first[node][turn_row] + within] if total else np.zeros(0, np.int64)
         return cls(node, ids, count.astype(np.float32), turn_row, turn)
 
-    def fallback_ids(self, found: np.ndarray, n_nodes: int) -> list[np.ndarray]:
+    def fallbacks(self, found: np.ndarray, n_nodes: int, local: np.ndarray | None) -> list[Fallback]:
         """Per node: the ids of its rows that ``found`` (:meth:`TokenRows.found`) says none of its
-        provenance turns has, ascending, as int32."""
+        provenance turns has, ascending, with their counts, and its row of ``local`` when given
+        and the node has such an id."""
         missing = found == 0
         bounds = np.searchsorted(self.node[missing], np.arange(n_nodes + 1))
         ids = self.ids[missing].astype(np.int32)
-        return [ids[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+        counts = self.count[missing].astype(np.int32)
+        return [Fallback(ids[a:b], counts[a:b], local[i].copy() if local is not None and b > a else None)
+                for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))]
 
 
 @dataclass
@@ -203,34 +328,19 @@ class TokenRows:
                                                 table, self.dim)
 
     def _kernel_rows(self) -> tuple[Any, np.ndarray]:
-        """The turns' arrays as the kernel reads them: float16 ones as their uint16 bits (with the
-        float16 -> float32 table), anything else as float32; built once."""
+        """The turns' arrays as the kernel reads them (:func:`memlib.compose.pool_kernels.typed_rows`), built once."""
         if self._typed is None:
-            from numba import types
-            from numba.typed import List
-
             from memlib.compose import pool_kernels
 
-            half = all(v.dtype == np.float16 for v in self.per_turn)
-            arrays = []
-            for v in self.per_turn:
-                v = v.reshape(-1, self.dim)
-                v = v.view(np.uint16) if half else np.ascontiguousarray(v, dtype=np.float32).view()
-                v.flags.writeable = False  # one array type for the list: arrays read back are read-only
-                arrays.append(v)
-            # one call: appending to a typed list one array at a time costs ~0.2 ms each (5 s at 26k turns)
-            typed = List(arrays) if arrays else List.empty_list(types.Array(types.uint16 if half else types.float32,
-                                                                            2, "C", readonly=True))
-            table = pool_kernels.HALF_TO_FLOAT if half else pool_kernels.table_none()
-            self._typed = (typed, table)
+            self._typed = pool_kernels.typed_rows(self.per_turn, self.dim)
         return self._typed
 
-    def position_sums(self, pos: Positions, n_nodes: int) -> tuple[np.ndarray, np.ndarray]:
-        """(n_nodes, dim): per node, the sum over its positions of each position's vector; and
-        per position row, how many rows of its id the node's provenance turns hold."""
+    def local_sums(self, pos: Positions, n_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+        """(n_nodes, dim): per node, the sum over its positions whose id its provenance turns hold
+        of each position's vector (the mean of the id's rows there); and per position row, how
+        many rows of its id the node's provenance turns hold."""
         local, found = self._local(pos, n_nodes)
-        fill = self._fill(pos, found, n_nodes)
-        return self.times(local) + fill, found
+        return self.times(local), found
 
     def found(self, pos: Positions) -> np.ndarray:
         """Per position row: how many token rows of its id its node's provenance turns hold."""
@@ -255,20 +365,3 @@ class TokenRows:
         matrix = sparse.csr_matrix((weight.astype(np.float32), (pos.node[which], self.order[starts])),
                                    shape=(n_nodes, self.ids.size))
         return matrix, found
-
-    def _fill(self, pos: Positions, found: np.ndarray, n_nodes: int) -> np.ndarray:
-        """(n_nodes, dim): the positions whose id is in none of the node's turns, each the mean
-        of its id's rows over every turn (none where the id occurs in no turn)."""
-        out = np.zeros((n_nodes, self.dim), dtype=np.float32)
-        per_id = np.bincount(self.ids, minlength=self.vocab)
-        need = (found == 0) & (per_id[pos.ids] > 0)
-        if not need.any():
-            return out
-        fill_ids, slot = np.unique(pos.ids[need], return_inverse=True)
-        rows = np.flatnonzero(np.isin(self.ids, fill_ids))
-        means = sparse.csr_matrix(((1.0 / per_id[self.ids[rows]]).astype(np.float32),
-                                   (np.searchsorted(fill_ids, self.ids[rows]), rows)),
-                                  shape=(fill_ids.size, self.ids.size))
-        means = self.times(means)
-        weights = sparse.csr_matrix((pos.count[need], (pos.node[need], slot)), shape=(n_nodes, fill_ids.size))
-        return np.asarray(weights @ means, dtype=np.float32)

@@ -105,10 +105,12 @@ def embed_nodes(state: BuildState) -> None:
         reused = (state.reusing(pooled_reusing, nodes, tv, content_tokenizer(), prev, state.appended)
                   if state.appended is not None else None)
         if reused is not None:
-            vectors, state.reused_vectors, fallbacks = reused
+            vectors, fallbacks, sums = reused.vectors, reused.fallbacks, reused.sums
+            state.reused_vectors, state.refilled_vectors = reused.copied, reused.refilled
         else:
-            vectors, fallbacks = span_pooled_with_fallbacks(nodes, tv, content_tokenizer())
+            vectors, fallbacks, sums = span_pooled_with_fallbacks(nodes, tv, content_tokenizer())
         state.fallbacks = fallbacks_table(nodes, fallbacks)
+        state.token_sums = sums.table(state.turns.column("tenant_id")[0].as_py()) if state.turns.num_rows else None
     else:
         vectors = pooled_vectors(nodes, state.turns.column("node_id").to_pylist(), state.turn_vectors)
     state.embedded_nodes = with_embeddings(nodes, vectors, state.dim)

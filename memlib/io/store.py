@@ -15,6 +15,7 @@ Layout of a store directory::
         quarantine/<name>.parquet
         llm_calls/<name>.parquet
         node_fallbacks/<tenant>.parquet  per derived node, its text's token ids pooled tenant-wide
+        token_sums/<tenant>.parquet      per token id of the tenant's turns, the exact sum of its rows
         graphs/<tenant>.gt
       cache/llm/                    LLM responses (see memlib/llm/cache.py)
       cache/late/                   auto's token matrices, keyed by the turns they encode
@@ -53,7 +54,8 @@ TURN_TEXT_SCHEMA = pa.schema([
     pa.field("tenant_id", pa.string(), nullable=False),
     pa.field("text", pa.string(), nullable=False),
 ])
-PARQUET_TABLES = ("turns", "segments", "edges", "questions", "quarantine", "llm_calls", "node_fallbacks")
+PARQUET_TABLES = ("turns", "segments", "edges", "questions", "quarantine", "llm_calls", "node_fallbacks",
+                  "token_sums")
 _VERSION_RE = re.compile(r"^v(\d{6})$")
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 

@@ -118,23 +118,33 @@ def _assert_same(a, b) -> None:
     assert a.segments.equals(b.segments)
 
 
-@pytest.mark.parametrize("published_fallbacks", [True, False])
-def test_a_run_that_appended_a_session_reuses_and_equals_a_full_build(tenant_pass, published_fallbacks):
-    """With the published node_fallbacks table (what a store has) the copied nodes are not
-    tokenized; without it (a store written before the table) they are; same output either way."""
+@pytest.mark.parametrize("published", ["all", "no_sums", "no_fallbacks"])
+def test_a_run_that_appended_a_session_reuses_and_equals_a_full_build(tenant_pass, published):
+    """With the published node_fallbacks and token_sums tables (what a store has) unchanged nodes
+    are copied and moved ones (an added turn holds one of their fallback ids) get their vector
+    from their kept local sum and the new tenant means; without the sums every token row is
+    summed again; without node_fallbacks nodes with fallback ids are pooled again. The output
+    equals a full build in every case, the two tables included."""
     cfg, turns, enc, build = tenant_pass["cfg"], tenant_pass["turns"], tenant_pass["encoder"], tenant_pass["process"]
     last = tenant_pass["sessions"][-1]
     before = build(_without(turns, last), cfg, enc)
     full = tenant_pass["full"]
     assert before.fallbacks is not None and before.fallbacks.num_rows > 0
-    prev = PreviousTenant.of(before.nodes, before.edges, before.fallbacks if published_fallbacks else None)
+    assert before.token_sums is not None and before.token_sums.num_rows > 1000
+    prev = PreviousTenant.of(before.nodes, before.edges, None if published == "no_fallbacks" else before.fallbacks,
+                             None if published == "no_sums" else before.token_sums)
     got = build(turns, cfg, enc, previous=prev)
     _assert_same(got, full)
     assert got.fallbacks.equals(full.fallbacks)
+    assert got.token_sums.equals(full.token_sums)
     n_last = pc.sum(pc.equal(turns.column("session_id"), last)).as_py()
     assert got.reused["appended_only"] == 1 and got.reused["appended_turns"] == n_last
     derived = sum(n for k, n in full.counts()["nodes_by_kind"].items() if k != "turn")
-    assert got.reused["node_vectors"] > derived // 2  # most derived nodes were copied
+    if published == "no_fallbacks":
+        assert 0 < got.reused["node_vectors"] and got.reused["node_vectors_refilled"] == 0
+    else:
+        assert got.reused["node_vectors"] > derived // 2  # most derived nodes were copied
+        assert got.reused["node_vectors_refilled"] > 10  # the added session moved some tenant means
 
 
 def test_a_session_appended_in_the_middle_is_an_append(tenant_pass):
@@ -246,3 +256,28 @@ def test_an_unreadable_published_build_still_builds_the_tenant(tmp_path):
     previous, reason = op._previous("ana")
     assert previous is None and reason
     assert op._previous("ben") == (None, None)  # not published: nothing to reuse, nothing wrong
+
+
+def test_id_sums_are_exact_whatever_the_order_and_grouping_of_the_turns():
+    """The per-id sums of float16 token rows are exact: summing the turns in another order, or as
+    two parts added together (a published build plus a nightly's added turns), gives the same
+    integers; the means agree with float64 arithmetic and survive the table round trip."""
+    from memlib.compose.span_pool import IdSums
+
+    rng = np.random.default_rng(7)
+    ids = [rng.integers(0, 40, rng.integers(1, 30)).astype(np.int32) for _ in range(60)]
+    vecs = [(rng.standard_normal((i.size, 384)) * rng.choice([1e-3, 1.0, 40.0])).astype(np.float16) for i in ids]
+    whole = IdSums.of(ids, vecs)
+    order = rng.permutation(60)
+    shuffled = IdSums.of([ids[i] for i in order], [vecs[i] for i in order])
+    parts = IdSums.of(ids[:45], vecs[:45]).plus(IdSums.of(ids[45:], vecs[45:]))
+    for other in (shuffled, parts, IdSums.from_table(whole.table("t"))):
+        assert np.array_equal(other.ids, whole.ids) and np.array_equal(other.counts, whole.counts)
+        assert np.array_equal(other.sums, whole.sums)
+    flat_ids = np.concatenate(ids)
+    rows = np.concatenate(vecs).astype(np.float64)
+    for k in (0, 7, 39):
+        want = rows[flat_ids == k].mean(axis=0)
+        assert np.abs(whole.means(np.array([k]))[0] - want).max() <= 1e-6 * max(1.0, np.abs(want).max())
+    assert whole.count_of(np.array([3, 99])).tolist() == [int((flat_ids == 3).sum()), 0]
+    assert IdSums.empty().plus(whole).sums.tolist() == whole.sums.tolist()

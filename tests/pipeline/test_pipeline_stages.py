@@ -208,6 +208,8 @@ def test_nightly_reuses_unchanged_sessions_and_equals_a_full_build(ray_local, tm
     assert got[0].equals(want[0]) and got[1].equals(want[1])
     fallbacks = lambda s: pl.from_arrow(StoreReader(s).table("node_fallbacks")).sort("node_id")  # noqa: E731
     assert fallbacks(store).equals(fallbacks(full)) and len(fallbacks(store))
+    sums = lambda s: pl.from_arrow(StoreReader(s).table("token_sums")).sort(["tenant_id", "id"])  # noqa: E731
+    assert sums(store).equals(sums(full)) and set(sums(store)["tenant_id"]) == {"ana", "ben", "cara"}
     texts = " ".join(got[0]["text"].to_list())
     assert "Porto marathon" in texts and "Lisbon half marathon" not in texts and "Maud" in texts
     # a deleted session disappears with everything derived from it
