@@ -4,12 +4,15 @@ A nightly run recomputes only new or changed sessions, but the tenant-level step
 whole tenant. Two of them cost what exists unless they start from the published version:
 
 - node vectors (:func:`memlib.compose.steps.embed_nodes`): a derived node's vector is a function
-  of its text, its provenance turns' token vectors and, for a token none of those turns has, that
-  token's mean over every turn of the tenant. When the run only added turns, a node with the same
-  id, kind, text and provenance as before, none of whose such tokens occurs in an added turn, has
-  the same vector to the bit, so it is copied from the published nodes
-  (:func:`pooled_reusing`). Clues are pooled again: the published vector of a clue is the one
-  the link step merged and renormalized;
+  of its text, its provenance turns' token vectors and, for a token none of those turns has (a
+  fallback id), that token's mean over every turn of the tenant. When the run only added turns,
+  a node with the same id, kind, text and provenance as before, none of whose fallback ids occurs
+  in an added turn, has the same vector to the bit, so it is copied from the published nodes
+  (:func:`pooled_reusing`). One whose fallback id an added turn holds gets its new vector from
+  its published local sum (``node_fallbacks.local``) and the new means, which come from the
+  published exact per-id sums (``token_sums``) plus the added turns' rows: no token row of an old
+  turn is read for it. Clues are pooled again: the published vector of a clue is the one the
+  link step merged and renormalized;
 - SIMILAR edges between turns (:func:`memlib.text.clues.similar_edges_appended`): only the pairs
   with an added turn are scored.
 
