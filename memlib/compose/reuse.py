@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memlib import schema
-from memlib.compose.span_pool import Fallback, IdSums, SpanPooler, fill_sums, normalize_into
+from memlib.compose.span_pool import Fallback, IdSums, SpanPooler, blob_views, fill_sums, normalize_into
 from memlib.compose.vectors import TurnVectors, pooled_vectors
 
 NODE_COLUMNS = ["node_id", "kind", "text", "provenance", "embedding"]
@@ -57,7 +57,7 @@ class PreviousTenant:
                                                pc.is_in(edges.column("dst"), turns))))
         known = None
         if fallbacks is not None and fallbacks.num_rows:
-            local = [None if v.size == 0 else v for v in _lists(fallbacks.column("local"), np.float32)]
+            local = blob_views(fallbacks.column("local"), np.float32)
             known = {n: Fallback(i, c, v) for n, i, c, v in zip(fallbacks.column("node_id").to_pylist(),
                                                                 _lists(fallbacks.column("ids"), np.int32),
                                                                 _lists(fallbacks.column("counts"), np.int32), local)}
@@ -238,8 +238,8 @@ def fallbacks_table(nodes: pa.Table, fallbacks: dict[int, Fallback]) -> pa.Table
     table = pa.table({"tenant_id": nodes.column("tenant_id").take(take), "node_id": nodes.column("node_id").take(take),
                       "ids": pa.array([np.asarray(f.ids, dtype=np.int32) for f in fb], pa.list_(pa.int32())),
                       "counts": pa.array([np.asarray(f.counts, dtype=np.int32) for f in fb], pa.list_(pa.int32())),
-                      "local": pa.array([None if f.local is None else np.asarray(f.local, dtype=np.float32)
-                                         for f in fb], pa.list_(pa.float32()))})
+                      "local": pa.array([None if f.local is None else np.asarray(f.local, dtype=np.float32).tobytes()
+                                         for f in fb], pa.binary())})
     first = pl.from_arrow(table.select(["node_id"])).with_row_index("_i").unique("node_id", keep="first")["_i"]
     return schema.conform(table.take(pa.array(np.sort(first.to_numpy()), pa.int64())), schema.NODE_FALLBACKS,
                           name="node_fallbacks")

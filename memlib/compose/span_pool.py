@@ -211,24 +211,39 @@ class IdSums:
         return (exact / self.counts[at, None]).astype(np.float32)
 
     def table(self, tenant: str) -> pa.Table:
-        """As :data:`memlib.schema.TOKEN_SUMS` rows."""
-        dim = self.sums.shape[1]
-        return pa.table({
-            "tenant_id": pa.array([tenant] * self.ids.size, pa.string()),
-            "id": pa.array(self.ids.astype(np.int32), pa.int32()),
-            "count": pa.array(self.counts, pa.int64()),
-            "sum": pa.FixedSizeListArray.from_arrays(pa.array(np.ascontiguousarray(self.sums).reshape(-1), pa.int64()),
-                                                     dim),
-        })
+        """As :data:`memlib.schema.TOKEN_SUMS` rows (each sum as the bytes of its int64 values)."""
+        n, dim = self.sums.shape
+        data = np.ascontiguousarray(self.sums, dtype=np.int64)
+        offsets = (np.arange(n + 1, dtype=np.int64) * dim * 8).astype(np.int32)
+        blobs = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+        return pa.table({"tenant_id": pa.array([tenant] * n, pa.string()),
+                         "id": pa.array(self.ids.astype(np.int32), pa.int32()),
+                         "count": pa.array(self.counts, pa.int64()), "sum": blobs})
 
     @classmethod
     def from_table(cls, table: pa.Table, dim: int = TOKEN_DIM) -> IdSums:
         if table.num_rows == 0:
             return cls.empty(dim)
         table = table.sort_by("id")
-        values = table.column("sum").combine_chunks().flatten().to_numpy(zero_copy_only=False)
+        rows = blob_views(table.column("sum"), np.int64)
+        if any(r is None for r in rows):
+            raise ValueError("token_sums: a row without its sum")
         return cls(table.column("id").to_numpy().astype(np.int64), table.column("count").to_numpy().astype(np.int64),
-                   values.astype(np.int64, copy=False).reshape(table.num_rows, -1))
+                   np.stack(rows))
+
+
+def blob_views(column: pa.ChunkedArray, dtype: Any) -> list[np.ndarray | None]:
+    """Per row of a binary column: a read-only view of its bytes as ``dtype`` (no copy), None for
+    a null or empty value."""
+    out: list[np.ndarray | None] = []
+    for chunk in column.chunks:
+        _, offsets_buf, data_buf = chunk.buffers()
+        offsets = np.frombuffer(offsets_buf, dtype=np.int32)[chunk.offset:chunk.offset + len(chunk) + 1]
+        data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+        valid = chunk.is_valid().to_numpy(zero_copy_only=False)
+        out.extend(data[a:b].view(dtype) if ok and b > a else None
+                   for a, b, ok in zip(offsets[:-1].tolist(), offsets[1:].tolist(), valid.tolist()))
+    return out
 
 
 def by_node_id(tv: TurnVectors) -> TurnVectors:
