@@ -248,19 +248,21 @@ LLM_CALLS = pa.schema([
     pa.field("created_at", TS),
 ])
 
-# Per derived node of a tenant (clues left out): the WordPiece ids of its text that none of its
-# provenance turns has, whose vectors it pools from every turn of the tenant instead, how many
-# positions of its text each has, and (when it has such ids) the sum over its other positions,
-# float32 bytes (memlib.compose.span_pool.Fallback). A nightly run that only appends turns reads them to
-# tell which published node vectors still hold without tokenizing every node, and to give a node
-# whose fallback ids the added turns hold its new vector without reading its turns' token rows
-# (memlib.compose.reuse).
+# Per derived node of a tenant, the clues as they are before the link step merges them: the
+# WordPiece ids of its text that none of its provenance turns has, whose vectors it pools from
+# every turn of the tenant instead, how many positions of its text each has, and (when it has
+# such ids, and for every clue) the sum over its other positions, float32 bytes
+# (memlib.compose.span_pool.Fallback). A nightly run that only appends turns reads them to tell
+# which published node vectors still hold without tokenizing every node, and to give a node
+# whose fallback ids the added turns hold, or an unchanged clue, its vector without reading its
+# turns' token rows (memlib.compose.reuse).
 NODE_FALLBACKS = pa.schema([
     pa.field("tenant_id", pa.string(), nullable=False),
     pa.field("node_id", pa.string(), nullable=False),
     pa.field("ids", pa.list_(pa.int32())),
     pa.field("counts", pa.list_(pa.int32())),
     pa.field("local", pa.binary()),  # float32 bytes: a binary column reads ~10x faster than a list one
+    pa.field("inputs", pa.string()),  # clues only: a hash of the clue's text and provenance
 ])
 
 # Per WordPiece id of a tenant's turns: how many token rows carry it and their exact sum, in

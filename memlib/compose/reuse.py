@@ -11,8 +11,9 @@ whole tenant. Two of them cost what exists unless they start from the published 
   (:func:`pooled_reusing`). One whose fallback id an added turn holds gets its new vector from
   its published local sum (``node_fallbacks.local``) and the new means, which come from the
   published exact per-id sums (``token_sums``) plus the added turns' rows: no token row of an old
-  turn is read for it. Clues are pooled again: the published vector of a clue is the one the
-  link step merged and renormalized;
+  turn is read for it. A clue's published vector is the one the link step merged, so a clue is
+  never copied; one with the same id, text and provenance as published (``node_fallbacks.inputs``)
+  gets its pooled vector the same way, from its kept local sum and the means;
 - SIMILAR edges between turns (:func:`memlib.text.clues.similar_edges_appended`): only the pairs
   with an added turn are scored.
 
@@ -23,7 +24,8 @@ the new input (tests/pipeline/test_pipeline_reuse.py, ``memlib bench nightly``).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memlib import schema
-from memlib.compose.span_pool import Fallback, IdSums, SpanPooler, blob_views, fill_sums, normalize_into
+from memlib.compose.span_pool import Fallback, IdSums, SpanPooler, blob_views, fill_sums, is_clue, normalize_into
 from memlib.compose.vectors import TurnVectors, pooled_vectors
 
 NODE_COLUMNS = ["node_id", "kind", "text", "provenance", "embedding"]
@@ -46,6 +48,7 @@ class PreviousTenant:
     similar: pa.Table  # SIMILAR edges between two turns: src, dst, weight
     fallbacks: dict[str, Fallback] | None = None  # node id -> its Fallback (schema.NODE_FALLBACKS)
     sums: IdSums | None = None  # the tenant's per-id sums (schema.TOKEN_SUMS)
+    clue_inputs: dict[str, str] = field(default_factory=dict)  # clue id (before the merge) -> clue_key
 
     @classmethod
     def of(cls, nodes: pa.Table, edges: pa.Table, fallbacks: pa.Table | None = None,
@@ -55,14 +58,17 @@ class PreviousTenant:
         similar = edges.filter(pc.and_(pc.equal(edges.column("kind"), schema.EdgeKind.SIMILAR.value),
                                        pc.and_(pc.is_in(edges.column("src"), turns),
                                                pc.is_in(edges.column("dst"), turns))))
-        known = None
+        known, clues = None, {}
         if fallbacks is not None and fallbacks.num_rows:
+            if "inputs" in fallbacks.column_names:
+                hashed = fallbacks.filter(pc.is_valid(fallbacks.column("inputs")))
+                clues = dict(zip(hashed.column("node_id").to_pylist(), hashed.column("inputs").to_pylist()))
             local = blob_views(fallbacks.column("local"), np.float32)
             known = {n: Fallback(i, c, v) for n, i, c, v in zip(fallbacks.column("node_id").to_pylist(),
                                                                 _lists(fallbacks.column("ids"), np.int32),
                                                                 _lists(fallbacks.column("counts"), np.int32), local)}
         kept = IdSums.from_table(sums) if sums is not None and sums.num_rows else None
-        return cls(nodes, similar.select(["src", "dst", "weight"]), known, kept)
+        return cls(nodes, similar.select(["src", "dst", "weight"]), known, kept, clues)
 
     def fallbacks_of(self, node_ids: list[str]) -> list[Fallback | None]:
         """Per node id: its published :class:`Fallback`, or None when the published build did not list it."""
@@ -95,6 +101,19 @@ def load_previous(store: str | Path, tenant: str, session_key: str) -> PreviousT
         return None
     return PreviousTenant.of(nodes, reader.edges(tenant), reader.table("node_fallbacks", tenant),
                              reader.table("token_sums", tenant))
+
+
+def clue_key(text: str | None, provenance: list[str] | None) -> str:
+    """What a clue's pooled vector depends on besides the tenant's token rows: its text and its
+    provenance turns, hashed (``node_fallbacks.inputs``)."""
+    blob = (text or "") + "\x1e" + "\x1f".join(provenance or [])
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:32]
+
+
+def _clue_keys(nodes: pa.Table, rows: np.ndarray) -> list[str]:
+    take = pa.array(np.asarray(rows, dtype=np.int64))
+    return [clue_key(t, p) for t, p in zip(nodes.column("text").take(take).to_pylist(),
+                                          nodes.column("provenance").take(take).to_pylist())]
 
 
 def _embedding_bytes(table: pa.Table) -> list[bytes]:
@@ -156,8 +175,10 @@ def pooled_reusing(nodes: pa.Table, tv: TurnVectors, tokenizer: Any, previous: P
     - else (it *moved*: an added turn changed the tenant mean of one of its fallback ids) its
       vector is its published ``local`` sum plus the new means, from the published per-id sums
       plus the added turns' rows (:class:`memlib.compose.span_pool.IdSums`);
-    - nodes that are new or changed, clues, and moved nodes without a published ``local`` are
-      pooled as in a full build.
+    - a clue (never copied: its published vector is the merged one) whose id, text and
+      provenance are as published gets its vector the same way, from its kept local sum;
+    - nodes that are new or changed, and moved nodes without a published ``local``, are pooled
+      as in a full build.
 
     The vectors equal a full build's to the bit (tests/pipeline/test_pipeline_reuse.py)."""
     assert tv.token_ids is not None and tv.token_vectors is not None
@@ -188,23 +209,45 @@ def pooled_reusing(nodes: pa.Table, tv: TurnVectors, tokenizer: Any, previous: P
         out[copy_rows] = emb.flatten().to_numpy(zero_copy_only=False).reshape(copy_rows.size, -1)
     fallbacks = {int(r): kept[k] for k, r in enumerate(rows.tolist()) if copy[k]}
     refill = np.flatnonzero(moved & whole)
-    refill_rows = rows[refill]
-    if refill.size:
-        out[refill_rows] = pooled_vectors(nodes.take(pa.array(refill_rows, pa.int64())), tv.node_ids, tv.vectors)
-        moved_fb = [kept[k] for k in refill.tolist()]
-        lengths = np.fromiter((f.ids.size for f in moved_fb), dtype=np.int64, count=len(moved_fb))
-        local = np.stack([f.local for f in moved_fb]).astype(np.float32, copy=False)
-        fill = fill_sums(np.repeat(np.arange(len(moved_fb), dtype=np.int64), lengths),
-                         np.concatenate([f.ids for f in moved_fb]).astype(np.int64),
-                         np.concatenate([f.counts for f in moved_fb]), sums, len(moved_fb), local.shape[1])
-        normalize_into(out, refill_rows, local + fill)
-        fallbacks.update(zip(refill_rows.tolist(), moved_fb))
+    clue_rows, clue_fb = _kept_clues(nodes, derived[kinds[derived] == schema.NodeKind.CLUE.value], previous)
+    refill_rows = np.concatenate([rows[refill], clue_rows])
+    refill_fb = [kept[k] for k in refill.tolist()] + clue_fb
+    _refill(out, nodes, tv, refill_rows, refill_fb, sums)
+    fallbacks.update(zip(refill_rows.tolist(), refill_fb))
     redo = np.setdiff1d(derived, np.concatenate([copy_rows, refill_rows]))
     pooler = SpanPooler.of(nodes, tv, tokenizer, rows=redo, sums=sums)
     if pooler is not None:
         out[redo] = pooled_vectors(nodes.take(pa.array(redo, pa.int64())), tv.node_ids, tv.vectors)
-        fallbacks.update(zip(redo.tolist(), pooler.pool_into(out, np.arange(redo.size))))
+        fallbacks.update(zip(redo.tolist(), pooler.pool_into(out, np.arange(redo.size), is_clue(nodes, redo))))
     return Reused(out, int(copy_rows.size), int(refill_rows.size), fallbacks, sums)
+
+
+def _kept_clues(nodes: pa.Table, clue_rows: np.ndarray, previous: PreviousTenant) -> tuple[np.ndarray, list[Fallback]]:
+    """The clue rows whose published entry (same id, same :func:`clue_key`) kept a local sum, and
+    those entries: their pooled vector follows from it and the tenant means."""
+    if clue_rows.size == 0 or not previous.clue_inputs:
+        return np.zeros(0, np.int64), []
+    ids = nodes.column("node_id").take(pa.array(clue_rows, pa.int64())).to_pylist()
+    known = previous.fallbacks_of(ids)
+    keep = [k for k, (n, key, f) in enumerate(zip(ids, _clue_keys(nodes, clue_rows), known))
+            if f is not None and f.local is not None and previous.clue_inputs.get(n) == key]
+    return clue_rows[keep], [known[k] for k in keep]  # type: ignore[misc]
+
+
+def _refill(out: np.ndarray, nodes: pa.Table, tv: TurnVectors, rows: np.ndarray, kept: list[Fallback],
+            sums: IdSums) -> None:
+    """Write into ``out[rows]`` each node's vector from its kept local sum plus its fallback ids'
+    means (``sums``), normalized; the mean of its turns' vectors when that sum is zero, as in
+    :meth:`memlib.compose.span_pool.SpanPooler.pool_into`. Reads no token row."""
+    if rows.size == 0:
+        return
+    out[rows] = pooled_vectors(nodes.take(pa.array(rows, pa.int64())), tv.node_ids, tv.vectors)
+    lengths = np.fromiter((f.ids.size for f in kept), dtype=np.int64, count=len(kept))
+    local = np.stack([f.local for f in kept]).astype(np.float32, copy=False)  # type: ignore[misc]
+    fill = fill_sums(np.repeat(np.arange(len(kept), dtype=np.int64), lengths),
+                     np.concatenate([f.ids for f in kept]).astype(np.int64),
+                     np.concatenate([f.counts for f in kept]), sums, len(kept), local.shape[1])
+    normalize_into(out, rows, local + fill)
 
 
 def _moved(nodes: pa.Table, rows: np.ndarray, prev_rows: np.ndarray, previous: PreviousTenant, tv: TurnVectors,
@@ -230,16 +273,20 @@ def _moved(nodes: pa.Table, rows: np.ndarray, prev_rows: np.ndarray, previous: P
 
 
 def fallbacks_table(nodes: pa.Table, fallbacks: dict[int, Fallback]) -> pa.Table:
-    """``schema.NODE_FALLBACKS`` rows of the derived nodes of ``nodes`` but clues (one per node id)."""
-    kinds = np.asarray(nodes.column("kind").to_pylist(), dtype=object)
-    rows = sorted(r for r in fallbacks if kinds[r] != schema.NodeKind.CLUE.value)
+    """``schema.NODE_FALLBACKS`` rows of the derived nodes of ``nodes`` (one per node id), clues
+    with their :func:`clue_key`."""
+    rows = sorted(fallbacks)
     take = pa.array(rows, pa.int64())
     fb = [fallbacks[r] for r in rows]
+    clue = is_clue(nodes, np.asarray(rows, dtype=np.int64))
+    keys = iter(_clue_keys(nodes, np.asarray(rows, dtype=np.int64)[clue]))
+    inputs = [next(keys) if c else None for c in clue.tolist()]
     table = pa.table({"tenant_id": nodes.column("tenant_id").take(take), "node_id": nodes.column("node_id").take(take),
                       "ids": pa.array([np.asarray(f.ids, dtype=np.int32) for f in fb], pa.list_(pa.int32())),
                       "counts": pa.array([np.asarray(f.counts, dtype=np.int32) for f in fb], pa.list_(pa.int32())),
                       "local": pa.array([None if f.local is None else np.asarray(f.local, dtype=np.float32).tobytes()
-                                         for f in fb], pa.binary())})
+                                         for f in fb], pa.binary()),
+                      "inputs": pa.array(inputs, pa.string())})
     first = pl.from_arrow(table.select(["node_id"])).with_row_index("_i").unique("node_id", keep="first")["_i"]
     return schema.conform(table.take(pa.array(np.sort(first.to_numpy()), pa.int64())), schema.NODE_FALLBACKS,
                           name="node_fallbacks")

@@ -50,8 +50,16 @@ def span_pooled_with_fallbacks(nodes: pa.Table, tv: TurnVectors,
     pooler = SpanPooler.of(nodes, tv, tokenizer, sums=sums)
     if pooler is None:
         return out, {}, sums
-    fallbacks = pooler.pool_into(out, np.arange(pooler.derived.size))
+    fallbacks = pooler.pool_into(out, np.arange(pooler.derived.size), is_clue(nodes, pooler.derived))
     return out, dict(zip(pooler.derived.tolist(), fallbacks)), sums
+
+
+def is_clue(nodes: pa.Table, rows: np.ndarray) -> np.ndarray:
+    """Per row of ``rows``: whether that node is a clue. A clue keeps its local sum whatever its
+    fallback ids: its published vector is the merged one, so a later run recomputes its pooled
+    vector from the local sum and the tenant means (:func:`memlib.compose.reuse.pooled_reusing`)."""
+    kinds = nodes.column("kind").take(pa.array(np.asarray(rows, dtype=np.int64))).to_numpy(zero_copy_only=False)
+    return np.asarray(kinds == schema.NodeKind.CLUE.value, dtype=bool)
 
 
 @dataclass
@@ -97,11 +105,12 @@ class SpanPooler:
         """The token positions of the derived nodes ``which`` (indices into ``derived``)."""
         return Positions.of([self.words[i] for i in which], [self.provenance[i] for i in which], self.turn_index)
 
-    def pool_into(self, out: np.ndarray, which: np.ndarray) -> list[Fallback]:
+    def pool_into(self, out: np.ndarray, which: np.ndarray, keep_local: np.ndarray | None = None) -> list[Fallback]:
         """Write the pooled vectors of the derived nodes ``which`` into their rows of ``out``
         (left as they are for a node none of whose tokens occurs in any turn). Returns per node
         of ``which`` its :class:`Fallback`: the ids of its text that none of its provenance turns
-        has, whose vectors it took from every turn, and the sum over its other positions."""
+        has, whose vectors it took from every turn, and the sum over its other positions (kept
+        when it has such ids, or when ``keep_local`` says so for it)."""
         if which.size == 0:
             return []
         pos = self.positions(which)
@@ -109,7 +118,7 @@ class SpanPooler:
         missing = found == 0
         fill = fill_sums(pos.node[missing], pos.ids[missing], pos.count[missing], self.sums, which.size, local.shape[1])
         normalize_into(out, self.derived[which], local + fill)
-        return pos.fallbacks(found, which.size, local)
+        return pos.fallbacks(found, which.size, local, keep_local)
 
     def fallbacks(self, which: np.ndarray) -> list[Fallback]:
         """Per derived node of ``which``: its fallback ids and their counts, as :meth:`pool_into`
@@ -288,15 +297,17 @@ class Positions:
         turn = flat_turns[first[node][turn_row] + within] if total else np.zeros(0, np.int64)
         return cls(node, ids, count.astype(np.float32), turn_row, turn)
 
-    def fallbacks(self, found: np.ndarray, n_nodes: int, local: np.ndarray | None) -> list[Fallback]:
+    def fallbacks(self, found: np.ndarray, n_nodes: int, local: np.ndarray | None,
+                  keep_local: np.ndarray | None = None) -> list[Fallback]:
         """Per node: the ids of its rows that ``found`` (:meth:`TokenRows.found`) says none of its
         provenance turns has, ascending, with their counts, and its row of ``local`` when given
-        and the node has such an id."""
+        and the node has such an id (or ``keep_local`` is true for it)."""
         missing = found == 0
         bounds = np.searchsorted(self.node[missing], np.arange(n_nodes + 1))
         ids = self.ids[missing].astype(np.int32)
         counts = self.count[missing].astype(np.int32)
-        return [Fallback(ids[a:b], counts[a:b], local[i].copy() if local is not None and b > a else None)
+        keep = np.zeros(n_nodes, bool) if keep_local is None else np.asarray(keep_local, bool)
+        return [Fallback(ids[a:b], counts[a:b], local[i].copy() if local is not None and (b > a or keep[i]) else None)
                 for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))]
 
 

@@ -176,19 +176,25 @@ def test_a_changed_or_deleted_session_is_not_an_append(tenant_pass):
 
 
 def test_fallback_ids_are_the_text_ids_missing_from_the_provenance_turns(tenant_pass):
-    """The published node_fallbacks: per derived node but clues, the ids of its text that none of
-    its provenance turns has (hand-checked against the tokenizer and the turns' token ids)."""
+    """The published node_fallbacks: per derived node (clues before their merge included), the
+    ids of its text that none of its provenance turns has (hand-checked against the tokenizer and
+    the turns' token ids); every clue keeps its local sum and the hash of its inputs."""
     from memlib.embed.tokens_backend import content_tokenizer
 
     full, tv = tenant_pass["full"], tenant_pass["vectors"]
     table = full.fallbacks
     kinds = dict(zip(full.nodes.column("node_id").to_pylist(), full.nodes.column("kind").to_pylist()))
     derived = {n for n, k in kinds.items() if k not in ("turn", "clue")}
-    assert set(table.column("node_id").to_pylist()) == derived
+    listed = set(table.column("node_id").to_pylist())
+    assert derived <= listed
+    clues = [r for r in table.to_pylist() if r["inputs"] is not None]  # the clues before their merge
+    assert len(clues) == len(listed - derived) > 10 and all(r["local"] for r in clues)
     tokens = dict(zip(tv.node_ids, tv.token_ids))
     rows = {r["node_id"]: r for r in full.nodes.select(["node_id", "text", "provenance"]).to_pylist()}
     some = 0
     for node_id, ids in zip(table.column("node_id").to_pylist(), table.column("ids").to_pylist()):
+        if node_id not in derived:
+            continue
         row = rows[node_id]
         words = set(content_tokenizer().ids([row["text"] or ""])[0].tolist())
         have = set()
