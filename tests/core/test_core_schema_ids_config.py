@@ -24,6 +24,8 @@ def _value(field: pa.Field, i: int):
         return 0.5 + i
     if pa.types.is_timestamp(t):
         return dt.datetime(2023, 5, 8, 13, 56, tzinfo=dt.timezone.utc)
+    if pa.types.is_binary(t):  # vectors stored as their bytes
+        return np.linspace(0, 1, 8, dtype=np.float32).tobytes() + bytes([i])
     if pa.types.is_fixed_size_list(t):
         return list(np.linspace(0, 1, t.list_size, dtype=np.float32))
     if pa.types.is_list(t) and pa.types.is_integer(t.value_type):
