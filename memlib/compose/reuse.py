@@ -160,8 +160,8 @@ class Reused:
     """What :func:`pooled_reusing` returns."""
     vectors: np.ndarray                 # every node's vector
     copied: int                         # node vectors copied from the published build
-    refilled: int                       # moved nodes given their vector from their kept sums
-    fallbacks: dict[int, Fallback]      # per derived node row but clues
+    refilled: int                       # moved nodes and unchanged clues given their vector from their kept sums
+    fallbacks: dict[int, Fallback]      # per derived node row (clues before their merge included)
     sums: IdSums                        # the tenant's per-id sums, added turns included
 
 
