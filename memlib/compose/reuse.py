@@ -35,8 +35,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memlib import schema
-from memlib.compose.span_pool import Fallback, IdSums, SpanPooler, blob_views, fill_sums, is_clue, normalize_into
-from memlib.compose.vectors import TurnVectors, pooled_vectors
+from memlib.compose.span_pool import Fallback, IdSums, SpanPooler, fill_sums, is_clue, normalize_into
+from memlib.compose.vectors import TurnVectors, binary_views, list_views, pooled_vectors
 
 NODE_COLUMNS = ["node_id", "kind", "text", "provenance", "embedding"]
 
@@ -63,10 +63,10 @@ class PreviousTenant:
             if "inputs" in fallbacks.column_names:
                 hashed = fallbacks.filter(pc.is_valid(fallbacks.column("inputs")))
                 clues = dict(zip(hashed.column("node_id").to_pylist(), hashed.column("inputs").to_pylist()))
-            local = blob_views(fallbacks.column("local"), np.float32)
+            local = binary_views(fallbacks.column("local"), np.float32)
             known = {n: Fallback(i, c, v) for n, i, c, v in zip(fallbacks.column("node_id").to_pylist(),
-                                                                _lists(fallbacks.column("ids"), np.int32),
-                                                                _lists(fallbacks.column("counts"), np.int32), local)}
+                                                                list_views(fallbacks.column("ids")),
+                                                                list_views(fallbacks.column("counts")), local)}
         kept = IdSums.from_table(sums) if sums is not None and sums.num_rows else None
         return cls(nodes, similar.select(["src", "dst", "weight"]), known, kept, clues)
 
@@ -74,16 +74,6 @@ class PreviousTenant:
         """Per node id: its published :class:`Fallback`, or None when the published build did not list it."""
         known = self.fallbacks or {}
         return [known.get(n) for n in node_ids]
-
-
-def _lists(column: pa.ChunkedArray, dtype: type) -> list[np.ndarray]:
-    """Per row of a list column: its values as ``dtype`` (an empty array for a null)."""
-    out = []
-    for chunk in column.chunks:
-        offsets = chunk.offsets.to_numpy()
-        values = chunk.values.to_numpy(zero_copy_only=False).astype(dtype, copy=False)
-        out.extend(values[a:b] for a, b in zip(offsets[:-1], offsets[1:]))
-    return out
 
 
 def load_previous(store: str | Path, tenant: str, session_key: str) -> PreviousTenant | None:

@@ -22,7 +22,7 @@ import pyarrow as pa
 from scipy import sparse
 
 from memlib import schema
-from memlib.compose.vectors import TOKEN_DIM, TurnVectors, pooled_vectors
+from memlib.compose.vectors import TOKEN_DIM, TurnVectors, binary_views, pooled_vectors
 
 
 def span_pooled_vectors(nodes: pa.Table, tv: TurnVectors, tokenizer: Any) -> np.ndarray:
@@ -46,12 +46,11 @@ def span_pooled_with_fallbacks(nodes: pa.Table, tv: TurnVectors,
     (:meth:`SpanPooler.pool_into`), and the tenant's per-id sums (:class:`IdSums`)."""
     assert tv.token_ids is not None and tv.token_vectors is not None
     out = pooled_vectors(nodes, tv.node_ids, tv.vectors)
-    sums = IdSums.of(tv.token_ids, tv.token_vectors)
-    pooler = SpanPooler.of(nodes, tv, tokenizer, sums=sums)
+    pooler = SpanPooler.of(nodes, tv, tokenizer)
     if pooler is None:
-        return out, {}, sums
+        return out, {}, IdSums.of(tv.token_ids, tv.token_vectors)
     fallbacks = pooler.pool_into(out, np.arange(pooler.derived.size), is_clue(nodes, pooler.derived))
-    return out, dict(zip(pooler.derived.tolist(), fallbacks)), sums
+    return out, dict(zip(pooler.derived.tolist(), fallbacks)), pooler.sums
 
 
 def is_clue(nodes: pa.Table, rows: np.ndarray) -> np.ndarray:
@@ -96,10 +95,9 @@ class SpanPooler:
         tv = by_node_id(tv)
         vocab = 1 + max(max((int(t.max()) for t in tv.token_ids if t.size), default=0),
                         max((int(w.max()) for w in words if w.size), default=0))
-        if sums is None:
-            sums = IdSums.of(tv.token_ids, tv.token_vectors)
-        return cls(derived, words, nodes.column("provenance").take(take).to_pylist(), TokenRows.of(tv, vocab),
-                   {n: i for i, n in enumerate(tv.node_ids)}, sums)
+        token_rows = TokenRows.of(tv, vocab)
+        return cls(derived, words, nodes.column("provenance").take(take).to_pylist(), token_rows,
+                   {n: i for i, n in enumerate(tv.node_ids)}, sums if sums is not None else IdSums.of_rows(token_rows))
 
     def positions(self, which: np.ndarray) -> Positions:
         """The token positions of the derived nodes ``which`` (indices into ``derived``)."""
@@ -183,9 +181,20 @@ class IdSums:
             return cls.empty(dim)
         dim = next((int(v.shape[1]) for v in token_vectors if np.ndim(v) == 2), dim)
         flat = np.concatenate([np.asarray(t, dtype=np.int64) for t in token_ids])
-        ids, slots = np.unique(flat, return_inverse=True)
-        typed, table = pool_kernels.typed_rows(list(token_vectors), dim)
-        sums, counts = pool_kernels.id_sums(slots.astype(np.int64), typed, table, dim, ids.size)
+        return cls._summed(flat, pool_kernels.typed_rows(list(token_vectors), dim), dim)
+
+    @classmethod
+    def of_rows(cls, rows: TokenRows) -> IdSums:
+        """The sums over every row of ``rows``, read through the kernel arrays it already built."""
+        return cls._summed(rows.ids, rows._kernel_rows(), rows.dim)
+
+    @classmethod
+    def _summed(cls, flat_ids: np.ndarray, kernel_rows: tuple[Any, np.ndarray], dim: int) -> IdSums:
+        """``flat_ids``: the id of every token row of the turns of ``kernel_rows``, in their order."""
+        from memlib.compose import pool_kernels
+
+        ids, slots = np.unique(flat_ids, return_inverse=True)
+        sums, counts = pool_kernels.id_sums(slots.astype(np.int64), kernel_rows[0], kernel_rows[1], dim, ids.size)
         return cls(ids, counts, sums)
 
     @classmethod
@@ -234,25 +243,11 @@ class IdSums:
         if table.num_rows == 0:
             return cls.empty(dim)
         table = table.sort_by("id")
-        rows = blob_views(table.column("sum"), np.int64)
+        rows = binary_views(table.column("sum"), np.int64)
         if any(r is None for r in rows):
             raise ValueError("token_sums: a row without its sum")
         return cls(table.column("id").to_numpy().astype(np.int64), table.column("count").to_numpy().astype(np.int64),
                    np.stack(rows))
-
-
-def blob_views(column: pa.ChunkedArray, dtype: Any) -> list[np.ndarray | None]:
-    """Per row of a binary column: a read-only view of its bytes as ``dtype`` (no copy), None for
-    a null or empty value."""
-    out: list[np.ndarray | None] = []
-    for chunk in column.chunks:
-        _, offsets_buf, data_buf = chunk.buffers()
-        offsets = np.frombuffer(offsets_buf, dtype=np.int32)[chunk.offset:chunk.offset + len(chunk) + 1]
-        data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
-        valid = chunk.is_valid().to_numpy(zero_copy_only=False)
-        out.extend(data[a:b].view(dtype) if ok and b > a else None
-                   for a, b, ok in zip(offsets[:-1].tolist(), offsets[1:].tolist(), valid.tolist()))
-    return out
 
 
 def by_node_id(tv: TurnVectors) -> TurnVectors:

@@ -74,26 +74,37 @@ class TurnVectors:
         vectors = emb.values.to_numpy(zero_copy_only=False).reshape(-1, dim).astype(np.float32, copy=False)
         tok_ids = table.column("token_ids")
         if table.num_rows and tok_ids.null_count == 0:
-            ids = [part for chunk in tok_ids.chunks for part in _list_views(chunk)]
-            vecs = [part for chunk in table.column("token_vectors").chunks for part in _binary_views(chunk)]
+            ids = list_views(tok_ids)
+            vecs = [v.reshape(-1, TOKEN_DIM) for v in binary_views(table.column("token_vectors"), np.float16,
+                                                                   empty=True)]
             return cls(table.column("node_id").to_pylist(), vectors, ids, vecs)
         return cls(table.column("node_id").to_pylist(), vectors)
 
 
-def _list_views(chunk: pa.ListArray) -> list[np.ndarray]:
-    """Per row of a list<int32> chunk without nulls: a numpy view of its values (no copy)."""
-    offsets = chunk.offsets.to_numpy()
-    values = chunk.values.to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
-    return [values[a:b] for a, b in zip(offsets[:-1], offsets[1:])]
+def list_views(column: pa.ChunkedArray, dtype: Any = np.int32) -> list[np.ndarray]:
+    """Per row of a list column: a numpy view of its values as ``dtype`` (no copy when they have
+    that type; an empty array for a null)."""
+    out = []
+    for chunk in column.chunks:
+        offsets = chunk.offsets.to_numpy()
+        values = chunk.values.to_numpy(zero_copy_only=False).astype(dtype, copy=False)
+        out.extend(values[a:b] for a, b in zip(offsets[:-1], offsets[1:]))
+    return out
 
 
-def _binary_views(chunk: pa.BinaryArray) -> list[np.ndarray]:
-    """Per row of a binary chunk of float16 token vectors: a read-only (n, 384) view of its
-    bytes in the chunk's data buffer (no per-row Python bytes object, no copy)."""
-    _, offsets_buf, data_buf = chunk.buffers()
-    offsets = np.frombuffer(offsets_buf, dtype=np.int32)[chunk.offset:chunk.offset + len(chunk) + 1]
-    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
-    return [data[a:b].view(np.float16).reshape(-1, TOKEN_DIM) for a, b in zip(offsets[:-1], offsets[1:])]
+def binary_views(column: pa.ChunkedArray, dtype: Any, empty: bool = False) -> list[np.ndarray | None]:
+    """Per row of a binary column: a read-only view of its bytes as ``dtype`` in the chunk's data
+    buffer (no per-row Python bytes object, no copy); None for a null or empty value, unless
+    ``empty`` (then every row is a view, an empty one for either)."""
+    out: list[np.ndarray | None] = []
+    for chunk in column.chunks:
+        _, offsets_buf, data_buf = chunk.buffers()
+        offsets = np.frombuffer(offsets_buf, dtype=np.int32)[chunk.offset:chunk.offset + len(chunk) + 1]
+        data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+        valid = chunk.is_valid().to_numpy(zero_copy_only=False)
+        out.extend(data[a:b].view(dtype) if empty or (ok and b > a) else None
+                   for a, b, ok in zip(offsets[:-1].tolist(), offsets[1:].tolist(), valid.tolist()))
+    return out
 
 
 def auto_encoder_model(cfg: Any) -> str:
