@@ -18,7 +18,7 @@ import logging
 import shutil
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -170,9 +170,11 @@ def _shard_and_prepare(sources, fmt, cfg, writer, plan: Plan, forget: ForgetList
 
 def _build_tenants(writer: ResumableWriter, shards: list[TenantShard], cfg, recipe, plan: Plan, key: str,
                    target: RayTarget | None, progress: Progress, *, reuse: bool = True,
-                   stats: dict[str, Any] | None = None, prepared: Prepared | None = None) -> list[dict[str, Any]]:
+                   stats: dict[str, Any] | None = None, prepared: Prepared | None = None,
+                   tenant_done: Callable[[], None] = lambda: None) -> list[dict[str, Any]]:
     """The staged build of ``shards`` (session pass, then tenant stages); a tenant with no summary
-    afterwards failed (its block errored)."""
+    afterwards failed (its block errored). ``tenant_done`` is called as each tenant ends and once
+    after the last."""
     summaries = []
     if shards:
         assert target is not None, "shards to build need Ray"
@@ -181,6 +183,7 @@ def _build_tenants(writer: ResumableWriter, shards: list[TenantShard], cfg, reci
         for s in run_staged(shards, cfg, recipe, store=writer.path, build_key=key, total_cpus=target.cpus,
                             reuse=reuse, stats=stats, worker_env_inherited=target.worker_env_inherited,
                             prepared=prepared):
+            tenant_done()
             shard = next(x for x in shards if x.tenant_id == s["tenant_id"])
             if "error" in s:
                 plan.failed[s["tenant_id"]] = f"tenant build raised {s['error']}"
@@ -191,6 +194,7 @@ def _build_tenants(writer: ResumableWriter, shards: list[TenantShard], cfg, reci
                                               "summary": s})
             summaries.append(s)
             progress("tenant", s)
+    tenant_done()
     finished = {s["tenant_id"] for s in summaries}
     for shard in shards:
         if shard.tenant_id not in finished and shard.tenant_id not in plan.failed:
@@ -285,14 +289,21 @@ def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: st
             shards, to_build, quarantine, prepared = sharded.result()
     progress("plan", plan.to_json())
     session_stats: dict[str, Any] = {}
-    # Lance is first needed when the tenants are written: its restore (and lancedb's import) runs
-    # while the dataset does, and after Ray's processes are started (lancedb warns about forks)
+    # Lance is first needed when the tenants are written: its restore (and lancedb's import, 1.3-2.4
+    # CPU-s) runs while the tenant stages do, once the first tenant is done: not while the actors
+    # start and load their models, nor before Ray's processes are started (lancedb warns about forks)
     with ThreadPoolExecutor(1, thread_name_prefix="memlib-lance") as background:
-        lance_restored = background.submit(restore_published_lance, writer, base)
+        lance_restored: list[Future] = []
+
+        def restore_once() -> None:
+            if not lance_restored:
+                lance_restored.append(background.submit(restore_published_lance, writer, base))
+
         with timer.span(Phase.TENANTS):
             summaries = _build_tenants(writer, to_build, cfg, recipe, plan, key, target, progress,
-                                       reuse=not full, stats=session_stats, prepared=prepared)
-        lance_restored.result()
+                                       reuse=not full, stats=session_stats, prepared=prepared,
+                                       tenant_done=restore_once)
+        lance_restored[0].result()
     summaries += [{**m["summary"], "status": TenantStatus.RESUMED.value} for m in plan.resume.values()]
     done = {s["tenant_id"] for s in summaries}
     ok_shards = [s for s in shards if s.tenant_id in done]

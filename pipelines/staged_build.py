@@ -174,7 +174,9 @@ def build_dataset(plan: SessionPlan, shards: list[TenantShard], cfg: MemlibConfi
     items += [{"kind": RowKind.BLOCK.value, "item": block_item(p)} for p in plan.blocks]
     table = pa.Table.from_pylist([{**i, "turns": None, "vectors": None, "summary": None} for i in items],
                                  schema=ROW_SCHEMA)
-    ds = ray.data.from_arrow([table.slice(i, 1) for i in range(table.num_rows)])  # one row per block
+    # one row per block; from_blocks takes each block's metadata here (from_arrow runs a task per
+    # block for it, on workers that must first import ray.data: 2.1 s of a nightly run's start)
+    ds = ray.data.from_blocks([table.slice(i, 1) for i in range(table.num_rows)])
     env = {} if worker_env_inherited else {"runtime_env": RUNTIME_ENV}
     common = {"batch_size": 1, "batch_format": BATCH_FORMAT, **env}
     gpus = {"num_gpus": res.embed_gpus} if res.embed_gpus else {}
