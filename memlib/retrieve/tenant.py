@@ -35,8 +35,14 @@ class QueryEmbedder(Protocol):
 
 
 class CachedQueryEmbedder:
-    """Memoizes query vectors; :meth:`prime` embeds many queries in one batched call
-    (evaluation embeds all questions up front, so per-query latency measures retrieval)."""
+    """Memoizes query vectors; :meth:`prime` embeds many queries ahead of their searches
+    (evaluation embeds all questions up front, so per-query latency measures retrieval).
+
+    Every query is embedded on its own, as the service embeds the one query of a request: a
+    dynamically quantized encoder (the int8 MiniLM) quantizes each batch tensor as a whole, so in
+    a batch a query's vector would depend on its batch-mates, and an evaluation would score
+    vectors the service never computes (``gaama`` LoCoMo turn R@10 65.2 with batches of 32
+    against 66.0 one by one, docs/evaluation.md)."""
 
     def __init__(self, inner: QueryEmbedder, max_items: int = 100_000):
         self.inner = inner
@@ -45,15 +51,15 @@ class CachedQueryEmbedder:
         self._lock = threading.Lock()
 
     def prime(self, texts: Sequence[str]) -> float:
-        """Embed the not-yet-cached texts in one call; returns the seconds it took."""
+        """Embed the not-yet-cached texts, each on its own; returns the seconds it took."""
         import time
 
         todo = list(dict.fromkeys(t for t in texts if t not in self._cache))
         t0 = time.perf_counter()
-        if todo:
-            vecs = np.asarray(self.inner.embed_queries(todo), dtype=np.float32)
+        for text in todo:
+            vec = np.asarray(self.inner.embed_queries([text]), dtype=np.float32)[0]
             with self._lock:
-                self._cache.update(zip(todo, vecs))
+                self._cache[text] = vec
         return time.perf_counter() - t0
 
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray:

@@ -53,3 +53,45 @@ def test_bm25_finds_lexical_evidence(tiny_store, hash_embedder):
     metrics = run_eval(tiny_store, reader.table("questions"), ["bm25"], [5], MemlibConfig(),
                        dataset=Dataset.LOCOMO, embedder=hash_embedder)
     assert metrics["strategies"]["bm25"]["turn_recall@5"] == pytest.approx(1.0)
+
+
+QUERIES = ["Who adopted a dog?", "pottery",
+           "When did Caroline go to the LGBTQ support group and what did she learn about herself there?",
+           "What is Melanie's favourite book and why does she keep rereading it every summer at the lake?"]
+
+
+def test_questions_are_embedded_one_per_call():
+    """Evaluation embeds its questions up front, one per call, as the service embeds the one
+    query of a request (memlib.retrieve.tenant.CachedQueryEmbedder.prime)."""
+    import numpy as np
+
+    from memlib.retrieve.tenant import CachedQueryEmbedder
+
+    calls: list[list[str]] = []
+
+    class Recording:
+        def embed_queries(self, texts):
+            calls.append(list(texts))
+            return np.ones((len(texts), 4), dtype=np.float32)
+
+    cached = CachedQueryEmbedder(Recording())
+    cached.prime(QUERIES + QUERIES[:2])
+    assert calls == [[q] for q in QUERIES]  # each distinct question once, alone
+    cached.embed_queries(QUERIES)
+    assert len(calls) == len(QUERIES)  # cached
+
+
+def test_eval_query_vectors_are_the_services():
+    """With the default int8 encoder a batch changes a query's vector (activations are quantized
+    per batch tensor: up to 0.026 in a coordinate for these four); eval's vectors must be the ones
+    a service request computes."""
+    import numpy as np
+
+    from memlib.embed import get_embedder
+    from memlib.retrieve.tenant import CachedQueryEmbedder
+
+    embedder = get_embedder(MemlibConfig().embed)
+    cached = CachedQueryEmbedder(embedder)
+    cached.prime(QUERIES)
+    for q in QUERIES:
+        assert np.array_equal(cached.embed_queries([q])[0], embedder.embed_queries([q])[0]), q
