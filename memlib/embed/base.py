@@ -53,6 +53,9 @@ class Embedder(ABC):
 
     name: str
     dim: int
+    # how many one-query calls a caller may run at once: 1 for a local encoder (its threads are
+    # the machine's), more for a remote endpoint that serves requests in parallel
+    query_concurrency: int = 1
 
     def __init__(self, batch_size: int = 64) -> None:
         if batch_size < 1:

@@ -15,6 +15,7 @@ NO_KEY = "not-needed"
 
 class OpenAIEmbedder(Embedder):
     name = "openai"
+    query_concurrency = 8  # evaluation embeds each question in a request of its own, 8 in flight
 
     def __init__(self, base_url: str | None, api_key: str | None, model: str, dim: int,
                  batch_size: int = 64, query_prefix: str = "", passage_prefix: str = "",

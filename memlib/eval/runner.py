@@ -36,11 +36,18 @@ class LazyEmbedder:
         self._inner: QueryEmbedder | None = None
 
     def embed_queries(self, texts: Sequence[str]):
+        return self._embedder().embed_queries(texts)
+
+    @property
+    def query_concurrency(self) -> int:
+        return int(getattr(self._embedder(), "query_concurrency", 1))
+
+    def _embedder(self) -> QueryEmbedder:
         if self._inner is None:
             from memlib.embed import get_embedder
 
             self._inner = get_embedder(self.cfg.embed)
-        return self._inner.embed_queries(texts)
+        return self._inner
 
 
 def default_embedder(cfg: MemlibConfig) -> QueryEmbedder:

@@ -56,11 +56,20 @@ class CachedQueryEmbedder:
 
         todo = list(dict.fromkeys(t for t in texts if t not in self._cache))
         t0 = time.perf_counter()
-        for text in todo:
-            vec = np.asarray(self.inner.embed_queries([text]), dtype=np.float32)[0]
-            with self._lock:
-                self._cache[text] = vec
+        workers = min(len(todo), max(1, int(getattr(self.inner, "query_concurrency", 1)))) if len(todo) > 1 else 1
+        if workers > 1:  # a remote endpoint: one request per query, several in flight
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(workers, thread_name_prefix="memlib-query") as pool:
+                vecs = list(pool.map(self._one, todo))
+        else:
+            vecs = [self._one(text) for text in todo]
+        with self._lock:
+            self._cache.update(zip(todo, vecs))
         return time.perf_counter() - t0
+
+    def _one(self, text: str) -> np.ndarray:
+        return np.asarray(self.inner.embed_queries([text]), dtype=np.float32)[0]
 
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
         self.prime(texts)

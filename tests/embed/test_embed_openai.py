@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
@@ -25,6 +26,9 @@ def fake_vector(text: str, dim: int = SERVER_DIM) -> list[float]:
 class _Handler(BaseHTTPRequestHandler):
     requests: list[dict] = []
     protocol_version = "HTTP/1.1"
+    in_flight = 0
+    most_in_flight = 0
+    lock = threading.Lock()
 
     def log_message(self, *args):
         pass
@@ -32,6 +36,19 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         type(self).requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
+        cls = type(self)
+        with cls.lock:
+            cls.in_flight += 1
+            cls.most_in_flight = max(cls.most_in_flight, cls.in_flight)
+        try:
+            if body.get("model") == "slow-embed":  # long enough for requests to overlap
+                time.sleep(0.05)
+            self._answer(body)
+        finally:
+            with cls.lock:
+                cls.in_flight -= 1
+
+    def _answer(self, body: dict) -> None:
         if self.path != "/v1/embeddings":
             return self._send(404, {"error": {"message": "not found"}})
         inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
@@ -111,3 +128,22 @@ def test_embed_openai_needs_base_url():
 def test_embed_config_masks_api_key():
     cfg = EmbedConfig(backend="openai", api_key=SECRET)
     assert SECRET not in repr(cfg) and SECRET not in json.dumps(cfg.model_dump(mode="json"))
+
+
+def test_eval_embeds_each_question_alone_several_in_flight(server_url):
+    """Evaluation primes its questions one per request, as the service embeds a request's query;
+    against a remote endpoint several requests are in flight (``query_concurrency``)."""
+    from memlib.retrieve.tenant import CachedQueryEmbedder
+
+    _Handler.requests.clear()
+    _Handler.most_in_flight = 0
+    embedder = get_embedder(_cfg(server_url, model="slow-embed", batch_size=64))
+    assert embedder.query_concurrency > 1
+    questions = [f"question {i}?" for i in range(12)]
+    cached = CachedQueryEmbedder(embedder)
+    cached.prime(questions)
+    assert sorted(r["body"]["input"] for r in _Handler.requests) == sorted([["query: " + q] for q in questions])
+    assert 1 < _Handler.most_in_flight <= embedder.query_concurrency
+    for q in questions:
+        np.testing.assert_array_equal(cached.embed_queries([q])[0], embedder.embed_queries([q])[0])
+
