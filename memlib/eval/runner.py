@@ -140,9 +140,9 @@ def evaluate(store: str | Path, questions: QuestionSet | pa.Table | pl.DataFrame
         "n_adversarial": qset.group(Group.ADVERSARIAL).height, **qset.counts(),
         "query_embedding_ms_per_query": 1000.0 * embed_s / max(qs.height, 1),
         "latency_note": "in-process search time per query on a warm tenant; query vectors are embedded "
-                        "beforehand, each on its own as the service does (query_embedding_ms_per_query), and not "
-                        "included; the first "
-                        "query of each tenant (index loads, per-tenant caches) is timed apart as warmup_ms",
+                        "beforehand, each on its own as the service does (query_embedding_ms_per_query), and "
+                        "not included; the first query of each tenant (index loads, per-tenant caches) is "
+                        "timed apart as warmup_ms",
         "strategies": {n: strategy_metrics(per_question.filter(pl.col("strategy") == n)) for n in names},
     }
     return EvalRun(metrics, per_question)

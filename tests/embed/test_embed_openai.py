@@ -35,8 +35,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        type(self).requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
         cls = type(self)
+        cls.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
         with cls.lock:
             cls.in_flight += 1
             cls.most_in_flight = max(cls.most_in_flight, cls.in_flight)
