@@ -66,6 +66,19 @@ def test_rrf_orders_by_fused_rank():
     assert fused[1][1] == pytest.approx(2 / 62) and fused[2][1] == pytest.approx(1 / 61)
 
 
+def test_hybrid_fusion_keeps_a_turn_one_ranker_puts_first():
+    # hybrid's cross-validated constant (docs/evaluation.md): a turn only BM25 finds, at rank 1,
+    # stays above one both rankers put 10th; with Cormack's 60 it fell below it.
+    from memlib.retrieve.baselines import Hybrid
+
+    lex = [("only-lex", 9.0)] + [(f"l{i}", 8.0 - i / 10) for i in range(8)] + [("both", 1.0)]
+    vec = [(f"v{i}", 0.9 - i / 100) for i in range(9)] + [("both", 0.5)]
+    fused = kernels.rrf([lex, vec], k=int(Hybrid.defaults["rrf_k"]))
+    order = [n for n, _ in fused]
+    assert order.index("only-lex") < order.index("both")
+    assert [n for n, _ in kernels.rrf([lex, vec], k=60)].index("both") == 0
+
+
 def test_pack_context_respects_word_budget(cache):
     idx = cache.get(TENANT)
     nodes = get_strategy("dense").search(idx, "violin Berlin", 6)
