@@ -120,6 +120,20 @@ def input_sources(path: Path, fmt: str) -> list[Path]:
     return [path]
 
 
+def space_change(base: dict[str, Any] | None, cfg: MemlibConfig, out: str | Path) -> str | None:
+    """How this run's vector space differs from the published store's (None: it does not, or
+    nothing is published). Vectors of two models cannot share a store: a nightly run refuses the
+    change (its unchanged tenants would keep the old space); a full build makes it, whole."""
+    from memlib.embed.registry import built_space
+
+    old = built_space(base)
+    new = built_space({"config": {"embed": cfg.embed.model_dump(mode="json")}})
+    if old is None or old == new:
+        return None
+    return (f"{out} was built with {', '.join(f'embed.{k}={v!r}' for k, v in old.items())}; this run's config "
+            f"gives {', '.join(f'embed.{k}={v!r}' for k, v in (new or {}).items())}")
+
+
 def restore_published_lance(writer: StoreWriter, base: dict[str, Any] | None) -> None:
     """Make the newest Lance version equal the published one (after a rollback or a crashed build)."""
     writer.restore_published(base)
@@ -266,6 +280,7 @@ def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: st
     pl.thread_pool_size()  # polars sizes its pool now: Ray's start sets POLARS_MAX_THREADS=1 for a moment
     timer, wall = WallTimer(), time.perf_counter()
     base = read_manifest(out)
+    new_space = space_change(base, cfg, out)
     forget = ForgetList.load(delete, (base or {}).get("forgotten"))
     writer = ResumableWriter(out, dim=cfg.embed.dim)
     key = build_key(cfg, recipe)
@@ -277,6 +292,11 @@ def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: st
                          {} if full else writer.done_markers(), read.failed)
         settle_missing(plan, base, forget.tenants, complete=full or cfg.nightly.input_is_complete,
                        max_share=cfg.nightly.max_removed_share)
+        if new_space and plan.carry:  # every tenant of the input is rebuilt (new build key); these would not be
+            raise StoreError(f"{new_space}; {len(plan.carry)} published tenant(s) missing from the input "
+                             f"({', '.join(plan.carry[:5])}) would keep the old model's vectors, and a store cannot "
+                             f"mix the vectors of two models. Rebuild the store whole (`memlib build` without "
+                             f"--incremental), or run with the store's embed settings")
         # Ray starts (seconds of its processes coming up) while the input is sharded and the
         # pending sessions are packed into blocks; a run with nothing to build never starts it
         with ThreadPoolExecutor(1, thread_name_prefix="memlib-shard") as reader:
@@ -297,7 +317,8 @@ def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: st
 
         def restore_once() -> None:
             if not lance_restored:
-                lance_restored.append(background.submit(restore_published_lance, writer, base))
+                lance_restored.append(background.submit(writer.start_new_space) if new_space else
+                                      background.submit(restore_published_lance, writer, base))
 
         with timer.span(Phase.TENANTS):
             summaries = _build_tenants(writer, to_build, cfg, recipe, plan, key, target, progress,
@@ -308,6 +329,11 @@ def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: st
     done = {s["tenant_id"] for s in summaries}
     ok_shards = [s for s in shards if s.tenant_id in done]
     prev = (base or {}).get("tenants", {})
+    lost = sorted(t for t in plan.failed if t in prev)
+    if new_space and lost:  # their published rows are in the old space: they cannot be carried into the new one
+        raise StoreError(f"{new_space}, and {len(lost)} published tenant(s) failed to build ({', '.join(lost[:5])}): "
+                         f"a store changes its vector space only whole, so nothing was published "
+                         f"(the published version is unchanged). Their errors: {_reasons(plan, lost)}")
     _drop_partitions(writer, list(plan.failed))
     for tenant in plan.carry + [t for t in plan.failed if t in prev]:
         writer.carry_over(tenant)
@@ -318,7 +344,8 @@ def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: st
         drop_staging(writer, ok_shards)
         shutil.rmtree(writer.version_dir / DONE_DIR, ignore_errors=True)
     with timer.span(Phase.INDEX):
-        writer.index_nodes(incremental=not full and base is not None, merge_rows=cfg.io.index_merge_rows,
+        writer.index_nodes(incremental=not full and base is not None and not new_space,
+                           merge_rows=cfg.io.index_merge_rows,
                            vector_index=cfg.io.vector_index)
     timings = {**timer.rounded(), "total": round(time.perf_counter() - wall, 3)}
     carried = [_carried_summary(t, prev[t]) for t in plan.carry]
@@ -332,6 +359,10 @@ def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: st
     published = writer.publish(manifest)
     progress("published", {"version": published["version"], "store": str(out), **plan.to_json()})
     return published
+
+
+def _reasons(plan: Plan, tenants: list[str]) -> str:
+    return "; ".join(f"{t}: {plan.failed[t]}" for t in tenants[:3])
 
 
 def _drop_partitions(writer: StoreWriter, tenants: list[str]) -> None:

@@ -195,7 +195,7 @@ def paired_latency(hay_store: Path, alone_store: Path, hay_tenant: str, alone_te
     from memlib.retrieve.registry import get_strategy
     from memlib.retrieve.tenant import CachedQueryEmbedder, TenantCache
 
-    qemb = CachedQueryEmbedder(default_embedder(cfg))
+    qemb = CachedQueryEmbedder(default_embedder(cfg, hay_store))  # both stores built with one config
     qemb.prime(queries)
     strat = get_strategy(strategy, cfg)
     indexes = {"hay": TenantCache(hay_store, embedder=qemb).get(hay_tenant),

@@ -63,7 +63,7 @@ def register(app: typer.Typer) -> None:
         except StoreError as exc:
             fail(str(exc))
         typer.echo(format_summary(reader.manifest))
-        embedder = default_embedder(cfg)
+        embedder = default_embedder(cfg, store)
         q = sample_question(pl.from_arrow(reader.table("questions")))
         if q is not None:
             typer.echo(f"\nsample question ({q['tenant_id']}): {q['question']}  [evidence {', '.join(q['evidence'])}]")

@@ -40,6 +40,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run strategies in-process over the questions; write metrics.json, per_question.parquet,
         report.md and plots; print the overall table."""
+        from memlib.embed.base import EmbedError
         from memlib.eval.questions import Dataset, read_questions
         from memlib.eval.report import format_table, lme_table
         from memlib.eval.runner import evaluate
@@ -58,7 +59,7 @@ def register(app: typer.Typer) -> None:
             questions = read_questions(input_path, dataset, cfg) if input_path else reader.table("questions")
             run = evaluate(store, questions, strategies, ks, cfg, dataset=dataset,
                            progress=_progress if out is not None else None)
-        except (StoreError, RetrievalError, InputError, FileNotFoundError) as exc:
+        except (StoreError, RetrievalError, InputError, FileNotFoundError, EmbedError) as exc:
             fail(str(exc))
             return
         out_dir = out or Path("eval_out")

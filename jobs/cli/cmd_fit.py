@@ -25,6 +25,7 @@ def register(app: typer.Typer) -> None:
         """Fit softmax(CMI/T) weights per question type and write them as JSON."""
         import polars as pl
 
+        from memlib.embed.base import EmbedError
         from memlib.eval.questions import Dataset, read_questions
         from memlib.eval.runner import default_embedder
         from memlib.retrieve import cmi
@@ -35,9 +36,9 @@ def register(app: typer.Typer) -> None:
         names = [t.strip() for t in tenants.split(",") if t.strip()]
         try:
             questions = pl.from_arrow(read_questions(input_path, Dataset(fmt), cfg))
-            cache = TenantCache(store, embedder=default_embedder(cfg))
+            cache = TenantCache(store, embedder=default_embedder(cfg, store))
             data = fit_store(cache, questions, names, temperature)
-        except (ValueError, KeyError, FileNotFoundError) as exc:
+        except (ValueError, KeyError, FileNotFoundError, EmbedError) as exc:
             fail(str(exc))
             return
         path = write_fitted(data, out or cmi.FITTED_PATH)

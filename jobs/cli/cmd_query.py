@@ -35,6 +35,7 @@ def register(app: typer.Typer) -> None:
         overrides: SetOpt = None,
     ) -> None:
         """Print the ranked turns (turn id, session, time) and the packed context for a question."""
+        from memlib.embed.base import EmbedError
         from memlib.eval.runner import default_embedder
         from memlib.io.store import StoreError
         from memlib.retrieve.base import RetrievalError
@@ -46,9 +47,9 @@ def register(app: typer.Typer) -> None:
         name = cfg.retrieve.default_strategy if strategy is None else strategy
         try:
             strat = get_strategy(name, cfg)
-            index = TenantCache(store, embedder=default_embedder(cfg), max_tenants=1).get(tenant)
+            index = TenantCache(store, embedder=default_embedder(cfg, store), max_tenants=1).get(tenant)
             res = run_search(index, strat, question, k or cfg.retrieve.k)
-        except (StoreError, RetrievalError, KeyError) as exc:
+        except (StoreError, RetrievalError, KeyError, EmbedError) as exc:
             fail(str(exc))
             return
         except (OSError, ValueError) as exc:  # a corrupt file of this tenant (pyarrow, graph-tool)

@@ -41,6 +41,13 @@ def serve_cmd(
     if manifest is None:
         fail(f"{store} is not a memlib store (no manifest.json); run `memlib build` first")
     cfg = get_config(config, overrides)
+    from memlib.embed.base import EmbedError
+    from memlib.embed.registry import store_embed_config
+
+    try:  # the queries are embedded as the store's nodes were: a contradicting config stops here
+        store_embed_config(cfg.embed, manifest, str(store))
+    except EmbedError as exc:
+        fail(str(exc))
     if cfg.serve.auth_enabled and not (cfg.serve.admin_token_hash or cfg.serve.tenant_token_hashes):
         typer.secho("warning: auth is enabled but no token hashes are configured: every request gets 401. "
                     "Set serve.admin_token_hash (see `memlib serve hash-token`).", fg=typer.colors.YELLOW, err=True)

@@ -34,6 +34,7 @@ def register(app: typer.Typer) -> None:
         """Choose the strategy's parameters by cross-validation (a tenant is never scored by a
         configuration chosen on its own questions); print the per-fold choices and the
         cross-validated figures; write tune.json and tune.md."""
+        from memlib.embed.base import EmbedError
         from memlib.eval import crossval, tune, tune_report
         from memlib.eval.questions import Dataset
         from memlib.io.errors import InputError
@@ -54,7 +55,7 @@ def register(app: typer.Typer) -> None:
                 frames = tune.per_question(d, strategy, configs, cfg, cache or out / "cache", _progress)
                 scored.append(crossval.Scored(d.name, goals.get(d.dataset, tune.DEFAULT_OBJECTIVE.get(
                     d.dataset, ("turn_recall@10",))), frames))
-        except (ValueError, StoreError, RetrievalError, InputError, FileNotFoundError) as exc:
+        except (ValueError, StoreError, RetrievalError, InputError, FileNotFoundError, EmbedError) as exc:
             fail(str(exc))
             return
         fold_results, pooled = crossval.cross_validate(scored, folds)

@@ -29,10 +29,18 @@ class EvalRun:
 
 
 class LazyEmbedder:
-    """Builds the configured query embedder on first use (lexical-only runs never load a model)."""
+    """Builds the query embedder on first use (lexical-only runs never load a model). With a
+    ``store``, the embedder is the one the store was built with (its vector space; runtime
+    settings from ``cfg``): decided now, so a config that contradicts the store fails before any
+    question is scored (:func:`memlib.embed.registry.store_embed_config`)."""
 
-    def __init__(self, cfg: MemlibConfig):
+    def __init__(self, cfg: MemlibConfig, store: str | Path | None = None):
+        from memlib.embed.registry import store_embed_config
+        from memlib.io.store import read_manifest
+
         self.cfg = cfg
+        self.embed_cfg = (cfg.embed if store is None
+                          else store_embed_config(cfg.embed, read_manifest(store), store=str(store)))
         self._inner: QueryEmbedder | None = None
 
     def embed_queries(self, texts: Sequence[str]):
@@ -46,12 +54,13 @@ class LazyEmbedder:
         if self._inner is None:
             from memlib.embed import get_embedder
 
-            self._inner = get_embedder(self.cfg.embed)
+            self._inner = get_embedder(self.embed_cfg)
         return self._inner
 
 
-def default_embedder(cfg: MemlibConfig) -> QueryEmbedder:
-    return LazyEmbedder(cfg)
+def default_embedder(cfg: MemlibConfig, store: str | Path | None = None) -> QueryEmbedder:
+    """The query embedder for ``store`` (the one its nodes were embedded with), built on first use."""
+    return LazyEmbedder(cfg, store)
 
 
 def uses_query_vector(name: str) -> bool:
@@ -125,7 +134,7 @@ def evaluate(store: str | Path, questions: QuestionSet | pa.Table | pl.DataFrame
     """Every strategy over every selected question; per-question rows and aggregated metrics."""
     names = parse_strategies(strategies)
     ks = sorted(set(int(k) for k in ks))
-    qemb = CachedQueryEmbedder(embedder if embedder is not None else default_embedder(cfg))
+    qemb = CachedQueryEmbedder(embedder if embedder is not None else default_embedder(cfg, store))
     cache = TenantCache(Path(store), embedder=qemb, max_tenants=EVAL_CACHE_TENANTS)
     qset = questions if isinstance(questions, QuestionSet) else select_questions(questions, cache.reader, dataset)
     qs = qset.frame.sort(["tenant_id", "question_id"])  # tenant-contiguous: one index load each

@@ -115,7 +115,7 @@ def config_key(strategy: str, params: dict[str, Any]) -> str:
 def per_question(data: TuneData, strategy: str, configs: list[dict[str, Any]], cfg: MemlibConfig,
                  cache_dir: Path | None, progress=None) -> list[pl.DataFrame]:
     """Per-question metrics of every configuration on ``data`` (cached), in grid order."""
-    cache = TenantCache(data.store, embedder=CachedQueryEmbedder(_embedder(cfg)), max_tenants=4)
+    cache = TenantCache(data.store, embedder=CachedQueryEmbedder(_embedder(cfg, data.store)), max_tenants=4)
     base = dict(cfg.retrieve.params.get(strategy, {}))  # --set overrides are part of each configuration
     paths = [_cache_path(cache_dir, data, cache.version, strategy, {**base, **c}) for c in configs]
     todo = [i for i, p in enumerate(paths) if p is None or not p.exists()]
@@ -147,10 +147,10 @@ def _slim(frame: pl.DataFrame) -> pl.DataFrame:
                         *M.metric_columns(frame))
 
 
-def _embedder(cfg: MemlibConfig):
+def _embedder(cfg: MemlibConfig, store: Path):
     from memlib.eval.runner import default_embedder
 
-    return default_embedder(cfg)
+    return default_embedder(cfg, store)
 
 
 def _with_params(cfg: MemlibConfig, strategy: str, params: dict[str, Any]) -> MemlibConfig:

@@ -352,6 +352,14 @@ class StoreWriter:
         """Manifest key -> open lancedb table, for every Lance table of the store."""
         return {"lance_version": self.open_nodes(), "lance_turn_text_version": self.open_turn_text()}
 
+    def start_new_space(self) -> None:
+        """Empty the Lance tables with this writer's schema (a new Lance version each): for a full
+        build in another vector space, whose vectors cannot join the published ones. The published
+        versions stay readable, and a rollback restores them."""
+        db = _connect(self.path)
+        db.create_table(NODES_TABLE, schema=schema.nodes_schema(self.dim), mode="overwrite")
+        db.create_table(TURN_TEXT_TABLE, schema=TURN_TEXT_SCHEMA, mode="overwrite")
+
     def restore_published(self, manifest: dict[str, Any] | None) -> None:
         """Make the newest Lance versions equal the published ones (after a rollback or a
         crashed, unpublished build)."""

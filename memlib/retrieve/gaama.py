@@ -9,7 +9,8 @@
 4. Per-type budgets (facts 60, reflections 20, episodes 80) keep the best of each kind; the
    ranked list interleaves them by score. :func:`gaama_context` packs them in GAAMA's order
    (facts, reflections, then episodes in time order) within ``word_budget`` words.
-Without a tenant graph the ranking is the kNN pool itself (sim only).
+Without a tenant graph, or without a seed of positive similarity, the ranking is the kNN pool
+itself (sim only).
 """
 from __future__ import annotations
 
@@ -48,9 +49,10 @@ class Gaama(StrategyBase):
         budget = sum(int(p[b]) for b in BUDGET_KINDS.values())
         pool = kernels.knn(tenant, qvec, int(p["pool_factor"]) * budget, p["kinds"])
         view = graph_view(tenant, self.graph_cfg)
-        if view is None or not pool:
-            return kernels.make_nodes(tenant, pool[:k], score_name="sim")
         seeds = {nid: max(s, 0.0) ** 2 for nid, s in pool[:int(p["seeds"])]}
+        if view is None or not any(w > 0.0 for w in seeds.values()):
+            # no graph, or no seed with a positive weight (an empty query's zero vector): the kNN pool
+            return kernels.make_nodes(tenant, pool[:k], score_name="sim")
         sub = subgraph(view.graph, seeds, int(p["depth"]), int(p["max_nodes"]))
         ppr = view.gaama_ppr(seeds, sub)
         sims = np.clip(view.sims(qvec)[sub.parent_index], 0.0, None)

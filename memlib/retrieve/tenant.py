@@ -265,13 +265,16 @@ class TenantCache:
     def tenants(self) -> list[str]:
         return self.reader.tenants()
 
-    def refresh(self) -> bool:
-        """Switch to the currently published version; True when it changed."""
+    def refresh(self, embedder: QueryEmbedder | None = None) -> bool:
+        """Switch to the currently published version; True when it changed. ``embedder``: the
+        query embedder of that version, swapped in with it (a version built in another vector space)."""
         manifest = read_manifest(self.store)
         if manifest is None or (self._reader is not None and manifest["version"] == self._reader.version):
             return False
         with self._lock:
             self._reader = StoreReader(self.store, manifest)
+            if embedder is not None:
+                self.embedder = embedder
             self._items.clear()
         return True
 

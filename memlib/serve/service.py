@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 
 from memlib.config import MemlibConfig
+from memlib.embed.registry import built_space
+from memlib.io.store import read_manifest
 from memlib.retrieve.base import Strategy
 from memlib.retrieve.kernels import run_search
 from memlib.retrieve.registry import get_strategy, list_strategies
@@ -39,18 +41,25 @@ log = logging.getLogger("memlib.serve")
 FILES_UNREADABLE = "files unreadable"
 
 
-def load_embedder(cfg: MemlibConfig) -> QueryEmbedder:
+def load_embedder(cfg: MemlibConfig, manifest: dict | None = None, store: str = "the store") -> QueryEmbedder:
+    """The query embedder for a store version: the model its nodes were embedded with
+    (:func:`memlib.embed.registry.store_embed_config`), run with ``cfg``'s runtime settings."""
     from memlib.embed import get_embedder
+    from memlib.embed.registry import store_embed_config
 
-    return get_embedder(cfg.embed)
+    return get_embedder(store_embed_config(cfg.embed, manifest, store))
 
 
 class SearchService:
     def __init__(self, store: str | Path, cfg: MemlibConfig, embedder: QueryEmbedder | None = None):
         self.cfg = cfg
         self.auth = Authorizer.from_config(cfg.serve)
-        self.cache = TenantCache(Path(store), embedder=embedder if embedder is not None else load_embedder(cfg),
-                                 max_tenants=cfg.serve.cache_tenants)
+        manifest = read_manifest(store)
+        self.space = built_space(manifest)  # the vector space the loaded embedder serves
+        self.own_embedder = embedder is None
+        if embedder is None:
+            embedder = load_embedder(cfg, manifest, str(store))
+        self.cache = TenantCache(Path(store), embedder=embedder, max_tenants=cfg.serve.cache_tenants)
         self.strategy_names = list_strategies()
         self.limits = Limits(max_body_bytes=cfg.serve.max_body_bytes, max_k=cfg.serve.max_k,
                              default_k=min(cfg.retrieve.k, cfg.serve.max_k),
@@ -109,7 +118,23 @@ class SearchService:
         self.poller.stop()
 
     def refresh(self) -> bool:
-        changed = self.cache.refresh()
+        """Serve the newly published version, if any. A version built in another vector space
+        (a rebuild with another embedder) is served only once its query embedder is loaded; if
+        that fails (a contradicting config, a model that cannot load) the service keeps the
+        version it has and logs why."""
+        manifest = read_manifest(self.cache.store)
+        if (self.own_embedder and manifest is not None and manifest.get("version") != self.cache.version
+                and built_space(manifest) != self.space):
+            try:
+                embedder = load_embedder(self.cfg, manifest, str(self.cache.store))
+            except Exception as exc:  # noqa: BLE001 - keep serving the loaded version
+                log.error("not switching to store version %s: %s", manifest.get("version"), exc)
+                return False
+            changed = self.cache.refresh(embedder=embedder)
+            if changed:
+                self.space = built_space(manifest)
+        else:
+            changed = self.cache.refresh()
         if changed:
             self.broken = {}
             self.metrics.reloads.inc()

@@ -118,7 +118,7 @@ def test_jobs_scale_paired_latency_interleaves_blocks(monkeypatch):
     monkeypatch.setattr(tenant, "TenantCache", Cache)
     monkeypatch.setattr(kernels, "run_search", search)
     monkeypatch.setattr(registry, "get_strategy", lambda name, cfg: name)
-    monkeypatch.setattr(runner, "default_embedder", lambda cfg: Embedder())
+    monkeypatch.setattr(runner, "default_embedder", lambda cfg, store=None: Embedder())
     qs = [f"q{i}" for i in range(25)]
     out = bench_scale.paired_latency(Path("h"), Path("a"), "big", "small", "auto", None, qs, block=10)
     assert calls[:2] == [("big", "q0"), ("small", "q0")]  # warm-up

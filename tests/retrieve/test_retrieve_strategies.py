@@ -42,6 +42,15 @@ def test_strategy_provenance(cache, name):
         assert res.context.startswith("[")
 
 
+@pytest.mark.parametrize("name", ["bm25", "dense", "hybrid", *STRATEGIES])
+def test_a_query_without_words_is_answered(cache, name):
+    # an empty query embeds to a zero vector: gaama had no PPR seed of positive weight and raised
+    index = cache.get(cache.tenants()[0])
+    for query in ("", "!!!"):
+        res = run_search(index, get_strategy(name, retrieve_config()), query, 5)
+        assert all(t in index.turns for node in res.nodes for t in node.provenance)
+
+
 def test_auto_ranks_exact_turn_first(cache):
     strategy = get_strategy("auto", retrieve_config())
     for tenant in cache.tenants():

@@ -1,0 +1,92 @@
+"""Queries are embedded by the model that embedded the store's nodes, whatever the config's
+default: eval, query, serve (and a served store rebuilt with another embedder)."""
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from jobs.cli import app
+from memlib.config import MemlibConfig, load_config
+from memlib.embed import get_embedder
+from memlib.embed.base import EmbedError
+from memlib.embed.registry import built_space, store_embed_config
+from memlib.eval.runner import default_embedder, evaluate
+from memlib.io.store import StoreReader, read_manifest
+from tests.retrieve.conftest import SAMPLE, retrieve_config
+
+pytestmark = pytest.mark.ray
+
+
+def test_store_records_its_vector_space(sample_store):
+    assert built_space(read_manifest(sample_store)) == {"backend": "wordllama", "dim": 256}
+    assert built_space({"config": {}}) is None and built_space(None) is None
+    # an openai store's space includes its model and prefixes; the runtime endpoint is not part of it
+    space = built_space({"config": {"embed": {"backend": "openai", "model": "m1", "dim": 8, "query_prefix": "q: ",
+                                              "passage_prefix": "p: ", "base_url": "http://old:1/v1"}}})
+    assert space == {"backend": "openai", "model": "m1", "dim": 8, "query_prefix": "q: ", "passage_prefix": "p: "}
+
+
+def test_default_config_queries_a_store_with_the_stores_model(sample_store):
+    cfg = MemlibConfig()  # default backend minilm-tokens, 384-d; the store is wordllama, 256-d
+    emb = default_embedder(cfg, sample_store)
+    assert (emb.embed_cfg.backend, emb.embed_cfg.dim) == ("wordllama", 256)
+    assert emb.embed_cfg.threads == cfg.embed.threads  # runtime settings stay the config's
+    questions = StoreReader(sample_store).table("questions")
+    got = evaluate(sample_store, questions, ["dense"], [5, 10], cfg)
+    ref = evaluate(sample_store, questions, ["dense"], [5, 10], retrieve_config())
+    assert got.metrics["strategies"]["dense"]["turn_recall@10"] == ref.metrics["strategies"]["dense"]["turn_recall@10"]
+    assert got.per_question["ranked_turn_ids"].to_list() == ref.per_question["ranked_turn_ids"].to_list()
+
+
+def test_a_config_contradicting_the_store_is_an_error(sample_store):
+    cfg = load_config(None, ["embed.backend=minilm"])
+    with pytest.raises(EmbedError, match=r"built with embed.backend='wordllama'.*config sets embed.backend='minilm'"):
+        default_embedder(cfg, sample_store)
+    # the same setting as the store's is fine, and a runtime setting never clashes
+    assert store_embed_config(load_config(None, ["embed.backend=wordllama", "embed.threads=1"]).embed,
+                              read_manifest(sample_store)).threads == 1
+    res = CliRunner().invoke(app, ["query", "where did Maya move?", "--store", str(sample_store), "--tenant", "maya",
+                                   "--strategy", "dense", "--set", "embed.backend=minilm"])
+    assert res.exit_code != 0 and "built with embed.backend='wordllama'" in res.output
+
+
+def test_serve_follows_a_rebuild_in_another_vector_space(sample_store, tmp_path):
+    from memlib.serve.service import SearchService
+
+    store = tmp_path / "store"
+    shutil.copytree(sample_store, store)
+    follows = SearchService(store, MemlibConfig())
+    pinned = SearchService(store, load_config(None, ["embed.backend=wordllama"]))
+    assert follows.cache.embedder.dim == 256 and pinned.cache.embedder.dim == 256
+    before = follows.cache.version
+    # rebuild in the default space (minilm-tokens, 384-d): a new version of the same store
+    res = CliRunner().invoke(app, ["build", "--input", str(SAMPLE), "--format", "jsonl", "--out", str(store),
+                                   "--num-cpus", "2"])
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    assert built_space(read_manifest(store)) == {"backend": "minilm-tokens", "dim": 384}
+
+    assert follows.refresh() and follows.cache.version != before
+    assert follows.cache.embedder.dim == 384
+    tenant = follows.cache.tenants()[0]
+    idx = follows.cache.get(tenant)
+    want = get_embedder(MemlibConfig().embed).embed_queries(["where did Maya move?"])[0]
+    assert np.allclose(idx.embed_query("where did Maya move?"), want, atol=1e-6)
+    assert follows.cache.get(tenant).embeddings.shape[1] == 384
+
+    # a service whose config names the old embedder keeps the version it can serve
+    assert not pinned.refresh() and pinned.cache.version == before
+
+    # a nightly run in another space whose input lacks a published tenant would leave that tenant's
+    # vectors in the old space: refused before anything is built, nothing published
+    published = read_manifest(store)["version"]
+    part = tmp_path / "part.jsonl"  # maya's turns only
+    part.write_text("".join(x for x in SAMPLE.read_text(encoding="utf-8").splitlines(keepends=True)
+                            if x.startswith('{"tenant_id": "maya"')), encoding="utf-8")
+    res = CliRunner().invoke(app, ["build", "--input", str(part), "--format", "jsonl", "--out", str(store),
+                                   "--num-cpus", "2", "--incremental", "--set", "embed.backend=wordllama"])
+    assert res.exit_code != 0 and "cannot mix the vectors of two models" in res.output
+    assert "embed.backend='minilm-tokens'" in res.output and "embed.backend='wordllama'" in res.output
+    assert read_manifest(store)["version"] == published
