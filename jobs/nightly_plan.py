@@ -17,6 +17,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from memlib.compose.vectors import own_pass_kinds
 from memlib.config import MemlibConfig
 from memlib.io.errors import InputError
 from memlib.io.readers import input_fingerprints
@@ -56,6 +57,9 @@ def build_key(cfg: MemlibConfig, recipe: str, prompts: dict[str, str] | None = N
     parts: dict[str, Any] = {"format": BUILD_FORMAT, "recipe": recipe,
                              "prompts": prompts if prompts is not None else prompt_versions(cfg)}
     parts.update(cfg.output_snapshot())  # fields marked config.RUNTIME and post-build sections left out
+    kinds = own_pass_kinds(cfg)
+    if kinds:  # only a backend other than minilm-tokens: the default's key does not move
+        parts["own_pass_kinds"] = list(kinds)
     blob = json.dumps(parts, sort_keys=True, default=str).encode("utf-8")
     return hashlib.sha256(blob).hexdigest()[:16]
 

@@ -17,8 +17,9 @@ operator            kind    reads                           writes              
 
 ``turn_nodes`` asks for the embed operator's resources, so Ray Data fuses the two and runs it
 in the embed actors (a few milliseconds per block, no worker of its own to start). The embed
-operator is the only place a model is loaded; its actors take ``ray.embed_cpus``
-CPUs and ``ray.embed_gpus`` GPUs each (config). A block that fails in an operator leaves a
+operator is the only place a model is loaded (with the default backend; another one also embeds
+facts by their own text in the tenant actor, memlib.compose.vectors.OwnPass); its actors take
+``ray.embed_cpus`` CPUs and ``ray.embed_gpus`` GPUs each (config). A block that fails in an operator leaves a
 failure marker (``_work/failed/BLOCK.json``) and an error summary instead of raising: the
 tenants whose sessions it held are reported failed, every other tenant is built.
 """

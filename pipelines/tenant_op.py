@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 from memlib import schema
 from memlib.compose.session_store import SessionStore
 from memlib.compose.sessions import session_keys, sort_turns
+from memlib.compose.vectors import own_pass
 from memlib.config import MemlibConfig
 from pipelines.operators import FAILED_DIR, RowKind, batch_of, failure_reason, rows
 from pipelines.shard import TenantShard
@@ -69,6 +70,9 @@ class TenantOp:
         # start from the tenant's published build when this run only appended turns
         self.reuse = reuse and cfg.ray.reuse_tenant_build
         self._encoder_tag: str | None = None
+        # derived kinds embedded by their own text (a backend other than minilm-tokens); the model
+        # loads at the first tenant that has such nodes, in this actor
+        self.own_pass = own_pass(cfg)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         out = []
@@ -147,7 +151,7 @@ class TenantOp:
         read_s = time.perf_counter() - start
         extras = self._extras()
         out = tenant_steps(turns, parts, vectors, self.cfg, order, self.recipe, nlp=self.nlp, extras=extras,
-                           previous=previous)
+                           previous=previous, own_pass=self.own_pass)
         nodes = self._graph(shard, out) if shard.graph_path else out.nodes
         write_parquet(nodes, shard.nodes_path, schema.nodes_schema(nodes.schema.field("embedding").type.list_size),
                       "nodes")

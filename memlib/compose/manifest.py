@@ -50,7 +50,10 @@ def build_manifest(*, cfg: MemlibConfig, recipe: str, input_path: str, fmt: str,
         "input": {"path": str(input_path), "format": fmt},
         "config": cfg.snapshot(),
         "tenants": {t: {"input_hash": fingerprints.get(t), "turns": s["turns"], "nodes": s["nodes"],
-                        "edges": s["edges"], "segments": s["segments"]} for t, s in sorted(by_tenant.items())},
+                        "edges": s["edges"], "segments": s["segments"],
+                        # derived node texts the build encoded (a backend that embeds facts by their own text)
+                        **({"own_encoded": s["own_encoded"]} if "own_encoded" in s else {})}
+                    for t, s in sorted(by_tenant.items())},
         "row_counts": {
             "turns": sum(s["turns"] for s in summaries),
             "nodes": sum(s["nodes"] for s in summaries),

