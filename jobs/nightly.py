@@ -122,8 +122,9 @@ def input_sources(path: Path, fmt: str) -> list[Path]:
 
 def space_change(base: dict[str, Any] | None, cfg: MemlibConfig, out: str | Path) -> str | None:
     """How this run's vector space differs from the published store's (None: it does not, or
-    nothing is published). Vectors of two models cannot share a store: a nightly run refuses the
-    change (its unchanged tenants would keep the old space); a full build makes it, whole."""
+    nothing is published). Vectors of two models cannot share a store: a run in another space
+    rebuilds every tenant of its input into fresh Lance tables, and is refused when a published
+    tenant would be carried over (missing from the input) or failed (then nothing is published)."""
     from memlib.embed.registry import built_space
 
     old = built_space(base)

