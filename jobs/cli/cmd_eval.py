@@ -27,11 +27,14 @@ def register(app: typer.Typer) -> None:
         input_path: Annotated[Optional[str], typer.Option(
             "--input", "-i", help="input file the store was built from (questions + evidence; local path "
                                   "or object storage URI); default: the store's questions table")] = None,
-        fmt: Annotated[str, typer.Option("--format", "-f", help="locomo | longmemeval | jsonl | parquet")] = "locomo",
+        fmt: Annotated[Optional[str], typer.Option(
+            "--format", "-f", help="locomo | longmemeval | jsonl | parquet (default: locomo with --input; "
+                                   "without it, the format the store was built from)")] = None,
         strategies: Annotated[str, typer.Option("--strategies", help="comma-separated strategy names")]
         = "bm25,dense,hybrid",
         k: Annotated[Optional[str], typer.Option("--k", help="cut-offs, e.g. 1,3,5,10,20 (default: eval.ks)")] = None,
-        out: Annotated[Optional[Path], typer.Option("--out", "-o", help="output directory")] = None,
+        out: Annotated[Optional[Path], typer.Option("--out", "-o", help="output directory (default: eval_out)")]
+        = None,
         answer_model: Annotated[Optional[str], typer.Option("--answer-model", help="QA: model answering from "
                                                             "the packed context (needs llm.base_url)")] = None,
         judge_model: Annotated[Optional[str], typer.Option("--judge-model", help="QA: judge model")] = None,
@@ -50,12 +53,24 @@ def register(app: typer.Typer) -> None:
 
         cfg = get_config(config, overrides)
         try:
+            reader = StoreReader(store)
+        except StoreError as exc:
+            fail(str(exc))
+            return
+        if fmt is None:  # the store's own questions are scored by the rules of the format it was built from
+            built = str((reader.manifest.get("input") or {}).get("format") or "")
+            if input_path is not None:
+                fmt = Dataset.LOCOMO.value
+            elif built in (Dataset.LOCOMO.value, Dataset.LONGMEMEVAL.value):
+                fmt = built
+            else:
+                fmt = Dataset.STORE.value  # generic rules
+        try:
             dataset = Dataset(fmt)
         except ValueError:
             fail(f"unknown --format {fmt!r}; expected locomo, longmemeval, jsonl or parquet")
         ks = _parse_ks(k) if k else list(cfg.eval.ks)
         try:
-            reader = StoreReader(store)
             questions = read_questions(input_path, dataset, cfg) if input_path else reader.table("questions")
             run = evaluate(store, questions, strategies, ks, cfg, dataset=dataset,
                            progress=_progress if out is not None else None)

@@ -43,6 +43,16 @@ def test_default_config_queries_a_store_with_the_stores_model(sample_store):
     assert got.per_question["ranked_turn_ids"].to_list() == ref.per_question["ranked_turn_ids"].to_list()
 
 
+def test_eval_of_a_store_alone_scores_its_own_questions(sample_store, tmp_path):
+    # no --input and no --format: the store's questions table, by the rules of the format it was
+    # built from (jsonl here: generic); the locomo default crashed on it
+    res = CliRunner().invoke(app, ["eval", "--store", str(sample_store), "--strategies", "bm25,dense",
+                                   "--out", str(tmp_path / "ev")])
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    assert "| bm25 |" in res.output and "| dense |" in res.output
+    assert (tmp_path / "ev" / "metrics.json").exists()
+
+
 def test_a_config_contradicting_the_store_is_an_error(sample_store):
     cfg = load_config(None, ["embed.backend=minilm"])
     with pytest.raises(EmbedError, match=r"built with embed.backend='wordllama'.*config sets embed.backend='minilm'"):
