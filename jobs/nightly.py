@@ -38,22 +38,23 @@ from jobs.nightly_plan import (
     settle_missing,
     source_names,
 )
+from jobs.resumable import DONE_DIR, ResumableWriter
 from jobs.store_lock import locked
 from memlib import schema
 from memlib.compose.manifest import build_manifest
 from memlib.compose.recipe import DEFAULT_RECIPE, Phase, get_recipe
 from memlib.compose.timer import WallTimer
 from memlib.config import MemlibConfig
+from memlib.embed.space import space_change
 from memlib.io.errors import InputError
 from memlib.io.remote import staged_input
-from memlib.io.store import StoreError, StoreWriter, atomic_write_json, read_manifest
+from memlib.io.store import StoreError, StoreWriter, read_manifest
 from pipelines.shard import QUARANTINE_PART, TenantShard, shard_input
 from pipelines.staged_build import Prepared, prepare_staged, run_staged, session_build_key
 from pipelines.store_sink import drop_staging, with_importance
 
 log = logging.getLogger("memlib.nightly")
 Progress = Callable[[str, dict[str, Any]], None]
-DONE_DIR = "_done"
 _SUFFIXES = {"jsonl": (".jsonl",), "parquet": (".parquet",), "locomo": (".json",), "longmemeval": (".json",)}
 
 
@@ -74,70 +75,11 @@ def _quiet(event: str, info: dict[str, Any]) -> None:
     log.info("%s %s", event, info)
 
 
-class ResumableWriter(StoreWriter):
-    """A StoreWriter that keeps the completion markers and outputs of an interrupted build."""
-
-    def __init__(self, path: str | Path, *, dim: int):
-        path = Path(path)
-        stash = _stash_pending(path)
-        super().__init__(path, dim=dim)
-        if stash is not None:
-            self.version_dir.rmdir()
-            stash.rename(self.version_dir)
-
-    def done_markers(self) -> dict[str, dict[str, Any]]:
-        d = self.version_dir / DONE_DIR
-        out = {}
-        for p in sorted(d.glob("*.json")) if d.exists() else []:
-            marker = json.loads(p.read_text(encoding="utf-8"))
-            if Path(marker["summary"]["nodes_path"]).exists():
-                out[p.stem] = marker
-        return out
-
-    def mark_done(self, tenant: str, marker: dict[str, Any]) -> None:
-        atomic_write_json(self.version_dir / DONE_DIR / f"{tenant}.json", marker)
-
-
-def _stash_pending(path: Path) -> Path | None:
-    """Move an unpublished version directory with completion markers aside (StoreWriter clears it)."""
-    manifest = read_manifest(path)
-    published = int(manifest["version"][1:]) if manifest else 0
-    versions = sorted(p for p in (path / "versions").glob("v*") if p.is_dir()) if (path / "versions").exists() else []
-    pending = [p for p in versions if int(p.name[1:]) > published and (p / DONE_DIR).exists()]
-    if not pending:
-        return None
-    stash = path / "versions" / f".resume-{pending[-1].name}"
-    if stash.exists():
-        shutil.rmtree(stash)
-    pending[-1].rename(stash)
-    return stash
-
-
 def input_sources(path: Path, fmt: str) -> list[Path]:
     """One file, or every file of a directory with the format's suffix (one source per file)."""
     if path.is_dir():
         return sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith(_SUFFIXES.get(fmt, ("",))))
     return [path]
-
-
-def space_change(base: dict[str, Any] | None, cfg: MemlibConfig, out: str | Path) -> str | None:
-    """How this run's vector space differs from the published store's (None: it does not, or
-    nothing is published). Vectors of two models cannot share a store: a run in another space
-    rebuilds every tenant of its input into fresh Lance tables, and is refused when a published
-    tenant would be carried over (missing from the input) or failed (then nothing is published)."""
-    from memlib.embed.registry import built_space
-
-    old = built_space(base)
-    new = built_space({"config": {"embed": cfg.embed.model_dump(mode="json")}})
-    if old is None or old == new:
-        return None
-    return (f"{out} was built with {', '.join(f'embed.{k}={v!r}' for k, v in old.items())}; this run's config "
-            f"gives {', '.join(f'embed.{k}={v!r}' for k, v in (new or {}).items())}")
-
-
-def restore_published_lance(writer: StoreWriter, base: dict[str, Any] | None) -> None:
-    """Make the newest Lance version equal the published one (after a rollback or a crashed build)."""
-    writer.restore_published(base)
 
 
 def _shard_all(sources, fmt, cfg, writer, plan: Plan, forget: ForgetList,
@@ -281,7 +223,7 @@ def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: st
     pl.thread_pool_size()  # polars sizes its pool now: Ray's start sets POLARS_MAX_THREADS=1 for a moment
     timer, wall = WallTimer(), time.perf_counter()
     base = read_manifest(out)
-    new_space = space_change(base, cfg, out)
+    new_space = space_change(base, cfg.embed, str(out))
     forget = ForgetList.load(delete, (base or {}).get("forgotten"))
     writer = ResumableWriter(out, dim=cfg.embed.dim)
     key = build_key(cfg, recipe)
@@ -319,7 +261,7 @@ def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: st
         def restore_once() -> None:
             if not lance_restored:
                 lance_restored.append(background.submit(writer.start_new_space) if new_space else
-                                      background.submit(restore_published_lance, writer, base))
+                                      background.submit(writer.restore_published, base))
 
         with timer.span(Phase.TENANTS):
             summaries = _build_tenants(writer, to_build, cfg, recipe, plan, key, target, progress,

@@ -2,6 +2,7 @@
 earlier published version (``memlib build --compact`` / ``--rollback``)."""
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import warnings
@@ -13,7 +14,21 @@ from jobs.purge import purge_caches
 from jobs.store_lock import locked
 from memlib import schema
 from memlib.io.errors import InputError
-from memlib.io.store import StoreError, StoreWriter, atomic_write_json, read_manifest, rollback, version_name
+from memlib.io.store import MANIFEST, StoreError, StoreWriter, atomic_write_json, read_manifest, version_name
+
+
+def rollback(store: str | Path, version: str) -> dict[str, Any]:
+    """Publish an earlier manifest again (its Lance version and Parquet files are kept)."""
+    store = Path(store)
+    src = store / "manifests" / f"{version}.json"
+    if not src.exists():
+        known = sorted(p.stem for p in (store / "manifests").glob("v*.json"))
+        raise StoreError(f"no published version {version!r} in {store}; known: {', '.join(known) or 'none'}")
+    data = json.loads(src.read_text(encoding="utf-8"))
+    if not (store / "versions" / version).exists():
+        raise StoreError(f"version {version} was published but its files are gone")
+    atomic_write_json(store / MANIFEST, data)
+    return data
 
 
 def _lance_writer(store: Path, dim: int) -> StoreWriter:

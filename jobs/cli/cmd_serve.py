@@ -42,7 +42,7 @@ def serve_cmd(
         fail(f"{store} is not a memlib store (no manifest.json); run `memlib build` first")
     cfg = get_config(config, overrides)
     from memlib.embed.base import EmbedError
-    from memlib.embed.registry import store_embed_config
+    from memlib.embed.space import store_embed_config
 
     try:  # the queries are embedded as the store's nodes were: a contradicting config stops here
         store_embed_config(cfg.embed, manifest, str(store))

@@ -132,15 +132,15 @@ def own_vectors(nodes: pa.Table, vectors: np.ndarray, encode, previous) -> int:
     known: dict[tuple[str, str], np.ndarray] = {}
     if previous is not None:
         old = previous.nodes.filter(pc.is_in(previous.nodes.column("node_id"), pa.array(ids, pa.string())))
-        emb = old.column("embedding").combine_chunks()
-        flat = emb.values.to_numpy(zero_copy_only=False).reshape(-1, emb.type.list_size) if old.num_rows else None
-        for i, (n, t) in enumerate(zip(old.column("node_id").to_pylist(), old.column("text").to_pylist())):
-            if flat is not None and flat.shape[1] == vectors.shape[1]:
-                known[(n, t)] = flat[i]
-    todo = [j for j, key in enumerate(zip(ids, texts)) if key not in known]
+        if old.num_rows:
+            known = dict(zip(zip(old.column("node_id").to_pylist(), old.column("text").to_pylist()),
+                             _vectors_of(old)))
+    todo = []
     for j, key in enumerate(zip(ids, texts)):
         if key in known:
             vectors[rows[j]] = known[key]
+        else:
+            todo.append(j)
     if todo:
         vectors[rows[todo]] = encode([texts[j] for j in todo])
     return len(todo)

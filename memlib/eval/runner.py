@@ -32,10 +32,10 @@ class LazyEmbedder:
     """Builds the query embedder on first use (lexical-only runs never load a model). With a
     ``store``, the embedder is the one the store was built with (its vector space; runtime
     settings from ``cfg``): decided now, so a config that contradicts the store fails before any
-    question is scored (:func:`memlib.embed.registry.store_embed_config`)."""
+    question is scored (:func:`memlib.embed.space.store_embed_config`)."""
 
     def __init__(self, cfg: MemlibConfig, store: str | Path | None = None):
-        from memlib.embed.registry import store_embed_config
+        from memlib.embed.space import store_embed_config
         from memlib.io.store import read_manifest
 
         self.cfg = cfg

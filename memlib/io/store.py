@@ -382,20 +382,6 @@ class StoreWriter:
         return data
 
 
-def rollback(store: str | Path, version: str) -> dict[str, Any]:
-    """Publish an earlier manifest again (its Lance version and Parquet files are kept)."""
-    store = Path(store)
-    src = store / "manifests" / f"{version}.json"
-    if not src.exists():
-        known = sorted(p.stem for p in (store / "manifests").glob("v*.json"))
-        raise StoreError(f"no published version {version!r} in {store}; known: {', '.join(known) or 'none'}")
-    data = json.loads(src.read_text(encoding="utf-8"))
-    if not (store / "versions" / version).exists():
-        raise StoreError(f"version {version} was published but its files are gone")
-    atomic_write_json(store / MANIFEST, data)
-    return data
-
-
 def _link_or_copy(src: Path, dst: Path) -> None:
     if dst.exists():
         dst.unlink()

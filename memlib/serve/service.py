@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from memlib.config import MemlibConfig
-from memlib.embed.registry import built_space
+from memlib.embed.space import built_space
 from memlib.io.store import read_manifest
 from memlib.retrieve.base import Strategy
 from memlib.retrieve.kernels import run_search
@@ -43,9 +43,9 @@ FILES_UNREADABLE = "files unreadable"
 
 def load_embedder(cfg: MemlibConfig, manifest: dict | None = None, store: str = "the store") -> QueryEmbedder:
     """The query embedder for a store version: the model its nodes were embedded with
-    (:func:`memlib.embed.registry.store_embed_config`), run with ``cfg``'s runtime settings."""
+    (:func:`memlib.embed.space.store_embed_config`), run with ``cfg``'s runtime settings."""
     from memlib.embed import get_embedder
-    from memlib.embed.registry import store_embed_config
+    from memlib.embed.space import store_embed_config
 
     return get_embedder(store_embed_config(cfg.embed, manifest, store))
 

@@ -14,7 +14,7 @@ from jobs.cli import app
 from memlib.config import MemlibConfig, load_config
 from memlib.embed import get_embedder
 from memlib.embed.base import EmbedError
-from memlib.embed.registry import built_space, store_embed_config
+from memlib.embed.space import built_space, store_embed_config
 from memlib.eval.runner import default_embedder, evaluate
 from memlib.io.store import StoreReader, read_manifest
 from tests.retrieve.conftest import EMBED_SETS, SAMPLE, retrieve_config

