@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 
 from memlib.compose.vectors import own_pass_kinds
 from memlib.config import MemlibConfig
+from memlib.embed.space import similarity_floor
 from memlib.io.errors import InputError
 from memlib.io.readers import input_fingerprints
 from memlib.io.validate import validate_tenant_id
@@ -60,6 +61,9 @@ def build_key(cfg: MemlibConfig, recipe: str, prompts: dict[str, str] | None = N
     kinds = own_pass_kinds(cfg)
     if kinds:  # only a backend other than minilm-tokens: the default's key does not move
         parts["own_pass_kinds"] = list(kinds)
+    floor = similarity_floor(cfg.embed)
+    if floor:  # likewise: only a backend whose cosine thresholds are moved
+        parts["similarity_floor"] = floor
     blob = json.dumps(parts, sort_keys=True, default=str).encode("utf-8")
     return hashlib.sha256(blob).hexdigest()[:16]
 

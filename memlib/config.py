@@ -134,8 +134,10 @@ class GateConfig(_HeuristicOnly):
 
 class ClueConfig(_HeuristicOnly):
     keyphrases: int = 6
-    merge_threshold: float = Field(0.92, description="AssoMem delta: merge clues above this cosine")
-    similar_threshold: float = Field(0.85, description="AssoMem gamma: SIMILAR edges above this cosine")
+    merge_threshold: float = Field(0.92, description="AssoMem delta: merge clues above this cosine (on the default "
+                                   "backend's scale, moved onto another backend's by its similarity floor)")
+    similar_threshold: float = Field(0.85, description="AssoMem gamma: SIMILAR edges above this cosine "
+                                     "(scale as merge_threshold)")
 
 
 class FactConfig(_Section):

@@ -163,23 +163,25 @@ def _split_edges(state: BuildState, kind: schema.EdgeKind) -> pa.Table:
 def link(state: BuildState) -> None:
     """Merge near-duplicate clues (AssoMem delta) and add SIMILAR edges (gamma) between clues
     and between turns, from the vectors already computed (no new embedding calls)."""
+    from memlib.embed.space import backend_threshold
     from memlib.text.clues import merge_clues, merged_vectors, similar_edges
 
-    cfg = state.cfg.clues
+    merge_threshold = backend_threshold(state.cfg.clues.merge_threshold, state.cfg.embed)
+    similar_threshold = backend_threshold(state.cfg.clues.similar_threshold, state.cfg.embed)
     nodes = state.embedded_nodes
     clue_mask = pc.equal(nodes.column("kind"), schema.NodeKind.CLUE.value)
     clue_nodes = nodes.filter(clue_mask)
     if clue_nodes.num_rows:
         vectors = _vectors_of(clue_nodes)
         merged, has_clue, id_map = merge_clues(clue_nodes.drop_columns(["embedding"]), vectors,
-                                               cfg.merge_threshold, edges=_split_edges(state, schema.EdgeKind.HAS_CLUE))
+                                               merge_threshold, edges=_split_edges(state, schema.EdgeKind.HAS_CLUE))
         new_ids = merged.column("node_id").to_pylist()
         merged_vecs = merged_vectors(id_map, clue_nodes.column("node_id").to_pylist(), vectors, new_ids)
         merged = with_embeddings(merged, merged_vecs, state.dim)
         state.embedded_nodes = pa.concat_tables([nodes.filter(pc.invert(clue_mask)),
                                                  schema.conform(merged, nodes.schema, name="clues")])
         state.add(edges=has_clue)
-        state.add(edges=similar_edges(new_ids, merged.column("tenant_id"), merged_vecs, cfg.similar_threshold))
+        state.add(edges=similar_edges(new_ids, merged.column("tenant_id"), merged_vecs, similar_threshold))
     if state.turn_vectors is not None and state.turns.num_rows > 1:
         ids = state.turns.column("node_id")
         similar = None
@@ -188,9 +190,9 @@ def link(state: BuildState) -> None:
 
             added = np.flatnonzero(pc.is_in(ids, pa.array(state.appended, pa.string())).to_numpy(zero_copy_only=False))
             similar = state.reusing(similar_edges_appended, ids, state.turns.column("tenant_id")[0].as_py(),
-                                    state.turn_vectors, cfg.similar_threshold, added, state.previous.similar)
+                                    state.turn_vectors, similar_threshold, added, state.previous.similar)
         if similar is not None:
             state.add(edges=similar)
         else:
             state.add(edges=similar_edges(ids, state.turns.column("tenant_id"), state.turn_vectors,
-                                          cfg.similar_threshold))
+                                          similar_threshold))

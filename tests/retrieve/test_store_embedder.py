@@ -104,9 +104,9 @@ def test_serve_follows_a_rebuild_in_another_vector_space(sample_store, tmp_path)
     assert read_manifest(store)["version"] == published
 
 
-def _facts(store, tenant):
+def _facts(store, tenant, kind="fact"):
     nodes = StoreReader(store).nodes(tenant)
-    facts = nodes.filter(pc.equal(nodes.column("kind"), "fact"))
+    facts = nodes.filter(pc.equal(nodes.column("kind"), kind))
     emb = facts.column("embedding").combine_chunks()
     return facts.column("text").to_pylist(), emb.values.to_numpy().reshape(-1, emb.type.list_size)
 
@@ -115,13 +115,18 @@ def test_facts_get_their_own_vectors_with_another_backend(sample_store, tmp_path
     from memlib.compose.vectors import own_pass_kinds
 
     assert own_pass_kinds(MemlibConfig()) == ()  # the default pools every derived node from its one pass
-    assert own_pass_kinds(retrieve_config()) == ("fact",)
+    assert own_pass_kinds(retrieve_config()) == ("fact", "clue")
     wordllama = get_embedder(retrieve_config().embed)
     manifest = read_manifest(sample_store)
     tenant = "maya"
     texts, vecs = _facts(sample_store, tenant)
     assert texts and np.allclose(vecs, wordllama.embed_passages(texts), atol=1e-5)
-    assert manifest["tenants"][tenant]["own_encoded"] == len(texts)
+    # a clue of one session keeps its own text's vector (a merged clue: the mean of its members')
+    clues, clue_vecs = _facts(sample_store, tenant, "clue")
+    sessions = StoreReader(sample_store).nodes(tenant).column("kind").to_pylist().count("session")
+    assert clues and len(clues) == sessions  # no clue of the sample is merged
+    assert np.allclose(clue_vecs, wordllama.embed_passages(clues), atol=1e-5)
+    assert manifest["tenants"][tenant]["own_encoded"] == len(texts) + len(clues)
 
     # a nightly run that appends a session encodes only the facts it did not publish before
     store = tmp_path / "store"
@@ -138,5 +143,6 @@ def test_facts_get_their_own_vectors_with_another_backend(sample_store, tmp_path
     after = read_manifest(store)["tenants"][tenant]
     texts2, vecs2 = _facts(store, tenant)
     assert len(texts2) > len(texts)
-    assert 0 < after["own_encoded"] <= len(texts2) - len(texts) + 2  # the new session's facts (+ merged ones)
+    # the new session's facts and clue (+ merged ones)
+    assert 0 < after["own_encoded"] <= len(texts2) - len(texts) + 1 + 2
     assert np.allclose(vecs2, wordllama.embed_passages(texts2), atol=1e-5)
