@@ -15,7 +15,8 @@ def register(app: typer.Typer) -> None:
         store: Annotated[Path, typer.Option("--store", "-s", help="memory store directory")],
         input_path: Annotated[Path, typer.Option("--input", "-i", help="input file with questions + evidence")],
         fmt: Annotated[str, typer.Option("--format", "-f", help="locomo | longmemeval | jsonl | parquet")] = "locomo",
-        tenants: Annotated[str, typer.Option("--tenants", help="comma-separated tenants to fit on")] = "conv-26",
+        tenants: Annotated[str, typer.Option("--tenants", help="comma-separated tenants to fit on (default: every "
+                                             "tenant with questions in the input)")] = "",
         temperature: Annotated[float, typer.Option("--temperature", help="softmax temperature T")] = 0.01,
         out: Annotated[Optional[Path], typer.Option("--out", "-o", help="weights file "
                                                     "(default memlib/retrieve/fitted/assomem.json)")] = None,
@@ -36,6 +37,7 @@ def register(app: typer.Typer) -> None:
         names = [t.strip() for t in tenants.split(",") if t.strip()]
         try:
             questions = pl.from_arrow(read_questions(input_path, Dataset(fmt), cfg))
+            names = names or sorted(questions["tenant_id"].unique().to_list())
             cache = TenantCache(store, embedder=default_embedder(cfg, store))
             data = fit_store(cache, questions, names, temperature)
         except (ValueError, KeyError, FileNotFoundError, EmbedError) as exc:

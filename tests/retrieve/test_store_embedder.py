@@ -146,3 +146,21 @@ def test_facts_get_their_own_vectors_with_another_backend(sample_store, tmp_path
     # the new session's facts and clue (+ merged ones)
     assert 0 < after["own_encoded"] <= len(texts2) - len(texts) + 1 + 2
     assert np.allclose(vecs2, wordllama.embed_passages(texts2), atol=1e-5)
+
+
+def test_fit_assomem_fits_on_every_tenant_with_questions_by_default(sample_store, tmp_path):
+    import polars as pl
+
+    from memlib.eval.questions import Dataset, read_questions
+
+    asked = sorted(pl.from_arrow(read_questions(SAMPLE, Dataset("jsonl"), retrieve_config()))["tenant_id"].unique())
+    assert len(asked) >= 2
+    for extra, tenants in (([], asked), (["--tenants", asked[0]], asked[:1])):
+        out = tmp_path / f"w{len(tenants)}.json"
+        res = CliRunner().invoke(app, ["fit-assomem", "--store", str(sample_store), "--input", str(SAMPLE),
+                                       "--format", "jsonl", "--out", str(out), *extra])
+        assert res.exit_code == 0, res.output + repr(res.exception)
+        fitted = json.loads(out.read_text(encoding="utf-8"))
+        assert fitted["tenants"] == tenants and fitted["types"]
+        for v in fitted["types"].values():
+            assert abs(sum(v["weights"].values()) - 1.0) < 1e-9
