@@ -45,7 +45,7 @@ from memlib.compose.manifest import build_manifest
 from memlib.compose.recipe import DEFAULT_RECIPE, Phase, get_recipe
 from memlib.compose.timer import WallTimer
 from memlib.config import MemlibConfig
-from memlib.embed.space import space_change
+from memlib.embed.space import kept_space, space_change
 from memlib.io.errors import InputError
 from memlib.io.remote import staged_input
 from memlib.io.store import StoreError, StoreWriter, read_manifest
@@ -223,6 +223,10 @@ def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: st
     pl.thread_pool_size()  # polars sizes its pool now: Ray's start sets POLARS_MAX_THREADS=1 for a moment
     timer, wall = WallTimer(), time.perf_counter()
     base = read_manifest(out)
+    kept = kept_space(cfg.embed, base)
+    if kept is not None:  # the config names no embedder: the store's (never switched by omission)
+        cfg = cfg.model_copy(update={"embed": kept})
+        progress("embed", {"backend": kept.backend, "store": str(out)})
     new_space = space_change(base, cfg.embed, str(out))
     forget = ForgetList.load(delete, (base or {}).get("forgotten"))
     writer = ResumableWriter(out, dim=cfg.embed.dim)
@@ -238,8 +242,8 @@ def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: st
         if new_space and plan.carry:  # every tenant of the input is rebuilt (new build key); these would not be
             raise StoreError(f"{new_space}; {len(plan.carry)} published tenant(s) missing from the input "
                              f"({', '.join(plan.carry[:5])}) would keep the old model's vectors, and a store cannot "
-                             f"mix the vectors of two models. Rebuild the store whole (`memlib build` without "
-                             f"--incremental), or run with the store's embed settings")
+                             f"mix the vectors of two models. To switch, rebuild the store whole (`memlib build` "
+                             f"without --incremental)")
         # Ray starts (seconds of its processes coming up) while the input is sharded and the
         # pending sessions are packed into blocks; a run with nothing to build never starts it
         with ThreadPoolExecutor(1, thread_name_prefix="memlib-shard") as reader:

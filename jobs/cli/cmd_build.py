@@ -53,6 +53,9 @@ def _progress(event: str, info: dict[str, Any]) -> None:
         typer.echo(f"  tenant {info['tenant_id']} FAILED: {info['error']}")
     elif event == "graph":
         typer.echo(f"graph: {info.get('status')} {info.get('reason', '')}".rstrip())
+    elif event == "embed":
+        typer.echo(f"embed: {info['backend']}, the embedder {info['store']} was built with (name another with "
+                   f"--set embed.backend=… to rebuild it in that one)")
     elif event == "plan":
         typer.echo("incremental: " + ", ".join(f"{k} {len(v)}" for k, v in info.items()))
     elif event == "published":

@@ -59,6 +59,21 @@ def store_embed_config(cfg: EmbedConfig, manifest: Mapping[str, Any] | None, sto
     return cfg.model_copy(update=space)
 
 
+def kept_space(cfg: EmbedConfig, manifest: Mapping[str, Any] | None) -> EmbedConfig | None:
+    """The embed config a build into a published store runs with when the config names no vector
+    space (none of :data:`SPACE_FIELDS` set explicitly): the store's, so a nightly run does not
+    have to repeat the embedder the store was built with, and never switches it by omission.
+    None when the config names a space (a switch, handled by :func:`space_change`) or the store
+    records none, or already has the config's."""
+    space = built_space(manifest)
+    # dim is left out: the config always has one (it follows the backend when not given)
+    if space is None or any(f in cfg.model_fields_set for f in SPACE_FIELDS if f != "dim"):
+        return None
+    if space_of(cfg.model_dump(mode="json")) == space:
+        return None
+    return cfg.model_copy(update=space)
+
+
 def space_change(manifest: Mapping[str, Any] | None, cfg: EmbedConfig, store: str = "the store") -> str | None:
     """How a build with ``cfg`` would change the vector space of the published store (None: it
     would not, or nothing is published). Vectors of two models cannot share a store: a build in
@@ -68,7 +83,8 @@ def space_change(manifest: Mapping[str, Any] | None, cfg: EmbedConfig, store: st
     if old is None or old == new:
         return None
     said = lambda space: ", ".join(f"embed.{k}={v!r}" for k, v in space.items())  # noqa: E731
-    return f"{store} was built with {said(old)}; this run's config gives {said(new)}"
+    return (f"{store} was built with {said(old)}; this run's config gives {said(new)} (to keep the store's, drop "
+            f"the setting: a build without one uses the store's)")
 
 
 # The cosine that means "unrelated" differs by model: of the same-conversation turn pairs of

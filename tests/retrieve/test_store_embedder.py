@@ -74,9 +74,9 @@ def test_serve_follows_a_rebuild_in_another_vector_space(sample_store, tmp_path)
     pinned = SearchService(store, load_config(None, ["embed.backend=wordllama"]))
     assert follows.cache.embedder.dim == 256 and pinned.cache.embedder.dim == 256
     before = follows.cache.version
-    # rebuild in the default space (minilm-tokens, 384-d): a new version of the same store
+    # rebuild in the default space (minilm-tokens, 384-d), named: a new version of the same store
     res = CliRunner().invoke(app, ["build", "--input", str(SAMPLE), "--format", "jsonl", "--out", str(store),
-                                   "--num-cpus", "2"])
+                                   "--num-cpus", "2", "--set", "embed.backend=minilm-tokens"])
     assert res.exit_code == 0, res.output + repr(res.exception)
     assert built_space(read_manifest(store)) == {"backend": "minilm-tokens", "dim": 384}
 
@@ -102,6 +102,28 @@ def test_serve_follows_a_rebuild_in_another_vector_space(sample_store, tmp_path)
     assert res.exit_code != 0 and "cannot mix the vectors of two models" in res.output
     assert "embed.backend='minilm-tokens'" in res.output and "embed.backend='wordllama'" in res.output
     assert read_manifest(store)["version"] == published
+
+
+def test_a_build_naming_no_embedder_keeps_the_stores(sample_store, tmp_path):
+    """A nightly run need not repeat the embedder a store was built with, and never switches it by
+    omission (the query side follows the same rule)."""
+    store = tmp_path / "store"
+    shutil.copytree(sample_store, store)
+    before = read_manifest(store)
+    args = ["build", "--input", str(SAMPLE), "--format", "jsonl", "--out", str(store), "--num-cpus", "2",
+            "--incremental"]
+    res = CliRunner().invoke(app, [*args, "--set", "retrieve.precompute_token_matrices=true"])
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    assert "embed: wordllama, the embedder" in res.output
+    after = read_manifest(store)
+    assert built_space(after) == built_space(before) == {"backend": "wordllama", "dim": 256}
+    assert after["build_key"] == before["build_key"]
+    assert "built 0" in res.output  # same input, same key: every tenant carried, nothing recomputed
+    # named, another embedder is a switch: every tenant of the input rebuilt in it
+    res = CliRunner().invoke(app, [*args, "--set", "embed.backend=minilm-tokens"])
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    assert "embed: wordllama" not in res.output
+    assert built_space(read_manifest(store)) == {"backend": "minilm-tokens", "dim": 384}
 
 
 def _facts(store, tenant, kind="fact"):
