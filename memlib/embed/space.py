@@ -27,6 +27,12 @@ def space_of(embed: Mapping[str, Any]) -> dict[str, Any]:
     return {f: embed[f] for f in SPACE_FIELDS if f in fields and f in embed}
 
 
+def named_space_fields(cfg: EmbedConfig) -> list[str]:
+    """The :data:`SPACE_FIELDS` the user set explicitly (file, environment, ``--set``); dim is left
+    out: the config always has one (it follows the backend when not given)."""
+    return [f for f in SPACE_FIELDS if f != "dim" and f in cfg.model_fields_set]
+
+
 def built_space(manifest: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """The vector space a store was built in (its manifest's ``embed`` config snapshot), or None
     for a manifest that does not record it."""
@@ -47,9 +53,7 @@ def store_embed_config(cfg: EmbedConfig, manifest: Mapping[str, Any] | None, sto
     space = built_space(manifest)
     if space is None:
         return cfg
-    # dim is not compared: the config always has one (it follows the backend when not given)
-    clash = [f for f in SPACE_FIELDS
-             if f != "dim" and f in space and f in cfg.model_fields_set and getattr(cfg, f) != space[f]]
+    clash = [f for f in named_space_fields(cfg) if f in space and getattr(cfg, f) != space[f]]
     if clash:
         said = ", ".join(f"embed.{f}={getattr(cfg, f)!r}" for f in clash)
         built = ", ".join(f"embed.{f}={space[f]!r}" for f in clash)
@@ -66,8 +70,7 @@ def kept_space(cfg: EmbedConfig, manifest: Mapping[str, Any] | None) -> EmbedCon
     None when the config names a space (a switch, handled by :func:`space_change`) or the store
     records none, or already has the config's."""
     space = built_space(manifest)
-    # dim is left out: the config always has one (it follows the backend when not given)
-    if space is None or any(f in cfg.model_fields_set for f in SPACE_FIELDS if f != "dim"):
+    if space is None or named_space_fields(cfg):
         return None
     if space_of(cfg.model_dump(mode="json")) == space:
         return None
