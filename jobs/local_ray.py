@@ -104,6 +104,9 @@ def haproxy_wrapper(directory: Path, real: str, ports: list[int], host: str = LO
     return path
 
 
+LOCAL_DRAINING_PERIOD_S = 1.0
+
+
 def serve_env(haproxy: bool) -> LocalRayEnv:
     """Free ports for Serve's fallback proxy and HAProxy, and HAProxy's loopback wrapper."""
     out = LocalRayEnv(env={"RAY_SERVE_FALLBACK_PROXY_HTTP_PORT": str(free_port()),
@@ -113,6 +116,12 @@ def serve_env(haproxy: bool) -> LocalRayEnv:
     stats, metrics = free_port(), free_port()
     out.env.update(RAY_SERVE_ENABLE_HA_PROXY="1", RAY_SERVE_HAPROXY_STATS_PORT=str(stats),
                    RAY_SERVE_HAPROXY_METRICS_PORT=str(metrics))
+    # A replica behind HAProxy stays reachable this long before it stops accepting, so that load
+    # balancers in front of a cluster deregister it first (Ray's default 30 s). The HAProxy of a
+    # local instance is this node's own and retries a refused connection on another replica, so
+    # the window only delayed the end of `memlib serve`: 30 s of its 35 s exit on SIGTERM
+    out.env["RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S"] = os.environ.get(
+        "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S", str(LOCAL_DRAINING_PERIOD_S))
     real = _real_haproxy()
     if real is not None:
         out.wrapper_dir = Path(tempfile.mkdtemp(prefix="memlib-haproxy-"))

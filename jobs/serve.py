@@ -7,7 +7,6 @@ Replicas take ``serve.replica_cpus`` CPUs each; ``serve.replicas`` of them.
 """
 from __future__ import annotations
 
-import logging
 import os
 import shutil
 import signal
@@ -25,7 +24,6 @@ from memlib.serve.service import SearchService
 
 APP_NAME = "memlib"
 DEPLOYMENT_NAME = "MemlibSearch"
-log = logging.getLogger("memlib.serve")
 
 
 class MemlibSearch:
@@ -166,7 +164,6 @@ def _end_haproxies(node_id: str, timeout_s: float = 10.0) -> None:
 def run_forever(store: str | Path, cfg: MemlibConfig, **kwargs) -> None:
     """``memlib serve``: start and block until interrupted."""
     base_url = start(store, cfg, **kwargs)
-    log.warning("memlib service on %s (docs: %s/docs)", base_url, base_url)
     print(f"memlib service on {base_url}  (OpenAPI: {base_url}/docs; Ctrl-C stops)", flush=True)
     signal.signal(signal.SIGTERM, _exit_on_signal)
     try:

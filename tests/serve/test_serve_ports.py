@@ -6,6 +6,7 @@ instance's token."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -124,3 +125,23 @@ def test_two_services_on_one_machine_bind_loopback_and_free_ports(tmp_path, embe
             _stop(p)
     _, alive = psutil.wait_procs(haproxies, timeout=30)
     assert not alive, f"HAProxy outlived its service: {alive}"
+
+
+def test_a_local_service_drains_its_replicas_briefly(monkeypatch):
+    """Ray keeps a replica behind HAProxy reachable 30 s before it stops (for a cluster's load
+    balancers); a local instance's HAProxy is its own, so `memlib serve` asks for 1 s: it used to
+    take 35 s to exit on SIGTERM ("Controller failed to shut down within 30.0s"). A value the user
+    set is kept, and a service without HAProxy sets nothing."""
+    from jobs.local_ray import LOCAL_DRAINING_PERIOD_S, serve_env
+
+    var = "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S"
+    monkeypatch.delenv(var, raising=False)
+    envs = [serve_env(True), serve_env(False)]
+    monkeypatch.setenv(var, "12")
+    envs.append(serve_env(True))
+    for e in envs:  # HAProxy's wrapper script, when this machine has HAProxy
+        if e.wrapper_dir is not None:
+            shutil.rmtree(e.wrapper_dir)
+    assert float(envs[0].env[var]) == LOCAL_DRAINING_PERIOD_S < 30
+    assert var not in envs[1].env
+    assert envs[2].env[var] == "12"
