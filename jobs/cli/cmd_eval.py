@@ -73,7 +73,7 @@ def register(app: typer.Typer) -> None:
         try:
             questions = read_questions(input_path, dataset, cfg) if input_path else reader.table("questions")
             run = evaluate(store, questions, strategies, ks, cfg, dataset=dataset,
-                           progress=_progress if out is not None else None)
+                           progress=_progress if out is not None else None, keep_going=True)
         except (StoreError, RetrievalError, InputError, FileNotFoundError, EmbedError) as exc:
             fail(str(exc))
             return
@@ -90,6 +90,12 @@ def register(app: typer.Typer) -> None:
         if qa_note:
             typer.echo(qa_note)
         typer.echo(f"\nwrote {paths['metrics']} and {len(paths) - 1} more files to {out_dir}")
+        from memlib.eval.report import failed_lines
+
+        for line in failed_lines(run.metrics)[:-1]:  # the strategies that raised: scored without them, exit 1
+            typer.secho(line.removeprefix("- "), fg=typer.colors.RED, err=True)
+        if run.metrics.get("failed"):
+            raise typer.Exit(1)
 
 
 def _progress(name: str, done: int, total: int) -> None:

@@ -143,6 +143,14 @@ def plot_categories(metrics: dict[str, Any], path: Path, metric: str = CATEGORY_
     return path
 
 
+def failed_lines(metrics: dict[str, Any]) -> list[str]:
+    """One line per strategy that failed (not scored), then a blank line; none when all ran."""
+    failed = metrics.get("failed") or {}
+    lines = [f"- strategy `{name}` failed, not scored: tenant {f['tenant_id']}, question {f['question_id']}: "
+             f"{f['error']}" for name, f in failed.items()]
+    return [*lines, ""] if lines else []
+
+
 def report_markdown(metrics: dict[str, Any]) -> str:
     parts = [f"# Retrieval evaluation: {metrics.get('dataset')}", "",
              f"Store `{metrics.get('store')}` version {metrics.get('store_version')}. "
@@ -150,6 +158,7 @@ def report_markdown(metrics: dict[str, Any]) -> str:
              f"{metrics.get('n_adversarial', 0)} adversarial (reported apart), "
              f"{metrics.get('n_excluded_malformed', 0)} excluded for having no valid evidence id, "
              f"{metrics.get('n_excluded_abstention', 0)} abstention questions excluded.", "",
+             *failed_lines(metrics),
              "## Overall", "", format_table(metrics), "",
              "## Per category", "", _category_table(metrics), ""]
     lme = lme_table(metrics)

@@ -68,6 +68,19 @@ def uses_query_vector(name: str) -> bool:
     return bool(getattr(strategy_class(name), "uses_query_vector", True))
 
 
+class StrategyFailed(RuntimeError):
+    """A strategy raised on a question: which strategy, tenant and question, and why."""
+
+    def __init__(self, strategy: str, tenant: str, question_id: str, exc: BaseException):
+        self.strategy, self.tenant, self.question_id = strategy, tenant, question_id
+        self.reason = f"{type(exc).__name__}: {str(exc)[:500]}".replace("\n", " ")
+        super().__init__(f"strategy {strategy!r} failed on tenant {tenant!r}, question {question_id!r}: "
+                         f"{self.reason}")
+
+    def to_json(self) -> dict[str, str]:
+        return {"tenant_id": self.tenant, "question_id": self.question_id, "error": self.reason}
+
+
 def search_rows(cache: TenantCache, name: str, cfg: MemlibConfig, qs: pl.DataFrame, depth: int,
                  progress: Progress | None) -> list[dict[str, Any]]:
     strategy = get_strategy(name, cfg)
@@ -76,14 +89,17 @@ def search_rows(cache: TenantCache, name: str, cfg: MemlibConfig, qs: pl.DataFra
     for i, q in enumerate(qs.iter_rows(named=True)):
         tenant = q["tenant_id"]
         warmup_ms = None
-        if tenant not in warmed:
-            # The first query of each tenant loads models, opens its indexes and builds per-tenant
-            # caches (e.g. auto's token matrix): a one-off cost reported as warmup_ms, not latency.
-            started = time.perf_counter()
-            run_search(cache.get(tenant), strategy, q["question"], depth)
-            warmup_ms = 1000.0 * (time.perf_counter() - started)
-            warmed.add(tenant)
-        res = run_search(cache.get(tenant), strategy, q["question"], depth)
+        try:
+            if tenant not in warmed:
+                # The first query of each tenant loads models, opens its indexes and builds per-tenant
+                # caches (e.g. auto's token matrix): a one-off cost reported as warmup_ms, not latency.
+                started = time.perf_counter()
+                run_search(cache.get(tenant), strategy, q["question"], depth)
+                warmup_ms = 1000.0 * (time.perf_counter() - started)
+                warmed.add(tenant)
+            res = run_search(cache.get(tenant), strategy, q["question"], depth)
+        except Exception as exc:  # noqa: BLE001 - named with its strategy and question
+            raise StrategyFailed(name, tenant, str(q["question_id"]), exc) from exc
         rows.append({"strategy": name, "tenant_id": tenant, "question_id": q["question_id"],
                      "ranked_turn_ids": res.turn_ids, "ranked_session_ids": res.session_ids,
                      "ranked_turn_sessions": [t.session_id for t in res.turns],
@@ -130,8 +146,13 @@ def strategy_metrics(frame: pl.DataFrame) -> dict[str, Any]:
 
 def evaluate(store: str | Path, questions: QuestionSet | pa.Table | pl.DataFrame, strategies: Sequence[str] | str,
              ks: Sequence[int], cfg: MemlibConfig, *, dataset: Dataset = Dataset.STORE,
-             embedder: QueryEmbedder | None = None, progress: Progress | None = None) -> EvalRun:
-    """Every strategy over every selected question; per-question rows and aggregated metrics."""
+             embedder: QueryEmbedder | None = None, progress: Progress | None = None,
+             keep_going: bool = False) -> EvalRun:
+    """Every strategy over every selected question; per-question rows and aggregated metrics.
+
+    A strategy that raises on a question raises :class:`StrategyFailed`; with ``keep_going`` the
+    other strategies are still scored and the failure is reported in ``metrics["failed"]``
+    (strategy -> tenant, question and error), the strategy left out of ``metrics["strategies"]``."""
     names = parse_strategies(strategies)
     ks = sorted(set(int(k) for k in ks))
     qemb = CachedQueryEmbedder(embedder if embedder is not None else default_embedder(cfg, store))
@@ -141,7 +162,16 @@ def evaluate(store: str | Path, questions: QuestionSet | pa.Table | pl.DataFrame
     need_vectors = qs.height > 0 and any(uses_query_vector(n) for n in names)
     embed_s = qemb.prime(qs.get_column("question").to_list()) if need_vectors else 0.0
     depth = rank_depth(ks, qset.dataset)
-    frames = [score_rows(qs, search_rows(cache, n, cfg, qs, depth, progress), ks, qset.dataset) for n in names]
+    frames: list[pl.DataFrame] = []
+    failed: dict[str, dict[str, str]] = {}
+    for n in names:
+        try:
+            frames.append(score_rows(qs, search_rows(cache, n, cfg, qs, depth, progress), ks, qset.dataset))
+        except StrategyFailed as exc:
+            if not keep_going:
+                raise
+            failed[n] = exc.to_json()
+    scored = [n for n in names if n not in failed]
     per_question = pl.concat(frames) if frames else pl.DataFrame()
     metrics: dict[str, Any] = {
         "dataset": qset.dataset.value, "store": str(store), "store_version": cache.version, "ks": ks,
@@ -152,8 +182,10 @@ def evaluate(store: str | Path, questions: QuestionSet | pa.Table | pl.DataFrame
                         "beforehand, each on its own as the service does (query_embedding_ms_per_query), and "
                         "not included; the first query of each tenant (index loads, per-tenant caches) is "
                         "timed apart as warmup_ms",
-        "strategies": {n: strategy_metrics(per_question.filter(pl.col("strategy") == n)) for n in names},
+        "strategies": {n: strategy_metrics(per_question.filter(pl.col("strategy") == n)) for n in scored},
     }
+    if failed:
+        metrics["failed"] = failed
     return EvalRun(metrics, per_question)
 
 

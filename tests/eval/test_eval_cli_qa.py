@@ -109,3 +109,36 @@ def test_demo_top_turns_by_default_strategy(tiny_store, hash_embedder):
     assert len(lines) == 3
     assert lines[0].split()[1] == "*D2:2" and "Berlin" in lines[0]
     assert sum("*" in line for line in lines) == 1
+
+
+def test_a_strategy_that_raises_is_named_and_the_others_are_scored(tiny_store, tmp_path, monkeypatch):
+    """`memlib eval` over several strategies: one that raises on a question is reported with its
+    tenant, question and error, the others are still scored and written, and the exit code is 1.
+    The Python API raises :class:`StrategyFailed` unless asked to keep going."""
+    from memlib.eval.runner import StrategyFailed
+    from memlib.retrieve import registry
+    from memlib.retrieve.baselines import BM25
+
+    class Broken(BM25):
+        def search(self, tenant, query, k, **params):
+            if "violin" in query:
+                raise ValueError("index out of range in the broken strategy")
+            return super().search(tenant, query, k, **params)
+
+    registry.discover()
+    monkeypatch.setitem(registry._REGISTRY, "broken", Broken)
+    out = tmp_path / "ev"
+    res = CliRunner().invoke(app, ["eval", "--store", str(tiny_store), "--format", "locomo",
+                                   "--strategies", "bm25,broken", "--k", "1,5", "--out", str(out)])
+    assert res.exit_code == 1, res.output
+    assert "| bm25 |" in res.output and "| broken |" not in res.output
+    assert "strategy `broken` failed" in res.output and "index out of range" in res.output
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert list(metrics["strategies"]) == ["bm25"]
+    failed = metrics["failed"]["broken"]
+    assert failed["tenant_id"] == TENANT and "ValueError" in failed["error"] and failed["question_id"]
+    assert pl.read_parquet(out / "per_question.parquet").get_column("strategy").unique().to_list() == ["bm25"]
+    assert "failed, not scored" in (out / "report.md").read_text()
+    with pytest.raises(StrategyFailed, match="broken.*ValueError"):
+        evaluate(tiny_store, StoreReader(tiny_store).table("questions"), ["bm25", "broken"], [5], MemlibConfig(),
+                 dataset=Dataset.LOCOMO)
