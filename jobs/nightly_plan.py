@@ -48,8 +48,9 @@ def prompt_versions(cfg: MemlibConfig) -> dict[str, str]:
 # clue keyphrases drafted per session (2026-11-25). 3: SIMILAR cosines computed per pair, the same
 # whatever the tenant's size (memlib.text.clues.exact_cosines), 2026-11-26. 4: the tenant means of
 # fallback ids from exact per-id sums, kept with each node's local sum (memlib.compose.span_pool
-# IdSums, Fallback), 2026-11-26.
-BUILD_FORMAT = 4
+# IdSums, Fallback), 2026-11-26. 5: a weekday said of a habit ("every Sunday", "on Saturday
+# mornings") is no longer resolved to one date in facts and events (memlib.text.dates), 2026-11-26.
+BUILD_FORMAT = 5
 
 
 def build_key(cfg: MemlibConfig, recipe: str, prompts: dict[str, str] | None = None) -> str:

@@ -92,6 +92,13 @@ _NORMALIZE = [
     (re.compile(r"\bthe\s+day\s+before\s+yesterday\b", re.I), "2 days ago"),
     (re.compile(r"\bthe\s+day\s+after\s+tomorrow\b", re.I), "in 2 days"),
 ]
+# A bare weekday names a habit, not a day, when a quantifier comes before it ("every Sunday",
+# "each Friday night", "every other Tuesday") or a plural part of the day after it ("on
+# Saturday mornings", "Saturday nights are for games"): such a match is left as written.
+_WEEKDAY_GROUP = f"r{len(_RELATIVE) - 1}"
+_HABIT_BEFORE = re.compile(r"\b(?:every|each|other|most|usually|often|always|some)\s+(?:on\s+)?"
+                           rf"(?:{_WEEKDAY}s?\s*(?:,|and|or|&)\s*)*$", re.I)  # "every Wednesday and Saturday"
+_HABIT_AFTER = re.compile(r"^\s+(?:mornings|afternoons|evenings|nights)\b", re.I)
 _PERIODS = {"day": Granularity.DAY, "week": Granularity.WEEK, "month": Granularity.MONTH,
             "year": Granularity.YEAR, "time": Granularity.DAY, "part_of_day": Granularity.DAY}
 _CONTEXT_CHARS = 60
@@ -124,6 +131,14 @@ def _prefer_for(text: str, start: int, end: int) -> Prefer:
     return Prefer.FUTURE if _FUTURE_CUES.search(window) else Prefer.PAST
 
 
+def _is_habit(text: str, match: re.Match[str]) -> bool:
+    """A bare weekday said of a habit ("every Sunday", "on Saturday mornings"), not of one day."""
+    if not match.group(_WEEKDAY_GROUP):
+        return False
+    return bool(_HABIT_BEFORE.search(text[max(0, match.start() - 60):match.start()])
+                or _HABIT_AFTER.match(text[match.end():match.end() + 16]))
+
+
 def _is_relative(match: re.Match[str]) -> bool:
     return any(match.group(f"r{i}") for i in range(len(_RELATIVE)))
 
@@ -150,6 +165,8 @@ def resolve_dates(text: str, anchor: datetime) -> list[DateMention]:
     out: list[DateMention] = []
     for m in _CANDIDATES.finditer(text):
         expr = m.group(0)
+        if _is_habit(text, m):
+            continue
         prefer = _prefer_for(text, m.start(), m.end())
         parsed = _parse(_normalize(expr), anchor.date(), prefer)
         if parsed is None:

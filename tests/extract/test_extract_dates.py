@@ -35,3 +35,19 @@ def test_rewrite_relative():
     assert rewrite_relative("Yesterday I went out.", A) == "On 7 May 2023 I went out."
     assert rewrite_relative("I graduated in 2022.", A) == "I graduated in 2022."
     assert resolve_dates("no dates here at all", A) == []
+
+
+def test_a_weekday_said_of_a_habit_is_not_one_day():
+    """'every Sunday' or 'on Saturday mornings' is a habit: no date, the text is left as written
+    (it used to read 'Every on 14 May 2023' and 'on 13 May 2023 mornings')."""
+    for text in ("Every Sunday I call my mom.", "I go hiking on Saturday mornings.",
+                 "She visits each Friday night.", "every other Tuesday we play chess",
+                 "Saturday nights are for games", "I usually run on Sunday evenings.",
+                 "the market is held every Wednesday and Saturday"):
+        assert resolve_dates(text, A) == [], text
+        assert rewrite_relative(text, A) == text
+    # one day stays one day, the part of the day included
+    assert _one("We met on Saturday.").resolved.date().isoformat() == "2023-05-06"
+    assert _one("it rained all Saturday").resolved.date().isoformat() == "2023-05-06"
+    assert rewrite_relative("On Saturday morning we went out.", A) == "On 6 May 2023 morning we went out."
+    assert _one("every week, and last Saturday too").resolved.date().isoformat() == "2023-05-06"
