@@ -118,7 +118,10 @@ def _shard_and_prepare(sources, fmt, cfg, writer, plan: Plan, forget: ForgetList
     shards, seen, quarantine = _shard_all(sources, fmt, cfg, writer, plan, forget, skip, full=full)
     for tenant in plan.build:
         if seen.get(tenant, 0) == 0 and tenant not in plan.failed:
-            plan.failed[tenant] = "no valid turns in the input (every record quarantined)"
+            plan.failed[tenant] = ("no valid turns left in the input (every record forgotten or quarantined)"
+                                   if forget.conversations_of(tenant) else
+                                   "no valid turns in the input (every record quarantined)")
+    _keep_against_quarantine(writer, plan, forget, shards)
     to_build = [s for s in shards if s.tenant_id not in plan.resume and s.tenant_id not in plan.failed]
     prepared = (prepare_staged(to_build, cfg, store=writer.path, build_key=key, reuse=not full)
                 if to_build else None)
@@ -191,11 +194,8 @@ def _finish_manifest(manifest, plan: Plan, base, key, forget, node_kinds, edge_k
                   else TenantStatus.CARRIED)
         entry.update(status=status.value, source=plan.sources.get(tenant), input_hash=plan.hashes.get(tenant))
     for tenant, reason in plan.failed.items():
-        if tenant in prev:
+        if tenant in prev:  # kept as published; a tenant never published is not one (its error is in "incremental")
             manifest["tenants"][tenant] = {**prev[tenant], "status": TenantStatus.FAILED.value, "error": reason}
-        else:
-            manifest["tenants"][tenant] = {"status": TenantStatus.FAILED.value, "error": reason, "nodes": 0,
-                                           "edges": 0, "turns": 0, "segments": 0, "source": plan.sources.get(tenant)}
     manifest.update(build_key=key, forgotten=forget.to_json(), incremental=plan.to_json(),
                     nodes_by_kind=node_kinds, edges_by_kind=edge_kinds,
                     tenant_timings_s={s["tenant_id"]: s.get("timings", {}) for s in summaries
@@ -281,6 +281,7 @@ def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: st
         raise StoreError(f"{new_space}, and {len(lost)} published tenant(s) failed to build ({', '.join(lost[:5])}): "
                          f"a store changes its vector space only whole, so nothing was published "
                          f"(the published version is unchanged). Their errors: {_reasons(plan, lost)}")
+    _remove_unkeepable(writer, plan, forget, [t for t in plan.failed if t in prev])
     _drop_partitions(writer, list(plan.failed))
     for tenant in plan.carry + [t for t in plan.failed if t in prev]:
         writer.carry_over(tenant)
@@ -295,7 +296,8 @@ def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: st
                            merge_rows=cfg.io.index_merge_rows,
                            vector_index=cfg.io.vector_index)
     timings = {**timer.rounded(), "total": round(time.perf_counter() - wall, 3)}
-    carried = [_carried_summary(t, prev[t]) for t in plan.carry]
+    # carried over, and failed but kept as published: their rows are in this version, so in its counts
+    carried = [_carried_summary(t, prev[t]) for t in plan.carry + [t for t in plan.failed if t in prev]]
     manifest = build_manifest(cfg=cfg, recipe=recipe, input_path=str(input_path), fmt=str(fmt),
                               fingerprints=plan.hashes, summaries=summaries + carried,
                               questions=_count_rows(writer, "questions"), quarantine_by_reason=quarantine,
@@ -310,6 +312,52 @@ def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: st
 
 def _reasons(plan: Plan, tenants: list[str]) -> str:
     return "; ".join(f"{t}: {plan.failed[t]}" for t in tenants[:3])
+
+
+def _keep_against_quarantine(writer: StoreWriter, plan: Plan, forget: ForgetList, shards: list[TenantShard]) -> None:
+    """A tenant some of whose records were quarantined in this run, and whose rebuild would drop
+    turns it has published (not forgotten ones), is kept as published and reported failed: an
+    input problem (an export with a broken date format, say) never removes published memory."""
+    qdir = writer.version_dir / "quarantine"
+    files = sorted(qdir.glob("*.parquet")) if qdir.exists() and writer.base is not None else []
+    counts: dict[str, int] = {}
+    for f in files:
+        for tenant in pq.read_table(f, columns=["tenant_id"]).column("tenant_id").to_pylist():
+            counts[tenant] = counts.get(tenant, 0) + 1
+    by_id = {s.tenant_id: s for s in shards}
+    for tenant, n in sorted(counts.items(), key=lambda x: str(x[0])):
+        src = writer.published_table_path("turns", tenant) if tenant in by_id else None
+        if tenant in plan.failed or tenant not in plan.build or src is None or not src.exists():
+            continue
+        old = pq.read_table(src, columns=["node_id", "conversation_id"])
+        gone_convs = set(forget.conversations_of(tenant))
+        published = {nid for nid, conv in zip(old.column("node_id").to_pylist(),
+                                              old.column("conversation_id").to_pylist()) if conv not in gone_convs}
+        new = set(pq.read_table(by_id[tenant].turns_path, columns=["node_id"]).column("node_id").to_pylist())
+        lost = len(published - new)
+        if lost:
+            plan.failed[tenant] = (f"{n} of its records were quarantined, and a rebuild without them would drop {lost} "
+                                   f"of its {len(published)} published turns: kept as published (fix the records the "
+                                   f"quarantine table names, or forget conversations with --delete)")
+
+
+def _remove_unkeepable(writer: StoreWriter, plan: Plan, forget: ForgetList, failed: list[str]) -> None:
+    """A failed tenant keeps its published data, unless that data holds a conversation on the
+    forget list (e.g. the tenant's only conversation was forgotten, so nothing valid is left to
+    build): a forgotten conversation never stays published, so the tenant is removed instead."""
+    for tenant in failed:
+        convs = forget.conversations_of(tenant)
+        src = writer.published_table_path("turns", tenant)
+        if not convs or src is None or not src.exists():
+            continue
+        held = set(pq.read_table(src, columns=["conversation_id"]).column("conversation_id").to_pylist())
+        held_forgotten = sorted(held & set(convs))
+        if not held_forgotten:
+            continue
+        reason = plan.failed.pop(tenant)
+        plan.gone.append(tenant)
+        plan.removed[tenant] = (f"its published version holds forgotten conversation(s) {', '.join(held_forgotten)} "
+                                f"and it could not be rebuilt without them ({reason}): removed, not kept")
 
 
 def _drop_partitions(writer: StoreWriter, tenants: list[str]) -> None:

@@ -157,11 +157,15 @@ class Plan:
     hashes: dict[str, str] = field(default_factory=dict)
     sources: dict[str, Any] = field(default_factory=dict)              # tenant -> input file name(s)
     missing: list[str] = field(default_factory=list)                   # absent from the input, kept (carried)
+    removed: dict[str, str] = field(default_factory=dict)              # tenant -> why it was removed, not kept
 
     def to_json(self) -> dict[str, Any]:
-        return {"built": sorted(self.build), "carried": sorted(self.carry), "resumed": sorted(self.resume),
-                "deleted": sorted(self.gone), "failed": dict(sorted(self.failed.items())),
-                "missing_kept": sorted(self.missing)}
+        out = {"built": sorted(t for t in self.build if t not in self.failed), "carried": sorted(self.carry),
+               "resumed": sorted(self.resume), "deleted": sorted(self.gone),
+               "failed": dict(sorted(self.failed.items())), "missing_kept": sorted(self.missing)}
+        if self.removed:
+            out["removed"] = dict(sorted(self.removed.items()))
+        return out
 
 
 def make_plan(base: dict[str, Any] | None, hashes: dict[str, str], sources: dict[str, str], key: str,

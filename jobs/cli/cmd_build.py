@@ -57,11 +57,18 @@ def _progress(event: str, info: dict[str, Any]) -> None:
         typer.echo(f"embed: {info['backend']}, the embedder {info['store']} was built with (name another with "
                    f"--set embed.backend=… to rebuild it in that one)")
     elif event == "plan":
-        typer.echo("incremental: " + ", ".join(f"{k} {len(v)}" for k, v in info.items()))
+        typer.echo("plan: " + ", ".join(f"{k} {len(v)}" for k, v in info.items()))
     elif event == "published":
         typer.echo(f"published {info['version']} to {info['store']}")
         for tenant, reason in (info.get("failed") or {}).items():
             typer.echo(f"  FAILED tenant {tenant}: {reason}")
+        removed = info.get("removed") or {}
+        for tenant, reason in removed.items():
+            typer.echo(f"  REMOVED tenant {tenant}: {reason}")
+        deleted = [t for t in info.get("deleted") or [] if t not in removed]
+        if deleted:
+            more = ", …" if len(deleted) > 20 else ""
+            typer.echo(f"  deleted {len(deleted)} tenant(s): {', '.join(deleted[:20])}{more}")
         kept = info.get("missing_kept") or []
         if kept:
             typer.echo(f"  kept {len(kept)} tenant(s) missing from the input as published ({', '.join(kept[:10])}"
@@ -92,6 +99,35 @@ def format_summary(m: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+QUARANTINE_SHOWN = 10
+
+
+def quarantine_lines(store: Path, manifest: dict[str, Any], limit: int = QUARANTINE_SHOWN) -> list[str]:
+    """The first ``limit`` quarantined records of this version, each named with its reason, and
+    where the rest are (the quarantine table of the published version)."""
+    import pyarrow.parquet as pq
+
+    qdir = Path(store) / "versions" / manifest["version"] / "quarantine"
+    files = sorted(qdir.glob("*.parquet")) if qdir.exists() else []
+    total = sum(pq.read_metadata(f).num_rows for f in files)
+    if not total:
+        return []
+    rows: list[dict[str, Any]] = []
+    for f in files:
+        if len(rows) >= limit:
+            break
+        cols = ["tenant_id", "conversation_id", "record_id", "source", "location", "reason_code", "reason"]
+        rows += pq.read_table(f, columns=cols).slice(0, limit - len(rows)).to_pylist()
+    out = ["quarantined records (the record, where it is, why):"]
+    for r in rows:
+        where = ", ".join(x for x in (Path(r["source"]).name if r["source"] else None, r["location"]) if x)
+        who = "/".join(x for x in (r["tenant_id"], r["conversation_id"], r["record_id"]) if x) or "?"
+        out.append(f"  {who} ({where}): {r['reason_code']}: {r['reason']}")
+    if total > len(rows):
+        out.append(f"  … and {total - len(rows)} more in {qdir}")
+    return out
+
+
 def register(app: typer.Typer) -> None:
     @app.command("build")
     def build(
@@ -114,19 +150,24 @@ def register(app: typer.Typer) -> None:
         incremental: Annotated[bool, typer.Option("--incremental", help="rebuild only changed tenants, "
                                                   "carry the rest over (nightly)")] = False,
         delete: Annotated[Optional[Path], typer.Option("--delete", help="forget these tenants / tenant/conversation "
-                                                       "ids (one per line); implies --incremental")] = None,
+                                                       "ids (one per line); implies --incremental. They stay "
+                                                       "forgotten: later input for them is ignored")] = None,
         rollback: Annotated[Optional[str], typer.Option("--rollback", help="publish an earlier VERSION again")] = None,
         compact: Annotated[bool, typer.Option("--compact", help="hard deletion: drop every unpublished and older "
                                               "version (Lance + Parquet); rollback is no longer possible")] = False,
         input_is_complete: Annotated[bool, typer.Option("--input-is-complete", help="the input holds every tenant: "
                                                         "published tenants missing from it are deleted, within "
-                                                        "--max-removed-share (default: kept)")] = False,
+                                                        "--max-removed-share (default with --incremental: kept; a "
+                                                        "full build always treats its input as complete)")] = False,
         max_removed_share: Annotated[Optional[float], typer.Option("--max-removed-share", min=0.0, max=1.0,
                                                                    help="largest share of published tenants a build "
                                                                    "may delete for missing from the input "
                                                                    "(nightly.max_removed_share, default 0.1)")] = None,
     ) -> None:
-        """Build memory tables (Lance/Parquet) and graphs from conversations, on Ray Data."""
+        """Build memory tables (Lance/Parquet) and graphs from conversations, on Ray Data.
+
+        Exit codes: 0 published; 2 nothing published (unusable input, refused deletion, usage error);
+        3 published, but some tenants failed (each is named; a published one keeps its data)."""
         from jobs.local_ray import export_local_ray_env
 
         export_local_ray_env()
@@ -167,6 +208,8 @@ def register(app: typer.Typer) -> None:
 
             stop_local()  # the local Ray this build started, if any: stopped now, not by the exit handler
         typer.echo(format_summary(manifest))
+        for line in quarantine_lines(out, manifest):
+            typer.echo(line)
         if compact:
             _maintain(out, None, True)
         if manifest.get("incremental", {}).get("failed"):
@@ -177,13 +220,16 @@ def _maintain(out: Path, version: Optional[str], compact: bool) -> None:
     """--rollback VERSION and --compact on an existing store."""
     from jobs.store_maintenance import compact as compact_store
     from jobs.store_maintenance import rollback_store
+    from memlib.io.errors import InputError
     from memlib.io.store import StoreError
 
+    if not (Path(out) / "manifest.json").is_file():  # before any lock file is made: a typo creates nothing
+        fail(f"{out}: not a memlib store (no manifest.json)")
     try:
         if version:
             m = rollback_store(out, version)
             typer.echo(f"rolled back: {out} now serves {m['version']} (Lance version {m.get('lance_version')})")
         if compact:
             typer.echo(f"compacted: {compact_store(out)}")
-    except StoreError as exc:
+    except (StoreError, InputError) as exc:
         fail(str(exc))

@@ -30,8 +30,8 @@ def register(app: typer.Typer) -> None:
         fmt: Annotated[Optional[str], typer.Option(
             "--format", "-f", help="locomo | longmemeval | jsonl | parquet (default: locomo with --input; "
                                    "without it, the format the store was built from)")] = None,
-        strategies: Annotated[str, typer.Option("--strategies", help="comma-separated strategy names")]
-        = "bm25,dense,hybrid",
+        strategies: Annotated[str, typer.Option("--strategies", help="comma-separated strategy names (an "
+                                                "unknown name lists the known ones)")] = "auto,bm25,dense,hybrid",
         k: Annotated[Optional[str], typer.Option("--k", help="cut-offs, e.g. 1,3,5,10,20 (default: eval.ks)")] = None,
         out: Annotated[Optional[Path], typer.Option("--out", "-o", help="output directory (default: eval_out)")]
         = None,

@@ -80,10 +80,21 @@ def register(app: typer.Typer) -> None:
             from jobs.cli import inspect_store
             from memlib.io.store import StoreError
             try:
-                summaries = inspect_store.run(store) or []
+                summaries = inspect_store.run(store, echo=not as_json) or []
+                quarantine = inspect_store.quarantine_summary(store)
             except StoreError as exc:
                 fail(str(exc))
                 return
+            if as_json:
+                from memlib.io.store import read_manifest
+
+                manifest = read_manifest(store) or {}
+                typer.echo(json.dumps({"store": str(store), "version": manifest.get("version"),
+                                       "tenants": summaries, "quarantine": quarantine}, indent=2, default=str))
+            elif quarantine["records"]:
+                typer.echo(f"quarantined input records of this version: {quarantine['records']} ("
+                           + ", ".join(f"{k} {v}" for k, v in quarantine["by_reason"].items())
+                           + f"); the records and reasons: {', '.join(quarantine['tables'])}")
             broken = [s["tenant"] for s in summaries if s.get("broken")]
             if broken:
                 fail(f"{len(broken)} tenant(s) cannot be served: {', '.join(broken)}", code=1)

@@ -11,7 +11,8 @@ from jobs.cli.common import ConfigOpt, SetOpt, fail, get_config
 
 
 def _fmt_time(t) -> str:
-    return t.strftime("%Y-%m-%d %H:%M") if t is not None else "?"
+    """A turn's session time as stored: converted to UTC at read time, and labelled so."""
+    return t.strftime("%Y-%m-%d %H:%M UTC") if t is not None else "?"
 
 
 def ranked_turn_lines(turns, limit: int | None = None, evidence: frozenset[str] = frozenset()) -> list[str]:

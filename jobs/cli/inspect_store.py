@@ -91,19 +91,37 @@ def tenant_problem(reader: StoreReader, tenant: str) -> str | None:
     return None
 
 
-def run(store_path: str | Path, top: int = TOP) -> list[dict[str, Any]]:
+def run(store_path: str | Path, top: int = TOP, echo: bool = True) -> list[dict[str, Any]]:
     """Print the summary of every tenant of the store; return the summaries. A tenant whose files
-    cannot be read is printed as BROKEN with the reason (its summary has ``broken``)."""
+    cannot be read is printed as BROKEN with the reason (its summary has ``broken``); a tenant
+    whose last build failed, and that is served as it was published before, says so (``failed``)."""
+    say = typer.echo if echo else (lambda *a, **k: None)
     reader = StoreReader(store_path)
-    typer.echo(f"store {reader.path} version {reader.version}: {len(reader.tenants())} tenant(s)")
+    say(f"store {reader.path} version {reader.version}: {len(reader.tenants())} tenant(s)")
+    entries = reader.manifest.get("tenants", {})
     out = []
     for tenant in reader.tenants():
         problem = tenant_problem(reader, tenant)
         if problem is not None:
-            typer.secho(f"BROKEN tenant {tenant}: {problem}", fg=typer.colors.RED)
+            if echo:
+                typer.secho(f"BROKEN tenant {tenant}: {problem}", fg=typer.colors.RED)
             out.append({"tenant": tenant, "broken": problem})
             continue
         s = tenant_summary(reader, tenant, top)
-        _echo_tenant(s)
+        if echo:
+            _echo_tenant(s)
+        if entries.get(tenant, {}).get("status") == "failed":
+            s["failed"] = entries[tenant].get("error")
+            say(f"  last build FAILED, served as published before: {s['failed']}")
         out.append(s)
     return out
+
+
+def quarantine_summary(store_path: str | Path) -> dict[str, Any]:
+    """The published version's quarantined input records: how many, by reason, and where."""
+    reader = StoreReader(store_path)
+    qdir = reader.version_dir / "quarantine"
+    files = sorted(qdir.glob("*.parquet")) if qdir.exists() else []
+    codes = [c for f in files for c in pq.read_table(f, columns=["reason_code"]).column("reason_code").to_pylist()]
+    by_reason = {c: codes.count(c) for c in sorted(set(codes))}
+    return {"records": len(codes), "by_reason": by_reason, "tables": [str(f) for f in files]}

@@ -89,6 +89,8 @@ class TenantBuilder:
             return (ReasonCode.OVERSIZE_TURN,
                     f"text has {len(text)} chars, more than io.max_turn_chars={self.cfg.max_turn_chars}")
         role = rec.get("role")
+        if role is None or (isinstance(role, str) and not role.strip()):
+            return ReasonCode.MISSING_FIELD, f"missing field: role (one of {sorted(ROLES)})"
         if not isinstance(role, str) or role.strip().lower() not in ROLES:
             return ReasonCode.UNKNOWN_ROLE, f"role {role!r} is not one of {sorted(ROLES)}"
         return None

@@ -234,6 +234,10 @@ class StoreWriter:
         os.replace(tmp, out)
         return out
 
+    def published_table_path(self, name: str, part: str) -> Path | None:
+        """The partition ``part`` of table ``name`` in the published version (None: no version yet)."""
+        return None if self.base is None else self.base.version_dir / name / f"{_safe(part)}.parquet"
+
     def carry_over(self, tenant: str) -> None:
         """Link an unchanged tenant's files from the published version (no recomputation)."""
         if self.base is None:

@@ -324,3 +324,20 @@ def test_dates_beyond_datetime_range_are_bad_dates(tmp_path, when):
     result = read_input(path, "jsonl")
     assert result.turns.column("turn_id").to_pylist() == ["s1:1"]
     assert result.quarantine.column("reason_code").to_pylist() == ["bad_date", "bad_date"]
+
+
+def test_a_turn_without_a_role_is_a_missing_field(tmp_path):
+    """A record with no role (or an empty one) is quarantined as missing_field, naming the field;
+    a role that is not one of the three stays unknown_role."""
+    from memlib.config import IOConfig
+    from memlib.io.readers import read_input
+
+    recs = [{"tenant_id": "acme", "conversation_id": "c1", "session_id": "s1", "turn_id": f"t{i}",
+             "text": "hello there", **extra}
+            for i, extra in enumerate([{"role": "user"}, {}, {"role": " "}, {"role": "robot"}])]
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs), encoding="utf-8")
+    q = read_input(path, "jsonl", IOConfig()).quarantine.to_pylist()
+    assert [(r["record_id"], r["reason_code"]) for r in q] == [("t1", "missing_field"), ("t2", "missing_field"),
+                                                               ("t3", "unknown_role")]
+    assert "missing field: role" in q[0]["reason"]

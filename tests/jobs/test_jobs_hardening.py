@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.jobs.conftest import ALL, node_rows, run_cli, tenant_lines, write_jsonl
+from tests.jobs.conftest import ALL, node_rows, published_text, run_cli, tenant_lines, write_jsonl
 
 pytestmark = pytest.mark.ray
 
@@ -187,3 +187,72 @@ def test_forget_and_compact_leave_no_word_of_the_tenant(ray_local, tmp_path):
     assert res.exit_code == 0, res.output + repr(res.exception)
     assert _words_in_store(store) == {}
     assert {r[1] for r in node_rows(store)} == {"dora", "emil"}
+
+
+def test_forgetting_a_tenants_every_conversation_removes_it(store, tmp_path):
+    """--delete of each conversation of a tenant (not the tenant id) leaves nothing valid to build:
+    it was reported 'every record quarantined' and kept as published, forgotten text included.
+    Now the tenant is removed, named in the output, and no word of it stays published; a tenant
+    that keeps another conversation keeps it."""
+    inp = write_jsonl(tmp_path / "in.jsonl", ALL)
+    forget = tmp_path / "forget.txt"
+    forget.write_text("dora/dora-a\ndora/dora-b\nfay/fay-b\n", encoding="utf-8")
+    res = _build(inp, store, "--delete", str(forget))
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    assert "REMOVED tenant dora" in res.output and "forgotten conversation(s) dora-a, dora-b" in res.output
+    m = json.loads((store / "manifest.json").read_text())
+    assert "dora" not in m["tenants"] and "dora" in m["incremental"]["deleted"] and not m["incremental"]["failed"]
+    text = published_text(store)
+    assert "Marigold" not in text and "Zanzibar" not in text and "bees on the roof" not in text
+    assert {r[1] for r in node_rows(store)} == {"emil", "fay", "gus"}
+    assert "Helsinki" in text  # fay's other conversation stays
+
+
+def test_quarantined_records_never_shrink_a_published_tenant(store, tmp_path):
+    """A nightly export whose date format broke for most of a tenant's turns: those records are
+    quarantined (and named in the output), and the tenant is kept as published and reported failed
+    (exit 3) instead of being rebuilt from the records left (it went from 16 turns to 8, exit 0).
+    Another tenant's change in the same run is built."""
+    before = json.loads((store / "manifest.json").read_text())
+    lines = []
+    for line in tenant_lines("dora") + tenant_lines("emil", " Again.") + tenant_lines("fay") + tenant_lines("gus"):
+        rec = json.loads(line)
+        if rec["tenant_id"] == "dora" and rec["conversation_id"] == "dora-b":
+            rec["session_time"] = "09.01.2024 kl. 19:12 CET-ish"
+        lines.append(json.dumps(rec))
+    inp = tmp_path / "in.jsonl"
+    inp.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    res = _build(inp, store)
+    assert res.exit_code == 3, res.output + repr(res.exception)
+    assert "FAILED tenant dora: 8 of its records were quarantined" in res.output, res.output
+    assert "would drop 8 of its 16 published turns" in res.output
+    assert "dora/dora-b/s1:1 (in.jsonl, line " in res.output and "bad_date" in res.output
+    m = json.loads((store / "manifest.json").read_text())
+    assert m["tenants"]["dora"]["status"] == "failed" and "emil" in m["incremental"]["built"]
+    assert "dora" not in m["incremental"]["built"]
+    dora = lambda m: [r for r in node_rows(store, m) if r[1] == "dora"]  # noqa: E731
+    assert dora(m) == dora(before) and dora(before)
+    assert any("Again." in r[3] for r in node_rows(store, m) if r[1] == "emil")
+    # the kept tenant's rows are counted (the summary said 16 turns fewer than the store held)
+    assert m["row_counts"]["turns"] == sum(m["tenants"][t]["turns"] for t in m["tenants"]) == 4 * 8 + 2 * 8
+    assert m["row_counts"]["nodes"] == sum(m["nodes_by_kind"].values())
+    res = run_cli(["inspect", "--store", str(store), "--json"])  # --json was ignored for a store
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    status = {t["tenant"]: t.get("failed") for t in doc["tenants"]}
+    assert "quarantined" in status["dora"] and status["emil"] is None
+    assert doc["version"] == m["version"] and doc["quarantine"]["by_reason"] == {"bad_date": 8}
+
+
+def test_a_new_tenant_with_no_valid_record_is_not_published(store, tmp_path):
+    """A tenant seen for the first time whose every record is bad is reported failed, exit 3, and
+    is not published as a tenant with 0 nodes (a query for it said nothing was found)."""
+    bad = [json.dumps({"tenant_id": "zed", "conversation_id": "z", "session_id": "s1", "turn_id": f"t{i}",
+                       "role": "bot", "text": "hello"}) for i in range(3)]
+    inp = tmp_path / "in.jsonl"
+    inp.write_text("\n".join([*(ln for t in ALL for ln in tenant_lines(t)), *bad]) + "\n", encoding="utf-8")
+    res = _build(inp, store)
+    assert res.exit_code == 3, res.output
+    m = json.loads((store / "manifest.json").read_text())
+    assert "zed" not in m["tenants"] and "zed" in m["incremental"]["failed"]
+    assert "plan: built 4, " in res.output  # the four tenants (another recipe), and not zed

@@ -92,3 +92,12 @@ def test_nightly_entrypoint_reports_an_unusable_input_in_one_line(tmp_path, caps
     assert main(["--input", str(inp), "--format", "jsonl", "--out", str(tmp_path / "store")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "empty" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("args", [["--compact"], ["--rollback", "v000001"]])
+def test_maintenance_on_a_path_that_is_no_store_creates_nothing(tmp_path, args):
+    """--compact (it printed a 43-line traceback) and --rollback on a mistyped path: one line, and
+    no directory or lock file is made there."""
+    typo = tmp_path / "stroe"
+    _one_line_error(run_cli(["build", "--out", str(typo), *args]), "not a memlib store")
+    assert not typo.exists()
