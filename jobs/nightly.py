@@ -282,7 +282,7 @@ def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: st
                          f"a store changes its vector space only whole, so nothing was published "
                          f"(the published version is unchanged). Their errors: {_reasons(plan, lost)}")
     _remove_unkeepable(writer, plan, forget, [t for t in plan.failed if t in prev])
-    _drop_partitions(writer, list(plan.failed))
+    _drop_partitions(writer, list(plan.failed) + list(plan.removed))
     for tenant in plan.carry + [t for t in plan.failed if t in prev]:
         writer.carry_over(tenant)
     importance: dict = {}  # the tenant stage built each tenant's graph and importance

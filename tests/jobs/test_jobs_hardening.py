@@ -256,3 +256,25 @@ def test_a_new_tenant_with_no_valid_record_is_not_published(store, tmp_path):
     m = json.loads((store / "manifest.json").read_text())
     assert "zed" not in m["tenants"] and "zed" in m["incremental"]["failed"]
     assert "plan: built 4, " in res.output  # the four tenants (another recipe), and not zed
+
+
+def test_a_failed_tenant_holding_a_forgotten_conversation_is_removed_whole(store, tmp_path):
+    """Forget dora-a while half of dora-b's records are bad: dora cannot be rebuilt (the quarantine
+    guard) and cannot be kept (its published version holds dora-a): it is removed, and nothing of
+    it is left in the new version's files (the records that were valid included)."""
+    lines = []
+    for line in (ln for t in ALL for ln in tenant_lines(t)):
+        rec = json.loads(line)
+        if rec["conversation_id"] == "dora-b" and rec["session_id"] == "s2":
+            rec["session_time"] = "not a date"
+        lines.append(json.dumps(rec))
+    inp = tmp_path / "in.jsonl"
+    inp.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    forget = tmp_path / "forget.txt"
+    forget.write_text("dora/dora-a\n", encoding="utf-8")
+    res = _build(inp, store, "--delete", str(forget))
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    assert "REMOVED tenant dora" in res.output and "4 of its records were quarantined" in res.output
+    m = json.loads((store / "manifest.json").read_text())
+    assert "dora" not in m["tenants"] and not list((store / "versions" / m["version"]).glob("*/dora.*"))
+    assert "Marigold" not in published_text(store) and {r[1] for r in node_rows(store)} == {"emil", "fay", "gus"}
