@@ -10,9 +10,12 @@ import polars as pl
 import pyarrow as pa
 
 from memlib.config import MemlibConfig
+from memlib.embed.base import EmbedError
 from memlib.eval import lme
 from memlib.eval import metrics as M
 from memlib.eval.questions import Dataset, Group, QuestionSet, select_questions
+from memlib.io.errors import InputError
+from memlib.io.store import StoreError
 from memlib.retrieve.kernels import run_search
 from memlib.retrieve.registry import get_strategy, parse_strategies, strategy_class
 from memlib.retrieve.tenant import CachedQueryEmbedder, QueryEmbedder, TenantCache
@@ -68,6 +71,9 @@ def uses_query_vector(name: str) -> bool:
     return bool(getattr(strategy_class(name), "uses_query_vector", True))
 
 
+_RUN_ERRORS = (StoreError, EmbedError, InputError, FileNotFoundError)
+
+
 class StrategyFailed(RuntimeError):
     """A strategy raised on a question: which strategy, tenant and question, and why."""
 
@@ -98,6 +104,8 @@ def search_rows(cache: TenantCache, name: str, cfg: MemlibConfig, qs: pl.DataFra
                 warmup_ms = 1000.0 * (time.perf_counter() - started)
                 warmed.add(tenant)
             res = run_search(cache.get(tenant), strategy, q["question"], depth)
+        except _RUN_ERRORS:  # the store, the embedder or the input: every strategy would fail alike
+            raise
         except Exception as exc:  # noqa: BLE001 - named with its strategy and question
             raise StrategyFailed(name, tenant, str(q["question_id"]), exc) from exc
         rows.append({"strategy": name, "tenant_id": tenant, "question_id": q["question_id"],
