@@ -17,8 +17,9 @@ import json
 import logging
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -231,7 +232,8 @@ def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: st
     forget = ForgetList.load(delete, (base or {}).get("forgotten"))
     writer = ResumableWriter(out, dim=cfg.embed.dim)
     key = build_key(cfg, recipe)
-    with timer.span(Phase.READ), staged_input(input_path, cfg.io.staging_dir) as local_input:
+    with (_discard_if_refused(writer), timer.span(Phase.READ),
+          staged_input(input_path, cfg.io.staging_dir) as local_input):
         sources = input_sources(local_input, str(fmt))
         read = fingerprint_sources(sources, str(fmt), cfg, forget)
         check_readable(input_path, sources, read, full=full)  # an unusable input publishes nothing
@@ -308,6 +310,18 @@ def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: st
     published = writer.publish(manifest)
     progress("published", {"version": published["version"], "store": str(out), **plan.to_json()})
     return published
+
+
+@contextmanager
+def _discard_if_refused(writer: StoreWriter) -> Iterator[None]:
+    """An input refused before any tenant was built (unusable, or a deletion above the allowed share)
+    leaves no version directory behind: there is nothing in it to resume."""
+    try:
+        yield
+    except (InputError, StoreError):
+        if not (writer.version_dir / DONE_DIR).exists():
+            shutil.rmtree(writer.version_dir, ignore_errors=True)
+        raise
 
 
 def _reasons(plan: Plan, tenants: list[str]) -> str:

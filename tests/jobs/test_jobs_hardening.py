@@ -43,6 +43,8 @@ def test_unusable_input_publishes_nothing(store, tmp_path, content, message):
         assert res.exit_code == 2, res.output
         assert message in res.output and "Traceback" not in res.output
         assert _version(store) == before and len(list((store / "manifests").glob("v*.json"))) == 1
+        # and no unpublished version directory is left behind (one was, per refused run)
+        assert [p.name for p in (store / "versions").iterdir()] == [before]
 
 
 def test_empty_directory_publishes_nothing(store, tmp_path):
