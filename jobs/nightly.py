@@ -17,9 +17,8 @@ import json
 import logging
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +40,7 @@ from jobs.nightly_plan import (
 )
 from jobs.resumable import DONE_DIR, ResumableWriter
 from jobs.store_lock import locked
+from jobs.tenant_guards import discard_if_refused, drop_partitions, keep_against_quarantine, remove_unkeepable
 from memlib import schema
 from memlib.compose.manifest import build_manifest
 from memlib.compose.recipe import DEFAULT_RECIPE, Phase, get_recipe
@@ -122,7 +122,7 @@ def _shard_and_prepare(sources, fmt, cfg, writer, plan: Plan, forget: ForgetList
             plan.failed[tenant] = ("no valid turns left in the input (every record forgotten or quarantined)"
                                    if forget.conversations_of(tenant) else
                                    "no valid turns in the input (every record quarantined)")
-    _keep_against_quarantine(writer, plan, forget, shards)
+    keep_against_quarantine(writer, plan, forget, shards)
     to_build = [s for s in shards if s.tenant_id not in plan.resume and s.tenant_id not in plan.failed]
     prepared = (prepare_staged(to_build, cfg, store=writer.path, build_key=key, reuse=not full)
                 if to_build else None)
@@ -232,7 +232,7 @@ def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: st
     forget = ForgetList.load(delete, (base or {}).get("forgotten"))
     writer = ResumableWriter(out, dim=cfg.embed.dim)
     key = build_key(cfg, recipe)
-    with (_discard_if_refused(writer), timer.span(Phase.READ),
+    with (discard_if_refused(writer), timer.span(Phase.READ),
           staged_input(input_path, cfg.io.staging_dir) as local_input):
         sources = input_sources(local_input, str(fmt))
         read = fingerprint_sources(sources, str(fmt), cfg, forget)
@@ -283,8 +283,8 @@ def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: st
         raise StoreError(f"{new_space}, and {len(lost)} published tenant(s) failed to build ({', '.join(lost[:5])}): "
                          f"a store changes its vector space only whole, so nothing was published "
                          f"(the published version is unchanged). Their errors: {_reasons(plan, lost)}")
-    _remove_unkeepable(writer, plan, forget, [t for t in plan.failed if t in prev])
-    _drop_partitions(writer, list(plan.failed) + list(plan.removed))
+    remove_unkeepable(writer, plan, forget, [t for t in plan.failed if t in prev])
+    drop_partitions(writer, list(plan.failed) + list(plan.removed))
     for tenant in plan.carry + [t for t in plan.failed if t in prev]:
         writer.carry_over(tenant)
     importance: dict = {}  # the tenant stage built each tenant's graph and importance
@@ -312,74 +312,8 @@ def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: st
     return published
 
 
-@contextmanager
-def _discard_if_refused(writer: StoreWriter) -> Iterator[None]:
-    """An input refused before any tenant was built (unusable, or a deletion above the allowed share)
-    leaves no version directory behind: there is nothing in it to resume."""
-    try:
-        yield
-    except (InputError, StoreError):
-        if not (writer.version_dir / DONE_DIR).exists():
-            shutil.rmtree(writer.version_dir, ignore_errors=True)
-        raise
-
-
 def _reasons(plan: Plan, tenants: list[str]) -> str:
     return "; ".join(f"{t}: {plan.failed[t]}" for t in tenants[:3])
-
-
-def _keep_against_quarantine(writer: StoreWriter, plan: Plan, forget: ForgetList, shards: list[TenantShard]) -> None:
-    """A tenant some of whose records were quarantined in this run, and whose rebuild would drop
-    turns it has published (not forgotten ones), is kept as published and reported failed: an
-    input problem (an export with a broken date format, say) never removes published memory."""
-    qdir = writer.version_dir / "quarantine"
-    files = sorted(qdir.glob("*.parquet")) if qdir.exists() and writer.base is not None else []
-    counts: dict[str, int] = {}
-    for f in files:
-        for tenant in pq.read_table(f, columns=["tenant_id"]).column("tenant_id").to_pylist():
-            counts[tenant] = counts.get(tenant, 0) + 1
-    by_id = {s.tenant_id: s for s in shards}
-    for tenant, n in sorted(counts.items(), key=lambda x: str(x[0])):
-        src = writer.published_table_path("turns", tenant) if tenant in by_id else None
-        if tenant in plan.failed or tenant not in plan.build or src is None or not src.exists():
-            continue
-        old = pq.read_table(src, columns=["node_id", "conversation_id"])
-        gone_convs = set(forget.conversations_of(tenant))
-        published = {nid for nid, conv in zip(old.column("node_id").to_pylist(),
-                                              old.column("conversation_id").to_pylist()) if conv not in gone_convs}
-        new = set(pq.read_table(by_id[tenant].turns_path, columns=["node_id"]).column("node_id").to_pylist())
-        lost = len(published - new)
-        if lost:
-            plan.failed[tenant] = (f"{n} of its records were quarantined, and a rebuild without them would drop {lost} "
-                                   f"of its {len(published)} published turns: kept as published (fix the records the "
-                                   f"quarantine table names, or forget conversations with --delete)")
-
-
-def _remove_unkeepable(writer: StoreWriter, plan: Plan, forget: ForgetList, failed: list[str]) -> None:
-    """A failed tenant keeps its published data, unless that data holds a conversation on the
-    forget list (e.g. the tenant's only conversation was forgotten, so nothing valid is left to
-    build): a forgotten conversation never stays published, so the tenant is removed instead."""
-    for tenant in failed:
-        convs = forget.conversations_of(tenant)
-        src = writer.published_table_path("turns", tenant)
-        if not convs or src is None or not src.exists():
-            continue
-        held = set(pq.read_table(src, columns=["conversation_id"]).column("conversation_id").to_pylist())
-        held_forgotten = sorted(held & set(convs))
-        if not held_forgotten:
-            continue
-        reason = plan.failed.pop(tenant)
-        plan.gone.append(tenant)
-        plan.removed[tenant] = (f"its published version holds forgotten conversation(s) {', '.join(held_forgotten)} "
-                                f"and it could not be rebuilt without them ({reason}): removed, not kept")
-
-
-def _drop_partitions(writer: StoreWriter, tenants: list[str]) -> None:
-    """Remove whatever a failed tenant left in the new version (its previous data is linked back)."""
-    for tenant in tenants:
-        for part in writer.version_dir.glob(f"*/{tenant}.*"):
-            if part.is_file():
-                part.unlink()
 
 
 def _count_rows(writer: StoreWriter, name: str) -> int:

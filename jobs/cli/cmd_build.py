@@ -105,26 +105,20 @@ QUARANTINE_SHOWN = 10
 def quarantine_lines(store: Path, manifest: dict[str, Any], limit: int = QUARANTINE_SHOWN) -> list[str]:
     """The first ``limit`` quarantined records of this version, each named with its reason, and
     where the rest are (the quarantine table of the published version)."""
-    import pyarrow.parquet as pq
+    from memlib.io.store import StoreReader
 
-    qdir = Path(store) / "versions" / manifest["version"] / "quarantine"
-    files = sorted(qdir.glob("*.parquet")) if qdir.exists() else []
-    total = sum(pq.read_metadata(f).num_rows for f in files)
-    if not total:
+    reader = StoreReader(store, manifest)
+    cols = ["tenant_id", "conversation_id", "record_id", "source", "location", "reason_code", "reason"]
+    table = reader.table("quarantine", columns=cols)
+    if not table.num_rows:
         return []
-    rows: list[dict[str, Any]] = []
-    for f in files:
-        if len(rows) >= limit:
-            break
-        cols = ["tenant_id", "conversation_id", "record_id", "source", "location", "reason_code", "reason"]
-        rows += pq.read_table(f, columns=cols).slice(0, limit - len(rows)).to_pylist()
     out = ["quarantined records (the record, where it is, why):"]
-    for r in rows:
+    for r in table.slice(0, limit).to_pylist():
         where = ", ".join(x for x in (Path(r["source"]).name if r["source"] else None, r["location"]) if x)
         who = "/".join(x for x in (r["tenant_id"], r["conversation_id"], r["record_id"]) if x) or "?"
         out.append(f"  {who} ({where}): {r['reason_code']}: {r['reason']}")
-    if total > len(rows):
-        out.append(f"  … and {total - len(rows)} more in {qdir}")
+    if table.num_rows > limit:
+        out.append(f"  … and {table.num_rows - limit} more in {reader.version_dir / 'quarantine'}")
     return out
 
 

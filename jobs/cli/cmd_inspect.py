@@ -94,7 +94,7 @@ def register(app: typer.Typer) -> None:
             elif quarantine["records"]:
                 typer.echo(f"quarantined input records of this version: {quarantine['records']} ("
                            + ", ".join(f"{k} {v}" for k, v in quarantine["by_reason"].items())
-                           + f"); the records and reasons: {', '.join(quarantine['tables'])}")
+                           + f"); the records and reasons: {quarantine['table']}")
             broken = [s["tenant"] for s in summaries if s.get("broken")]
             if broken:
                 fail(f"{len(broken)} tenant(s) cannot be served: {', '.join(broken)}", code=1)

@@ -3,6 +3,7 @@ hubs and the top-importance nodes of the published version. Reads the tables (po
 the graph file is only reported (path and size), never loaded."""
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -120,8 +121,6 @@ def run(store_path: str | Path, top: int = TOP, echo: bool = True) -> list[dict[
 def quarantine_summary(store_path: str | Path) -> dict[str, Any]:
     """The published version's quarantined input records: how many, by reason, and where."""
     reader = StoreReader(store_path)
-    qdir = reader.version_dir / "quarantine"
-    files = sorted(qdir.glob("*.parquet")) if qdir.exists() else []
-    codes = [c for f in files for c in pq.read_table(f, columns=["reason_code"]).column("reason_code").to_pylist()]
-    by_reason = {c: codes.count(c) for c in sorted(set(codes))}
-    return {"records": len(codes), "by_reason": by_reason, "tables": [str(f) for f in files]}
+    codes = reader.table("quarantine", columns=["reason_code"]).column("reason_code").to_pylist()
+    return {"records": len(codes), "by_reason": dict(sorted(Counter(codes).items())),
+            "table": str(reader.version_dir / "quarantine")}

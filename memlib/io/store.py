@@ -234,6 +234,12 @@ class StoreWriter:
         os.replace(tmp, out)
         return out
 
+    def table(self, name: str, columns: list[str] | None = None) -> pa.Table:
+        """Every partition of table ``name`` written to this (unpublished) version so far."""
+        if name not in PARQUET_TABLES:
+            raise StoreError(f"unknown table {name!r}")
+        return _read_parquet_dir(self.version_dir / name, None, columns, schema.TABLES.get(name))
+
     def published_table_path(self, name: str, part: str) -> Path | None:
         """The partition ``part`` of table ``name`` in the published version (None: no version yet)."""
         return None if self.base is None else self.base.version_dir / name / f"{_safe(part)}.parquet"

@@ -74,7 +74,7 @@ def test_inspect_store_dispatch(monkeypatch, tmp_path):
     calls = []
     fake = types.ModuleType("jobs.cli.inspect_store")
     fake.run = lambda store, echo=True: calls.append(store)
-    fake.quarantine_summary = lambda store: {"records": 0, "by_reason": {}, "tables": []}
+    fake.quarantine_summary = lambda store: {"records": 0, "by_reason": {}, "table": ""}
     monkeypatch.setitem(sys.modules, "jobs.cli.inspect_store", fake)
     monkeypatch.setattr("jobs.cli.inspect_store", fake, raising=False)
     res = _inspect("--store", str(tmp_path))

@@ -21,6 +21,20 @@ def _build(inp: Path, store: Path, *extra: str, incremental: bool = True):
     return run_cli(args + (["--incremental"] if incremental else []))
 
 
+def _with_bad_dates(path: Path, lines: list[str], bad: str, which) -> Path:
+    """``lines`` written to ``path``, the records ``which`` picks given the session time ``bad``."""
+    recs = [json.loads(line) for line in lines]
+    path.write_text("".join(json.dumps({**r, "session_time": bad} if which(r) else r) + "\n" for r in recs),
+                    encoding="utf-8")
+    return path
+
+
+def _forget_file(tmp_path: Path, *ids: str) -> Path:
+    path = tmp_path / "forget.txt"
+    path.write_text("".join(f"{i}\n" for i in ids), encoding="utf-8")
+    return path
+
+
 def _version(store: Path) -> str:
     return json.loads((store / "manifest.json").read_text())["version"]
 
@@ -197,9 +211,7 @@ def test_forgetting_a_tenants_every_conversation_removes_it(store, tmp_path):
     Now the tenant is removed, named in the output, and no word of it stays published; a tenant
     that keeps another conversation keeps it."""
     inp = write_jsonl(tmp_path / "in.jsonl", ALL)
-    forget = tmp_path / "forget.txt"
-    forget.write_text("dora/dora-a\ndora/dora-b\nfay/fay-b\n", encoding="utf-8")
-    res = _build(inp, store, "--delete", str(forget))
+    res = _build(inp, store, "--delete", str(_forget_file(tmp_path, "dora/dora-a", "dora/dora-b", "fay/fay-b")))
     assert res.exit_code == 0, res.output + repr(res.exception)
     assert "REMOVED tenant dora" in res.output and "forgotten conversation(s) dora-a, dora-b" in res.output
     m = json.loads((store / "manifest.json").read_text())
@@ -216,14 +228,9 @@ def test_quarantined_records_never_shrink_a_published_tenant(store, tmp_path):
     (exit 3) instead of being rebuilt from the records left (it went from 16 turns to 8, exit 0).
     Another tenant's change in the same run is built."""
     before = json.loads((store / "manifest.json").read_text())
-    lines = []
-    for line in tenant_lines("dora") + tenant_lines("emil", " Again.") + tenant_lines("fay") + tenant_lines("gus"):
-        rec = json.loads(line)
-        if rec["tenant_id"] == "dora" and rec["conversation_id"] == "dora-b":
-            rec["session_time"] = "09.01.2024 kl. 19:12 CET-ish"
-        lines.append(json.dumps(rec))
-    inp = tmp_path / "in.jsonl"
-    inp.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    lines = tenant_lines("dora") + tenant_lines("emil", " Again.") + tenant_lines("fay") + tenant_lines("gus")
+    inp = _with_bad_dates(tmp_path / "in.jsonl", lines, "09.01.2024 kl. 19:12 CET-ish",
+                          lambda r: r["tenant_id"] == "dora" and r["conversation_id"] == "dora-b")
     res = _build(inp, store)
     assert res.exit_code == 3, res.output + repr(res.exception)
     assert "FAILED tenant dora: 8 of its records were quarantined" in res.output, res.output
@@ -264,17 +271,9 @@ def test_a_failed_tenant_holding_a_forgotten_conversation_is_removed_whole(store
     """Forget dora-a while half of dora-b's records are bad: dora cannot be rebuilt (the quarantine
     guard) and cannot be kept (its published version holds dora-a): it is removed, and nothing of
     it is left in the new version's files (the records that were valid included)."""
-    lines = []
-    for line in (ln for t in ALL for ln in tenant_lines(t)):
-        rec = json.loads(line)
-        if rec["conversation_id"] == "dora-b" and rec["session_id"] == "s2":
-            rec["session_time"] = "not a date"
-        lines.append(json.dumps(rec))
-    inp = tmp_path / "in.jsonl"
-    inp.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    forget = tmp_path / "forget.txt"
-    forget.write_text("dora/dora-a\n", encoding="utf-8")
-    res = _build(inp, store, "--delete", str(forget))
+    inp = _with_bad_dates(tmp_path / "in.jsonl", [ln for t in ALL for ln in tenant_lines(t)], "not a date",
+                          lambda r: r["conversation_id"] == "dora-b" and r["session_id"] == "s2")
+    res = _build(inp, store, "--delete", str(_forget_file(tmp_path, "dora/dora-a")))
     assert res.exit_code == 0, res.output + repr(res.exception)
     assert "REMOVED tenant dora" in res.output and "4 of its records were quarantined" in res.output
     m = json.loads((store / "manifest.json").read_text())

@@ -1,0 +1,87 @@
+"""What a build does with tenants whose input is bad or forgotten, so that no input problem
+removes published memory and no forgotten conversation stays published:
+
+- a tenant some of whose records were quarantined, and whose rebuild would drop turns it has
+  published, is kept as published and reported failed (:func:`keep_against_quarantine`);
+- a failed tenant whose published version holds a forgotten conversation is removed instead of
+  kept (:func:`remove_unkeepable`), and nothing it wrote stays in the new version
+  (:func:`drop_partitions`);
+- a run refused before any tenant was built leaves no version directory (:func:`discard_if_refused`).
+"""
+from __future__ import annotations
+
+import shutil
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pyarrow.parquet as pq
+
+from jobs.nightly_plan import ForgetList, Plan
+from jobs.resumable import DONE_DIR
+from memlib.io.errors import InputError
+from memlib.io.store import StoreError, StoreWriter
+from pipelines.shard import TenantShard
+
+
+@contextmanager
+def discard_if_refused(writer: StoreWriter) -> Iterator[None]:
+    """An input refused before any tenant was built (unusable, or a deletion above the allowed share)
+    leaves no version directory behind: there is nothing in it to resume."""
+    try:
+        yield
+    except (InputError, StoreError):
+        if not (writer.version_dir / DONE_DIR).exists():
+            shutil.rmtree(writer.version_dir, ignore_errors=True)
+        raise
+
+
+def keep_against_quarantine(writer: StoreWriter, plan: Plan, forget: ForgetList, shards: list[TenantShard]) -> None:
+    """A tenant some of whose records were quarantined in this run, and whose rebuild would drop
+    turns it has published (not forgotten ones), is kept as published and reported failed: an
+    input problem (an export with a broken date format, say) never removes published memory."""
+    if writer.base is None:
+        return
+    counts = Counter(writer.table("quarantine", ["tenant_id"]).column("tenant_id").to_pylist())
+    by_id = {s.tenant_id: s for s in shards}
+    for tenant, n in sorted(counts.items(), key=lambda x: str(x[0])):
+        src = writer.published_table_path("turns", tenant) if tenant in by_id else None
+        if tenant in plan.failed or tenant not in plan.build or src is None or not src.exists():
+            continue
+        old = pq.read_table(src, columns=["node_id", "conversation_id"])
+        gone_convs = set(forget.conversations_of(tenant))
+        published = {nid for nid, conv in zip(old.column("node_id").to_pylist(),
+                                              old.column("conversation_id").to_pylist()) if conv not in gone_convs}
+        new = set(pq.read_table(by_id[tenant].turns_path, columns=["node_id"]).column("node_id").to_pylist())
+        lost = len(published - new)
+        if lost:
+            plan.failed[tenant] = (f"{n} of its records were quarantined, and a rebuild without them would drop {lost} "
+                                   f"of its {len(published)} published turns: kept as published (fix the records the "
+                                   f"quarantine table names, or forget conversations with --delete)")
+
+
+def remove_unkeepable(writer: StoreWriter, plan: Plan, forget: ForgetList, failed: list[str]) -> None:
+    """A failed tenant keeps its published data, unless that data holds a conversation on the
+    forget list (e.g. the tenant's only conversation was forgotten, so nothing valid is left to
+    build): a forgotten conversation never stays published, so the tenant is removed instead."""
+    for tenant in failed:
+        convs = forget.conversations_of(tenant)
+        src = writer.published_table_path("turns", tenant)
+        if not convs or src is None or not src.exists():
+            continue
+        held = set(pq.read_table(src, columns=["conversation_id"]).column("conversation_id").to_pylist())
+        held_forgotten = sorted(held & set(convs))
+        if not held_forgotten:
+            continue
+        reason = plan.failed.pop(tenant)
+        plan.gone.append(tenant)
+        plan.removed[tenant] = (f"its published version holds forgotten conversation(s) {', '.join(held_forgotten)} "
+                                f"and it could not be rebuilt without them ({reason}): removed, not kept")
+
+
+def drop_partitions(writer: StoreWriter, tenants: list[str]) -> None:
+    """Remove whatever a failed tenant left in the new version (its previous data is linked back)."""
+    for tenant in tenants:
+        for part in writer.version_dir.glob(f"*/{tenant}.*"):
+            if part.is_file():
+                part.unlink()
