@@ -7,6 +7,12 @@ after a warm-up, same run: the faster of intra-op threads with length-ordered ba
 process per core encoding texts one by one, both reported; memlib/embed/floor.py), floor_ratio =
 build_s / floor_s, turns_per_s, the session pass's figures, and peak_rss_mb (driver plus
 every child process: Ray's GCS, raylet and workers, sampled every 0.25 s).
+
+``--ray-overhead`` adds Ray's own cost, measured in the same run (:mod:`jobs.ray_overhead`): the
+build's operator graph and the smallest actor-pool pipeline, each run empty on a fresh local
+instance (wall and CPU seconds), and ``floor_ratio_bound``: the least floor_ratio a build of this
+design could reach on these cores if nothing but Ray's overhead and the embed and session-local
+passes' CPU seconds cost anything (``_minimal``: with the smallest pipeline's overhead instead).
 """
 from __future__ import annotations
 
@@ -32,6 +38,8 @@ def register(bench_app: typer.Typer) -> None:
         set_: SetOpt = None,
         num_cpus: Annotated[Optional[int], typer.Option("--num-cpus")] = None,
         recipe: Annotated[str, typer.Option("--recipe")] = "full",
+        ray_overhead: Annotated[bool, typer.Option(
+            "--ray-overhead", help="also measure Ray's own cost: the build's operators, empty (~30 s more)")] = False,
     ) -> None:
         """Build a throwaway store and compare its wall time with one token-encoder pass (floor)."""
         from jobs.local_ray import export_local_ray_env
@@ -49,11 +57,24 @@ def register(bench_app: typer.Typer) -> None:
             floor, n_texts = floor_seconds(store, cfg, num_cpus or os.cpu_count() or 1)
         floor_s = floor["floor_s"]
         turns = manifest["row_counts"]["turns"]
+        extra = _overhead(cfg, manifest, num_cpus or os.cpu_count() or 1, floor_s) if ray_overhead else {}
         typer.echo(json.dumps({
             "input": str(input), "recipe": recipe, "embed_backend": cfg.embed.backend, "turns": turns,
             "nodes": manifest["row_counts"]["nodes"], "floor_turns": n_texts, "build_s": round(build_s, 2),
             "floor_s": round(floor_s, 2), **{k: round(v, 2) for k, v in floor.items() if k != "floor_s"},
             "floor_ratio": round(build_s / floor_s, 3) if floor_s else None,
             "turns_per_s": round(turns / build_s, 2), "peak_rss_mb": round(rss.peak / 2**20, 1),
-            "sessions": manifest.get("sessions"), "stage_timings_s": manifest["stage_timings_s"],
+            "sessions": manifest.get("sessions"), "stage_timings_s": manifest["stage_timings_s"], **extra,
         }))
+
+
+def _overhead(cfg, manifest: dict, cores: int, floor_s: float) -> dict:
+    from jobs.ray_overhead import floor_ratio_bound, ray_overhead
+
+    sessions = manifest.get("sessions") or {}
+    over = ray_overhead(cfg, cores, int(sessions.get("blocks", 0)), len(manifest.get("tenants", {})),
+                        int(manifest["row_counts"]["turns"]))
+    work = float(sessions.get("embed_cpu_s", 0.0)) + float(sessions.get("session_local_cpu_s", 0.0))
+    return {"ray_overhead": over,
+            "floor_ratio_bound": round(floor_ratio_bound(over["graph_cpu_s"], work, cores, floor_s), 3),
+            "floor_ratio_bound_minimal": round(floor_ratio_bound(over["minimal_cpu_s"], work, cores, floor_s), 3)}
