@@ -99,6 +99,12 @@ class EmbedConfig(_Section):
     model_cache: str | None = Field(None, json_schema_extra=RUNTIME,
                                     description="directory of models memlib derives locally (auto's int8 "
                                     "token encoder); None: ~/.cache/memlib/models")
+    # the build key holds its effective value (memlib.embed.space.similarity_floor), not the raw
+    # setting, so the default build's key does not move: hence RUNTIME here
+    similarity_floor: float | None = Field(None, ge=0.0, lt=1.0, json_schema_extra=RUNTIME,
+                                           description="the cosine that means unrelated for this embedder, "
+                                           "which moves the cosine thresholds onto its scale; None: the backend's "
+                                           "measured floor (openai: 0). Measure it: memlib bench similarity-floor")
 
     @model_validator(mode="after")
     def _dim_of_backend(self) -> "EmbedConfig":

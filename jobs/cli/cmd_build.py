@@ -102,6 +102,37 @@ def format_summary(m: dict[str, Any]) -> str:
 QUARANTINE_SHOWN = 10
 
 
+class Interrupted(Exception):
+    """SIGTERM during a build (a pod evicted, ``kill``, a scheduler's timeout), raised in the
+    main thread like Ctrl-C's KeyboardInterrupt, so both end the same way: a message and
+    128 + the signal's number."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_interrupted(signum, frame) -> None:
+    raise Interrupted(signum)
+
+
+def interrupted_message(out: Path, signum: int) -> str:
+    """What an interrupted build left: the published version (untouched) and what the next run resumes."""
+    import signal
+
+    from memlib.io.store import StoreError, read_manifest
+
+    try:
+        published = (read_manifest(out) or {}).get("version")
+    except StoreError:
+        published = None
+    serves = f"it still serves {published}" if published else "it serves nothing yet"
+    drop = f"`memlib build --out {out} --compact` drops them" if published else f"removing {out} drops them"
+    return (f"interrupted ({signal.Signals(signum).name}): nothing was published to {out}; {serves}. The tenants "
+            f"finished before the interruption are kept unpublished, and the next build of {out} resumes from "
+            f"them ({drop})")
+
+
 def quarantine_lines(store: Path, manifest: dict[str, Any], limit: int = QUARANTINE_SHOWN) -> list[str]:
     """The first ``limit`` quarantined records of this version, each named with its reason, and
     where the rest are (the quarantine table of the published version)."""
@@ -161,7 +192,8 @@ def register(app: typer.Typer) -> None:
         """Build memory tables (Lance/Parquet) and graphs from conversations, on Ray Data.
 
         Exit codes: 0 published; 2 nothing published (unusable input, refused deletion, usage error);
-        3 published, but some tenants failed (each is named; a published one keeps its data)."""
+        3 published, but some tenants failed (each is named; a published one keeps its data);
+        130 / 143 interrupted (Ctrl-C / SIGTERM): nothing published, the next build resumes."""
         from jobs.local_ray import export_local_ray_env
 
         export_local_ray_env()
@@ -185,7 +217,13 @@ def register(app: typer.Typer) -> None:
             except (InputError, UnknownRecipeError) as exc:
                 fail(str(exc).strip("'\""))
             return
+        import signal
+
         from jobs.build import run_build
+        try:
+            previous = signal.signal(signal.SIGTERM, _raise_interrupted)
+        except ValueError:  # not the main thread (memlib's CLI called from a program's thread): left as it is
+            previous = None
         try:
             if incremental or delete is not None:
                 from jobs.nightly import run_incremental
@@ -197,7 +235,16 @@ def register(app: typer.Typer) -> None:
                                      num_cpus=num_cpus or cfg.ray.num_cpus, recipe=recipe, progress=_progress)
         except (InputError, UnknownRecipeError, StoreError) as exc:
             fail(str(exc).strip("'\""))
+        except (KeyboardInterrupt, Interrupted, SystemExit) as exc:
+            # once Ray is up, its driver handler turns SIGTERM into SystemExit(15) (ray.init)
+            if isinstance(exc, SystemExit) and exc.code != signal.SIGTERM:
+                raise
+            signum = signal.SIGINT if isinstance(exc, KeyboardInterrupt) else getattr(exc, "signum", signal.SIGTERM)
+            typer.echo(interrupted_message(out, signum), err=True)
+            raise typer.Exit(code=128 + int(signum)) from None
         finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
             from jobs.local_ray import stop_local
 
             stop_local()  # the local Ray this build started, if any: stopped now, not by the exit handler

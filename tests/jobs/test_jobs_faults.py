@@ -151,3 +151,46 @@ def test_jobs_fault_driver_crash_then_resume(base_store, tmp_path):
     rows = node_rows(store)
     assert len({r[0] for r in rows}) == len(rows)  # no duplicates
     assert rows == node_rows(base_store[1])
+
+
+def test_jobs_fault_sigterm_says_what_is_kept_and_the_next_build_resumes(tmp_path):
+    """``memlib build`` stopped by SIGTERM (a pod evicted, a scheduler's timeout) after its first
+    tenant: exit 143 with one message saying nothing was published and what the next run resumes,
+    no Ray process left behind, and the next build resumes the finished tenants."""
+    inp = write_jsonl(tmp_path / "in.jsonl", ALL)
+    store = tmp_path / "store"
+    done = store / "versions" / "v000001" / "_done"
+    log = tmp_path / "build.log"
+    cmd = [sys.executable, "-m", "jobs.cli", "build", "--input", str(inp), "--format", "jsonl", "--out", str(store),
+           "--num-cpus", "2"]
+    ENV.pop("RAY_ADDRESS", None)
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, env=ENV, start_new_session=True, stdout=out, stderr=subprocess.STDOUT,
+                                cwd=Path(__file__).resolve().parents[2])
+    try:
+        assert _wait_for(lambda: done.exists() and any(done.glob("*.json")), 600), log.read_text()[-3000:]
+        proc.send_signal(signal.SIGTERM)  # the driver only, as a scheduler would
+        proc.wait(120)
+    finally:
+        if proc.poll() is None:
+            _kill_group(proc)
+    text = log.read_text(errors="replace")
+    assert proc.returncode == 143, text[-3000:]
+    assert f"interrupted (SIGTERM): nothing was published to {store}; it serves nothing yet" in text
+    assert "Traceback" not in text
+    assert not (store / "manifest.json").exists()
+
+    def group_gone() -> bool:
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+    assert _wait_for(group_gone, 60), "the interrupted build left Ray processes running"
+    finished = sorted(p.stem for p in done.glob("*.json"))
+    rerun = _start_build(inp, store)
+    out = _finish(rerun)
+    assert rerun.returncode == 0, out
+    m = json.loads((store / "manifest.json").read_text())
+    assert finished and set(finished) <= set(m["incremental"]["resumed"])
