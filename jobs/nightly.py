@@ -48,6 +48,7 @@ from memlib.compose.timer import WallTimer
 from memlib.config import MemlibConfig
 from memlib.embed.space import kept_space, space_change
 from memlib.io.errors import InputError
+from memlib.io.readers import input_sources
 from memlib.io.remote import staged_input
 from memlib.io.store import StoreError, StoreWriter, read_manifest
 from pipelines.shard import QUARANTINE_PART, TenantShard, shard_input
@@ -56,7 +57,6 @@ from pipelines.store_sink import drop_staging, with_importance
 
 log = logging.getLogger("memlib.nightly")
 Progress = Callable[[str, dict[str, Any]], None]
-_SUFFIXES = {"jsonl": (".jsonl",), "parquet": (".parquet",), "locomo": (".json",), "longmemeval": (".json",)}
 
 
 def allow_long_tenants() -> None:
@@ -74,13 +74,6 @@ def release_ray() -> None:
 
 def _quiet(event: str, info: dict[str, Any]) -> None:
     log.info("%s %s", event, info)
-
-
-def input_sources(path: Path, fmt: str) -> list[Path]:
-    """One file, or every file of a directory with the format's suffix (one source per file)."""
-    if path.is_dir():
-        return sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith(_SUFFIXES.get(fmt, ("",))))
-    return [path]
 
 
 def _shard_all(sources, fmt, cfg, writer, plan: Plan, forget: ForgetList,

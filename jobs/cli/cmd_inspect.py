@@ -24,7 +24,8 @@ def _guess_format(path: str | Path, fmt: Optional[str]) -> str:
 
 
 def inspect_input(path: str | Path, fmt: str, cfg) -> dict[str, Any]:
-    """Stream the input one tenant at a time and return totals plus per-tenant rows."""
+    """Stream the input one tenant at a time and return totals plus per-tenant rows. Records whose
+    tenant id cannot be read (they are quarantined) count in the totals under tenant ``None``."""
     from memlib.io.readers import iter_tenants
     from memlib.io.result import combine_summaries
 
@@ -35,6 +36,32 @@ def inspect_input(path: str | Path, fmt: str, cfg) -> dict[str, Any]:
         row["tenant_id"] = ids[0] if ids else None
         tenants.append(row)
     return {"input": str(path), "format": fmt, "summary": combine_summaries(tenants), "tenants": tenants}
+
+
+def inspect_directory(path: Path, fmt: Optional[str], cfg) -> dict[str, Any]:
+    """Every input file of a directory, as a nightly build reads it (the format's suffix), each
+    inspected on its own: a tenant with sessions in several files is counted in each."""
+    from memlib.io.readers import SOURCE_SUFFIXES, input_sources
+
+    if not fmt:
+        suffixes = {p.suffix.lower() for p in path.iterdir() if p.is_file()}
+        guesses = {_SUFFIX_FORMAT[s] for s in suffixes if s in _SUFFIX_FORMAT}
+        if len(guesses) != 1:
+            fail(f"{path}: a directory of input files needs --format locomo | longmemeval | jsonl | parquet")
+        fmt = guesses.pop()
+    files = input_sources(path, fmt)
+    if not files:
+        fail(f"{path}: no {fmt} input file in it (a nightly build reads the files named *"
+             f"{' or *'.join(SOURCE_SUFFIXES.get(fmt, ('',)))})")
+    from memlib.io.errors import InputError
+
+    reports = []
+    for f in files:
+        try:
+            reports.append(inspect_input(f, fmt, cfg))
+        except InputError as exc:  # as a nightly run fails that file's tenants and reads the others
+            reports.append({"input": str(f), "format": fmt, "error": str(exc).strip("'\"")})
+    return {"input": str(path), "format": fmt, "files": reports}
 
 
 def _print_report(report: dict[str, Any]) -> None:
@@ -65,7 +92,7 @@ def register(app: typer.Typer) -> None:
     @app.command("inspect")
     def inspect(
         input: Annotated[Optional[str], typer.Option("--input", "-i", help="input file to inspect (local path "
-                                                     "or object storage URI)")] = None,
+                                                     "or object storage URI), or a directory of them")] = None,
         fmt: Annotated[Optional[str], typer.Option("--format", "-f",
                                                    help="locomo | longmemeval | jsonl | parquet")] = None,
         store: Annotated[Optional[Path], typer.Option("--store", help="a memory store directory")] = None,
@@ -103,10 +130,20 @@ def register(app: typer.Typer) -> None:
 
         cfg = get_config(config, overrides)
         try:
-            report = inspect_input(input, _guess_format(input, fmt), cfg)
+            if Path(input).is_dir():
+                report = inspect_directory(Path(input), fmt, cfg)
+            else:
+                report = inspect_input(input, _guess_format(input, fmt), cfg)
         except InputError as exc:
             fail(str(exc))
         if as_json:
             typer.echo(json.dumps(report, indent=2))
         else:
-            _print_report(report)
+            for one in report.get("files", [report]):
+                if "error" in one:
+                    typer.secho(f"{one['input']}: unreadable: {one['error']}", fg=typer.colors.RED)
+                else:
+                    _print_report(one)
+        unreadable = [f["input"] for f in report.get("files", []) if "error" in f]
+        if unreadable:
+            fail(f"{len(unreadable)} file(s) of {input} cannot be read: {', '.join(Path(u).name for u in unreadable)}")

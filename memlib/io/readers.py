@@ -65,6 +65,17 @@ def iter_tenants(path: str | Path, fmt: InputFormat | str, cfg: IOConfig | None 
         yield from reader(local, cfg)
 
 
+SOURCE_SUFFIXES = {"jsonl": (".jsonl",), "parquet": (".parquet",), "locomo": (".json",), "longmemeval": (".json",)}
+
+
+def input_sources(path: Path, fmt: str) -> list[Path]:
+    """One file, or every file of a directory with the format's suffix (one source per file)."""
+    if path.is_dir():
+        suffixes = SOURCE_SUFFIXES.get(str(fmt), ("",))
+        return sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith(suffixes))
+    return [path]
+
+
 def read_input(path: str | Path, fmt: InputFormat | str, cfg: IOConfig | None = None) -> ReadResult:
     """All tenants of ``path`` in one :class:`ReadResult`."""
     return ReadResult.concat(list(iter_tenants(path, fmt, cfg)))

@@ -80,3 +80,38 @@ def test_inspect_store_dispatch(monkeypatch, tmp_path):
     res = _inspect("--store", str(tmp_path))
     assert res.exit_code == 0, res.output
     assert calls == [tmp_path]
+
+
+def test_inspect_a_directory_of_nightly_files(bad_jsonl, tmp_path):
+    """A nightly input directory is inspected file by file, as the build reads it (the format's
+    suffix; other files ignored); an unreadable file is named and the others still inspected."""
+    night = tmp_path / "night"
+    night.mkdir()
+    (night / "2024-05-01.jsonl").write_bytes(SAMPLE.read_bytes())
+    (night / "2024-05-02.jsonl").write_bytes(bad_jsonl.read_bytes())
+    (night / "README.txt").write_text("not an input file")
+    res = _inspect("--input", str(night), "--json")
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.output)
+    assert report["format"] == "jsonl"
+    assert [Path(f["input"]).name for f in report["files"]] == ["2024-05-01.jsonl", "2024-05-02.jsonl"]
+    # each file's report is that file's own
+    for f, src in zip(report["files"], (SAMPLE, bad_jsonl)):
+        alone = json.loads(_inspect("--input", str(src), "--json").output)
+        assert {**f, "input": None} == {**alone, "input": None}
+    assert report["files"][0]["summary"]["tenants"] == 4
+    text = _inspect("--input", str(night))
+    assert text.exit_code == 0, text.output
+    assert "2024-05-01.jsonl  (jsonl)" in text.output and "2024-05-02.jsonl  (jsonl)" in text.output
+    # a file that cannot be read is named, the others are still inspected, exit 2
+    (night / "2024-05-04.jsonl").write_bytes(b"not json at all\n")
+    res = _inspect("--input", str(night))
+    assert res.exit_code == 2 and "2024-05-01.jsonl  (jsonl)" in res.output
+    assert "2024-05-04.jsonl: unreadable:" in res.output and "1 file(s) of" in res.output
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "notes.txt").write_text("x")
+    res = _inspect("--input", str(empty), "--format", "locomo")
+    assert res.exit_code == 2 and "no locomo input file in it" in res.output
+    res = _inspect("--input", str(empty))
+    assert res.exit_code == 2 and "needs --format" in res.output
