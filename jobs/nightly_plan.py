@@ -50,7 +50,9 @@ def prompt_versions(cfg: MemlibConfig) -> dict[str, str]:
 # fallback ids from exact per-id sums, kept with each node's local sum (memlib.compose.span_pool
 # IdSums, Fallback), 2026-11-26. 5: a weekday said of a habit ("every Sunday", "on Saturday
 # mornings") is no longer resolved to one date in facts and events (memlib.text.dates), 2026-11-26.
-BUILD_FORMAT = 5
+# 6: a fact's vector is its pooled vector plus its own text's, normalized (memlib.compose.vectors
+# BLEND_KINDS), 2026-11-27.
+BUILD_FORMAT = 6
 
 
 def build_key(cfg: MemlibConfig, recipe: str, prompts: dict[str, str] | None = None) -> str:
@@ -59,9 +61,7 @@ def build_key(cfg: MemlibConfig, recipe: str, prompts: dict[str, str] | None = N
     parts: dict[str, Any] = {"format": BUILD_FORMAT, "recipe": recipe,
                              "prompts": prompts if prompts is not None else prompt_versions(cfg)}
     parts.update(cfg.output_snapshot())  # fields marked config.RUNTIME and post-build sections left out
-    kinds = own_pass_kinds(cfg)
-    if kinds:  # only a backend other than minilm-tokens: the default's key does not move
-        parts["own_pass_kinds"] = list(kinds)
+    parts["own_pass_kinds"] = list(own_pass_kinds(cfg))  # embedded by their own text (summed, or alone)
     floor = similarity_floor(cfg.embed)
     if floor:  # likewise: only a backend whose cosine thresholds are moved
         parts["similarity_floor"] = floor

@@ -33,7 +33,7 @@ from memlib.compose.finalize import finalize, kind_counts
 from memlib.compose.recipe import DEFAULT_RECIPE, Step, get_recipe
 from memlib.compose.sessions import SessionOutput, session_keys, session_local, sort_turns, split_sessions, turn_texts
 from memlib.compose.timer import WallTimer
-from memlib.compose.vectors import TurnEncoder, TurnVectors
+from memlib.compose.vectors import TurnEncoder, TurnVectors, blends
 from memlib.compose.vectors import own_pass as make_own_pass
 from memlib.config import MemlibConfig
 from memlib.extract.base import Extraction
@@ -169,8 +169,8 @@ def tenant_steps(turns: pa.Table, parts: SessionOutput, vectors: TurnVectors, cf
     ``previous``: the tenant's published build under the same build key
     (:func:`memlib.compose.reuse.load_previous`), whose unchanged parts are reused when this run
     only appended turns; the output is the same either way. ``own_pass``: the encoder of the
-    derived kinds embedded by their own text (:func:`memlib.compose.vectors.own_pass`; None with
-    the default backend)."""
+    derived kinds embedded by their own text (:func:`memlib.compose.vectors.own_pass`; None: no
+    node gets a vector of its own text)."""
     turns = sort_turns(schema.conform(turns, schema.TURNS, name="turns"))
     tenants = set(turns.column("tenant_id").unique().to_pylist())
     if len(tenants) != 1:
@@ -271,6 +271,7 @@ def process_tenant(turns: pa.Table, cfg: MemlibConfig, encoder: TurnEncoder, nlp
         order.append(key)
     merged = TurnVectors.concat(vecs, cfg.embed.dim)
     out = tenant_steps(turns, SessionOutput.concat(parts), merged, cfg, order, plan, nlp=nlp, extras=extras,
-                       previous=previous, own_pass=make_own_pass(cfg, encoder.passages))
+                       previous=previous,
+                       own_pass=make_own_pass(cfg, encoder if blends(cfg) else encoder.passages))
     out.timings = {**timer.rounded(), **out.timings}
     return out

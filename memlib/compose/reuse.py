@@ -153,6 +153,7 @@ class Reused:
     refilled: int                       # moved nodes and unchanged clues given their vector from their kept sums
     fallbacks: dict[int, Fallback]      # per derived node row (clues before their merge included)
     sums: IdSums                        # the tenant's per-id sums, added turns included
+    copied_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # rows of ``copied``
 
 
 def pooled_reusing(nodes: pa.Table, tv: TurnVectors, tokenizer: Any, previous: PreviousTenant,
@@ -209,7 +210,7 @@ def pooled_reusing(nodes: pa.Table, tv: TurnVectors, tokenizer: Any, previous: P
     if pooler is not None:
         out[redo] = pooled_vectors(nodes.take(pa.array(redo, pa.int64())), tv.node_ids, tv.vectors)
         fallbacks.update(zip(redo.tolist(), pooler.pool_into(out, np.arange(redo.size), is_clue(nodes, redo))))
-    return Reused(out, int(copy_rows.size), int(refill_rows.size), fallbacks, sums)
+    return Reused(out, int(copy_rows.size), int(refill_rows.size), fallbacks, sums, copy_rows.astype(np.int64))
 
 
 def _kept_clues(nodes: pa.Table, clue_rows: np.ndarray, previous: PreviousTenant) -> tuple[np.ndarray, list[Fallback]]:

@@ -94,6 +94,7 @@ def embed_nodes(state: BuildState) -> None:
     nodes = state.all_nodes()
     tv = state.token_vectors
     prev = state.previous
+    copied_rows = np.zeros(0, dtype=np.int64)  # rows whose whole published vector was copied
     if prev is not None and tv is not None:
         from memlib.compose.reuse import appended_turns
 
@@ -107,15 +108,34 @@ def embed_nodes(state: BuildState) -> None:
         if reused is not None:
             vectors, fallbacks, sums = reused.vectors, reused.fallbacks, reused.sums
             state.reused_vectors, state.refilled_vectors = reused.copied, reused.refilled
+            copied_rows = reused.copied_rows
         else:
             vectors, fallbacks, sums = span_pooled_with_fallbacks(nodes, tv, content_tokenizer())
         state.fallbacks = fallbacks_table(nodes, fallbacks)
         state.token_sums = sums.table(state.turns.column("tenant_id")[0].as_py()) if state.turns.num_rows else None
     else:
         vectors = pooled_vectors(nodes, state.turns.column("node_id").to_pylist(), state.turn_vectors)
-    if state.own_pass is not None:
+    if state.own_pass is not None and state.own_pass.blend:
+        state.own_encoded = blend_own(nodes, vectors, state.own_pass, copied_rows)
+    elif state.own_pass is not None:
         state.own_encoded = own_vectors(nodes, vectors, state.own_pass, state.previous)
     state.embedded_nodes = with_embeddings(nodes, vectors, state.dim)
+
+
+def blend_own(nodes: pa.Table, vectors: np.ndarray, encode, copied: np.ndarray) -> int:
+    """Sum the pooled vector of each node of ``encode.kinds`` with the vector of its own text, and
+    normalize (memlib.compose.vectors.BLEND_KINDS). Rows in ``copied`` already hold their published
+    vector, which is that sum: their pooled part did not change, nor did their text (a nightly run
+    encodes only new nodes and nodes whose pooled part moved). Returns how many texts were encoded."""
+    rows = np.flatnonzero(pc.is_in(nodes.column("kind"), pa.array(list(encode.kinds), pa.string()))
+                          .to_numpy(zero_copy_only=False))
+    rows = np.setdiff1d(rows, copied)
+    if rows.size == 0:
+        return 0
+    texts = nodes.column("text").take(pa.array(rows, pa.int64())).to_pylist()
+    summed = vectors[rows] + encode(texts)
+    vectors[rows] = summed / np.maximum(np.linalg.norm(summed, axis=1, keepdims=True), 1e-12)
+    return int(rows.size)
 
 
 def own_vectors(nodes: pa.Table, vectors: np.ndarray, encode, previous) -> int:

