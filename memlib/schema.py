@@ -149,6 +149,14 @@ FACT_DRAFTS = pa.schema([
     pa.field("labels", pa.list_(pa.string())),           # concept labels, not yet canonical
 ])
 
+# per session, with the default embedder: the vector of each drafted fact's own text (each text
+# encoded alone, as a turn's), which the tenant's node-vector step sums with the fact's pooled
+# vector (memlib.compose.vectors.BLEND_KINDS)
+FACT_VECTORS = pa.schema([
+    pa.field("node_id", pa.string(), nullable=False),
+    pa.field("vector", pa.list_(pa.float32()), nullable=False),
+])
+
 # an entity mention, in turn order, before entities are canonicalized over the tenant
 # per session: its keyphrase candidates scored by RAKE with its own speakers' names banned
 # (memlib/text/clues.py clue_drafts); the tenant's clue step ranks them by IDF over its sessions

@@ -17,8 +17,9 @@ operator            kind    reads                           writes              
 
 ``turn_nodes`` asks for the embed operator's resources, so Ray Data fuses the two and runs it
 in the embed actors (a few milliseconds per block, no worker of its own to start). The embed
-operator is the only place a model is loaded (with the default backend; another one also embeds
-facts by their own text in the tenant actor, memlib.compose.vectors.OwnPass); its actors take
+operator encodes the turns; the session-local actors run the same encoder on one thread for the
+fact drafts' own texts (the default backend: memlib.compose.sessions.fact_vectors), and another
+backend embeds facts by their own text in the tenant actor (memlib.compose.vectors.OwnPass); its actors take
 ``ray.embed_cpus`` CPUs and ``ray.embed_gpus`` GPUs each (config). A block that fails in an operator leaves a
 failure marker (``_work/failed/BLOCK.json``) and an error summary instead of raising: the
 tenants whose sessions it held are reported failed, every other tenant is built.
@@ -170,12 +171,15 @@ class SessionLocalOp:
     """Session-local stages of every session of a block; writes the block's kept outputs."""
 
     def __init__(self, cfg: MemlibConfig, recipe: str, store: str, build_key: str):
-        from memlib.compose.sessions import prepare
+        from memlib.compose.sessions import own_encoder, prepare
 
         self.cfg = cfg
         self.plan = get_recipe(recipe)
         self.store = SessionStore(store, build_key, cfg.embed.dim)
         self.nlp = prepare(cfg, self.plan)  # spaCy and the steps' modules, loaded while the embed pass runs
+        self.own = own_encoder(cfg, self.plan)  # fact drafts' own vectors (default embedder), model loaded now
+        if self.own is not None:
+            self.own(["a first run sizes the model's buffers"])
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         out = []
@@ -201,7 +205,7 @@ class SessionLocalOp:
         position = {n: i for i, n in enumerate(tv.node_ids)}
         sessions = [(s.drop_columns([KEY_COLUMN]), tv.vectors[[position[n] for n in s.column("node_id").to_pylist()]],
                      s.column(KEY_COLUMN)[0].as_py()) for s in split_sessions(turns.drop_columns([TEXT_COLUMN]))]
-        parts, self.nlp = sessions_local(sessions, self.cfg, self.plan, self.nlp)  # one spaCy call per block
+        parts, self.nlp = sessions_local(sessions, self.cfg, self.plan, self.nlp, self.own)  # one spaCy call per block
         index = (pa.table({"key": turns.column(KEY_COLUMN), "tenant": turns.column("tenant_id")})
                  .group_by(["key", "tenant"], use_threads=False).aggregate([([], "count_all")]))
         index = pa.table({"session_key": index.column("key"), "tenant_id": index.column("tenant"),

@@ -70,8 +70,9 @@ class TenantOp:
         # start from the tenant's published build when this run only appended turns
         self.reuse = reuse and cfg.ray.reuse_tenant_build
         self._encoder_tag: str | None = None
-        # derived kinds embedded by their own text (a backend other than minilm-tokens); the model
-        # loads at the first tenant that has such nodes, in this actor
+        # derived kinds embedded by their own text: with another backend than minilm-tokens their
+        # vectors, loaded at the first tenant that has such nodes; with minilm-tokens only facts
+        # their sessions did not keep a vector for (the LLM extractor's)
         self.own_pass = own_pass(cfg)
 
     def __call__(self, batch: pa.Table) -> pa.Table:

@@ -31,7 +31,15 @@ from memlib import schema
 from memlib.compose import steps
 from memlib.compose.finalize import finalize, kind_counts
 from memlib.compose.recipe import DEFAULT_RECIPE, Step, get_recipe
-from memlib.compose.sessions import SessionOutput, session_keys, session_local, sort_turns, split_sessions, turn_texts
+from memlib.compose.sessions import (
+    SessionOutput,
+    own_encoder,
+    session_keys,
+    session_local,
+    sort_turns,
+    split_sessions,
+    turn_texts,
+)
 from memlib.compose.timer import WallTimer
 from memlib.compose.vectors import TurnEncoder, TurnVectors, blends
 from memlib.compose.vectors import own_pass as make_own_pass
@@ -95,6 +103,7 @@ class BuildState:
     reuse_error: str | None = None            # why ``previous`` could not be reused (the steps ran in full)
     own_pass: Any = None                      # memlib.compose.vectors.OwnPass: own vectors of some derived kinds
     own_encoded: int = 0                      # node texts it encoded (the others copied from ``previous``)
+    fact_vectors: pa.Table | None = None      # schema.FACT_VECTORS kept by the sessions (default embedder)
 
     def add(self, nodes: pa.Table | None = None, edges: pa.Table | None = None) -> None:
         if nodes is not None and nodes.num_rows:
@@ -192,6 +201,7 @@ def tenant_steps(turns: pa.Table, parts: SessionOutput, vectors: TurnVectors, cf
     if keyed["segments"].num_rows:
         state.segments = schema.conform(keyed["segments"], schema.SEGMENTS, name="segments")
     state.drafts = {k: keyed[k] for k in ("fact_drafts", "entity_mentions", "triplet_drafts", "clue_drafts")}
+    state.fact_vectors = keyed["fact_vectors"]
     for stage in plan:
         if stage in TENANT_STEPS:
             with timer.span(stage):
@@ -260,12 +270,13 @@ def process_tenant(turns: pa.Table, cfg: MemlibConfig, encoder: TurnEncoder, nlp
     plan = get_recipe(recipe) if isinstance(recipe, str) else tuple(recipe)
     timer = WallTimer()
     parts, vecs, order = [], [], []
+    own = own_encoder(cfg, plan, encoder)
     for session in split_sessions(turns):
         key = session_keys(session, build_key)[0].as_py()
         with timer.span(Step.EMBED_TURNS):
             tv = embed_turns(session, session_keys(session, build_key), cfg, encoder)
         with timer.span("session_local"):
-            out, nlp = session_local(session, tv.vectors, key, cfg, plan, nlp)
+            out, nlp = session_local(session, tv.vectors, key, cfg, plan, nlp, own)
         parts.append(out)
         vecs.append(tv)
         order.append(key)

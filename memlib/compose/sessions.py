@@ -14,7 +14,8 @@ gate                TURNS, SEGMENTS                      SEGMENTS (kept_turn_ids
 structure           TURNS, SEGMENTS                      nodes (session, segment); edges (NEXT,
                                                          IN_SESSION, IN_SEGMENT)
 clues (draft)       TURNS, SEGMENTS (kept turns)         CLUE_DRAFTS (RAKE-scored keyphrase candidates)
-facts (draft)       kept TURNS (spaCy)                   FACT_DRAFTS
+facts (draft)       kept TURNS (spaCy)                   FACT_DRAFTS; FACT_VECTORS (default embedder:
+                                                         each draft's own text, encoded alone)
 triplets (draft)    kept TURNS (spaCy)                   ENTITY_MENTIONS, TRIPLET_DRAFTS
 ==================  ===================================  ======================================
 
@@ -52,6 +53,7 @@ SESSION_TABLES: dict[str, pa.Schema] = {
     "entity_mentions": schema.ENTITY_MENTIONS,
     "triplet_drafts": schema.TRIPLET_DRAFTS,
     "clue_drafts": schema.CLUE_DRAFTS,
+    "fact_vectors": schema.FACT_VECTORS,
 }
 # the heuristic extractors split into a session-local draft and a tenant-level finish; other
 # backends (LLM) run whole at tenant level, where the LLM response cache makes reruns cheap
@@ -133,19 +135,20 @@ def _kept_turn_ids(segments: pa.Table | None) -> frozenset[str] | None:
 
 
 def session_local(turns: pa.Table, vectors: np.ndarray, key: str, cfg: MemlibConfig,
-                  plan: Sequence[Step], nlp: Any = None) -> tuple[SessionOutput, Any]:
+                  plan: Sequence[Step], nlp: Any = None, own: Any = None) -> tuple[SessionOutput, Any]:
     """The session-local stages of one session (``turns``: its rows in turn order; ``vectors``:
     its turn vectors in the same order). Returns the output and the spaCy pipeline (loaded on
-    first use, to be passed back in for the next session)."""
-    outputs, nlp = sessions_local([(turns, vectors, key)], cfg, plan, nlp)
+    first use, to be passed back in for the next session). ``own``: the encoder of the fact
+    drafts' own texts (:func:`memlib.compose.vectors.own_pass` of the default embedder), else None."""
+    outputs, nlp = sessions_local([(turns, vectors, key)], cfg, plan, nlp, own)
     return outputs[0], nlp
 
 
 def sessions_local(sessions: Sequence[tuple[pa.Table, np.ndarray, str]], cfg: MemlibConfig,
-                   plan: Sequence[Step], nlp: Any = None) -> tuple[list[SessionOutput], Any]:
+                   plan: Sequence[Step], nlp: Any = None, own: Any = None) -> tuple[list[SessionOutput], Any]:
     """:func:`session_local` of several sessions (``(turns, vectors, key)`` each), their kept
     turns parsed by spaCy in one call (:func:`memlib.extract.parse.parse_contexts`); each
-    session's output is the same as alone."""
+    session's output is the same as alone (a fact's own vector too: each text is encoded alone)."""
     staged = [_structure(turns, vectors, cfg, plan) for turns, vectors, _ in sessions]
     drafted = _drafted(cfg, plan)
     if drafted:
@@ -159,12 +162,34 @@ def sessions_local(sessions: Sequence[tuple[pa.Table, np.ndarray, str]], cfg: Me
         for ctx, (_, _, key), out in zip(ctxs, sessions, staged):
             if Step.FACTS in drafted:
                 out["fact_drafts"] = facts.draft(ctx, key)
+                if own is not None:
+                    out["fact_vectors"] = fact_vectors(out["fact_drafts"], own)
             if Step.TRIPLETS in drafted:
                 out["entity_mentions"], out["triplet_drafts"] = triplets.draft(ctx, key)
             nlp = ctx.nlp
     outputs = [SessionOutput({name: _keyed(t, name, key) for name, t in out.items()})
                for (_, _, key), out in zip(sessions, staged)]
     return outputs, nlp
+
+
+def fact_vectors(drafts: pa.Table, own: Any) -> pa.Table:
+    """:data:`schema.FACT_VECTORS` of fact drafts: each draft's own text through ``own``."""
+    if drafts.num_rows == 0:
+        return schema.empty(schema.FACT_VECTORS)
+    vectors = np.ascontiguousarray(own(drafts.column("text").to_pylist()), dtype=np.float32)
+    offsets = pa.array(np.arange(0, vectors.size + 1, max(vectors.shape[1], 1), dtype=np.int32))
+    column = pa.ListArray.from_arrays(offsets, pa.array(vectors.reshape(-1), pa.float32()))
+    return pa.table({"node_id": drafts.column("node_id"), "vector": column}, schema=schema.FACT_VECTORS)
+
+
+def own_encoder(cfg: MemlibConfig, plan: Sequence[Step], encoder: Any = None) -> Any:
+    """The encoder of fact drafts' own texts for :func:`sessions_local`: the default embedder's
+    turn-vector rule (:class:`memlib.compose.vectors.OwnPass`, ``encoder`` or loaded at first use)
+    when facts are drafted per session; None otherwise (another embedder embeds facts by their own
+    text at tenant level)."""
+    from memlib.compose.vectors import blends, own_pass
+
+    return own_pass(cfg, encoder) if blends(cfg) and Step.FACTS in _drafted(cfg, plan) else None
 
 
 def _structure(turns: pa.Table, vectors: np.ndarray, cfg: MemlibConfig, plan: Sequence[Step]) -> dict[str, pa.Table]:

@@ -116,26 +116,42 @@ def embed_nodes(state: BuildState) -> None:
     else:
         vectors = pooled_vectors(nodes, state.turns.column("node_id").to_pylist(), state.turn_vectors)
     if state.own_pass is not None and state.own_pass.blend:
-        state.own_encoded = blend_own(nodes, vectors, state.own_pass, copied_rows)
+        state.own_encoded = blend_own(nodes, vectors, state.own_pass, copied_rows, state.fact_vectors)
     elif state.own_pass is not None:
         state.own_encoded = own_vectors(nodes, vectors, state.own_pass, state.previous)
     state.embedded_nodes = with_embeddings(nodes, vectors, state.dim)
 
 
-def blend_own(nodes: pa.Table, vectors: np.ndarray, encode, copied: np.ndarray) -> int:
+def blend_own(nodes: pa.Table, vectors: np.ndarray, encode, copied: np.ndarray, kept: pa.Table | None) -> int:
     """Sum the pooled vector of each node of ``encode.kinds`` with the vector of its own text, and
     normalize (memlib.compose.vectors.BLEND_KINDS). Rows in ``copied`` already hold their published
-    vector, which is that sum: their pooled part did not change, nor did their text (a nightly run
-    encodes only new nodes and nodes whose pooled part moved). Returns how many texts were encoded."""
+    vector, which is that sum (their pooled part and text did not change). The own vector of a fact
+    is the one its session kept (``kept``, schema.FACT_VECTORS: drafted and encoded per session, so
+    a nightly run encodes only new sessions' facts); a node without one (a fact of the LLM
+    extractor) is encoded here. Returns how many texts were encoded here."""
     rows = np.flatnonzero(pc.is_in(nodes.column("kind"), pa.array(list(encode.kinds), pa.string()))
                           .to_numpy(zero_copy_only=False))
     rows = np.setdiff1d(rows, copied)
     if rows.size == 0:
         return 0
-    texts = nodes.column("text").take(pa.array(rows, pa.int64())).to_pylist()
-    summed = vectors[rows] + encode(texts)
+    ids = nodes.column("node_id").take(pa.array(rows, pa.int64())).to_pylist()
+    own = np.zeros((rows.size, vectors.shape[1]), dtype=np.float32)
+    have = np.zeros(rows.size, dtype=bool)
+    if kept is not None and kept.num_rows:
+        at = {n: i for i, n in enumerate(kept.column("node_id").to_pylist())}
+        found = [(j, at[n]) for j, n in enumerate(ids) if n in at]
+        if found:
+            j, k = (np.asarray(x, dtype=np.int64) for x in zip(*found))
+            flat = pc.list_flatten(kept.column("vector").combine_chunks()).to_numpy(zero_copy_only=False)
+            own[j] = flat.reshape(kept.num_rows, -1)[k]
+            have[j] = True
+    todo = np.flatnonzero(~have)
+    if todo.size:
+        texts = nodes.column("text").take(pa.array(rows[todo], pa.int64())).to_pylist()
+        own[todo] = encode(texts)
+    summed = vectors[rows] + own
     vectors[rows] = summed / np.maximum(np.linalg.norm(summed, axis=1, keepdims=True), 1e-12)
-    return int(rows.size)
+    return int(todo.size)
 
 
 def own_vectors(nodes: pa.Table, vectors: np.ndarray, encode, previous) -> int:
