@@ -109,6 +109,12 @@ def _connect(store: Path):
     return lancedb.connect(str(store / "lance"))
 
 
+def _table_dir(version_dir: Path, name: str) -> Path:
+    if name not in PARQUET_TABLES:
+        raise StoreError(f"unknown table {name!r}; expected one of {PARQUET_TABLES}")
+    return version_dir / name
+
+
 def _read_parquet_dir(directory: Path, names: Iterable[str] | None, columns, schema_: pa.Schema | None):
     if names is None:
         files = sorted(directory.glob("*.parquet")) if directory.exists() else []
@@ -147,10 +153,8 @@ class StoreReader:
         return sorted(self.manifest.get("tenants", {}))
 
     def table(self, name: str, tenant: str | None = None, columns: list[str] | None = None) -> pa.Table:
-        if name not in PARQUET_TABLES:
-            raise StoreError(f"unknown table {name!r}; expected one of {PARQUET_TABLES}")
         names = None if tenant is None else [tenant]
-        return _read_parquet_dir(self.version_dir / name, names, columns, schema.TABLES.get(name))
+        return _read_parquet_dir(_table_dir(self.version_dir, name), names, columns, schema.TABLES.get(name))
 
     def nodes_table(self):
         """The lancedb table pinned to the published version (for vector/FTS search)."""
@@ -218,11 +222,8 @@ class StoreWriter:
             nums.append(int(self.base.version[1:]))
         return max(nums) + 1
 
-    # -- Parquet tables -------------------------------------------------------------------
     def table_path(self, name: str, part: str) -> Path:
-        if name not in PARQUET_TABLES:
-            raise StoreError(f"unknown table {name!r}")
-        return self.version_dir / name / f"{_safe(part)}.parquet"
+        return _table_dir(self.version_dir, name) / f"{_safe(part)}.parquet"
 
     def write_table(self, name: str, part: str, table: pa.Table) -> Path:
         """Write one partition (usually a tenant) of a Parquet table, conformed to its schema."""
@@ -236,9 +237,7 @@ class StoreWriter:
 
     def table(self, name: str, columns: list[str] | None = None) -> pa.Table:
         """Every partition of table ``name`` written to this (unpublished) version so far."""
-        if name not in PARQUET_TABLES:
-            raise StoreError(f"unknown table {name!r}")
-        return _read_parquet_dir(self.version_dir / name, None, columns, schema.TABLES.get(name))
+        return _read_parquet_dir(_table_dir(self.version_dir, name), None, columns, schema.TABLES.get(name))
 
     def published_table_path(self, name: str, part: str) -> Path | None:
         """The partition ``part`` of table ``name`` in the published version (None: no version yet)."""
