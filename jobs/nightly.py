@@ -41,7 +41,6 @@ from jobs.nightly_plan import (
 from jobs.resumable import DONE_DIR, ResumableWriter
 from jobs.store_lock import locked
 from jobs.tenant_guards import discard_if_refused, drop_partitions, keep_against_quarantine, remove_unkeepable
-from memlib import schema
 from memlib.compose.manifest import build_manifest
 from memlib.compose.recipe import DEFAULT_RECIPE, Phase, get_recipe
 from memlib.compose.timer import WallTimer
@@ -53,7 +52,7 @@ from memlib.io.remote import staged_input
 from memlib.io.store import StoreError, StoreWriter, read_manifest
 from pipelines.shard import QUARANTINE_PART, TenantShard, shard_input
 from pipelines.staged_build import Prepared, prepare_staged, run_staged, session_build_key
-from pipelines.store_sink import drop_staging, with_importance
+from pipelines.store_sink import drop_staging
 
 log = logging.getLogger("memlib.nightly")
 Progress = Callable[[str, dict[str, Any]], None]
@@ -156,14 +155,12 @@ def _build_tenants(writer: ResumableWriter, shards: list[TenantShard], cfg, reci
     return summaries
 
 
-def _write_lance(writer: StoreWriter, shards: list[TenantShard], importance: dict, remove: list[str]) -> None:
-    """Replace rebuilt tenants' nodes and delete removed tenants'; carried tenants stay untouched."""
-    if remove:
-        writer.replace_tenant_nodes(remove, None)
-    for shard in sorted(shards, key=lambda s: s.tenant_id):
-        nodes = with_importance(pq.read_table(shard.nodes_path), importance.get(shard.tenant_id))
-        writer.replace_tenant_nodes([shard.tenant_id], schema.conform(nodes, schema.nodes_schema(writer.dim),
-                                                                      name="nodes"))
+def _write_lance(writer: StoreWriter, shards: list[TenantShard], remove: list[str], rows_per_commit: int) -> None:
+    """Replace rebuilt tenants' nodes and delete removed tenants' in commits that follow rows (one
+    delete, then batches of ``rows_per_commit`` rows); carried tenants stay untouched. A staged
+    tenant's nodes are read when its batch is written, so memory follows the batch."""
+    parts = (pq.read_table(s.nodes_path) for s in sorted(shards, key=lambda s: s.tenant_id))
+    writer.write_tenants([s.tenant_id for s in shards] + list(remove), parts, rows_per_commit=rows_per_commit)
 
 
 def _kind_counts(writer: StoreWriter) -> tuple[dict[str, int], dict[str, int]]:
@@ -278,26 +275,28 @@ def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: st
                          f"(the published version is unchanged). Their errors: {_reasons(plan, lost)}")
     remove_unkeepable(writer, plan, forget, [t for t in plan.failed if t in prev])
     drop_partitions(writer, list(plan.failed) + list(plan.removed))
-    for tenant in plan.carry + [t for t in plan.failed if t in prev]:
-        writer.carry_over(tenant)
-    importance: dict = {}  # the tenant stage built each tenant's graph and importance
     graph_info = {"status": "built", "tenants": len(ok_shards), "where": "tenant stage"}
     with timer.span(Phase.WRITE):
-        _write_lance(writer, ok_shards, importance, plan.gone + sorted(forget.tenants & set(prev)))
+        for tenant in plan.carry + [t for t in plan.failed if t in prev]:
+            writer.carry_over(tenant)
+        _write_lance(writer, ok_shards, plan.gone + sorted(forget.tenants & set(prev)),
+                     cfg.io.lance_rows_per_commit)
         drop_staging(writer, ok_shards)
         shutil.rmtree(writer.version_dir / DONE_DIR, ignore_errors=True)
     with timer.span(Phase.INDEX):
         writer.index_nodes(incremental=not full and base is not None and not new_space,
                            merge_rows=cfg.io.index_merge_rows,
-                           vector_index=cfg.io.vector_index)
+                           vector_index=cfg.io.vector_index, max_fragments=cfg.io.max_fragments)
+    with timer.span(Phase.PUBLISH):  # what the manifest counts (its own write is not timed in it)
+        kinds, questions = _kind_counts(writer), _count_rows(writer, "questions")
     timings = {**timer.rounded(), "total": round(time.perf_counter() - wall, 3)}
     # carried over, and failed but kept as published: their rows are in this version, so in its counts
     carried = [_carried_summary(t, prev[t]) for t in plan.carry + [t for t in plan.failed if t in prev]]
     manifest = build_manifest(cfg=cfg, recipe=recipe, input_path=str(input_path), fmt=str(fmt),
                               fingerprints=plan.hashes, summaries=summaries + carried,
-                              questions=_count_rows(writer, "questions"), quarantine_by_reason=quarantine,
+                              questions=questions, quarantine_by_reason=quarantine,
                               timings=timings, graph=graph_info)
-    manifest = _finish_manifest(manifest, plan, base, key, forget, *_kind_counts(writer), summaries)
+    manifest = _finish_manifest(manifest, plan, base, key, forget, *kinds, summaries)
     manifest["sessions"] = session_stats
     manifest["session_build_key"] = session_build_key(cfg, key)
     published = writer.publish(manifest)

@@ -43,7 +43,7 @@ from pipelines.operators import (
     turn_nodes_op,
 )
 from pipelines.shard import TenantShard
-from pipelines.tenant_op import TENANT_ACTOR_CPUS, TenantOp, tenant_item
+from pipelines.tenant_op import TENANT_ACTOR_CPUS, TenantOp, pack_tenants, tenant_item
 
 # how the embed pass runs the encoder (memlib.compose.vectors.one_by_one); part of the session
 # build key, so outputs kept by an earlier way of encoding are never reused
@@ -127,7 +127,7 @@ class Resources:
 
 
 def resources(cfg: MemlibConfig, total_cpus: float, n_blocks: int, n_tenants: int = 1,
-              tenant_turns: int | None = None) -> Resources:
+              tenant_turns: int | None = None, tenant_rows: int | None = None) -> Resources:
     """Actor counts and per-actor resources of the build's operators, from config and the cluster.
 
     Default: one embed actor per ``ray.embed_cpus`` of the cluster, each running the encoder on
@@ -141,11 +141,18 @@ def resources(cfg: MemlibConfig, total_cpus: float, n_blocks: int, n_tenants: in
     waits for another to give up CPU (an autoscaled session-local pool stayed at one actor
     behind the embed actors' reservations: one busy core once the embedding was done). The
     reservations are what Ray places by; the operating system shares the cores among the busy
-    actors of the moment."""
+    actors of the moment.
+
+    A tenant also costs a fixed share of an actor's time whatever its size (reading, its steps'
+    set-up, its files: about 0.15 s for a 5-turn tenant), so many small tenants get an actor per
+    ``ray.tenant_actor_tenants`` of them; never more actors than ``tenant_rows`` (small tenants
+    travel together: :func:`pipelines.tenant_op.pack_tenants`)."""
     r = cfg.ray
     session_actors = max(1, min(int(total_cpus), max(1, n_blocks)))
     by_work = -(-tenant_turns // r.tenant_actor_turns) if tenant_turns is not None else n_tenants
-    tenant_actors = max(1, min(int(total_cpus), n_tenants, by_work))
+    by_work = max(by_work, -(-n_tenants // r.tenant_actor_tenants))
+    rows = n_tenants if tenant_rows is None else tenant_rows
+    tenant_actors = max(1, min(int(total_cpus), rows, by_work))
     taken = session_actors * SESSION_ACTOR_CPUS + tenant_actors * TENANT_ACTOR_CPUS
     free = max(SESSION_ACTOR_CPUS, total_cpus - taken)
     actors = r.embed_actors or max(1, int(round(total_cpus / r.embed_cpus)))
@@ -163,14 +170,16 @@ def build_dataset(plan: SessionPlan, shards: list[TenantShard], cfg: MemlibConfi
     (a local instance started with it), so the operators ask for no runtime environment."""
     from pipelines.llm_actors import llm_steps, shared_limiter
 
-    res = resources(cfg, total_cpus, len(plan.blocks), len(shards), sum(s.turns for s in shards))
+    # small tenants travel together: one row of the tenant operator per large tenant or per batch
+    packed = pack_tenants(sorted(shards, key=lambda s: (-s.turns, s.tenant_id)), cfg.ray.tenant_batch_turns)
+    res = resources(cfg, total_cpus, len(plan.blocks), len(shards), sum(s.turns for s in shards), len(packed))
     # tenant rows first: they pass the session operators before any block occupies them, so a
     # tenant actor can read the tenant's sessions kept by earlier runs while this run's blocks
     # are computed
     items = [{"kind": RowKind.TENANT.value,
-              "item": tenant_item(s, plan.tenant_blocks.get(s.tenant_id, []), work,
-                                  plan.tenant_pending.get(s.tenant_id, []))}
-             for s in sorted(shards, key=lambda s: (-s.turns, s.tenant_id))]
+              "item": json.dumps([tenant_item(s, plan.tenant_blocks.get(s.tenant_id, []), work,
+                                              plan.tenant_pending.get(s.tenant_id, [])) for s in row])}
+             for row in packed]
     items += [{"kind": RowKind.BLOCK.value, "item": block_item(p)} for p in plan.blocks]
     table = pa.Table.from_pylist([{**i, "turns": None, "vectors": None, "summary": None} for i in items],
                                  schema=ROW_SCHEMA)
@@ -254,8 +263,8 @@ def run_staged(shards: list[TenantShard], cfg: MemlibConfig, recipe: str, *, sto
         summary = json.loads(row["summary"])
         if row["kind"] == RowKind.BLOCK.value:
             blocks.append(summary)
-        else:
-            yield summary
+        else:  # a tenant row: the summary of each of its tenants
+            yield from summary
     shutil.rmtree(work, ignore_errors=True)  # block files and failure markers (<version>/_work)
     if stats is not None:  # session pass: from the dataset's start until the last block was kept
         kept = max([b.get("kept_at", start) for b in blocks] or [start])

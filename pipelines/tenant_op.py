@@ -43,11 +43,30 @@ def write_parquet(table: pa.Table, path: str, table_schema: pa.Schema, name: str
     os.replace(tmp, path)
 
 
-def tenant_item(shard: TenantShard, blocks: list[str], work: str | Path, pending: list[str]) -> str:
-    """A tenant row: its shard, the blocks holding its sessions computed in this run, and the
-    keys of those sessions (``pending``; every other session of the tenant is kept already)."""
-    return json.dumps({"shard": shard.row(), "blocks": sorted(blocks), "work": str(work),
-                       "pending": sorted(pending)})
+def tenant_item(shard: TenantShard, blocks: list[str], work: str | Path, pending: list[str]) -> dict[str, Any]:
+    """One tenant of a tenant row: its shard, the blocks holding its sessions computed in this run,
+    and the keys of those sessions (``pending``; every other session of the tenant is kept already)."""
+    return {"shard": shard.row(), "blocks": sorted(blocks), "work": str(work), "pending": sorted(pending)}
+
+
+def pack_tenants(shards: list[TenantShard], batch_turns: int) -> list[list[TenantShard]]:
+    """The tenant rows: a tenant of ``batch_turns`` turns or more alone, smaller ones together
+    (consecutive in ``shards``' order, up to ``batch_turns`` turns per row)."""
+    rows: list[list[TenantShard]] = []
+    batch: list[TenantShard] = []
+    turns = 0
+    for shard in shards:
+        if shard.turns >= batch_turns:
+            rows.append([shard])
+            continue
+        if batch and turns + shard.turns > batch_turns:
+            rows.append(batch)
+            batch, turns = [], 0
+        batch.append(shard)
+        turns += shard.turns
+    if batch:
+        rows.append(batch)
+    return rows
 
 
 class TenantOp:
@@ -78,16 +97,17 @@ class TenantOp:
     def __call__(self, batch: pa.Table) -> pa.Table:
         out = []
         for row in rows(batch):
-            if row["kind"] == RowKind.TENANT.value:
-                item = json.loads(row["item"])
-                shard = TenantShard(**item["shard"])
-                try:
-                    summary = self.build_one(shard, item["blocks"], Path(item["work"]), set(item["pending"]))
-                except Exception as exc:  # noqa: BLE001 - one tenant's failure is reported, never another's
-                    summary = {"tenant_id": shard.tenant_id, "error": failure_reason(exc)}
-                row["summary"] = json.dumps(summary)
+            if row["kind"] == RowKind.TENANT.value:  # one or more tenants, each built alone
+                row["summary"] = json.dumps([self._one(item) for item in json.loads(row["item"])])
             out.append(row)
         return batch_of(out)
+
+    def _one(self, item: dict[str, Any]) -> dict[str, Any]:
+        shard = TenantShard(**item["shard"])
+        try:
+            return self.build_one(shard, item["blocks"], Path(item["work"]), set(item["pending"]))
+        except Exception as exc:  # noqa: BLE001 - one tenant's failure is reported, never another's
+            return {"tenant_id": shard.tenant_id, "error": failure_reason(exc)}
 
     def wait_for_blocks(self, blocks: list[str], work: Path) -> float:
         """Seconds spent waiting until every block in ``blocks`` is kept (its index file exists)."""

@@ -33,7 +33,6 @@ class Phase(str, Enum):
     READ = "read"
     RAY_START = "ray_start"            # local Ray coming up (inside ``read``: overlaps the sharding)
     TENANTS = "tenants"                # session pass + tenant stages (graph included) on Ray Data
-    GRAPH = "graph"                    # (older manifests: the graph pass before it joined the tenant stage)
     WRITE = "write"
     INDEX = "index"
     PUBLISH = "publish"

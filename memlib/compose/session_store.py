@@ -18,6 +18,8 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -33,6 +35,9 @@ from memlib.compose.vectors import TurnVectors
 
 SESSIONS_SUBDIR = Path("cache") / "sessions"
 READ_THREADS = 4  # blocks read at once by SessionStore.read
+# decoded blocks a SessionStore keeps: small tenants built one after another share blocks (a
+# block holds up to ray.block_turns turns of many tenants), which were decoded once per tenant
+BLOCK_CACHE = 8
 VECTORS = "turn_vectors"
 # the turn vectors (token vectors included: most of a kept session's bytes) are an uncompressed
 # Arrow IPC file, memory-mapped when read: a tenant's sessions are read back without decoding or
@@ -91,6 +96,8 @@ class SessionStore:
         # rewritten files (a nightly's tenant actors refresh while blocks are kept; a store holds
         # hundreds of index files)
         self._read: dict[str, tuple[tuple[int, int, int], pa.Table]] = {}
+        self._blocks: OrderedDict[tuple, tuple[dict[str, pa.Table], pa.Table]] = OrderedDict()  # see _decoded
+        self._lock = threading.Lock()
 
     # ---- writing -------------------------------------------------------------------------------
     def write_block(self, block: str, output: SessionOutput, vectors: pa.Table, index: pa.Table) -> None:
@@ -144,24 +151,44 @@ class SessionStore:
         GIL): 2,500 kept LongMemEval sessions in 108 blocks took 3.0-3.5 s one block after
         another and 1.75-2.3 s this way, page cache warm (docs/benchmarks.md)."""
         blocks = self._blocks_of(keys)
-        with ThreadPoolExecutor(max(1, min(READ_THREADS, len(blocks))), thread_name_prefix="memlib-sessions") as pool:
-            parts = list(pool.map(self._read_block, blocks))  # in block order, whatever finishes first
+        if len(blocks) == 1:
+            parts = [self._read_block(blocks[0])]
+        else:
+            with ThreadPoolExecutor(min(READ_THREADS, len(blocks)), thread_name_prefix="memlib-sessions") as pool:
+                parts = list(pool.map(self._read_block, blocks))  # in block order, whatever finishes first
         out = SessionOutput({name: pa.concat_tables([t[name] for t, _ in parts]) for name in SESSION_TABLES})
         return out, TurnVectors.concat([v for _, v in parts], self.dim)
 
     def _read_block(self, block: tuple[Path, pa.Array, bool]) -> tuple[dict[str, pa.Table], TurnVectors]:
         bdir, wanted, whole = block
-        tables = {}
-        for name in SESSION_TABLES:
-            # read whole and filter: a ``filters=`` read goes through the dataset layer, 6.5x
-            # slower on the token vectors' binary column (0.39 against 0.06 s for 4 blocks)
-            t = pq.read_table(bdir / f"{name}.parquet")
-            tables[name] = t if whole else t.filter(pc.is_in(t.column("session_key"), value_set=wanted))
-        return tables, self._vectors_in(bdir, wanted, whole)
+        full, vectors = self._decoded(bdir)
+        tables = {name: t if whole else t.filter(pc.is_in(t.column("session_key"), value_set=wanted))
+                  for name, t in full.items()}
+        return tables, self._vectors_in(vectors, wanted, whole)
+
+    def _decoded(self, bdir: Path) -> tuple[dict[str, pa.Table], pa.Table]:
+        """A block's session tables and its mapped turn vectors, from the last :data:`BLOCK_CACHE`
+        blocks read when they are among them (a rewritten block, a new index file, is read anew)."""
+        key = (bdir.name, self._read.get(bdir.name, (None,))[0])
+        with self._lock:
+            hit = self._blocks.get(key)
+            if hit is not None:
+                self._blocks.move_to_end(key)
+                return hit
+        # read whole and filter: a ``filters=`` read goes through the dataset layer, 6.5x
+        # slower on the token vectors' binary column (0.39 against 0.06 s for 4 blocks)
+        hit = ({name: pq.read_table(bdir / f"{name}.parquet") for name in SESSION_TABLES},
+               _read_vectors(_vectors_path(bdir)))
+        with self._lock:
+            self._blocks[key] = hit
+            while len(self._blocks) > BLOCK_CACHE:
+                self._blocks.popitem(last=False)
+        return hit
 
     def read_vectors(self, keys: Iterable[str]) -> TurnVectors:
         """Only the turn vectors of sessions ``keys`` (all must be kept): views of the mapped files."""
-        return TurnVectors.concat([self._vectors_in(*b) for b in self._blocks_of(keys)], self.dim)
+        return TurnVectors.concat([self._vectors_in(self._decoded(b)[1], w, whole)
+                                   for b, w, whole in self._blocks_of(keys)], self.dim)
 
     def _blocks_of(self, keys: Iterable[str]) -> list[tuple[Path, pa.Array, bool]]:
         """(block directory, the sessions of ``keys`` to read from it, whether those are all the
@@ -186,8 +213,7 @@ class SessionStore:
                 for b, ks in sorted(by_block.items())]
 
     @staticmethod
-    def _vectors_in(bdir: Path, wanted: pa.Array, whole: bool = False) -> TurnVectors:
-        t = _read_vectors(_vectors_path(bdir))
+    def _vectors_in(t: pa.Table, wanted: pa.Array, whole: bool = False) -> TurnVectors:
         if whole:  # every session of the block is wanted
             return TurnVectors.from_table(t)
         keep = pc.is_in(t.column("session_key"), value_set=wanted).to_numpy(zero_copy_only=False)

@@ -280,24 +280,57 @@ class StoreWriter:
         return db.create_table(TURN_TEXT_TABLE, schema=TURN_TEXT_SCHEMA)
 
     def replace_tenant_nodes(self, tenants: Iterable[str], nodes: pa.Table | None) -> int:
-        """Delete these tenants' nodes and add ``nodes`` (a new Lance version); the turn-text
-        table follows. Returns the nodes table version."""
+        """Delete these tenants' nodes and add ``nodes``; the turn-text table follows. Returns the
+        nodes table version. For many tenants use :meth:`write_tenants`: this is commits per call."""
+        return self.write_tenants(tenants, [] if nodes is None else [nodes])
+
+    def write_tenants(self, remove: Iterable[str], parts: Iterable[pa.Table], *,
+                      rows_per_commit: int = 250_000, tenants_per_delete: int = 20_000) -> int:
+        """Replace tenants' nodes in both Lance tables with a number of commits that follows rows,
+        not tenants: one delete of every tenant in ``remove`` (the rebuilt and the removed ones, in
+        chunks of ``tenants_per_delete``), then ``parts`` (each a tenant's nodes, or several
+        tenants') added in batches of about ``rows_per_commit`` rows, one commit and one fragment
+        per batch. Every commit rewrites a manifest listing every fragment, so commits per tenant
+        made a run quadratic in tenants. Readers pin the published version, so no partial state
+        is visible. Returns the nodes table version."""
         tbl, turn_tbl = self.open_nodes(), self.open_turn_text()
-        tenants = sorted(set(tenants))
-        if tenants:
-            where = "tenant_id IN (" + ", ".join(sql_str(t) for t in tenants) + ")"
+        remove = sorted(set(remove))
+        for i in range(0, len(remove), tenants_per_delete):
+            where = "tenant_id IN (" + ", ".join(sql_str(t) for t in remove[i:i + tenants_per_delete]) + ")"
             tbl.delete(where)
             turn_tbl.delete(where)
-        if nodes is not None and nodes.num_rows:
-            nodes = schema.conform(nodes, schema.nodes_schema(self.dim), name="nodes")
+        node_schema = schema.nodes_schema(self.dim)
+        buf: list[pa.Table] = []
+        rows = 0
+
+        def flush() -> None:
+            nonlocal buf, rows
+            if not rows:
+                return
+            nodes = pa.concat_tables(buf)
             tbl.add(nodes)
             turns = nodes.filter(pc.equal(nodes.column("kind"), "turn"))
             if turns.num_rows:
                 turn_tbl.add(turns.select(TURN_TEXT_SCHEMA.names).cast(TURN_TEXT_SCHEMA))
+            buf, rows = [], 0
+
+        for part in parts:
+            if part is None or not part.num_rows:
+                continue
+            buf.append(schema.conform(part, node_schema, name="nodes"))
+            rows += part.num_rows
+            if rows >= rows_per_commit:
+                flush()
+        flush()
         return tbl.version
 
+    def fragment_counts(self) -> dict[str, int]:
+        """Data fragments of each Lance table at its newest version."""
+        return {name: _fragments(t) for name, t in ((NODES_TABLE, self.open_nodes()),
+                                                     (TURN_TEXT_TABLE, self.open_turn_text()))}
+
     def index_nodes(self, *, min_rows_for_ann: int = 5_000, incremental: bool = False,
-                    merge_rows: int = 50_000, vector_index: bool = False) -> int:
+                    merge_rows: int = 50_000, vector_index: bool = False, max_fragments: int = 64) -> int:
         """(Re)build the full-text and tenant/kind indexes, and with ``vector_index`` an IVF_FLAT
         index on the node vectors; returns the Lance version.
 
@@ -313,19 +346,23 @@ class StoreWriter:
         so nothing is done until more than ``merge_rows`` rows (or a quarter of the table) are
         unindexed; then they are merged into the existing indexes (Lance ``optimize``: compaction
         and index merge, no old version pruned, so rollback keeps working). A nightly run's cost
-        follows what changed; the merge, whose cost follows the table, comes every many nights."""
+        follows what changed; the merge, whose cost follows the table, comes every many nights.
+
+        A table holding more than ``max_fragments`` data fragments (each run adds at least one) is
+        compacted first, old versions kept: fragments stay bounded after any number of runs."""
         tbl = self.open_nodes()
         n = tbl.count_rows()
         if n == 0:
             return tbl.version
         ann = vector_index and n >= min_rows_for_ann
+        crowded = max(self.fragment_counts().values()) > max_fragments
         if incremental and self._indexed(tbl, ann):
-            if self.unindexed_rows() <= max(merge_rows, n // 4):
+            if self.unindexed_rows() <= max(merge_rows, n // 4) and not crowded:
                 return tbl.version
-            keep_versions = timedelta(days=36_500)
-            tbl.optimize(cleanup_older_than=keep_versions)
-            self.open_turn_text().optimize(cleanup_older_than=keep_versions)
+            self._optimize()
             return self.open_nodes().version
+        if crowded:
+            self._optimize()
         from lancedb.index import FTS, Bitmap, IvfFlat
 
         tbl.create_index("text", config=FTS(with_position=False, stem=True, remove_stop_words=False),
@@ -343,6 +380,13 @@ class StoreWriter:
             tbl.create_index("embedding", config=IvfFlat(distance_type="cosine", num_partitions=parts),
                              replace=True)
         return tbl.version
+
+    def _optimize(self) -> None:
+        """Compact both Lance tables and merge new rows into their indexes; no old version is
+        pruned, so every published version stays readable and rollback keeps working."""
+        keep_versions = timedelta(days=36_500)
+        for tbl in self.lance_tables().values():
+            tbl.optimize(cleanup_older_than=keep_versions)
 
     def unindexed_rows(self) -> int:
         """Rows of either Lance table that some index of it does not cover yet."""
@@ -389,6 +433,18 @@ class StoreWriter:
         atomic_write_json(self.path / "manifests" / f"{self.version}.json", data)
         atomic_write_json(self.path / MANIFEST, data)
         return data
+
+
+def _fragments(tbl) -> int:
+    return int(tbl.stats()["fragment_stats"]["num_fragments"])
+
+
+def lance_shape(store: str | Path) -> dict[str, dict[str, int]]:
+    """Data fragments and versions of each Lance table of a store, at its newest version."""
+    db = _connect(Path(store))
+    names = set(db.list_tables().tables)
+    return {name: {"fragments": _fragments(t), "versions": len(t.list_versions())}
+            for name in (NODES_TABLE, TURN_TEXT_TABLE) if name in names for t in [db.open_table(name)]}
 
 
 def _link_or_copy(src: Path, dst: Path) -> None:

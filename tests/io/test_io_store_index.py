@@ -61,3 +61,62 @@ def test_vector_index_only_when_asked(tmp_path):
     ann.replace_tenant_nodes(["a"], _nodes("a", texts))
     ann.index_nodes(min_rows_for_ann=10, vector_index=True)
     assert "embedding" in {c for i in ann.open_nodes().list_indices() for c in i.columns}
+
+
+def _versions(writer: StoreWriter) -> dict[str, int]:
+    return {name: len(t.list_versions()) for name, t in writer.lance_tables().items()}
+
+
+def _tenant_texts(writer: StoreWriter, version: int | None = None) -> dict[str, list[str]]:
+    tbl = writer.open_nodes()
+    if version is not None:
+        tbl.checkout(version)
+    rows = tbl.search().select(["tenant_id", "text"]).limit(None).to_arrow().to_pylist()
+    out: dict[str, list[str]] = {}
+    for r in sorted(rows, key=lambda r: (r["tenant_id"], r["text"])):
+        out.setdefault(r["tenant_id"], []).append(r["text"])
+    return out
+
+
+def test_many_tenants_are_written_in_commits_that_follow_rows(tmp_path):
+    """300 tenants replaced and 3 removed in one call: one delete commit and one add commit per
+    ``rows_per_commit`` rows in each Lance table, never commits per tenant; every tenant's rows
+    are there once, the removed ones' are gone, the others' are untouched."""
+    writer = StoreWriter(tmp_path / "store", dim=DIM)
+    tenants = [f"t{i:03d}" for i in range(300)]
+    before = _versions(writer)
+    writer.write_tenants([], (_nodes(t, [f"{t} first {i}" for i in range(4)]) for t in tenants),
+                         rows_per_commit=500)
+    after = _versions(writer)
+    # 1,200 rows in batches of >= 500 rows: 3 add commits per table (no delete: nothing to remove)
+    assert {k: after[k] - before[k] for k in after} == {"lance_version": 3, "lance_turn_text_version": 3}
+    assert writer.fragment_counts() == {"nodes": 3, "turn_text": 3}
+    touched = tenants[::30]  # 10 tenants rebuilt, 3 removed
+    removed = ["t001", "t002", "t003"]
+    writer.write_tenants(touched + removed, (_nodes(t, [f"{t} second"]) for t in touched), rows_per_commit=500)
+    again = _versions(writer)
+    assert {k: again[k] - after[k] for k in after} == {"lance_version": 2, "lance_turn_text_version": 2}
+    texts = _tenant_texts(writer)
+    assert set(texts) == set(tenants) - set(removed)
+    assert all(texts[t] == [f"{t} second"] for t in touched)
+    assert texts["t004"] == [f"t004 first {i}" for i in range(4)]
+    assert writer.open_turn_text().count_rows() == writer.open_nodes().count_rows() == 4 * 287 + 10
+
+
+def test_fragments_stay_bounded_and_old_versions_readable_after_many_runs(tmp_path):
+    """Each run adds a fragment; a run that finds more than ``max_fragments`` compacts both tables,
+    keeping every older version: the first published version still reads as it was."""
+    writer = StoreWriter(tmp_path / "store", dim=DIM)
+    writer.write_tenants([], [_nodes(f"t{i}", [f"t{i} row {j}" for j in range(3)]) for i in range(20)])
+    writer.index_nodes()
+    first = writer.open_nodes().version
+    first_texts = _tenant_texts(writer)
+    for run in range(12):  # a nightly run each: one tenant rebuilt
+        t = f"t{run}"
+        writer.write_tenants([t], [_nodes(t, [f"{t} run {run}"])])
+        writer.index_nodes(incremental=True, merge_rows=1_000, max_fragments=4)
+        assert max(writer.fragment_counts().values()) <= 5, (run, writer.fragment_counts())
+    assert _tenant_texts(writer, first) == first_texts  # rollback to the first version still works
+    now = _tenant_texts(writer)
+    assert now["t11"] == ["t11 run 11"] and now["t15"] == [f"t15 row {j}" for j in range(3)]
+    assert sorted(_fts(writer, "run", "t3")) == ["t3-0"]

@@ -31,6 +31,16 @@ def test_every_table_matches_its_schema(built_store):
     assert {"turn", "session", "segment", "clue", "fact", "concept", "entity"} <= kinds
 
 
+def test_all_tenants_nodes_go_to_lance_in_one_commit(built_store):
+    """The three tenants (small ones, built in one row of the tenant operator) are written to each
+    Lance table by one add: one data fragment, not one per tenant."""
+    from memlib.io.store import lance_shape
+
+    assert {k: v["fragments"] for k, v in lance_shape(built_store).items()} == {"nodes": 1, "turn_text": 1}
+    assert sorted(set(_reader(built_store).nodes(columns=["tenant_id"]).column("tenant_id").to_pylist())) == \
+        sorted(SESSIONS)
+
+
 def test_every_edge_endpoint_exists_and_nothing_was_dropped(built_store):
     r = _reader(built_store)
     ids = set(r.nodes(columns=["node_id"]).column("node_id").to_pylist())

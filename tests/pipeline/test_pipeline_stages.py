@@ -62,7 +62,7 @@ def test_operators_read_and_write_their_declared_columns(ray_local, tmp_path):
         or set(Path(p).stem for p in plan.blocks) <= {b for bs in plan.tenant_blocks.values() for b in bs}
     block = ops.batch_of([{"kind": "block", "item": ops.block_item(plan.blocks[0]), "turns": None,
                            "vectors": None, "summary": None}])
-    tenant = ops.batch_of([{"kind": "tenant", "item": tenant_item(shards[0], [], tmp_path / "work", []),
+    tenant = ops.batch_of([{"kind": "tenant", "item": json.dumps([tenant_item(shards[0], [], tmp_path / "work", [])]),
                             "turns": None, "vectors": None, "summary": None}])
     read = ops.turn_nodes_op(block, cfg)
     _only_declared_changed(block, read, ops.TURN_NODES_IO, mine=True)
@@ -115,6 +115,12 @@ def test_tenant_actors_follow_the_work_to_build():
     assert resources(cfg, 2, n_blocks=40, n_tenants=30, tenant_turns=50 * per).tenant_actors == 2  # per CPU
     cfg.ray.tenant_actor_turns = 1
     assert resources(cfg, 2, n_blocks=1, n_tenants=3, tenant_turns=1500).tenant_actors == 2
+    # many small tenants: an actor per ray.tenant_actor_tenants of them, never more than their rows
+    cfg = MemlibConfig()
+    many = 3 * cfg.ray.tenant_actor_tenants
+    assert resources(cfg, 2, n_blocks=4, n_tenants=many, tenant_turns=5 * many, tenant_rows=4).tenant_actors == 2
+    assert resources(cfg, 8, n_blocks=4, n_tenants=many, tenant_turns=5 * many, tenant_rows=2).tenant_actors == 2
+    assert resources(cfg, 8, n_blocks=4, n_tenants=many, tenant_turns=5 * many, tenant_rows=9).tenant_actors == 3
 
 
 FAKE_GPU_BUILD = """
@@ -236,19 +242,19 @@ def test_a_failing_tenant_is_reported_with_its_reason(tmp_path):
     broken, other = shards[0], shards[1]
     Path(broken.turns_path).unlink()  # its input block vanished: reading it raises
     op = TenantOp(cfg, "turns", str(writer.path), "key")
-    row = {"kind": "tenant", "item": tenant_item(broken, [], tmp_path / "work", []), "turns": None, "vectors": None,
-           "summary": None}
-    summary = json.loads(op(ops.batch_of([row])).column("summary")[0].as_py())
+    # a block that failed upstream: its failure marker names the reason, the tenant does not wait
+    item = {"block_id": "b1", "work": str(tmp_path / "work")}
+    ops.mark_failed(item, "embed", ValueError("the encoder could not read this"))
+    # both tenants in one row, as small tenants travel: each gets its own summary and reason
+    row = {"kind": "tenant", "item": json.dumps([tenant_item(broken, [], tmp_path / "work", []),
+                                                 tenant_item(other, ["b1"], tmp_path / "work", [])]),
+           "turns": None, "vectors": None, "summary": None}
+    summary, second = json.loads(op(ops.batch_of([row])).column("summary")[0].as_py())
     assert summary["tenant_id"] == broken.tenant_id
     assert "error" in summary and ("FileNotFoundError" in summary["error"] or "ArrowInvalid" in summary["error"]
                                    or "OSError" in summary["error"]), summary
     assert broken.turns_path.split("/")[-1] in summary["error"] or "No such file" in summary["error"], summary
-    # a block that failed upstream: its failure marker names the reason, the tenant does not wait
-    item = {"block_id": "b1", "work": str(tmp_path / "work")}
-    ops.mark_failed(item, "embed", ValueError("the encoder could not read this"))
-    row = {"kind": "tenant", "item": tenant_item(other, ["b1"], tmp_path / "work", []), "turns": None, "vectors": None,
-           "summary": None}
-    summary = json.loads(op(ops.batch_of([row])).column("summary")[0].as_py())
+    summary = second
     assert summary["tenant_id"] == other.tenant_id and "block b1" in summary["error"], summary
     assert "the encoder could not read this" in summary["error"]
 
@@ -400,3 +406,19 @@ def test_stop_local_stops_only_the_instance_this_process_started():
     assert out["other"] is False and out["other_up"] is True
     assert out["stopped"] is True and out["up"] is False and out["monitor_exit"] is not None
     assert out["again"] is False
+
+
+def test_small_tenants_travel_together_and_large_ones_alone():
+    """pack_tenants: a tenant of batch_turns turns or more has a row of its own; smaller ones share
+    rows of at most batch_turns turns, in the given order, each tenant in exactly one row."""
+    from pipelines.shard import TenantShard
+    from pipelines.tenant_op import pack_tenants
+
+    sizes = [900, 512, 300, 200, 100, 5, 5, 5, 400, 3]
+    shards = [TenantShard(f"t{i}", "", "", "", "", n) for i, n in enumerate(sizes)]
+    rows = pack_tenants(shards, 512)
+    assert [[s.tenant_id for s in r] for r in rows] == [
+        ["t0"], ["t1"], ["t2", "t3"], ["t4", "t5", "t6", "t7"], ["t8", "t9"]]
+    assert sorted(s.tenant_id for r in rows for s in r) == sorted(s.tenant_id for s in shards)
+    assert all(sum(s.turns for s in r) <= 512 or len(r) == 1 for r in rows)
+    assert pack_tenants([], 512) == []
