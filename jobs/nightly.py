@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import ray
 
@@ -49,7 +51,7 @@ from memlib.embed.space import kept_space, space_change
 from memlib.io.errors import InputError
 from memlib.io.readers import input_sources
 from memlib.io.remote import staged_input
-from memlib.io.store import StoreError, StoreWriter, read_manifest
+from memlib.io.store import PART_KEY, StoreError, StoreWriter, read_manifest
 from pipelines.shard import QUARANTINE_PART, TenantShard, shard_input
 from pipelines.staged_build import Prepared, prepare_staged, run_staged, session_build_key
 from pipelines.store_sink import drop_staging
@@ -142,7 +144,6 @@ def _build_tenants(writer: ResumableWriter, shards: list[TenantShard], cfg, reci
                 plan.failed[s["tenant_id"]] = f"tenant build raised {s['error']}"
                 progress("tenant_failed", s)
                 continue
-            s["nodes_path"] = shard.nodes_path
             writer.mark_done(s["tenant_id"], {"input_hash": plan.hashes[s["tenant_id"]], "build_key": key,
                                               "summary": s})
             summaries.append(s)
@@ -155,12 +156,24 @@ def _build_tenants(writer: ResumableWriter, shards: list[TenantShard], cfg, reci
     return summaries
 
 
-def _write_lance(writer: StoreWriter, shards: list[TenantShard], remove: list[str], rows_per_commit: int) -> None:
+def _write_lance(writer: StoreWriter, summaries: list[dict[str, Any]], parts: dict[str, str], remove: list[str],
+                 rows_per_commit: int) -> None:
     """Replace rebuilt tenants' nodes and delete removed tenants' in commits that follow rows (one
-    delete, then batches of ``rows_per_commit`` rows); carried tenants stay untouched. A staged
-    tenant's nodes are read when its batch is written, so memory follows the batch."""
-    parts = (pq.read_table(s.nodes_path) for s in sorted(shards, key=lambda s: s.tenant_id))
-    writer.write_tenants([s.tenant_id for s in shards] + list(remove), parts, rows_per_commit=rows_per_commit)
+    delete, then batches of ``rows_per_commit`` rows); carried tenants stay untouched. Each staged
+    file holds one row's tenants (a part) and is read when its batch is written; only the tenants
+    the version keeps in that part are taken (an interrupted run's part may hold a tenant rebuilt
+    since)."""
+    staged: dict[str, list[str]] = {}
+    for s in summaries:
+        if parts.get(s["tenant_id"]) == s["part"]:
+            staged.setdefault(s["nodes_path"], []).append(s["tenant_id"])
+
+    def tables():
+        for path, tenants in sorted(staged.items()):
+            t = pq.read_table(path)
+            yield t.filter(pc.is_in(t.column("tenant_id"), value_set=pa.array(tenants, pa.string())))
+
+    writer.write_tenants([s["tenant_id"] for s in summaries] + list(remove), tables(), rows_per_commit=rows_per_commit)
 
 
 def _kind_counts(writer: StoreWriter) -> tuple[dict[str, int], dict[str, int]]:
@@ -277,11 +290,13 @@ def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: st
     drop_partitions(writer, list(plan.failed) + list(plan.removed))
     graph_info = {"status": "built", "tenants": len(ok_shards), "where": "tenant stage"}
     with timer.span(Phase.WRITE):
-        for tenant in plan.carry + [t for t in plan.failed if t in prev]:
-            writer.carry_over(tenant)
-        _write_lance(writer, ok_shards, plan.gone + sorted(forget.tenants & set(prev)),
+        kept = plan.carry + [t for t in plan.failed if t in prev]
+        parts = writer.carry_over(kept, part_turns=cfg.ray.tenant_batch_turns) if kept else {}
+        parts.update((s["tenant_id"], s["part"]) for s in summaries)
+        writer.prune_parts(parts, check={s["part"] for s in summaries if s["tenant_id"] in plan.resume})
+        _write_lance(writer, summaries, parts, plan.gone + sorted(forget.tenants & set(prev)),
                      cfg.io.lance_rows_per_commit)
-        drop_staging(writer, ok_shards)
+        drop_staging(writer)
         shutil.rmtree(writer.version_dir / DONE_DIR, ignore_errors=True)
     with timer.span(Phase.INDEX):
         writer.index_nodes(incremental=not full and base is not None and not new_space,
@@ -297,6 +312,8 @@ def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: st
                               questions=questions, quarantine_by_reason=quarantine,
                               timings=timings, graph=graph_info)
     manifest = _finish_manifest(manifest, plan, base, key, forget, *kinds, summaries)
+    for tenant, entry in manifest["tenants"].items():
+        entry[PART_KEY] = parts[tenant]
     manifest["sessions"] = session_stats
     manifest["session_build_key"] = session_build_key(cfg, key)
     published = writer.publish(manifest)

@@ -45,10 +45,11 @@ def keep_against_quarantine(writer: StoreWriter, plan: Plan, forget: ForgetList,
     counts = Counter(writer.table("quarantine", ["tenant_id"]).column("tenant_id").to_pylist())
     by_id = {s.tenant_id: s for s in shards}
     for tenant, n in sorted(counts.items(), key=lambda x: str(x[0])):
-        src = writer.published_table_path("turns", tenant) if tenant in by_id else None
-        if tenant in plan.failed or tenant not in plan.build or src is None or not src.exists():
+        if tenant in plan.failed or tenant not in plan.build or tenant not in by_id:
             continue
-        old = pq.read_table(src, columns=["node_id", "conversation_id"])
+        old = writer.published("turns", tenant, ["node_id", "conversation_id"])
+        if old is None:
+            continue
         gone_convs = set(forget.conversations_of(tenant))
         published = {nid for nid, conv in zip(old.column("node_id").to_pylist(),
                                               old.column("conversation_id").to_pylist()) if conv not in gone_convs}
@@ -66,10 +67,10 @@ def remove_unkeepable(writer: StoreWriter, plan: Plan, forget: ForgetList, faile
     build): a forgotten conversation never stays published, so the tenant is removed instead."""
     for tenant in failed:
         convs = forget.conversations_of(tenant)
-        src = writer.published_table_path("turns", tenant)
-        if not convs or src is None or not src.exists():
+        old = writer.published("turns", tenant, ["conversation_id"]) if convs else None
+        if old is None:
             continue
-        held = set(pq.read_table(src, columns=["conversation_id"]).column("conversation_id").to_pylist())
+        held = set(old.column("conversation_id").to_pylist())
         held_forgotten = sorted(held & set(convs))
         if not held_forgotten:
             continue

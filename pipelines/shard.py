@@ -1,8 +1,8 @@
-"""Read the input and shard it by tenant: one turns file per tenant in the new store version.
+"""Read the input and shard it by tenant: one staged turns file per tenant in the new store version.
 
-The driver streams tenants from the reader (one in memory at a time) and writes each one's
-``turns`` and ``questions`` partitions straight into the version directory; the turns file
-is then the input block of that tenant's build task. Quarantined records of every tenant go
+The driver streams tenants from the reader (one in memory at a time) and stages each one's
+turns and questions under ``<version>/_staged/``; the turns file is then the input of that
+tenant's build task, which packs both into its row's part (memlib.io.store). Quarantined records of every tenant go
 to one ``quarantine/input.parquet`` partition; a malformed record never fails the build.
 """
 from __future__ import annotations
@@ -26,18 +26,17 @@ from memlib.io.store import StoreWriter
 QUARANTINE_PART = "input"
 
 
+STAGED = "_staged"  # a version directory's inputs and outputs in flight, removed before it is published
+
+
 @dataclass(frozen=True)
 class TenantShard:
-    """One tenant's unit of work: where its turns are and where its outputs go."""
+    """One tenant's unit of work: its staged input and the version its row's parts go to."""
     tenant_id: str
-    turns_path: str
-    nodes_path: str        # staged nodes with embeddings (Lance gets them after the graph stage)
-    edges_path: str
-    segments_path: str
+    turns_path: str        # its staged turns (the tenant task's input; its part's turns come from them)
+    version_dir: str       # where the parts of the row it is built in are written
     turns: int
-    graph_path: str = ""   # the tenant's graph-tool file (built by the tenant stage)
-    fallbacks_path: str = ""  # its node_fallbacks table (memlib.compose.reuse)
-    token_sums_path: str = ""  # its token_sums table (memlib.compose.span_pool.IdSums)
+    questions_path: str = ""  # its staged questions (packed into its part), when it has any
 
     def row(self) -> dict[str, Any]:
         return asdict(self)
@@ -52,8 +51,9 @@ class ShardResult:
     seen: dict[str, int] = field(default_factory=dict)  # every tenant read -> its valid turns (incremental builds)
 
 
-def staged_nodes_path(writer: StoreWriter, tenant: str) -> Path:
-    p = writer.version_dir / "_staged_nodes" / writer.table_path("turns", tenant).name
+def staged_path(version_dir: str | Path, kind: str, name: str) -> Path:
+    """``version_dir/_staged/<kind>/<name>.parquet`` (its folder made)."""
+    p = Path(version_dir) / STAGED / kind / f"{name}.parquet"
     p.parent.mkdir(parents=True, exist_ok=True)
     return p
 
@@ -106,8 +106,6 @@ def shard_input(path: str | Path, fmt: str, cfg: MemlibConfig, writer: StoreWrit
             shard = _write_tenant(writer, tenant, part)
             if shard is not None:
                 shards.append(shard)
-            if part.questions.num_rows:
-                writer.write_table("questions", tenant, part.questions)
             if merged is not None and (shard is not None or part.questions.num_rows):
                 merged.add(tenant)
     q_all = pa.concat_tables(quarantine) if quarantine else schema.empty(schema.QUARANTINE)
@@ -124,20 +122,27 @@ def _tenant_part(result: ReadResult, tenant: str) -> ReadResult:
 
 def _written(writer: StoreWriter, tenant: str) -> ReadResult:
     """What an earlier file of this run wrote for ``tenant``."""
-    read = lambda name, sch: (pq.read_table(p) if (p := writer.table_path(name, tenant)).exists()  # noqa: E731
+    read = lambda kind, sch: (pq.read_table(p) if (p := staged_path(writer.version_dir, kind, tenant)).exists()  # noqa: E731
                               else schema.empty(sch))
     return ReadResult(turns=read("turns", schema.TURNS), questions=read("questions", schema.QUESTIONS))
 
 
+def _stage(writer: StoreWriter, kind: str, tenant: str, table: pa.Table, table_schema: pa.Schema) -> Path:
+    path = staged_path(writer.version_dir, kind, tenant)
+    tmp = path.with_suffix(".parquet.tmp")
+    pq.write_table(schema.conform(table, table_schema, name=kind), tmp, compression="zstd")
+    tmp.replace(path)
+    return path
+
+
 def _write_tenant(writer: StoreWriter, tenant: str, result) -> TenantShard | None:
+    """Stage the tenant's turns and questions; its shard, or None when it has no turn (its
+    questions are staged all the same, in case another file of the run has its turns)."""
     turns = result.turns.filter(pc.equal(result.turns.column("tenant_id"), tenant))
+    questions = _stage(writer, "questions", tenant, result.questions, schema.QUESTIONS) \
+        if result.questions.num_rows else None
     if turns.num_rows == 0:
         return None
-    turns_path = writer.write_table("turns", tenant, turns)
-    return TenantShard(tenant_id=tenant, turns_path=str(turns_path),
-                       nodes_path=str(staged_nodes_path(writer, tenant)),
-                       edges_path=str(writer.table_path("edges", tenant)),
-                       segments_path=str(writer.table_path("segments", tenant)),
-                       turns=turns.num_rows, graph_path=str(writer.graph_path(tenant)),
-                       fallbacks_path=str(writer.table_path("node_fallbacks", tenant)),
-                       token_sums_path=str(writer.table_path("token_sums", tenant)))
+    turns_path = _stage(writer, "turns", tenant, turns, schema.TURNS)
+    return TenantShard(tenant_id=tenant, turns_path=str(turns_path), version_dir=str(writer.version_dir),
+                       turns=turns.num_rows, questions_path=str(questions or ""))

@@ -1,8 +1,8 @@
-"""Helpers of the build's writes: importance joined into nodes, a tenant's llm_calls, staging cleanup.
+"""Helpers of the build's writes: importance joined into nodes, staging cleanup.
 
-Importance (from the graph stage, when it ran) is joined into each tenant's nodes before the
-Lance write; the staged files are removed once written, so the version directory holds
-only the published tables.
+Importance (from the graph stage) is joined into each tenant's nodes before they are staged
+for the Lance write; the staged files are removed once written, so the version directory
+holds only the published tables.
 """
 from __future__ import annotations
 
@@ -11,11 +11,9 @@ from pathlib import Path
 
 import polars as pl
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from memlib import schema
 from memlib.io.store import StoreWriter
-from pipelines.shard import TenantShard
+from pipelines.shard import STAGED
 
 
 def with_importance(nodes: pa.Table, importance: pa.Table | None) -> pa.Table:
@@ -29,20 +27,6 @@ def with_importance(nodes: pa.Table, importance: pa.Table | None) -> pa.Table:
     return df.to_arrow()
 
 
-def write_llm_calls(shard: TenantShard, calls: pa.Table | None) -> Path | None:
-    """The tenant's ``llm_calls`` partition of this version (every call, errors included)."""
-    if calls is None or calls.num_rows == 0:
-        return None
-    path = Path(shard.turns_path).parent.parent / "llm_calls" / Path(shard.turns_path).name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".parquet.tmp")
-    pq.write_table(schema.conform(calls, schema.LLM_CALLS, name="llm_calls"), tmp, compression="zstd")
-    tmp.replace(path)
-    return path
-
-
-def drop_staging(writer: StoreWriter, shards: list[TenantShard]) -> None:
-    dirs = {Path(s.nodes_path).parent for s in shards}
-    for d in dirs:
-        if d.is_relative_to(writer.version_dir):
-            shutil.rmtree(d, ignore_errors=True)
+def drop_staging(writer: StoreWriter) -> None:
+    """Remove the version's staged inputs and nodes (its published tables are in its parts)."""
+    shutil.rmtree(Path(writer.version_dir) / STAGED, ignore_errors=True)

@@ -34,13 +34,35 @@ class SessionPassError(RuntimeError):
     """A block holding some of the tenant's sessions failed in a session operator."""
 
 
-def write_parquet(table: pa.Table, path: str, table_schema: pa.Schema, name: str) -> None:
-    """Conform and write atomically (temp file + rename)."""
-    table = schema.conform(table, table_schema, name=name)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.tmp"
-    pq.write_table(table, tmp, compression="zstd")
-    os.replace(tmp, path)
+# the tables of a part, with their schemas (nodes: staged for the driver's Lance write)
+PART_TABLES = {"turns": schema.TURNS, "segments": schema.SEGMENTS, "edges": schema.EDGES,
+               "questions": schema.QUESTIONS, "node_fallbacks": schema.NODE_FALLBACKS,
+               "token_sums": schema.TOKEN_SUMS, "llm_calls": schema.LLM_CALLS}
+
+
+def write_part(version_dir: str | Path, built: list[dict[str, Any]]) -> tuple[str, str]:
+    """Write the tables of the tenants of one row (each a dict of table -> Arrow table, see
+    :meth:`TenantOp.build_one`) as one part of the version; returns the part's name and its
+    staged nodes file."""
+    from memlib.io.store import StoreWriter, part_id
+    from pipelines.shard import staged_path
+
+    version_dir = Path(version_dir)
+    writer = StoreWriter.into(version_dir)
+    tenants = [next(iter(t["graphs"])) for t in built]
+    part = part_id(tenants, version_dir.name)
+    for name, table_schema in PART_TABLES.items():
+        tables = [schema.conform(t[name], table_schema, name=name) for t in built
+                  if t.get(name) is not None and t[name].num_rows]
+        if tables:
+            writer.write_table(name, part, pa.concat_tables(tables))
+    writer.write_graphs(part, {k: v for t in built for k, v in t["graphs"].items() if v is not None})
+    nodes = pa.concat_tables([t["nodes"] for t in built], promote_options="permissive")
+    nodes_path = staged_path(version_dir, "nodes", part)
+    tmp = nodes_path.with_suffix(".parquet.tmp")
+    pq.write_table(nodes, tmp, compression="zstd")
+    os.replace(tmp, nodes_path)
+    return part, str(nodes_path)
 
 
 def tenant_item(shard: TenantShard, blocks: list[str], work: str | Path, pending: list[str]) -> dict[str, Any]:
@@ -98,16 +120,29 @@ class TenantOp:
         out = []
         for row in rows(batch):
             if row["kind"] == RowKind.TENANT.value:  # one or more tenants, each built alone
-                row["summary"] = json.dumps([self._one(item) for item in json.loads(row["item"])])
+                row["summary"] = json.dumps(self.build_row(json.loads(row["item"])))
             out.append(row)
         return batch_of(out)
 
-    def _one(self, item: dict[str, Any]) -> dict[str, Any]:
-        shard = TenantShard(**item["shard"])
-        try:
-            return self.build_one(shard, item["blocks"], Path(item["work"]), set(item["pending"]))
-        except Exception as exc:  # noqa: BLE001 - one tenant's failure is reported, never another's
-            return {"tenant_id": shard.tenant_id, "error": failure_reason(exc)}
+    def build_row(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Build each tenant of a row, then write the row's tenants that built as one part: one file
+        per table (memlib.io.store), its staged nodes one file for the driver's Lance write."""
+        summaries, built = [], []
+        for item in items:
+            shard = TenantShard(**item["shard"])
+            try:
+                summary, tables = self.build_one(shard, item["blocks"], Path(item["work"]), set(item["pending"]))
+                built.append(tables)
+            except Exception as exc:  # noqa: BLE001 - one tenant's failure is reported, never another's
+                summary = {"tenant_id": shard.tenant_id, "error": failure_reason(exc)}
+            summaries.append(summary)
+        if built:
+            version_dir = TenantShard(**items[0]["shard"]).version_dir
+            part, nodes_path = write_part(version_dir, built)
+            for summary in summaries:
+                if "error" not in summary:
+                    summary.update(part=part, nodes_path=nodes_path)
+        return summaries
 
     def wait_for_blocks(self, blocks: list[str], work: Path) -> float:
         """Seconds spent waiting until every block in ``blocks`` is kept (its index file exists)."""
@@ -155,12 +190,13 @@ class TenantOp:
         vectors = TurnVectors.concat([v for _, v in parts], self.cfg.embed.dim)
         return outputs, vectors, waited
 
-    def build_one(self, shard: TenantShard, blocks: list[str], work: Path, pending: set[str]) -> dict[str, Any]:
+    def build_one(self, shard: TenantShard, blocks: list[str], work: Path,
+                  pending: set[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The tenant's summary and its tables (table name -> Arrow table; ``graphs``: its bytes)."""
         import ray
 
         from memlib.compose.reference import tenant_steps
         from pipelines.llm_actors import call_summary, drain_llm_calls
-        from pipelines.store_sink import write_llm_calls
 
         start, cpu = time.perf_counter(), time.process_time()
         turns = sort_turns(pq.read_table(shard.turns_path))
@@ -173,21 +209,16 @@ class TenantOp:
         extras = self._extras()
         out = tenant_steps(turns, parts, vectors, self.cfg, order, self.recipe, nlp=self.nlp, extras=extras,
                            previous=previous, own_pass=self.own_pass)
-        nodes = self._graph(shard, out) if shard.graph_path else out.nodes
-        write_parquet(nodes, shard.nodes_path, schema.nodes_schema(nodes.schema.field("embedding").type.list_size),
-                      "nodes")
-        write_parquet(out.edges, shard.edges_path, schema.EDGES, "edges")
-        write_parquet(out.segments, shard.segments_path, schema.SEGMENTS, "segments")
-        if out.fallbacks is not None and shard.fallbacks_path:
-            write_parquet(out.fallbacks, shard.fallbacks_path, schema.NODE_FALLBACKS, "node_fallbacks")
-        if out.token_sums is not None and shard.token_sums_path:
-            write_parquet(out.token_sums, shard.token_sums_path, schema.TOKEN_SUMS, "token_sums")
+        nodes, graph = self._graph(out)
+        tables = {"nodes": nodes, "edges": out.edges, "segments": out.segments, "turns": turns,
+                  "node_fallbacks": out.fallbacks, "token_sums": out.token_sums, "graphs": {shard.tenant_id: graph},
+                  "questions": pq.read_table(shard.questions_path) if shard.questions_path else None}
         if out.matrix_turns is not None:
             t0 = time.perf_counter()
             self._store_matrix(shard, out, order)
             out.timings["token_matrix"] = round(time.perf_counter() - t0, 3)
         calls = drain_llm_calls(extras)
-        write_llm_calls(shard, calls)
+        tables["llm_calls"] = calls
         llm = call_summary(calls)
         out.timings["read_sessions"] = round(read_s, 3)
         reused = out.reused or ({"appended_only": 0, "error": unreadable} if unreadable else {})
@@ -195,7 +226,7 @@ class TenantOp:
                 "waited_s": round(waited, 3), "timings": out.timings, "seconds": round(time.perf_counter() - start, 3),
                 "cpu_s": round(time.process_time() - cpu, 3), "pid": os.getpid(),
                 "node_id": ray.get_runtime_context().get_node_id(), **out.counts(),
-                **({"llm": llm} if llm else {}), **({"reused": reused} if reused else {})}
+                **({"llm": llm} if llm else {}), **({"reused": reused} if reused else {})}, tables
 
     def _previous(self, tenant: str) -> tuple[Any, str | None]:
         """The tenant's published build, when reuse is on and it was built under this run's key,
@@ -211,16 +242,16 @@ class TenantOp:
         except Exception as exc:  # noqa: BLE001 - a damaged published build never fails the tenant
             return None, reuse_failure(exc)
 
-    def _graph(self, shard: TenantShard, out: Any) -> pa.Table:
-        """The tenant's graph-tool graph (.gt) and global importance, joined into its nodes."""
+    def _graph(self, out: Any) -> tuple[pa.Table, bytes]:
+        """The tenant's nodes with the global importance of its graph-tool graph, and the graph."""
         from memlib.graph.tenant import build_tenant_graph
         from pipelines.store_sink import with_importance
 
         t0 = time.perf_counter()
         cols = [c for c in out.nodes.column_names if c != "embedding"]
-        importance = build_tenant_graph(out.nodes.select(cols), out.edges, self.cfg.graph, shard.graph_path)
+        importance, graph = build_tenant_graph(out.nodes.select(cols), out.edges, self.cfg.graph)
         out.timings["graph"] = round(time.perf_counter() - t0, 3)
-        return schema.conform(with_importance(out.nodes, importance), out.nodes.schema, name="nodes")
+        return schema.conform(with_importance(out.nodes, importance), out.nodes.schema, name="nodes"), graph
 
     def _store_matrix(self, shard: TenantShard, out: Any, sessions: list[str]) -> None:
         """``auto``'s token matrix of the tenant: a reference to the token vectors its ``sessions``

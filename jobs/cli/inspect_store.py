@@ -11,7 +11,7 @@ import polars as pl
 import pyarrow.parquet as pq
 import typer
 
-from memlib.io.store import PARQUET_TABLES, StoreReader
+from memlib.io.store import TENANT_TABLES, StoreReader
 
 TOP = 5
 TEXT_CHARS = 60
@@ -46,15 +46,15 @@ def top_importance(nodes: pl.DataFrame, top: int = TOP) -> pl.DataFrame:
 def tenant_summary(reader: StoreReader, tenant: str, top: int = TOP) -> dict[str, Any]:
     nodes = pl.from_arrow(reader.nodes(tenant, columns=["node_id", "kind", "text", "importance"]))
     edges = pl.from_arrow(reader.edges(tenant).select(["src", "dst", "kind"]))
-    gpath = Path(reader.graph_path(tenant))
+    graph = reader.graph_bytes(tenant)
     return {
         "tenant": tenant,
         "nodes": nodes.height, "nodes_by_kind": _counts(nodes, "kind"),
         "edges": edges.height, "edges_by_kind": _counts(edges, "kind"),
         "hubs": hubs(edges, nodes, top).to_dicts() if edges.height else [],
         "top_importance": top_importance(nodes, top).to_dicts() if nodes.height else [],
-        "graph_file": str(gpath) if gpath.exists() else None,
-        "graph_bytes": gpath.stat().st_size if gpath.exists() else None,
+        "graph_file": str(reader.graph_file(tenant)) if graph is not None else None,
+        "graph_bytes": len(graph) if graph is not None else None,
     }
 
 
@@ -74,19 +74,21 @@ def _echo_tenant(s: dict[str, Any]) -> None:
 def tenant_problem(reader: StoreReader, tenant: str) -> str | None:
     """Why a tenant of the published version cannot be served (a Parquet partition that does not
     decode, a graph file that does not load), or ``None``."""
-    for name in PARQUET_TABLES:
-        path = reader.version_dir / name / f"{tenant}.parquet"
+    for name in TENANT_TABLES:
+        path = reader.table_file(name, tenant)
         if path.exists():
             try:
                 pq.read_table(path)
             except Exception as exc:  # noqa: BLE001 - any decoding failure names the file
                 return f"{name}/{path.name} unreadable: {' '.join(str(exc).split())[:200]}"
-    gpath = Path(reader.graph_path(tenant))
+    gpath = reader.graph_file(tenant)
     if gpath.exists():
         from memlib.graph.build import load
 
         try:
-            load(gpath)
+            graph = reader.graph_bytes(tenant)
+            if graph is not None:
+                load(graph)
         except Exception as exc:  # noqa: BLE001 - graph-tool raises C++ errors of many types
             return f"graphs/{gpath.name} unreadable: {' '.join(str(exc).split())[:200]}"
     return None

@@ -8,6 +8,7 @@ unknown), ``importance`` (double). Edge properties: ``kind`` (int16 code), ``wei
 """
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import graph_tool as gt
@@ -137,19 +138,29 @@ def save(graph: MemoryGraph, path: str | Path) -> Path:
     """Write ``graph`` as a graph-tool ``.gt`` file (atomically: temp file + rename)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    g = graph.gt if graph.gt is not None else to_graph_tool(graph)
     tmp = path.with_name(path.name + ".tmp")
-    g.save(str(tmp), fmt="gt")
+    tmp.write_bytes(to_bytes(graph))
     tmp.replace(path)
     return path
 
 
-def load(path: str | Path) -> MemoryGraph:
-    """Read a ``.gt`` file written by :func:`save`."""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"graph file not found: {path}")
-    g = gt.load_graph(str(path), fmt="gt")
+def to_bytes(graph: MemoryGraph) -> bytes:
+    """``graph`` in graph-tool's ``.gt`` format (what a store's graph parts hold per tenant)."""
+    g = graph.gt if graph.gt is not None else to_graph_tool(graph)
+    buf = io.BytesIO()
+    g.save(buf, fmt="gt")
+    return buf.getvalue()
+
+
+def load(source: str | Path | bytes) -> MemoryGraph:
+    """Read a graph written by :func:`save` (a ``.gt`` file) or :func:`to_bytes`."""
+    if isinstance(source, bytes):
+        g = gt.load_graph(io.BytesIO(source), fmt="gt")
+    else:
+        path = Path(source)
+        if not path.exists():
+            raise FileNotFoundError(f"graph file not found: {path}")
+        g = gt.load_graph(str(path), fmt="gt")
     edges = g.get_edges([g.edge_index])
     order = np.argsort(edges[:, 2], kind="stable")  # back to edge-index (= build) order
     src = edges[order, 0].astype(np.int64)

@@ -8,17 +8,21 @@ Layout of a store directory::
       manifests/v000003.json        every published manifest, for rollback
       lance/nodes.lance             all tenants' nodes (vector + full-text + tenant index)
       versions/v000003/
-        turns/<tenant>.parquet      one file per tenant and table: unchanged tenants of an
-        segments/<tenant>.parquet   incremental build are hard-linked from the previous version
-        edges/<tenant>.parquet
-        questions/<tenant>.parquet
+        turns/<part>.parquet        a part holds whole tenants: the tenants built together in one
+        segments/<part>.parquet     row of the build (small tenants travel together) or carried
+        edges/<part>.parquet        together; the manifest names each tenant's part. A nightly run
+        questions/<part>.parquet    hard-links a part whose tenants are all unchanged (one link per
+        node_fallbacks/<part>.parquet   file, not per tenant) and rewrites a part some of whose
+        token_sums/<part>.parquet       tenants were rebuilt or removed, without them
+        llm_calls/<part>.parquet
+        graphs/<part>.parquet       tenant_id, graph: each tenant's graph-tool ``.gt`` bytes
         quarantine/<name>.parquet
-        llm_calls/<name>.parquet
-        node_fallbacks/<tenant>.parquet  per derived node, its text's token ids pooled tenant-wide
-        token_sums/<tenant>.parquet      per token id of the tenant's turns, the exact sum of its rows
-        graphs/<tenant>.gt
       cache/llm/                    LLM responses (see memlib/llm/cache.py)
       cache/late/                   auto's token matrices, keyed by the turns they encode
+
+Stores written before parts existed have one file per tenant (``turns/<tenant>.parquet``,
+``graphs/<tenant>.gt``): a tenant without a part in the manifest is its own part, and the
+next build carries it over as one.
 
 A reader pins the Lance version recorded in the manifest, so a build in progress (new
 Lance versions, a new ``versions/`` directory) is never visible until ``publish`` swaps
@@ -27,6 +31,7 @@ or duckdb read them without memlib.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -56,6 +61,12 @@ TURN_TEXT_SCHEMA = pa.schema([
 ])
 PARQUET_TABLES = ("turns", "segments", "edges", "questions", "quarantine", "llm_calls", "node_fallbacks",
                   "token_sums")
+# the tables whose parts hold whole tenants (quarantine is one partition per input file)
+TENANT_TABLES = tuple(t for t in PARQUET_TABLES if t != "quarantine")
+GRAPHS = "graphs"
+GRAPHS_SCHEMA = pa.schema([pa.field("tenant_id", pa.string(), nullable=False),
+                           pa.field("graph", pa.large_binary(), nullable=False)])
+PART_KEY = "part"  # a tenant's entry in the manifest names its part
 _VERSION_RE = re.compile(r"^v(\d{6})$")
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
@@ -101,6 +112,18 @@ def read_manifest(store: str | Path) -> dict[str, Any] | None:
     if not isinstance(data, dict) or not isinstance(data.get("version"), str):
         raise StoreError(f"{p} is not a memlib manifest: publish a version again with --rollback VERSION")
     return data
+
+
+def part_id(tenants: Iterable[str], salt: str) -> str:
+    """The name of the part holding ``tenants`` (a content hash: a retried row names the same part)."""
+    h = hashlib.sha256(salt.encode("utf-8"))
+    for t in sorted(tenants):
+        h.update(b"\n" + t.encode("utf-8"))
+    return f"part-{h.hexdigest()[:20]}"
+
+
+def _of_tenants(table: pa.Table, tenants: Iterable[str]) -> pa.Table:
+    return table.filter(pc.is_in(table.column("tenant_id"), value_set=pa.array(sorted(set(tenants)), pa.string())))
 
 
 def _connect(store: Path):
@@ -152,9 +175,51 @@ class StoreReader:
     def tenants(self) -> list[str]:
         return sorted(self.manifest.get("tenants", {}))
 
+    def part_of(self, tenant: str) -> str:
+        """The part holding ``tenant``'s rows (a store written before parts: the tenant's own file)."""
+        entry = self.manifest.get("tenants", {}).get(tenant) or {}
+        return entry.get(PART_KEY) or tenant
+
+    def parts(self) -> dict[str, list[str]]:
+        """Part -> the tenants of this version it holds."""
+        out: dict[str, list[str]] = {}
+        for tenant in self.tenants():
+            out.setdefault(self.part_of(tenant), []).append(tenant)
+        return out
+
     def table(self, name: str, tenant: str | None = None, columns: list[str] | None = None) -> pa.Table:
-        names = None if tenant is None else [tenant]
-        return _read_parquet_dir(_table_dir(self.version_dir, name), names, columns, schema.TABLES.get(name))
+        if tenant is None:
+            return _read_parquet_dir(_table_dir(self.version_dir, name), None, columns, schema.TABLES.get(name))
+        part = self.part_of(tenant)
+        if part == tenant:
+            return _read_parquet_dir(_table_dir(self.version_dir, name), [tenant], columns, schema.TABLES.get(name))
+        cols = None if columns is None else list(dict.fromkeys([*columns, "tenant_id"]))
+        t = _read_parquet_dir(_table_dir(self.version_dir, name), [part], cols, schema.TABLES.get(name))
+        t = _of_tenants(t, [tenant]) if t.num_rows else t
+        return t if columns is None else t.select(columns)
+
+    def table_file(self, name: str, tenant: str) -> Path:
+        """The file holding ``tenant``'s rows of table ``name`` (shared with its part's other tenants)."""
+        return _table_dir(self.version_dir, name) / f"{_safe(self.part_of(tenant))}.parquet"
+
+    def graph_file(self, tenant: str) -> Path:
+        """The file holding ``tenant``'s graph: its part's graphs, or an older store's ``.gt`` file."""
+        part = self.part_of(tenant)
+        if part == tenant and (old := self.graph_path(tenant)).exists():
+            return old
+        return self.version_dir / GRAPHS / f"{_safe(part)}.parquet"
+
+    def graph_bytes(self, tenant: str) -> bytes | None:
+        """``tenant``'s graph (graph-tool ``.gt`` bytes; memlib.graph.build.load reads them), or None
+        when it has none."""
+        path = self.graph_file(tenant)
+        if not path.exists():
+            return None
+        if path.suffix == ".gt":
+            return path.read_bytes()
+        t = pq.read_table(path)
+        t = _of_tenants(t, [tenant])
+        return t.column("graph")[0].as_py() if t.num_rows else None
 
     def nodes_table(self):
         """The lancedb table pinned to the published version (for vector/FTS search)."""
@@ -210,6 +275,15 @@ class StoreWriter:
             shutil.rmtree(self.version_dir)
         self.version_dir.mkdir(parents=True)
 
+    @classmethod
+    def into(cls, version_dir: str | Path) -> StoreWriter:
+        """A writer of table files into an unpublished version directory that a build made (as
+        its workers write their rows' parts): no new version, nothing cleared, no Lance."""
+        w = cls.__new__(cls)
+        w.version_dir = Path(version_dir)
+        w.path, w.version, w.base, w.dim = w.version_dir.parent.parent, w.version_dir.name, None, 0
+        return w
+
     def _next_number(self) -> int:
         nums = [0]
         for d in (self.path / "versions", self.path / "manifests"):
@@ -239,25 +313,110 @@ class StoreWriter:
         """Every partition of table ``name`` written to this (unpublished) version so far."""
         return _read_parquet_dir(_table_dir(self.version_dir, name), None, columns, schema.TABLES.get(name))
 
-    def published_table_path(self, name: str, part: str) -> Path | None:
-        """The partition ``part`` of table ``name`` in the published version (None: no version yet)."""
-        return None if self.base is None else self.base.version_dir / name / f"{_safe(part)}.parquet"
+    def write_graphs(self, part: str, graphs: dict[str, bytes]) -> Path | None:
+        """Write the graphs of a part's tenants (tenant -> ``.gt`` bytes) as one file."""
+        if not graphs:
+            return None
+        table = pa.table({"tenant_id": list(graphs), "graph": list(graphs.values())}, schema=GRAPHS_SCHEMA)
+        out = self.version_dir / GRAPHS / f"{_safe(part)}.parquet"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(".parquet.tmp")
+        pq.write_table(table, tmp, compression="zstd")
+        os.replace(tmp, out)
+        return out
 
-    def carry_over(self, tenant: str) -> None:
-        """Link an unchanged tenant's files from the published version (no recomputation)."""
+    def published(self, name: str, tenant: str, columns: list[str] | None = None) -> pa.Table | None:
+        """``tenant``'s rows of table ``name`` in the published version (None: not published)."""
+        if self.base is None or tenant not in self.base.manifest.get("tenants", {}):
+            return None
+        if not self.base.table_file(name, tenant).exists():
+            return None
+        return self.base.table(name, tenant, columns)
+
+    def carry_over(self, tenants: Iterable[str], *, part_turns: int = 512) -> dict[str, str]:
+        """Bring unchanged published tenants into this version without recomputing them; returns
+        tenant -> its part in this version. A part all of whose tenants are carried is hard-linked
+        (one link per file, whatever its number of tenants); the carried tenants of parts that
+        also held rebuilt or removed ones are rewritten together into new parts of about
+        ``part_turns`` turns, so parts neither hold stale rows nor shrink without end."""
         if self.base is None:
-            raise StoreError(f"cannot carry over tenant {tenant!r}: the store has no published version")
-        for name in PARQUET_TABLES:
-            src = self.base.version_dir / name / f"{_safe(tenant)}.parquet"
+            raise StoreError("cannot carry over tenants: the store has no published version")
+        carried, out = set(tenants), {}
+        remnants: list[str] = []
+        for part, members in self.base.parts().items():
+            keep = [t for t in members if t in carried]
+            if len(keep) == len(members):
+                self._link_part(part)
+                out.update((t, part) for t in keep)
+            else:
+                remnants += keep
+        info = self.base.manifest.get("tenants", {})
+        group: list[str] = []
+        turns = 0
+        for tenant in remnants + [""]:  # "" flushes the last group
+            n = int((info.get(tenant) or {}).get("turns") or 0)
+            if group and (not tenant or turns + n > part_turns):
+                out.update(self._rewrite_part(group))
+                group, turns = [], 0
+            if tenant:
+                group.append(tenant)
+                turns += n
+        return out
+
+    def prune_parts(self, parts: dict[str, str], check: Iterable[str] = ()) -> None:
+        """Make this version's files hold exactly the tenants of ``parts`` (tenant -> part): files of
+        parts no tenant is in are removed (left by an interrupted run whose tenants were then
+        rebuilt), and the parts named in ``check`` (a resumed run's) lose rows of other tenants."""
+        members: dict[str, list[str]] = {}
+        for tenant, part in parts.items():
+            members.setdefault(part, []).append(tenant)
+        for name in (*TENANT_TABLES, GRAPHS):
+            d = self.version_dir / name
+            for f in sorted(d.iterdir()) if d.is_dir() else []:
+                if f.suffix not in (".parquet", ".gt"):
+                    continue
+                if f.stem not in members:
+                    f.unlink()
+                elif f.stem in check and f.suffix == ".parquet":
+                    t = pq.read_table(f)
+                    kept = _of_tenants(t, members[f.stem])
+                    if kept.num_rows != t.num_rows:
+                        tmp = f.with_suffix(".parquet.tmp")
+                        pq.write_table(kept, tmp, compression="zstd")
+                        os.replace(tmp, f)
+
+    def _link_part(self, part: str) -> None:
+        base = self.base.version_dir
+        for name in (*TENANT_TABLES, GRAPHS):
+            src = base / name / f"{_safe(part)}.parquet"
             if src.exists():
-                dst = self.table_path(name, tenant)
+                dst = self.version_dir / name / src.name
                 dst.parent.mkdir(parents=True, exist_ok=True)
                 _link_or_copy(src, dst)
-        src = self.base.graph_path(tenant)
-        if src.exists():
-            _link_or_copy(src, self.graph_path(tenant))
+        old = self.base.graph_path(part)  # a store written before parts: the tenant's own .gt
+        if old.exists():
+            _link_or_copy(old, self.graph_path(part))
+
+    def _rewrite_part(self, tenants: list[str]) -> dict[str, str]:
+        """Copy ``tenants``' rows from their published parts into one new part of this version."""
+        new = part_id(tenants, f"{self.version}/carried")
+        sources = sorted({self.base.part_of(t) for t in tenants})
+        for name in (*TENANT_TABLES, GRAPHS):
+            d = self.base.version_dir / name
+            tables = [_of_tenants(pq.read_table(f), tenants) for p in sources if (f := d / f"{p}.parquet").exists()]
+            tables = [t for t in tables if t.num_rows]
+            if not tables:
+                continue
+            table = pa.concat_tables(tables, promote_options="permissive")
+            if name == GRAPHS:
+                self.write_graphs(new, dict(zip(table.column("tenant_id").to_pylist(),
+                                                table.column("graph").to_pylist())))
+            else:
+                self.write_table(name, new, table)
+        return {t: new for t in tenants}
 
     def graph_path(self, tenant: str) -> Path:
+        """A ``.gt`` file of this version (stores written before parts; tests write them too)."""
         p = self.version_dir / "graphs" / f"{_safe(tenant)}.gt"
         p.parent.mkdir(parents=True, exist_ok=True)
         return p

@@ -12,7 +12,6 @@ from collections.abc import Mapping
 import numpy as np
 
 from memlib.config import GraphConfig
-from memlib.graph.build import load as load_graph
 from memlib.graph.model import MemoryGraph
 from memlib.graph.variants import gaama_ppr_scores
 
@@ -53,8 +52,7 @@ class GraphView:
 def graph_view(index, cfg: GraphConfig | None = None) -> GraphView | None:
     """The tenant's :class:`GraphView`, or None when the tenant has no graph file."""
     def build() -> GraphView | None:
-        path = index.graph_path
-        return GraphView(index, load_graph(path), cfg) if path.exists() else None
+        return GraphView(index, index.graph, cfg) if index.has_graph else None
 
     return index.memo("graph_view", build)
 

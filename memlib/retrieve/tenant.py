@@ -220,9 +220,14 @@ class TenantIndex:
             raise RuntimeError("this TenantIndex has no query embedder; pass one (memlib.embed.get_embedder)")
         return np.asarray(self.embedder.embed_queries([query])[0], dtype=np.float32)
 
+    @cached_property
+    def graph_data(self) -> bytes | None:
+        """The tenant's graph as stored (graph-tool ``.gt`` bytes), or None when it has none."""
+        return self.reader.graph_bytes(self.tenant)
+
     @property
-    def graph_path(self) -> Path:
-        return self.reader.graph_path(self.tenant)
+    def has_graph(self) -> bool:
+        return self.graph_data is not None
 
     @cached_property
     def graph(self) -> Any:
@@ -230,9 +235,9 @@ class TenantIndex:
         with self._lock:
             from memlib.graph.build import load
 
-            if not self.graph_path.exists():
-                raise FileNotFoundError(f"no graph for tenant {self.tenant!r} at {self.graph_path}")
-            return load(self.graph_path)
+            if self.graph_data is None:
+                raise FileNotFoundError(f"no graph for tenant {self.tenant!r} in {self.reader.graph_file(self.tenant)}")
+            return load(self.graph_data)
 
 
 @dataclass

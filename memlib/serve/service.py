@@ -100,7 +100,7 @@ class SearchService:
     def _graph_error(self, tenant: str, idx: TenantIndex) -> str | None:
         """Why the tenant's graph cannot be loaded (``None``: it loads, or the tenant has none)."""
         try:
-            if idx.graph_path.exists():
+            if idx.has_graph:
                 idx.graph  # noqa: B018 - loads and keeps the graph
         except Exception as exc:  # noqa: BLE001 - graph-tool raises C++ errors of many types
             return self._broken(tenant, "graph file unreadable", exc)

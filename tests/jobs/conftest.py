@@ -60,8 +60,10 @@ def published_text(store: Path) -> str:
     parts.append(_strings(nodes))
     for name in PARQUET_TABLES:
         parts.append(_strings(r.table(name)))
-    for g in (r.version_dir / "graphs").glob("*.gt"):
-        parts.append(g.read_bytes().decode("latin-1"))
+    for tenant in r.tenants():
+        graph = r.graph_bytes(tenant)
+        if graph is not None:
+            parts.append(graph.decode("latin-1"))
     return "\n".join(parts)
 
 

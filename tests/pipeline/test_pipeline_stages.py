@@ -415,7 +415,7 @@ def test_small_tenants_travel_together_and_large_ones_alone():
     from pipelines.tenant_op import pack_tenants
 
     sizes = [900, 512, 300, 200, 100, 5, 5, 5, 400, 3]
-    shards = [TenantShard(f"t{i}", "", "", "", "", n) for i, n in enumerate(sizes)]
+    shards = [TenantShard(f"t{i}", "", "", n) for i, n in enumerate(sizes)]
     rows = pack_tenants(shards, 512)
     assert [[s.tenant_id for s in r] for r in rows] == [
         ["t0"], ["t1"], ["t2", "t3"], ["t4", "t5", "t6", "t7"], ["t8", "t9"]]

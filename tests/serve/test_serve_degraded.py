@@ -22,14 +22,16 @@ AUTH = {"Authorization": f"Bearer {ADMIN}"}
 @pytest.fixture(scope="module")
 def damaged_store(tmp_path_factory):
     out = tmp_path_factory.mktemp("degraded") / "store"
-    build_sample(out, "--recipe", "turns")
-    vdir = StoreReader(out).version_dir
-    turns = vdir / "turns" / "maya.parquet"
+    # every tenant in a part of its own (tenant_batch_turns=1): the damage below is one tenant's
+    build_sample(out, "--recipe", "turns", "--set", "ray.tenant_batch_turns=1")
+    reader = StoreReader(out)
+    turns = reader.table_file("turns", "maya")
+    assert reader.part_of("maya") != reader.part_of("raj") != reader.part_of("elena")
     data = bytearray(turns.read_bytes())
     footer = int.from_bytes(data[-8:-4], "little") + 8  # keep the footer: the file opens, its pages do not decode
     data[4:len(data) - footer] = b"\xa5" * (len(data) - footer - 4)
     turns.write_bytes(bytes(data))
-    graph = vdir / "graphs" / "raj.gt"
+    graph = reader.graph_file("raj")
     graph.write_bytes(graph.read_bytes()[: graph.stat().st_size // 3])
     return out
 
