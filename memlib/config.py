@@ -266,7 +266,10 @@ class ServeConfig(_Section):
                                                 description="tenant -> sha256 hex of its bearer token")
     admin_token_hash: str | None = None
     auth_enabled: bool = True
-    poll_interval_s: float = Field(5.0, gt=0)
+    api_docs: bool = Field(False, description="serve the interactive API pages /docs and /redoc, whose scripts "
+                           "and styles come from a CDN (cdn.jsdelivr.net); /openapi.json is always served")
+    poll_interval_s: float = Field(5.0, ge=0, description="seconds between checks for a newly published store "
+                                   "version (0: none; POST /v1/reload switches)")
     max_ongoing_requests: int = Field(16, ge=1, description="concurrent requests a replica accepts")
     cache_tenants: int = Field(64, ge=1, description="tenants kept loaded per replica (LRU)")
     preload_tenants: int = Field(8, ge=0, description="tenants loaded and strategies warmed at replica start")
@@ -282,7 +285,7 @@ class ServeConfig(_Section):
     @model_validator(mode="after")
     def _digests(self) -> "ServeConfig":
         """Token digests are checked here, at load time, not first by a replica (a traceback)."""
-        if self.admin_token_hash is not None and not _HEX64.fullmatch(self.admin_token_hash.strip().lower()):
+        if self.admin_token_hash and not _HEX64.fullmatch(self.admin_token_hash.strip().lower()):
             raise ValueError(f"serve.admin_token_hash: {NOT_A_DIGEST}")
         for tenant, digest in self.tenant_token_hashes.items():
             if not isinstance(digest, str) or not _HEX64.fullmatch(digest.strip().lower()):

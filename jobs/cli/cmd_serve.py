@@ -28,7 +28,8 @@ def serve_cmd(
     overrides: SetOpt = None,
 ) -> None:
     """Start the service: POST /v1/search, GET /v1/tenants, GET /healthz, GET /metrics, POST /v1/reload,
-    the MCP server at /mcp, the memory explorer at /ui, OpenAPI at /docs."""
+    the MCP server at /mcp, the memory explorer at /ui, OpenAPI at /openapi.json (/docs with
+    serve.api_docs)."""
     if ctx.invoked_subcommand is not None:
         return
     if store is None:
