@@ -196,6 +196,8 @@ def register(app: typer.Typer) -> None:
         130 / 143 interrupted (Ctrl-C / SIGTERM): nothing published, the next build resumes."""
         from jobs.local_ray import export_local_ray_env
 
+        if num_cpus is not None and num_cpus < 1:
+            fail(f"--num-cpus {num_cpus}: at least 1 CPU")
         export_local_ray_env()
         if rollback or (compact and input is None):
             _maintain(out, rollback, compact)

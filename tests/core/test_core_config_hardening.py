@@ -101,3 +101,15 @@ def test_unreadable_config_files_are_one_line_errors(tmp_path):
     bom = tmp_path / "bom.toml"
     bom.write_bytes(b"\xef\xbb\xbf[retrieve]\nk = 5\n")
     assert load_config(bom, [], environ={}).retrieve.k == 5
+
+
+@pytest.mark.parametrize("args, message", [
+    (["query", "where?", "--store", "nowhere", "--tenant", "t", "--k", "-1"], "--k -1"),
+    (["query", "where?", "--store", "nowhere", "--tenant", "t", "--set", "retrieve.k=0"], "retrieve.k"),
+    (["build", "-i", "in.jsonl", "-f", "jsonl", "-o", "s", "--num-cpus", "0"], "--num-cpus 0"),
+])
+def test_out_of_bound_command_line_numbers_are_one_line_errors(args, message):
+    """Before: `query --k -1` answered nothing; `--k 0` silently meant the default."""
+    res = run_cli(args)
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert res.exit_code == 2 and len(lines) == 1 and message in lines[0], res.output
