@@ -245,7 +245,8 @@ def check_readable(input_path: Any, sources: list[Path], read: SourceRead, *, fu
         raise InputError(input_path, "no input file (an empty directory, or no file with the format's suffix)")
     if read.failed and (full or len(sources) == 1 or len(read.failed) == len(sources)):
         name, reason = next(iter(read.failed.items()))
-        raise InputError(name, reason)
+        path, _, rest = reason.partition(": ")  # the reader's message names the file already
+        raise InputError(path, rest) if rest and Path(path).name == name else InputError(name, reason)
     if not read.tenants_read:
         raise InputError(input_path, "no record with a valid tenant_id in the input: nothing to build")
 

@@ -164,7 +164,7 @@ def _end_haproxies(node_id: str, timeout_s: float = 10.0) -> None:
 def run_forever(store: str | Path, cfg: MemlibConfig, **kwargs) -> None:
     """``memlib serve``: start and block until interrupted."""
     base_url = start(store, cfg, **kwargs)
-    print(f"memlib service on {base_url}  (OpenAPI: {base_url}/docs; Ctrl-C stops)", flush=True)
+    print(f"memlib service on {base_url}  (OpenAPI: {base_url}/openapi.json; Ctrl-C stops)", flush=True)
     signal.signal(signal.SIGTERM, _exit_on_signal)
     try:
         while True:

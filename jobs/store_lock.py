@@ -25,8 +25,12 @@ class StoreBusy(StoreError):
 @contextmanager
 def store_lock(store: str | Path) -> Iterator[None]:
     path = Path(store)
-    path.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:  # a read-only file system, a directory of another user, a file in the way
+        raise StoreError(f"{path}: cannot write the store ({exc.strerror or exc}: {exc.filename}); "
+                         "give a directory this user can write") from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

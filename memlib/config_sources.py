@@ -20,7 +20,13 @@ ENV_PREFIX = "MEMLIB__"
 def read_file(path: Path) -> dict[str, Any]:
     if not path.exists():
         raise ConfigError(f"config file not found: {path}")
-    text = path.read_text(encoding="utf-8")
+    if not path.is_file():
+        raise ConfigError(f"config file {path} is a directory, not a file: name the TOML or YAML file itself")
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+    text = _decode(raw, path)
     try:
         if path.suffix.lower() == ".toml":
             data = tomllib.loads(text)
@@ -29,10 +35,27 @@ def read_file(path: Path) -> dict[str, Any]:
         else:
             raise ConfigError(f"config file must be .toml, .yaml or .yml: {path}")
     except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
-        raise ConfigError(f"cannot parse config file {path}: {exc}") from exc
+        raise ConfigError(f"cannot parse config file {path}: {' '.join(str(exc).split())}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must contain a mapping at top level")
     return data
+
+
+_BOMS = ((b"\x00\x00\xfe\xff", "UTF-32"), (b"\xff\xfe\x00\x00", "UTF-32"), (b"\xfe\xff", "UTF-16"),
+         (b"\xff\xfe", "UTF-16"))
+
+
+def _decode(raw: bytes, path: Path) -> str:
+    """The file's text (UTF-8, a BOM allowed), or a one-line error naming its encoding."""
+    for bom, name in _BOMS:
+        if raw.startswith(bom):
+            raise ConfigError(f"config file {path} is {name} (byte order mark); memlib reads UTF-8: convert it, "
+                              f"e.g. iconv -f {name} -t UTF-8")
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        hint = " (UTF-16 without a byte order mark?)" if b"\x00" in raw else ""
+        raise ConfigError(f"config file {path} is not UTF-8 text: invalid byte at position {exc.start}{hint}") from None
 
 
 def set_path(data: dict[str, Any], dotted: str, value: Any) -> None:

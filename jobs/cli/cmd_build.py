@@ -196,6 +196,8 @@ def register(app: typer.Typer) -> None:
         130 / 143 interrupted (Ctrl-C / SIGTERM): nothing published, the next build resumes."""
         from jobs.local_ray import export_local_ray_env
 
+        if num_cpus is not None and num_cpus < 1:
+            fail(f"--num-cpus {num_cpus}: at least 1 CPU")
         export_local_ray_env()
         if rollback or (compact and input is None):
             _maintain(out, rollback, compact)
@@ -235,6 +237,10 @@ def register(app: typer.Typer) -> None:
                                      num_cpus=num_cpus or cfg.ray.num_cpus, recipe=recipe, progress=_progress)
         except (InputError, UnknownRecipeError, StoreError) as exc:
             fail(str(exc).strip("'\""))
+        except OSError as exc:  # the file system refused (read-only, full, permissions): one line, not a traceback
+            if exc.errno is None:
+                raise
+            fail(f"{exc.filename or out}: {exc.strerror or exc}")
         except (KeyboardInterrupt, Interrupted, SystemExit) as exc:
             # once Ray is up, its driver handler turns SIGTERM into SystemExit(15) (ray.init)
             if isinstance(exc, SystemExit) and exc.code != signal.SIGTERM:

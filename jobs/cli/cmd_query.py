@@ -45,11 +45,13 @@ def register(app: typer.Typer) -> None:
         from memlib.retrieve.tenant import TenantCache
 
         cfg = get_config(config, overrides)
+        if k is not None and k < 1:
+            fail(f"--k {k}: at least 1 node")
         name = cfg.retrieve.default_strategy if strategy is None else strategy
         try:
             strat = get_strategy(name, cfg)
             index = TenantCache(store, embedder=default_embedder(cfg, store), max_tenants=1).get(tenant)
-            res = run_search(index, strat, question, k or cfg.retrieve.k)
+            res = run_search(index, strat, question, k if k is not None else cfg.retrieve.k)
         except (StoreError, RetrievalError, KeyError, EmbedError) as exc:
             fail(str(exc))
             return

@@ -2,6 +2,9 @@
 hash-token`` to produce the sha256 digest a config stores instead of a token."""
 from __future__ import annotations
 
+import errno
+import os
+import socket
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -25,7 +28,8 @@ def serve_cmd(
     overrides: SetOpt = None,
 ) -> None:
     """Start the service: POST /v1/search, GET /v1/tenants, GET /healthz, GET /metrics, POST /v1/reload,
-    the MCP server at /mcp, the memory explorer at /ui, OpenAPI at /docs."""
+    the MCP server at /mcp, the memory explorer at /ui, OpenAPI at /openapi.json (/docs with
+    serve.api_docs)."""
     if ctx.invoked_subcommand is not None:
         return
     if store is None:
@@ -41,6 +45,8 @@ def serve_cmd(
     if manifest is None:
         fail(f"{store} is not a memlib store (no manifest.json); run `memlib build` first")
     cfg = get_config(config, overrides)
+    if port is not None and not 1 <= port <= 65535:
+        fail(f"--port {port}: a TCP port is 1-65535")
     from memlib.embed.base import EmbedError
     from memlib.embed.space import store_embed_config
 
@@ -51,9 +57,33 @@ def serve_cmd(
     if cfg.serve.auth_enabled and not (cfg.serve.admin_token_hash or cfg.serve.tenant_token_hashes):
         typer.secho("warning: auth is enabled but no token hashes are configured: every request gets 401. "
                     "Set serve.admin_token_hash (see `memlib serve hash-token`).", fg=typer.colors.YELLOW, err=True)
+    if not (address or cfg.ray.address or os.environ.get("RAY_ADDRESS")):  # a local service binds here
+        problem = port_problem(host or cfg.serve.host, port if port is not None else cfg.serve.port)
+        if problem:
+            fail(problem)
     from jobs.serve import run_forever
 
     run_forever(store, cfg, host=host, port=port, address=address)
+
+
+def port_problem(host: str, port: int) -> str | None:
+    """Why the service could not listen on ``host:port`` (in use, or an address not of this machine),
+    found before Ray starts: Serve would fail 20 s later with a long traceback."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        return f"--host {host}: cannot resolve it ({exc.strerror})"
+    family, _, _, _, sockaddr = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the HTTP proxy does: TIME_WAIT is no conflict
+        try:
+            sock.bind(sockaddr)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return (f"port {port} on {host} is already in use (another service is listening there): "
+                        "stop it or choose another with --port")
+            return f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+    return None
 
 
 @serve_app.command("hash-token")

@@ -20,6 +20,7 @@ from typing import Any
 from memlib.config import IOConfig
 from memlib.io.builder import TenantBuilder
 from memlib.io.errors import InputError
+from memlib.io.fields import FieldTally
 from memlib.io.jsonarray import UTF8_BOM, check_head, open_checked
 from memlib.io.result import ReadResult
 from memlib.io.scan import MAX_DEPTH, too_deep, top_level_string
@@ -45,9 +46,10 @@ def raw_tenant(raw: bytes | str) -> str | None:
     return _valid(top_level_string(raw, "tenant_id"))
 
 
-def _line_tenant(line: bytes) -> tuple[bool, str | None]:
+def _line_tenant(line: bytes, tally: FieldTally | None = None) -> tuple[bool, str | None]:
     """(line is a JSON object, its valid tenant id or None). A line that cannot be decoded
-    (bad UTF-8, broken JSON, nested too deep) still belongs to the tenant it names."""
+    (bad UTF-8, broken JSON, nested too deep) still belongs to the tenant it names. ``tally``
+    counts the fields of each decoded record."""
     try:
         if too_deep(line):
             raise RecursionError
@@ -56,6 +58,8 @@ def _line_tenant(line: bytes) -> tuple[bool, str | None]:
         return False, raw_tenant(line)
     if not isinstance(obj, dict):
         return False, None
+    if tally is not None:
+        tally.add(obj)
     return True, _valid(obj.get("tenant_id"))
 
 
@@ -92,6 +96,7 @@ def index_runs(path: str | Path) -> dict[str | None, list[_Run]]:
     """First pass: tenant -> its runs of consecutive lines (byte ranges), in file order."""
     runs: dict[str | None, list[_Run]] = {}
     run, owner, offset, any_object = None, None, 0, False
+    tally = FieldTally()
     with open_checked(path) as fh:
         _check_start(fh, path)
         lineno = 0
@@ -104,7 +109,7 @@ def index_runs(path: str | Path) -> dict[str | None, list[_Run]]:
             if size > len(line):
                 is_object, tenant = False, raw_tenant(content)
             else:
-                is_object, tenant = _line_tenant(content) if content.strip() else (False, None)
+                is_object, tenant = _line_tenant(content, tally) if content.strip() else (False, None)
             any_object = any_object or is_object
             if run is None or (tenant is not None and owner is not None and tenant != owner):
                 run, owner = _Run(start=offset, first_line=lineno), tenant
@@ -118,6 +123,9 @@ def index_runs(path: str | Path) -> dict[str | None, list[_Run]]:
             run.end = offset
     if run is None:
         raise InputError(path, "file is empty")
+    problem = tally.problem()  # e.g. every turn has `content` where memlib reads `text`: nothing would be kept
+    if problem:
+        raise InputError(path, problem)
     if run is not None and owner is None:
         if not any_object:
             raise InputError(path, "no line is a JSON object: not a JSONL file")

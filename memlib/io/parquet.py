@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 from memlib.config import IOConfig
 from memlib.io.builder import TenantBuilder
 from memlib.io.errors import InputError
+from memlib.io.fields import missing_columns
 from memlib.io.generic import add_object
 from memlib.io.jsonarray import record_hash
 from memlib.io.result import ReadResult
@@ -32,11 +33,22 @@ def _scan(path: str | Path) -> pl.LazyFrame:
         names = pq.read_schema(p).names
     except (pa.ArrowInvalid, OSError) as exc:
         raise InputError(p, f"not a Parquet file: {str(exc).splitlines()[0][:200]}") from exc
-    if "tenant_id" not in names:
-        raise InputError(p, "Parquet file has no tenant_id column")
     if pq.read_metadata(p).num_rows == 0:
         raise InputError(p, "Parquet file has no rows")
+    problem = missing_columns(names)
+    if problem and not _only_questions(p, names):
+        raise InputError(p, problem)
+    if "tenant_id" not in names:
+        raise InputError(p, "Parquet file has no tenant_id column")
     return pl.scan_parquet(p).with_row_index(_ROW, offset=1)
+
+
+def _only_questions(path: Path, names: list[str]) -> bool:
+    """Whether every row is a question record (which needs no turn columns)."""
+    if "kind" not in names:
+        return False
+    kinds = _collect(pl.scan_parquet(path).select(pl.col("kind").fill_null("turn").unique()), path)
+    return kinds.get_column("kind").to_list() == ["question"]
 
 
 def _collect(lf: pl.LazyFrame, path: str | Path) -> pl.DataFrame:

@@ -73,7 +73,9 @@ def build_app(service: SearchService) -> FastAPI:
         async with mcp.lifespan():
             yield
 
+    docs = service.cfg.serve.api_docs  # Swagger UI and ReDoc load their scripts from a CDN: off unless asked for
     app = FastAPI(title="memlib retrieval service", version="1", lifespan=lifespan,
+                  docs_url="/docs" if docs else None, redoc_url="/redoc" if docs else None,
                   description="Multi-tenant retrieval over a memlib memory store. Bearer tokens per tenant; "
                               "the admin token may query every tenant. The same tokens open the MCP server "
                               "(`/mcp`) and the memory explorer page (`/ui`).")
@@ -99,6 +101,8 @@ def build_app(service: SearchService) -> FastAPI:
 
         return await _measured(service, "tenants", call)
 
+    app.head("/v1/tenants", include_in_schema=False)(tenants)  # the server sends the GET's headers alone
+
     @app.post("/v1/reload", response_model=ReloadResponse, responses=ERRORS,
               summary="Admin: switch to the newest published store version")
     async def reload(request: Request) -> Response:
@@ -110,9 +114,12 @@ def build_app(service: SearchService) -> FastAPI:
     _explorer_routes(app, service)
     _mount_mcp_and_ui(app, mcp)
 
-    @app.get("/healthz", response_model=HealthResponse, summary="Liveness and the store version served")
-    async def healthz() -> Response:
-        return _json(service.health())
+    @app.get("/healthz", response_model=HealthResponse, summary="Liveness and the store version served (the "
+             "reasons of broken tenants name their files only for the admin token)")
+    async def healthz(request: Request) -> Response:
+        return _json(service.health(request.headers.get("authorization")))
+
+    app.head("/healthz", include_in_schema=False)(healthz)
 
     @app.get("/metrics", summary="Prometheus metrics of this replica", response_class=Response)
     async def metrics() -> Response:
@@ -169,9 +176,26 @@ def _mount_mcp_and_ui(app: FastAPI, mcp: McpHttp) -> None:
 
     @app.get("/ui", include_in_schema=False)
     async def ui_root() -> Response:
-        return RedirectResponse("/ui/")
+        return RedirectResponse("/ui/", headers=UI_HEADERS)
 
-    app.mount("/ui", StaticFiles(directory=UI_DIR, html=True), name="ui")
+    app.mount("/ui", _UiFiles(directory=UI_DIR, html=True), name="ui")
+
+
+# the explorer page runs only its own script and style, talks only to this origin and is never framed
+UI_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+                               "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+
+
+class _UiFiles(StaticFiles):
+    async def get_response(self, path: str, scope) -> Response:
+        resp = await super().get_response(path, scope)
+        resp.headers.update(UI_HEADERS)
+        return resp
 
 
 EXTRA_PATHS = {

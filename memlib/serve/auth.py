@@ -40,6 +40,7 @@ class Role(str, Enum):
 class Principal:
     role: Role
     tenant: str | None = None
+    bound_by: str | None = None  # what scoped it to its tenant when no token did (memlib mcp --tenant)
 
     def may_access(self, tenant: str) -> bool:
         return self.role in (Role.ADMIN, Role.OPEN) or self.tenant == tenant
@@ -102,6 +103,9 @@ class Authorizer:
     @staticmethod
     def authorize(principal: Principal, tenant: str) -> None:
         if not principal.may_access(tenant):
+            if principal.bound_by:
+                raise ApiError(ErrorCode.FORBIDDEN, f"this connection is bound to tenant {principal.tenant!r} "
+                                                    f"({principal.bound_by}); it may not query tenant {tenant!r}")
             raise ApiError(ErrorCode.FORBIDDEN, f"this token may not query tenant {tenant!r}")
 
     @staticmethod

@@ -59,5 +59,5 @@ def pack_session(resp: SessionResponse) -> str:
 
 def pack_tenants(resp: TenantsResponse) -> str:
     if not resp.tenants:
-        return f"No tenant is visible to this token (store {resp.version})."
+        return f"No tenant is visible to this connection (store {resp.version})."
     return f"Tenants this connection may search (store {resp.version}): {', '.join(resp.tenants)}"

@@ -9,6 +9,7 @@ versions; :meth:`refresh` (poller or ``POST /v1/reload``) swaps the cache to the
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from pathlib import Path
@@ -48,6 +49,16 @@ def load_embedder(cfg: MemlibConfig, manifest: dict | None = None, store: str = 
     from memlib.embed.space import store_embed_config
 
     return get_embedder(store_embed_config(cfg.embed, manifest, store))
+
+
+_ABS_PATH = re.compile(r"(?<![\w.~-])(?:/|[A-Za-z]:\\)[^\s'\"(),;]+")
+
+
+def without_paths(reason: str, store: str | Path) -> str:
+    """``reason`` with the store's location written ``STORE`` and any other absolute path ``<path>``."""
+    for root in dict.fromkeys((str(Path(store).resolve()), str(store))):
+        reason = reason.replace(root, "STORE")
+    return _ABS_PATH.sub("<path>", reason)
 
 
 class SearchService:
@@ -224,11 +235,20 @@ class SearchService:
                    structural: bool = False) -> NodeGraphResponse:
         return node_graph(self.authorized_index(principal, tenant), node, depth, limit, structural)
 
-    def health(self) -> HealthResponse:
+    def health(self, authorization: str | None = None) -> HealthResponse:
+        """Liveness needs no token; the reasons of broken tenants name their files only for the admin."""
         broken = dict(sorted(self.broken.items()))
+        if not self._is_admin(authorization):
+            broken = {t: without_paths(reason, self.cache.store) for t, reason in broken.items()}
         return HealthResponse(status="degraded" if broken else "ok", version=self.cache.version,
                               tenants=len(self.cache.tenants()), cached_tenants=len(self.cache),
                               strategies=self.strategy_names, broken=broken)
+
+    def _is_admin(self, authorization: str | None) -> bool:
+        try:
+            return self.auth.authenticate(authorization).is_admin
+        except ApiError:
+            return False
 
     def reload(self, authorization: str | None) -> ReloadResponse:
         self.auth.require_admin(self.auth.authenticate(authorization))

@@ -341,3 +341,47 @@ def test_a_turn_without_a_role_is_a_missing_field(tmp_path):
     assert [(r["record_id"], r["reason_code"]) for r in q] == [("t1", "missing_field"), ("t2", "missing_field"),
                                                                ("t3", "unknown_role")]
     assert "missing field: role" in q[0]["reason"]
+
+
+# -- issue 39, item 8: a field every record lacks is named before any work, with the file's name for it --
+
+@pytest.mark.parametrize("rename, message", [
+    (("text", "content"), "every record lacks `text`; the file has `content`, perhaps it is that: map it to `text`"),
+    (("tenant_id", "user_id"), "every record lacks `tenant_id`; the file has `user_id`"),
+    (("turn_id", "message_id"), "every record lacks `turn_id`; the file has `message_id`"),
+    (("role", "rol"), "every record lacks `role`; the file has `rol`"),
+])
+def test_a_field_every_record_lacks_is_named_with_its_likely_name(tmp_path, rename, message):
+    """Before: `content` instead of `text` read as 3 quarantined records (the build published 0 tenants)."""
+    old, new = rename
+    recs = [{(new if k == old else k): v for k, v in _turn(f"s1:{i}").items()} for i in range(3)]
+    path = tmp_path / "in.jsonl"
+    _jsonl(path, recs)
+    for call in (lambda: read_input(path, "jsonl"), lambda: input_fingerprints(path, "jsonl")):
+        with pytest.raises(InputError) as exc:
+            call()
+        assert message in str(exc.value) and "\n" not in str(exc.value), exc.value
+    table = tmp_path / "in.parquet"
+    pq.write_table(pa.Table.from_pylist(recs), table)
+    with pytest.raises(InputError, match=f"no column `{old}`; the file has `{new}`"):
+        input_fingerprints(table, "parquet")
+
+
+def test_roles_memlib_does_not_know_are_named(tmp_path):
+    path = tmp_path / "in.jsonl"
+    _jsonl(path, [_turn("s1:1", role="human"), _turn("s1:2", role="ai"), {"kind": "question", "tenant_id": "maya",
+                                                                          "question_id": "q", "question": "why?"}])
+    with pytest.raises(InputError, match="no record has a role memlib knows .*'human', 'ai'"):
+        input_fingerprints(path, "jsonl")
+
+
+def test_a_field_some_records_lack_is_quarantined_as_before(tmp_path):
+    path = tmp_path / "in.jsonl"
+    bad = {k: v for k, v in _turn("s1:2").items() if k != "text"} | {"content": "hi"}
+    _jsonl(path, [_turn("s1:1"), bad, {"kind": "question", "tenant_id": "maya", "question_id": "q", "question": "?"}])
+    res = read_input(path, "jsonl")
+    assert res.turns.num_rows == 1 and res.quarantine.column("reason_code").to_pylist() == ["missing_field"]
+    questions = tmp_path / "q.parquet"  # questions alone need no turn columns
+    pq.write_table(pa.Table.from_pylist([{"kind": "question", "tenant_id": "maya", "question_id": "q",
+                                          "question": "where?"}]), questions)
+    assert read_input(questions, "parquet").questions.num_rows == 1

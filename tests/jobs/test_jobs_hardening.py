@@ -279,3 +279,24 @@ def test_a_failed_tenant_holding_a_forgotten_conversation_is_removed_whole(store
     m = json.loads((store / "manifest.json").read_text())
     assert "dora" not in m["tenants"] and not list((store / "versions" / m["version"]).glob("*/dora.*"))
     assert "Marigold" not in published_text(store) and {r[1] for r in node_rows(store)} == {"emil", "fay", "gus"}
+
+
+def test_an_input_whose_every_record_lacks_a_field_stops_before_ray(tmp_path, monkeypatch):
+    """Issue 39, item 8. Before: a JSONL export with `content` instead of `text` started Ray, ran ~30 s
+    and published a version with 0 tenants (exit 0)."""
+    import jobs.nightly
+
+    def no_ray(*args, **kwargs):
+        raise AssertionError("Ray was started")
+
+    monkeypatch.setattr(jobs.nightly, "init_ray", no_ray)
+    inp = tmp_path / "export.jsonl"
+    recs = [json.loads(line) for line in tenant_lines("dora") + tenant_lines("emil")]
+    inp.write_text("".join(json.dumps({("content" if k == "text" else k): v for k, v in r.items()}) + "\n"
+                           for r in recs), encoding="utf-8")
+    for incremental in (False, True):
+        res = _build(inp, tmp_path / "store", incremental=incremental)
+        lines = [ln for ln in res.output.splitlines() if ln.strip()]
+        assert res.exit_code == 2 and len(lines) == 1, res.output + repr(res.exception)
+        assert "every record lacks `text`; the file has `content`" in lines[0]
+        assert not (tmp_path / "store" / "manifest.json").exists()

@@ -101,3 +101,27 @@ def test_maintenance_on_a_path_that_is_no_store_creates_nothing(tmp_path, args):
     typo = tmp_path / "stroe"
     _one_line_error(run_cli(["build", "--out", str(typo), *args]), "not a memlib store")
     assert not typo.exists()
+
+
+@pytest.fixture()
+def read_only_dir(tmp_path):
+    """A read-only file system (root ignores permission bits, so a tmpfs mounted read-only)."""
+    import subprocess
+
+    mnt = tmp_path / "ro"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(mnt)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a read-only tmpfs here")
+    yield mnt
+    subprocess.run(["umount", str(mnt)], check=False)
+
+
+def test_building_into_a_read_only_store_is_a_one_line_error(tmp_path, read_only_dir):
+    """Issue 39. Before: `OSError: [Errno 30] Read-only file system: '.../.memlib.lock'`, a traceback."""
+    inp = write_jsonl(tmp_path / "in.jsonl", ["dora"])
+    for out, extra in ((read_only_dir, ["--incremental"]), (read_only_dir / "store", [])):
+        res = run_cli(["build", "--input", str(inp), "--format", "jsonl", "--out", str(out), *extra])
+        lines = [ln for ln in res.output.splitlines() if ln.strip()]
+        assert res.exit_code == 2 and len(lines) == 1, res.output + repr(res.exception)
+        assert "cannot write the store (Read-only file system" in lines[0], lines

@@ -118,7 +118,10 @@ def test_explorer_page_in_headless_chromium(serve_url, full_store, tmp_path):
                                                    viewport={"width": 1400, "height": 1000})
         try:
             page = ctx.new_page()
-            page.goto(f"{serve_url}/ui/")
+            refused = []  # what the page's Content-Security-Policy blocked (issue 39): nothing
+            page.on("console", lambda m: refused.append(m.text) if "Content Security Policy" in m.text else None)
+            resp = page.goto(f"{serve_url}/ui/")
+            assert "frame-ancestors 'none'" in resp.headers["content-security-policy"]
             page.fill("#token", SAMPLE_TOKENS["maya"])
             page.click("#connect button")
             page.wait_for_selector("#ask:not([hidden])", timeout=60_000)
@@ -131,6 +134,8 @@ def test_explorer_page_in_headless_chromium(serve_url, full_store, tmp_path):
             assert any("coriander" in turns[h]["text"] for h in hits[:3])
             first = page.inner_text("#results li.hit >> nth=0")
             assert turns[hits[0]]["text"] in first and turns[hits[0]]["session_id"] in first and "2024-" in first
+            chip = page.eval_on_selector("#results li.hit .chip.kind", "e => getComputedStyle(e).backgroundColor")
+            assert chip not in ("", "rgba(0, 0, 0, 0)", "rgb(238, 241, 246)"), chip  # its kind's colour, not .chip's
             page.click("#results li.hit >> nth=0")
             page.wait_for_selector("#graph svg circle", timeout=60_000)
             assert turns[hits[0]]["text"] in page.inner_text("#session li.focus")
@@ -141,6 +146,7 @@ def test_explorer_page_in_headless_chromium(serve_url, full_store, tmp_path):
             columns = page.eval_on_selector_all("#comparison .col", "cs => cs.map(c => c.dataset.strategy)")
             assert len(columns) >= 2 and "auto" in columns
             page.screenshot(path=str(tmp_path / "explorer-compare.png"), full_page=True)
+            assert not refused, refused
         finally:
             ctx.close()
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000

@@ -83,3 +83,32 @@ def test_mcp_command_rejects_a_bad_store_or_tenant(full_store, tmp_path):
     proc = subprocess.run(run + [str(full_store), "--tenant", "nobody"], capture_output=True, text=True, cwd=REPO,
                           timeout=120)
     assert proc.returncode == 2 and "'nobody' is not in store" in proc.stderr and "maya" in proc.stderr
+
+
+def test_stdio_answers_unreadable_lines_and_names_no_token(full_store):
+    """Issue 39. Before: a line that is not JSON got no answer at all (the client waited), and a tenant
+    outside `--tenant` was refused with "this token may not query", where no token exists."""
+    import json
+
+    proc = subprocess.Popen([sys.executable, "-m", "jobs.cli", "mcp", "--store", str(full_store), "--tenant", "maya"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            cwd=REPO, env={"PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
+    try:
+        answers = []
+        for line in ('{"jsonrpc": "2.0", "id": 1, "method": "tools/list"\n', '{"hello": "world"}\n'):
+            proc.stdin.write(line)
+            proc.stdin.flush()
+            answers.append(json.loads(proc.stdout.readline()))
+        proc.stdin.close()
+        assert proc.wait(timeout=120) == 0
+    finally:
+        proc.kill()
+    assert [a["error"]["code"] for a in answers] == [-32700, -32600], answers
+    assert all(a["id"] is None and a["jsonrpc"] == "2.0" for a in answers)
+
+    async def calls(c):
+        return await c.call_tool("search_memory", {"query": "rate limiter interview", "tenant": "raj"})
+
+    other = stdio_session(full_store, calls, "--tenant", "maya")
+    text = other.content[0].text
+    assert other.is_error and "bound to tenant 'maya'" in text and "token" not in text, text

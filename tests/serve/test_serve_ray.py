@@ -83,7 +83,7 @@ def test_oversize_body_metrics_and_docs(service_url):
     body = json.dumps({"tenant": "maya", "query": "x" * 20_000}).encode()
     r = httpx.post(f"{service_url}/v1/search", content=body, headers={"Authorization": f"Bearer {ADMIN}"})
     assert r.status_code == 422 and r.json()["error"] == "body_too_large"
-    assert httpx.get(f"{service_url}/docs").status_code == 200
+    assert httpx.get(f"{service_url}/openapi.json").status_code == 200
     text = httpx.get(f"{service_url}/metrics").text
     assert 'memlib_requests_total{endpoint="search",status="200",strategy="bm25"}' in text
     assert 'memlib_requests_total{endpoint="search",status="422"' in text

@@ -14,12 +14,21 @@ function el(tag, attrs = {}, ...children) {
   for (const [key, value] of Object.entries(attrs)) {
     if (key === "class") node.className = value;
     else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else if (key === "style") setStyle(node, value);
     else node.setAttribute(key, value);
   }
   for (const child of children.flat()) {
     if (child !== null && child !== undefined) node.append(child instanceof Node ? child : String(child));
   }
   return node;
+}
+
+// through the CSSOM: the page's Content-Security-Policy (style-src 'self') refuses style attributes
+function setStyle(node, css) {
+  for (const decl of css.split(";")) {
+    const at = decl.indexOf(":");
+    if (at > 0) node.style.setProperty(decl.slice(0, at).trim(), decl.slice(at + 1).trim());
+  }
 }
 
 function svgEl(tag, attrs = {}, ...children) {
