@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 
 from memlib import schema
 from memlib.config import MemlibConfig
+from memlib.io.files import replace_parquet
 from memlib.io.merge import merge_tenant
 from memlib.io.readers import iter_tenants
 from memlib.io.result import ReadResult
@@ -128,11 +129,7 @@ def _written(writer: StoreWriter, tenant: str) -> ReadResult:
 
 
 def _stage(writer: StoreWriter, kind: str, tenant: str, table: pa.Table, table_schema: pa.Schema) -> Path:
-    path = staged_path(writer.version_dir, kind, tenant)
-    tmp = path.with_suffix(".parquet.tmp")
-    pq.write_table(schema.conform(table, table_schema, name=kind), tmp, compression="zstd")
-    tmp.replace(path)
-    return path
+    return replace_parquet(schema.conform(table, table_schema, name=kind), staged_path(writer.version_dir, kind, tenant))
 
 
 def _write_tenant(writer: StoreWriter, tenant: str, result) -> TenantShard | None:

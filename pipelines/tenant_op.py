@@ -44,6 +44,7 @@ def write_part(version_dir: str | Path, built: list[dict[str, Any]]) -> tuple[st
     """Write the tables of the tenants of one row (each a dict of table -> Arrow table, see
     :meth:`TenantOp.build_one`) as one part of the version; returns the part's name and its
     staged nodes file."""
+    from memlib.io.files import replace_parquet
     from memlib.io.store import StoreWriter, part_id
     from pipelines.shard import staged_path
 
@@ -58,11 +59,7 @@ def write_part(version_dir: str | Path, built: list[dict[str, Any]]) -> tuple[st
             writer.write_table(name, part, pa.concat_tables(tables))
     writer.write_graphs(part, {k: v for t in built for k, v in t["graphs"].items() if v is not None})
     nodes = pa.concat_tables([t["nodes"] for t in built], promote_options="permissive")
-    nodes_path = staged_path(version_dir, "nodes", part)
-    tmp = nodes_path.with_suffix(".parquet.tmp")
-    pq.write_table(nodes, tmp, compression="zstd")
-    os.replace(tmp, nodes_path)
-    return part, str(nodes_path)
+    return part, str(replace_parquet(nodes, staged_path(version_dir, "nodes", part)))
 
 
 def tenant_item(shard: TenantShard, blocks: list[str], work: str | Path, pending: list[str]) -> dict[str, Any]:

@@ -39,9 +39,10 @@ def test_jobs_multinode_build_matches_single_node(base_store, tmp_path):
         cluster.wait_for_nodes()
         inp = write_jsonl(tmp_path / "in.jsonl", ALL)
         store = tmp_path / "store"
-        # one tenant actor per turn to build (the default sizes the pool by work: this tiny input gets one)
+        # one tenant actor per turn to build and each tenant in a row of its own (the defaults size the
+        # pool by work and let small tenants travel together: this tiny input gets one actor and one row)
         env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "HF_HUB_OFFLINE": "1",
-               "MEMLIB__RAY__TENANT_ACTOR_TURNS": "1"}
+               "MEMLIB__RAY__TENANT_ACTOR_TURNS": "1", "MEMLIB__RAY__TENANT_BATCH_TURNS": "1"}
         env.pop("RAY_ADDRESS", None)
         res = subprocess.run([sys.executable, "-m", "jobs.nightly", "--input", str(inp), "--format", "jsonl",
                               "--out", str(store), "--address", cluster.address, "--num-cpus", "3"],

@@ -1,0 +1,104 @@
+"""Parts: a store version's Parquet tables hold whole tenants per file (memlib.io.store). What a
+nightly run does with them: carry unchanged tenants over by part, prune what it no longer holds."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from memlib.io.files import StoreError, link_or_copy, of_tenants, part_id, replace_parquet, safe_name
+
+GRAPHS = "graphs"
+TENANT_TABLES = ("turns", "segments", "edges", "questions", "llm_calls", "node_fallbacks", "token_sums")
+
+
+class PartsCarrier:
+    """Carry-over and pruning of parts, for a store writer (``self.base``: the published version's
+    reader or None, ``self.version_dir``, ``self.version``; ``write_table``, ``write_graphs``)."""
+
+    base: Any
+    version_dir: Path
+    version: str
+
+    def carry_over(self, tenants: Iterable[str], *, part_turns: int = 512) -> dict[str, str]:
+        """Bring unchanged published tenants into this version without recomputing them; returns
+        tenant -> its part in this version. A part all of whose tenants are carried is hard-linked
+        (one link per file, whatever its number of tenants); the carried tenants of parts that
+        also held rebuilt or removed ones are rewritten together into new parts of about
+        ``part_turns`` turns, so parts neither hold stale rows nor shrink without end."""
+        if self.base is None:
+            raise StoreError("cannot carry over tenants: the store has no published version")
+        carried, out = set(tenants), {}
+        remnants: list[str] = []
+        for part, members in self.base.parts().items():
+            keep = [t for t in members if t in carried]
+            if len(keep) == len(members):
+                self._link_part(part)
+                out.update((t, part) for t in keep)
+            else:
+                remnants += keep
+        info = self.base.manifest.get("tenants", {})
+        group: list[str] = []
+        turns = 0
+        for tenant in remnants + [""]:  # "" flushes the last group
+            n = int((info.get(tenant) or {}).get("turns") or 0)
+            if group and (not tenant or turns + n > part_turns):
+                out.update(self._rewrite_part(group))
+                group, turns = [], 0
+            if tenant:
+                group.append(tenant)
+                turns += n
+        return out
+
+    def prune_parts(self, parts: dict[str, str], check: Iterable[str] = ()) -> None:
+        """Make this version's files hold exactly the tenants of ``parts`` (tenant -> part): files of
+        parts no tenant is in are removed (left by an interrupted run whose tenants were then
+        rebuilt), and the parts named in ``check`` (a resumed run's) lose rows of other tenants."""
+        members: dict[str, list[str]] = {}
+        for tenant, part in parts.items():
+            members.setdefault(part, []).append(tenant)
+        for name in (*TENANT_TABLES, GRAPHS):
+            d = self.version_dir / name
+            for f in sorted(d.iterdir()) if d.is_dir() else []:
+                if f.suffix not in (".parquet", ".gt"):
+                    continue
+                if f.stem not in members:
+                    f.unlink()
+                elif f.stem in check and f.suffix == ".parquet":
+                    t = pq.read_table(f)
+                    kept = of_tenants(t, members[f.stem])
+                    if kept.num_rows != t.num_rows:
+                        replace_parquet(kept, f)
+
+    def _link_part(self, part: str) -> None:
+        base = self.base.version_dir
+        for name in (*TENANT_TABLES, GRAPHS):
+            src = base / name / f"{safe_name(part)}.parquet"
+            if src.exists():
+                dst = self.version_dir / name / src.name
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                link_or_copy(src, dst)
+        old = self.base.graph_path(part)  # a store written before parts: the tenant's own .gt
+        if old.exists():
+            link_or_copy(old, self.graph_path(part))
+
+    def _rewrite_part(self, tenants: list[str]) -> dict[str, str]:
+        """Copy ``tenants``' rows from their published parts into one new part of this version."""
+        new = part_id(tenants, f"{self.version}/carried")
+        sources = sorted({self.base.part_of(t) for t in tenants})
+        for name in (*TENANT_TABLES, GRAPHS):
+            d = self.base.version_dir / name
+            tables = [of_tenants(pq.read_table(f), tenants) for p in sources if (f := d / f"{p}.parquet").exists()]
+            tables = [t for t in tables if t.num_rows]
+            if not tables:
+                continue
+            table = pa.concat_tables(tables, promote_options="permissive")
+            if name == GRAPHS:
+                self.write_graphs(new, dict(zip(table.column("tenant_id").to_pylist(),
+                                                table.column("graph").to_pylist())))
+            else:
+                self.write_table(name, new, table)
+        return {t: new for t in tenants}
+

@@ -1,0 +1,91 @@
+"""A store version's tables are parts holding whole tenants: readers find a tenant through its
+part, a nightly carry-over links whole parts and rewrites partly rebuilt ones, and a store
+written before parts (a file per tenant) still reads and carries over."""
+from __future__ import annotations
+
+import os
+
+import pyarrow as pa
+
+from memlib import schema
+from memlib.io.store import StoreReader, StoreWriter, part_id
+
+
+def _turns(tenant: str, n: int) -> pa.Table:
+    rows = [dict(tenant_id=tenant, conversation_id=f"{tenant}-c", session_id="s1", session_index=0,
+                 turn_id=f"s1:{i}", turn_index=i, node_id=f"{tenant}-{i}", speaker="A", role="user",
+                 text=f"{tenant} says {i}", content_hash=f"h{i}") for i in range(n)]
+    return schema.conform(pa.Table.from_pylist(rows), schema.TURNS, name="turns")
+
+
+def _publish(w: StoreWriter, parts: dict[str, str], turns: dict[str, int]) -> StoreReader:
+    w.publish({"tenants": {t: {"part": p, "turns": turns[t]} for t, p in parts.items()}})
+    return StoreReader(w.path)
+
+
+def _write_part(w: StoreWriter, tenants: list[str], n: int = 3) -> str:
+    part = part_id(tenants, w.version)
+    w.write_table("turns", part, pa.concat_tables([_turns(t, n) for t in tenants]))
+    w.write_graphs(part, {t: f"graph of {t}".encode() for t in tenants})
+    return part
+
+
+def test_a_tenant_is_read_from_its_part_alone(tmp_path):
+    w = StoreWriter(tmp_path / "s", dim=8)
+    p1, p2 = _write_part(w, ["a", "b", "c"]), _write_part(w, ["d"])
+    r = _publish(w, {"a": p1, "b": p1, "c": p1, "d": p2}, dict.fromkeys("abcd", 3))
+    assert r.table("turns", "b").column("tenant_id").to_pylist() == ["b"] * 3
+    assert r.table("turns", "b", columns=["text"]).column_names == ["text"]
+    assert r.table("turns").num_rows == 12 and r.parts() == {p1: ["a", "b", "c"], p2: ["d"]}
+    assert r.graph_bytes("c") == b"graph of c" and r.graph_bytes("zz") is None
+    assert len(list((r.version_dir / "turns").iterdir())) == 2  # files follow parts, not tenants
+
+
+def test_carry_over_links_whole_parts_and_rewrites_partly_rebuilt_ones(tmp_path):
+    w = StoreWriter(tmp_path / "s", dim=8)
+    p1, p2, p3 = _write_part(w, ["a", "b", "c"]), _write_part(w, ["d", "e"]), _write_part(w, ["f"])
+    sizes = dict.fromkeys("abcdef", 3)
+    r1 = _publish(w, {"a": p1, "b": p1, "c": p1, "d": p2, "e": p2, "f": p3}, sizes)
+    # next run: b rebuilt, e removed; a, c, d, f carried
+    w2 = StoreWriter(tmp_path / "s", dim=8)
+    carried = w2.carry_over(["a", "c", "d", "f"], part_turns=100)
+    assert carried["f"] == p3  # a part all of whose tenants are carried: linked, not copied
+    assert os.stat(w2.version_dir / "turns" / f"{p3}.parquet").st_ino == \
+        os.stat(r1.version_dir / "turns" / f"{p3}.parquet").st_ino
+    assert carried["a"] == carried["c"] == carried["d"] not in (p1, p2)  # the remnants, together
+    pb = _write_part(w2, ["b"], n=5)
+    parts = {**carried, "b": pb}
+    w2.prune_parts(parts)
+    r2 = _publish(w2, parts, {**sizes, "b": 5})
+    assert r2.table("turns", "a").equals(r1.table("turns", "a"))
+    assert r2.table("turns", "b").num_rows == 5 and r2.table("turns", "e").num_rows == 0
+    assert sorted(set(r2.table("turns").column("tenant_id").to_pylist())) == ["a", "b", "c", "d", "f"]
+    assert r2.table("turns").num_rows == 4 * 3 + 5  # no stale row of b or e anywhere
+    assert r2.graph_bytes("d") == b"graph of d" and r2.graph_bytes("e") is None
+    assert sorted(p.stem for p in (r2.version_dir / "turns").iterdir()) == sorted({carried["a"], p3, pb})
+
+
+def test_remnants_are_packed_into_parts_of_bounded_turns(tmp_path):
+    w = StoreWriter(tmp_path / "s", dim=8)
+    tenants = [f"t{i}" for i in range(10)]
+    p = _write_part(w, tenants)
+    _publish(w, dict.fromkeys(tenants, p), dict.fromkeys(tenants, 3))
+    w2 = StoreWriter(tmp_path / "s", dim=8)
+    carried = w2.carry_over(tenants[1:], part_turns=9)  # t0 rebuilt: nine remnants, three per part
+    assert len(set(carried.values())) == 3 and p not in carried.values()
+
+
+def test_a_store_written_before_parts_reads_and_carries_over(tmp_path):
+    """No part in the manifest: a tenant is its own part (turns/<tenant>.parquet, graphs/<tenant>.gt)."""
+    w = StoreWriter(tmp_path / "s", dim=8)
+    for t in ("old1", "old2"):
+        w.write_table("turns", t, _turns(t, 2))
+        w.graph_path(t).write_bytes(f"gt {t}".encode())
+    w.publish({"tenants": {"old1": {"turns": 2}, "old2": {"turns": 2}}})
+    r = StoreReader(w.path)
+    assert r.part_of("old1") == "old1" and r.table("turns", "old1").num_rows == 2
+    assert r.graph_bytes("old2") == b"gt old2" and r.graph_file("old2").suffix == ".gt"
+    w2 = StoreWriter(tmp_path / "s", dim=8)
+    assert w2.carry_over(["old1"]) == {"old1": "old1"}
+    assert (w2.version_dir / "turns" / "old1.parquet").exists() and (w2.version_dir / "graphs" / "old1.gt").exists()
+    assert not (w2.version_dir / "turns" / "old2.parquet").exists()
