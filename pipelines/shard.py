@@ -129,7 +129,8 @@ def _written(writer: StoreWriter, tenant: str) -> ReadResult:
 
 
 def _stage(writer: StoreWriter, kind: str, tenant: str, table: pa.Table, table_schema: pa.Schema) -> Path:
-    return replace_parquet(schema.conform(table, table_schema, name=kind), staged_path(writer.version_dir, kind, tenant))
+    table = schema.conform(table, table_schema, name=kind)
+    return replace_parquet(table, staged_path(writer.version_dir, kind, tenant))
 
 
 def _write_tenant(writer: StoreWriter, tenant: str, result) -> TenantShard | None:
