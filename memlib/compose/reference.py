@@ -24,8 +24,8 @@ from functools import partial
 from typing import Any, Callable
 
 import numpy as np
-import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from memlib import schema
 from memlib.compose import steps
@@ -142,14 +142,16 @@ TENANT_STEPS: dict[Step, StepFn] = {
 }
 
 
-def _in_session_order(table: pa.Table, order: dict[str, int]) -> pa.Table:
-    """Rows grouped by session in the tenant's session order, row order kept within a session."""
+def _in_session_order(table: pa.Table, order: pa.Array) -> pa.Table:
+    """Rows grouped by session in the tenant's session order (``order``: its session keys, each
+    once), row order kept within a session; a table in that order already is returned as it is."""
     if table.num_rows == 0:
         return table
-    rank = pl.from_arrow(table.select(["session_key"])).with_row_index("_i").with_columns(
-        pl.col("session_key").replace_strict(order, default=len(order), return_dtype=pl.Int64).alias("_rank"))
-    idx = rank.sort(["_rank", "_i"])["_i"].to_numpy()
-    return table.take(pa.array(idx, pa.int64()))
+    rank = pc.index_in(table.column("session_key"), value_set=order).fill_null(len(order))
+    rank = rank.to_numpy(zero_copy_only=False)
+    if rank.size < 2 or bool((np.diff(rank) >= 0).all()):
+        return table
+    return table.take(pa.array(np.argsort(rank, kind="stable"), pa.int64()))
 
 
 def _pooled_backend(cfg: MemlibConfig) -> bool:
@@ -196,7 +198,8 @@ def tenant_steps(turns: pa.Table, parts: SessionOutput, vectors: TurnVectors, cf
                        turn_vectors=vectors.vectors[[row[n] for n in turns.column("node_id").to_pylist()]],
                        token_vectors=vectors, pooled_turns=_pooled_backend(cfg), previous=previous,
                        own_pass=own_pass)
-    keyed = {name: _in_session_order(parts.table(name), order) for name in parts.tables}
+    keys = pa.array(list(order), pa.string())
+    keyed = {name: _in_session_order(parts.table(name), keys) for name in parts.tables}
     state.add(keyed["nodes"].drop_columns(["session_key"]), keyed["edges"].drop_columns(["session_key"]))
     if keyed["segments"].num_rows:
         state.segments = schema.conform(keyed["segments"], schema.SEGMENTS, name="segments")
