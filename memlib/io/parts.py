@@ -31,15 +31,18 @@ class PartsCarrier:
         if self.base is None:
             raise StoreError("cannot carry over tenants: the store has no published version")
         carried, out = set(tenants), {}
+        info = self.base.manifest.get("tenants", {})
         remnants: list[str] = []
         for part, members in self.base.parts().items():
             keep = [t for t in members if t in carried]
-            if len(keep) == len(members):
+            # a store written before parts (a file per tenant, no part in the manifest) is packed
+            # into parts as its tenants are carried: the next build upgrades it
+            legacy = members == [part] and "part" not in (info.get(part) or {})
+            if len(keep) == len(members) and not legacy:
                 self._link_part(part)
                 out.update((t, part) for t in keep)
             else:
                 remnants += keep
-        info = self.base.manifest.get("tenants", {})
         group: list[str] = []
         turns = 0
         for tenant in remnants + [""]:  # "" flushes the last group
@@ -92,13 +95,13 @@ class PartsCarrier:
             d = self.base.version_dir / name
             tables = [of_tenants(pq.read_table(f), tenants) for p in sources if (f := d / f"{p}.parquet").exists()]
             tables = [t for t in tables if t.num_rows]
-            if not tables:
-                continue
-            table = pa.concat_tables(tables, promote_options="permissive")
-            if name == GRAPHS:
-                self.write_graphs(new, dict(zip(table.column("tenant_id").to_pylist(),
-                                                table.column("graph").to_pylist())))
-            else:
-                self.write_table(name, new, table)
+            if name == GRAPHS:  # and the .gt files of a store written before parts
+                graphs = {t: g for table in tables for t, g in zip(table.column("tenant_id").to_pylist(),
+                                                                   table.column("graph").to_pylist())}
+                graphs.update((t, self.base.graph_path(t).read_bytes()) for t in tenants
+                              if self.base.part_of(t) == t and self.base.graph_path(t).exists())
+                self.write_graphs(new, graphs)
+            elif tables:
+                self.write_table(name, new, pa.concat_tables(tables, promote_options="permissive"))
         return {t: new for t in tenants}
 

@@ -75,8 +75,9 @@ def test_remnants_are_packed_into_parts_of_bounded_turns(tmp_path):
     assert len(set(carried.values())) == 3 and p not in carried.values()
 
 
-def test_a_store_written_before_parts_reads_and_carries_over(tmp_path):
-    """No part in the manifest: a tenant is its own part (turns/<tenant>.parquet, graphs/<tenant>.gt)."""
+def test_a_store_written_before_parts_reads_and_is_packed_by_the_next_build(tmp_path):
+    """No part in the manifest: a tenant is its own part (turns/<tenant>.parquet, graphs/<tenant>.gt);
+    the next build carries its tenants into parts (the store is upgraded as it goes)."""
     w = StoreWriter(tmp_path / "s", dim=8)
     for t in ("old1", "old2"):
         w.write_table("turns", t, _turns(t, 2))
@@ -86,6 +87,9 @@ def test_a_store_written_before_parts_reads_and_carries_over(tmp_path):
     assert r.part_of("old1") == "old1" and r.table("turns", "old1").num_rows == 2
     assert r.graph_bytes("old2") == b"gt old2" and r.graph_file("old2").suffix == ".gt"
     w2 = StoreWriter(tmp_path / "s", dim=8)
-    assert w2.carry_over(["old1"]) == {"old1": "old1"}
-    assert (w2.version_dir / "turns" / "old1.parquet").exists() and (w2.version_dir / "graphs" / "old1.gt").exists()
-    assert not (w2.version_dir / "turns" / "old2.parquet").exists()
+    parts = w2.carry_over(["old1", "old2"])
+    assert parts["old1"] == parts["old2"] and parts["old1"].startswith("part-")
+    r2 = _publish(w2, parts, {"old1": 2, "old2": 2})
+    assert r2.table("turns", "old1").equals(r.table("turns", "old1")) and r2.graph_bytes("old2") == b"gt old2"
+    assert sorted(p.name for p in (r2.version_dir / "turns").iterdir()) == [f"{parts['old1']}.parquet"]
+    assert not list((r2.version_dir / "graphs").glob("*.gt"))
