@@ -17,6 +17,7 @@ import json
 import logging
 import shutil
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -51,7 +52,7 @@ from memlib.embed.space import kept_space, space_change
 from memlib.io.errors import InputError
 from memlib.io.readers import input_sources
 from memlib.io.remote import staged_input
-from memlib.io.store import PART_KEY, StoreError, StoreWriter, read_manifest
+from memlib.io.store import PART_KEY, PART_SIZES_KEY, Carried, StoreError, StoreReader, StoreWriter, read_manifest
 from pipelines.shard import QUARANTINE_PART, TenantShard, shard_input
 from pipelines.staged_build import Prepared, prepare_staged, run_staged, session_build_key
 from pipelines.store_sink import drop_staging
@@ -176,12 +177,11 @@ def _write_lance(writer: StoreWriter, summaries: list[dict[str, Any]], parts: di
     writer.write_tenants([s["tenant_id"] for s in summaries] + list(remove), tables(), rows_per_commit=rows_per_commit)
 
 
-def _kind_counts(writer: StoreWriter) -> tuple[dict[str, int], dict[str, int]]:
+def _kind_counts(writer: StoreWriter, version: StoreReader) -> tuple[dict[str, int], dict[str, int]]:
+    """Nodes and edges by kind in the new version (``version``: its reader, live rows only)."""
     tbl = writer.open_nodes()
     nodes = pl.from_arrow(tbl.search().select(["kind"]).limit(None).to_arrow())
-    edge_dir = writer.version_dir / "edges"
-    files = sorted(edge_dir.glob("*.parquet")) if edge_dir.exists() else []
-    edges = pl.concat([pl.read_parquet(f, columns=["kind"]) for f in files]) if files else pl.DataFrame({"kind": []})
+    edges = pl.from_arrow(version.table("edges", None, ["kind"]))
     count = lambda df: dict(sorted(zip(*df.group_by("kind").len().to_dict(as_series=False).values())))  # noqa: E731
     return (count(nodes) if len(nodes) else {}), (count(edges) if len(edges) else {})
 
@@ -291,9 +291,10 @@ def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: st
     graph_info = {"status": "built", "tenants": len(ok_shards), "where": "tenant stage"}
     with timer.span(Phase.WRITE):
         kept = plan.carry + [t for t in plan.failed if t in prev]
-        parts = writer.carry_over(kept, part_turns=cfg.ray.tenant_batch_turns) if kept else {}
-        parts.update((s["tenant_id"], s["part"]) for s in summaries)
+        carried = writer.carry_over(kept, part_turns=cfg.ray.tenant_batch_turns) if kept else Carried()
+        parts = {**carried.parts, **{s["tenant_id"]: s["part"] for s in summaries}}
         writer.prune_parts(parts, check={s["part"] for s in summaries if s["tenant_id"] in plan.resume})
+        sizes = {**carried.sizes, **Counter(parts[s["tenant_id"]] for s in summaries)}
         _write_lance(writer, summaries, parts, plan.gone + sorted(forget.tenants & set(prev)),
                      cfg.io.lance_rows_per_commit)
         drop_staging(writer)
@@ -303,7 +304,9 @@ def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: st
                            merge_rows=cfg.io.index_merge_rows,
                            vector_index=cfg.io.vector_index, max_fragments=cfg.io.max_fragments)
     with timer.span(Phase.PUBLISH):  # what the manifest counts (its own write is not timed in it)
-        kinds, questions = _kind_counts(writer), _count_rows(writer, "questions")
+        version = StoreReader(writer.path, {"version": writer.version, PART_SIZES_KEY: sizes,
+                                            "tenants": {t: {PART_KEY: p} for t, p in parts.items()}})
+        kinds, questions = _kind_counts(writer, version), version.table("questions", None, ["tenant_id"]).num_rows
     timings = {**timer.rounded(), "total": round(time.perf_counter() - wall, 3)}
     # carried over, and failed but kept as published: their rows are in this version, so in its counts
     carried = [_carried_summary(t, prev[t]) for t in plan.carry + [t for t in plan.failed if t in prev]]
@@ -314,6 +317,7 @@ def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: st
     manifest = _finish_manifest(manifest, plan, base, key, forget, *kinds, summaries)
     for tenant, entry in manifest["tenants"].items():
         entry[PART_KEY] = parts[tenant]
+    manifest[PART_SIZES_KEY] = {p: sizes[p] for p in sorted(set(parts.values()))}
     manifest["sessions"] = session_stats
     manifest["session_build_key"] = session_build_key(cfg, key)
     published = writer.publish(manifest)
@@ -323,11 +327,6 @@ def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: st
 
 def _reasons(plan: Plan, tenants: list[str]) -> str:
     return "; ".join(f"{t}: {plan.failed[t]}" for t in tenants[:3])
-
-
-def _count_rows(writer: StoreWriter, name: str) -> int:
-    d = writer.version_dir / name
-    return sum(pq.read_metadata(f).num_rows for f in d.glob("*.parquet")) if d.exists() else 0
 
 
 def parser() -> argparse.ArgumentParser:

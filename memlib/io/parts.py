@@ -2,6 +2,7 @@
 nightly run does with them: carry unchanged tenants over by part, prune what it no longer holds."""
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -11,7 +12,16 @@ import pyarrow.parquet as pq
 from memlib.io.files import StoreError, link_or_copy, of_tenants, part_id, replace_parquet, safe_name
 
 GRAPHS = "graphs"
+PART_KEY = "part"  # a tenant's entry in the manifest names its part
 TENANT_TABLES = ("turns", "segments", "edges", "questions", "llm_calls", "node_fallbacks", "token_sums")
+
+
+@dataclass
+class Carried:
+    """What :meth:`PartsCarrier.carry_over` did: each carried tenant's part in the new version, and
+    how many tenants each of those parts holds (live or dead)."""
+    parts: dict[str, str] = field(default_factory=dict)
+    sizes: dict[str, int] = field(default_factory=dict)
 
 
 class PartsCarrier:
@@ -22,25 +32,32 @@ class PartsCarrier:
     version_dir: Path
     version: str
 
-    def carry_over(self, tenants: Iterable[str], *, part_turns: int = 512) -> dict[str, str]:
-        """Bring unchanged published tenants into this version without recomputing them; returns
-        tenant -> its part in this version. A part all of whose tenants are carried is hard-linked
-        (one link per file, whatever its number of tenants); the carried tenants of parts that
-        also held rebuilt or removed ones are rewritten together into new parts of about
-        ``part_turns`` turns, so parts neither hold stale rows nor shrink without end."""
+    def carry_over(self, tenants: Iterable[str], *, part_turns: int = 512) -> Carried:
+        """Bring unchanged published tenants into this version without recomputing them: a part
+        holding any of them is hard-linked (one link per file, whatever its number of tenants), and
+        the rows of its tenants rebuilt or removed since stay in it, dead (readers skip them: the
+        manifest names each live tenant's part, ``part_sizes`` how many tenants a part holds). A
+        part whose live tenants would be fewer than half of those it holds is compacted instead:
+        its carried tenants are rewritten, with those of other such parts, into new parts of about
+        ``part_turns`` turns. So a run costs a link per carried part, and rows are rewritten only
+        once their part is half dead."""
         if self.base is None:
             raise StoreError("cannot carry over tenants: the store has no published version")
-        carried, out = set(tenants), {}
-        info = self.base.manifest.get("tenants", {})
+        carried, out = set(tenants), Carried()
+        info, sizes = self.base.manifest.get("tenants", {}), self.base.part_sizes()
         remnants: list[str] = []
         for part, members in self.base.parts().items():
             keep = [t for t in members if t in carried]
+            if not keep:
+                continue
             # a store written before parts (a file per tenant, no part in the manifest) is packed
             # into parts as its tenants are carried: the next build upgrades it
-            legacy = members == [part] and "part" not in (info.get(part) or {})
-            if len(keep) == len(members) and not legacy:
+            legacy = members == [part] and PART_KEY not in (info.get(part) or {})
+            held = sizes.get(part, len(members))
+            if not legacy and 2 * len(keep) >= held:
                 self._link_part(part)
-                out.update((t, part) for t in keep)
+                out.parts.update((t, part) for t in keep)
+                out.sizes[part] = held
             else:
                 remnants += keep
         group: list[str] = []
@@ -48,7 +65,9 @@ class PartsCarrier:
         for tenant in remnants + [""]:  # "" flushes the last group
             n = int((info.get(tenant) or {}).get("turns") or 0)
             if group and (not tenant or turns + n > part_turns):
-                out.update(self._rewrite_part(group))
+                new = self._rewrite_part(group)
+                out.parts.update((t, new) for t in group)
+                out.sizes[new] = len(group)
                 group, turns = [], 0
             if tenant:
                 group.append(tenant)
@@ -87,7 +106,7 @@ class PartsCarrier:
         if old.exists():
             link_or_copy(old, self.graph_path(part))
 
-    def _rewrite_part(self, tenants: list[str]) -> dict[str, str]:
+    def _rewrite_part(self, tenants: list[str]) -> str:
         """Copy ``tenants``' rows from their published parts into one new part of this version."""
         new = part_id(tenants, f"{self.version}/carried")
         sources = sorted({self.base.part_of(t) for t in tenants})
@@ -103,5 +122,5 @@ class PartsCarrier:
                 self.write_graphs(new, graphs)
             elif tables:
                 self.write_table(name, new, pa.concat_tables(tables, promote_options="permissive"))
-        return {t: new for t in tenants}
+        return new
 

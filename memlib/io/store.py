@@ -58,7 +58,7 @@ from memlib.io.lance_tables import (  # noqa: F401 - the store's Lance names, im
     lance_shape,
     sql_str,
 )
-from memlib.io.parts import GRAPHS, TENANT_TABLES, PartsCarrier  # noqa: F401 - TENANT_TABLES re-exported
+from memlib.io.parts import GRAPHS, PART_KEY, TENANT_TABLES, Carried, PartsCarrier  # noqa: F401 - TENANT_TABLES re-exported
 
 MANIFEST = "manifest.json"
 LATE_CACHE_SUBDIR = Path("cache") / "late"
@@ -66,7 +66,7 @@ PARQUET_TABLES = ("turns", "segments", "edges", "questions", "quarantine", "llm_
                   "token_sums")
 GRAPHS_SCHEMA = pa.schema([pa.field("tenant_id", pa.string(), nullable=False),
                            pa.field("graph", pa.large_binary(), nullable=False)])
-PART_KEY = "part"  # a tenant's entry in the manifest names its part
+PART_SIZES_KEY = "part_sizes"  # part -> the tenants its files hold (live or dead), see StoreReader.part_sizes
 _VERSION_RE = re.compile(r"^v(\d{6})$")
 
 
@@ -143,15 +143,36 @@ class StoreReader:
             out.setdefault(self.part_of(tenant), []).append(tenant)
         return out
 
+    def part_sizes(self) -> dict[str, int]:
+        """Part -> the tenants its files hold rows of: more than :meth:`parts` names once some were
+        rebuilt or removed since it was written (their rows stay, dead, until it is compacted)."""
+        return {p: int(n) for p, n in (self.manifest.get(PART_SIZES_KEY) or {}).items()}
+
     def table(self, name: str, tenant: str | None = None, columns: list[str] | None = None) -> pa.Table:
         if tenant is None:
-            return _read_parquet_dir(_table_dir(self.version_dir, name), None, columns, schema.TABLES.get(name))
+            return self._whole_table(name, columns)
         part = self.part_of(tenant)
         if part == tenant:
             return _read_parquet_dir(_table_dir(self.version_dir, name), [tenant], columns, schema.TABLES.get(name))
         cols = None if columns is None else list(dict.fromkeys([*columns, "tenant_id"]))
         t = _read_parquet_dir(_table_dir(self.version_dir, name), [part], cols, schema.TABLES.get(name))
         t = of_tenants(t, [tenant]) if t.num_rows else t
+        return t if columns is None else t.select(columns)
+
+    def _whole_table(self, name: str, columns: list[str] | None) -> pa.Table:
+        """Every live row of table ``name``: a part's dead rows (tenants rebuilt or removed since it
+        was written) are left out."""
+        directory = _table_dir(self.version_dir, name)
+        sizes, live = self.part_sizes(), self.parts() if name in TENANT_TABLES else {}
+        masked = {p: ts for p, ts in live.items() if sizes.get(p, len(ts)) > len(ts)}
+        if not masked:
+            return _read_parquet_dir(directory, None, columns, schema.TABLES.get(name))
+        cols = None if columns is None else list(dict.fromkeys([*columns, "tenant_id"]))
+        tables = []
+        for f in sorted(directory.glob("*.parquet")) if directory.exists() else []:
+            t = pq.read_table(f, columns=cols)
+            tables.append(of_tenants(t, masked[f.stem]) if f.stem in masked else t)
+        t = pa.concat_tables(tables, promote_options="permissive")
         return t if columns is None else t.select(columns)
 
     def table_file(self, name: str, tenant: str) -> Path:

@@ -18,8 +18,9 @@ def _turns(tenant: str, n: int) -> pa.Table:
     return schema.conform(pa.Table.from_pylist(rows), schema.TURNS, name="turns")
 
 
-def _publish(w: StoreWriter, parts: dict[str, str], turns: dict[str, int]) -> StoreReader:
-    w.publish({"tenants": {t: {"part": p, "turns": turns[t]} for t, p in parts.items()}})
+def _publish(w: StoreWriter, parts: dict[str, str], turns: dict[str, int],
+             sizes: dict[str, int] | None = None) -> StoreReader:
+    w.publish({"tenants": {t: {"part": p, "turns": turns[t]} for t, p in parts.items()}, "part_sizes": sizes or {}})
     return StoreReader(w.path)
 
 
@@ -41,28 +42,31 @@ def test_a_tenant_is_read_from_its_part_alone(tmp_path):
     assert len(list((r.version_dir / "turns").iterdir())) == 2  # files follow parts, not tenants
 
 
-def test_carry_over_links_whole_parts_and_rewrites_partly_rebuilt_ones(tmp_path):
+def test_carry_over_links_parts_and_compacts_half_dead_ones(tmp_path):
+    """A part holding carried tenants is linked; its rebuilt or removed tenants' rows stay in it,
+    dead, and no reader sees them; a part that would be more than half dead is compacted."""
     w = StoreWriter(tmp_path / "s", dim=8)
-    p1, p2, p3 = _write_part(w, ["a", "b", "c"]), _write_part(w, ["d", "e"]), _write_part(w, ["f"])
-    sizes = dict.fromkeys("abcdef", 3)
-    r1 = _publish(w, {"a": p1, "b": p1, "c": p1, "d": p2, "e": p2, "f": p3}, sizes)
-    # next run: b rebuilt, e removed; a, c, d, f carried
+    p1, p2, p3 = _write_part(w, ["a", "b", "c"]), _write_part(w, ["d", "e", "g"]), _write_part(w, ["f"])
+    sizes = dict.fromkeys("abcdefg", 3)
+    r1 = _publish(w, {"a": p1, "b": p1, "c": p1, "d": p2, "e": p2, "g": p2, "f": p3}, sizes)
+    # next run: b rebuilt, e and g removed; a, c, d, f carried
     w2 = StoreWriter(tmp_path / "s", dim=8)
     carried = w2.carry_over(["a", "c", "d", "f"], part_turns=100)
-    assert carried["f"] == p3  # a part all of whose tenants are carried: linked, not copied
-    assert os.stat(w2.version_dir / "turns" / f"{p3}.parquet").st_ino == \
-        os.stat(r1.version_dir / "turns" / f"{p3}.parquet").st_ino
-    assert carried["a"] == carried["c"] == carried["d"] not in (p1, p2)  # the remnants, together
+    linked = lambda p: os.stat(w2.version_dir / "turns" / f"{p}.parquet").st_ino == \
+        os.stat(r1.version_dir / "turns" / f"{p}.parquet").st_ino  # noqa: E731
+    assert carried.parts["a"] == carried.parts["c"] == p1 and linked(p1)  # 2 of its 3 tenants live: linked
+    assert carried.parts["f"] == p3 and linked(p3) and carried.sizes[p1] == 3 and carried.sizes[p3] == 1
+    assert carried.parts["d"] not in (p1, p2, p3) and carried.sizes[carried.parts["d"]] == 1  # 1 of 3: compacted
     pb = _write_part(w2, ["b"], n=5)
-    parts = {**carried, "b": pb}
+    parts = {**carried.parts, "b": pb}
     w2.prune_parts(parts)
-    r2 = _publish(w2, parts, {**sizes, "b": 5})
+    r2 = _publish(w2, parts, {**sizes, "b": 5}, {**carried.sizes, pb: 1})
     assert r2.table("turns", "a").equals(r1.table("turns", "a"))
     assert r2.table("turns", "b").num_rows == 5 and r2.table("turns", "e").num_rows == 0
     assert sorted(set(r2.table("turns").column("tenant_id").to_pylist())) == ["a", "b", "c", "d", "f"]
-    assert r2.table("turns").num_rows == 4 * 3 + 5  # no stale row of b or e anywhere
-    assert r2.graph_bytes("d") == b"graph of d" and r2.graph_bytes("e") is None
-    assert sorted(p.stem for p in (r2.version_dir / "turns").iterdir()) == sorted({carried["a"], p3, pb})
+    assert r2.table("turns").num_rows == 4 * 3 + 5  # b's old rows are in p1 still, dead: no reader sees them
+    assert r2.table("turns", columns=["text"]).num_rows == 17
+    assert r2.graph_bytes("d") == b"graph of d" and r2.graph_bytes("e") is None and r2.graph_bytes("b") == b"graph of b"
 
 
 def test_remnants_are_packed_into_parts_of_bounded_turns(tmp_path):
@@ -71,8 +75,13 @@ def test_remnants_are_packed_into_parts_of_bounded_turns(tmp_path):
     p = _write_part(w, tenants)
     _publish(w, dict.fromkeys(tenants, p), dict.fromkeys(tenants, 3))
     w2 = StoreWriter(tmp_path / "s", dim=8)
-    carried = w2.carry_over(tenants[1:], part_turns=9)  # t0 rebuilt: nine remnants, three per part
-    assert len(set(carried.values())) == 3 and p not in carried.values()
+    carried = w2.carry_over(tenants[1:], part_turns=9)  # t0 rebuilt: nine of ten live, the part is linked
+    assert set(carried.parts.values()) == {p} and carried.sizes == {p: 10}
+    _publish(w2, carried.parts, dict.fromkeys(tenants, 3), carried.sizes)
+    w3 = StoreWriter(tmp_path / "s", dim=8)
+    carried = w3.carry_over(tenants[6:], part_turns=9)  # 4 of 10 live: compacted, three turns a tenant
+    assert len(set(carried.parts.values())) == 2 and p not in carried.parts.values()
+    assert sorted(carried.sizes.values()) == [1, 3]
 
 
 def test_a_store_written_before_parts_reads_and_is_packed_by_the_next_build(tmp_path):
@@ -87,7 +96,7 @@ def test_a_store_written_before_parts_reads_and_is_packed_by_the_next_build(tmp_
     assert r.part_of("old1") == "old1" and r.table("turns", "old1").num_rows == 2
     assert r.graph_bytes("old2") == b"gt old2" and r.graph_file("old2").suffix == ".gt"
     w2 = StoreWriter(tmp_path / "s", dim=8)
-    parts = w2.carry_over(["old1", "old2"])
+    parts = w2.carry_over(["old1", "old2"]).parts
     assert parts["old1"] == parts["old2"] and parts["old1"].startswith("part-")
     r2 = _publish(w2, parts, {"old1": 2, "old2": 2})
     assert r2.table("turns", "old1").equals(r.table("turns", "old1")) and r2.graph_bytes("old2") == b"gt old2"
