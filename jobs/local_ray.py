@@ -107,12 +107,25 @@ def haproxy_wrapper(directory: Path, real: str, ports: list[int], host: str = LO
 LOCAL_DRAINING_PERIOD_S = 1.0
 
 
-def serve_env(haproxy: bool) -> LocalRayEnv:
-    """Free ports for Serve's fallback proxy and HAProxy, and HAProxy's loopback wrapper."""
+def haproxy_paths(directory: Path) -> dict[str, str]:
+    """Serve's HAProxy files (config, admin and metrics sockets, server state) under ``directory``
+    instead of the machine-wide /tmp/haproxy-serve (Serve adds a directory per node)."""
+    return {"RAY_SERVE_HAPROXY_CONFIG_FILE_LOC": str(directory / "haproxy.cfg"),
+            "RAY_SERVE_HAPROXY_SOCKET_PATH": str(directory / "admin.sock"),
+            "RAY_SERVE_HAPROXY_METRICS_SOCKET_PATH": str(directory / "metrics.sock"),
+            "RAY_SERVE_HAPROXY_SERVER_STATE_BASE": str(directory),
+            "RAY_SERVE_HAPROXY_SERVER_STATE_FILE": str(directory / "server-state")}
+
+
+def serve_env(haproxy: bool, directory: Path | None = None) -> LocalRayEnv:
+    """Free ports for Serve's fallback proxy and HAProxy, and HAProxy's loopback wrapper; HAProxy's
+    files under ``directory`` when given (jobs/serve_procs.py finds its processes by it)."""
     out = LocalRayEnv(env={"RAY_SERVE_FALLBACK_PROXY_HTTP_PORT": str(free_port()),
                            "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT": str(free_port())})
     if not haproxy:
         return out
+    if directory is not None:
+        out.env.update(haproxy_paths(directory))
     stats, metrics = free_port(), free_port()
     out.env.update(RAY_SERVE_ENABLE_HA_PROXY="1", RAY_SERVE_HAPROXY_STATS_PORT=str(stats),
                    RAY_SERVE_HAPROXY_METRICS_PORT=str(metrics))
