@@ -13,6 +13,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from pathlib import Path
 
 import httpx
@@ -218,6 +219,7 @@ def run_forever(store: str | Path, cfg: MemlibConfig, **kwargs) -> None:
     arm()
     _AFTER_INIT.append(arm)
     on_parent_death(lambda: os.kill(os.getpid(), signal.SIGTERM))
+    code = 0
     try:
         base_url = start(store, cfg, **kwargs)
         arm()
@@ -229,6 +231,9 @@ def run_forever(store: str | Path, cfg: MemlibConfig, **kwargs) -> None:
             pass
     except (_Stopped, KeyboardInterrupt, SystemExit):
         pass
+    except Exception:  # noqa: BLE001 - a failed start still ends what it started, then says why
+        traceback.print_exc()
+        code = 1
     finally:
         stopping.set()
         for sig in STOP_SIGNALS:  # a second signal must not interrupt the stop
@@ -239,4 +244,4 @@ def run_forever(store: str | Path, cfg: MemlibConfig, **kwargs) -> None:
         sys.stderr.flush()
         # nothing is left to clean up: leave before Ray's exit hook, which would wait for a GCS the
         # signal to the group may have ended
-        os._exit(0)
+        os._exit(code)

@@ -49,7 +49,7 @@ class Ledger:
     """Every process of the service seen while it runs: descendants of ``root`` and the HAProxy
     processes whose command line names ``haproxy_dir`` (polled every ``interval_s`` in a thread)."""
 
-    def __init__(self, root: int | None = None, haproxy_dir: Path | None = None, interval_s: float = 0.5):
+    def __init__(self, root: int | None = None, haproxy_dir: Path | None = None, interval_s: float = 1.0):
         self.root = root or os.getpid()
         self.haproxy_dir = str(haproxy_dir) if haproxy_dir is not None else None
         self.interval_s = interval_s

@@ -150,6 +150,14 @@ def _reload_haproxy(svc: Collector, timeout_s: float = 120.0) -> None:
     pytest.fail(f"HAProxy did not reload after the replica was killed: {svc.haproxies()}")
 
 
+def _status(pid: int) -> str:
+    try:
+        p = psutil.Process(pid)
+        return f"{p.status()}, threads {[t.id for t in p.threads()]}"
+    except psutil.Error as exc:
+        return repr(exc)
+
+
 def _proc(pid: int) -> psutil.Process | None:
     try:
         return psutil.Process(pid)
@@ -200,11 +208,15 @@ def test_a_signal_to_the_pid_or_the_group_stops_every_process(tmp_path, embedder
             deadline = sent[target] + STOP_WITHIN_S
             while svc.collector.alive() and time.monotonic() < deadline:
                 time.sleep(0.25)
+            try:
+                svc.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
             left = svc.collector.alive()
             svc.collector.close()
-            assert not left, f"{target}: {len(left)} processes of the service {STOP_WITHIN_S:.0f} s after " \
-                             f"{sig.name}: {left}\n{svc.output()[-2000:]}"
-            assert svc.proc.poll() is not None
+            assert not left and svc.proc.poll() is not None, \
+                f"{target}: {len(left)} processes of the service {STOP_WITHIN_S:.0f} s after {sig.name} " \
+                f"(exit code {svc.proc.poll()}, {_status(svc.proc.pid)}): {left}\n{svc.output()[-2000:]}"
             assert len(svc.collector.haproxies()) >= 2, "HAProxy was reloaded during the run"
             tail = svc.output().split("memlib service on", 1)[-1]
             assert "stopped; " in tail and " processes ended" in tail, tail[-1500:]
