@@ -85,19 +85,37 @@ def _real_haproxy() -> str | None:
     return str(get_haproxy_binary())
 
 
-def haproxy_wrapper(directory: Path, real: str, ports: list[int], host: str = LOOPBACK) -> Path:
-    """Write the wrapper that binds HAProxy's stats and metrics frontends (``ports``) to ``host``."""
+BODY_MARK = "# memlib: request deadline"
+
+
+def haproxy_wrapper(directory: Path, real: str, ports: list[int], host: str = LOOPBACK,
+                    body_timeout_s: float | None = None) -> Path:
+    """Write the wrapper that binds HAProxy's stats and metrics frontends (``ports``) to ``host``
+    and, with ``body_timeout_s``, makes HAProxy receive a request whole before it reaches a replica.
+
+    Ray's template sets no ``timeout http-request`` (HAProxy then allows ``timeout client``, 3600 s,
+    for the headers) and streams a body to the replica as it arrives, so a client sending its body
+    a byte at a time held one of the replica's ``max_ongoing_requests`` slots for as long as it
+    liked: sixteen such clients stopped the service. ``option http-buffer-request`` makes HAProxy
+    wait for the body (up to its buffer, 16 KB = ``serve.max_body_bytes``) before it picks a server,
+    and ``timeout http-request`` bounds headers and body together: a slower client gets 408 from
+    HAProxy and never reaches a replica."""
     alternatives = "|".join(str(p) for p in ports)
     sed = rf"s/^([[:space:]]*bind )\*?:({alternatives})[[:space:]]*$/\1{host}:\2/"
-    script = "\n".join([
+    lines = [
         "#!/bin/sh",
         "# memlib: HAProxy with its stats page and Prometheus frontend on loopback (jobs/local_ray.py)",
         'cfg=""; prev=""',
         'for a in "$@"; do if [ "$prev" = "-f" ]; then cfg="$a"; fi; prev="$a"; done',
         f'if [ -n "$cfg" ] && [ -f "$cfg" ]; then sed -i -E {shlex.quote(sed)} "$cfg"; fi',
-        f'exec {shlex.quote(real)} "$@"',
-        "",
-    ])
+    ]
+    if body_timeout_s is not None:
+        ms = max(1, round(body_timeout_s * 1000))
+        add = (rf"/^defaults[[:space:]]*$/a\    {BODY_MARK}\n    option http-buffer-request"
+               rf"\n    timeout http-request {ms}ms")
+        lines.append(f'if [ -n "$cfg" ] && [ -f "$cfg" ] && ! grep -q {shlex.quote(BODY_MARK)} "$cfg"; then '
+                     f'sed -i {shlex.quote(add)} "$cfg"; fi')
+    script = "\n".join([*lines, f'exec {shlex.quote(real)} "$@"', ""])
     path = directory / "haproxy"
     path.write_text(script, encoding="utf-8")
     path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
@@ -117,9 +135,10 @@ def haproxy_paths(directory: Path) -> dict[str, str]:
             "RAY_SERVE_HAPROXY_SERVER_STATE_FILE": str(directory / "server-state")}
 
 
-def serve_env(haproxy: bool, directory: Path | None = None) -> LocalRayEnv:
-    """Free ports for Serve's fallback proxy and HAProxy, and HAProxy's loopback wrapper; HAProxy's
-    files under ``directory`` when given (jobs/serve_procs.py finds its processes by it)."""
+def serve_env(haproxy: bool, directory: Path | None = None, body_timeout_s: float | None = None) -> LocalRayEnv:
+    """Free ports for Serve's fallback proxy and HAProxy, and HAProxy's wrapper (loopback side ports,
+    ``body_timeout_s`` for a request's headers and body); HAProxy's files under ``directory`` when
+    given (jobs/serve_procs.py finds its processes by it)."""
     out = LocalRayEnv(env={"RAY_SERVE_FALLBACK_PROXY_HTTP_PORT": str(free_port()),
                            "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT": str(free_port())})
     if not haproxy:
@@ -138,7 +157,8 @@ def serve_env(haproxy: bool, directory: Path | None = None) -> LocalRayEnv:
     real = _real_haproxy()
     if real is not None:
         out.wrapper_dir = Path(tempfile.mkdtemp(prefix="memlib-haproxy-"))
-        out.env["RAY_SERVE_HAPROXY_BINARY_PATH"] = str(haproxy_wrapper(out.wrapper_dir, real, [stats, metrics]))
+        out.env["RAY_SERVE_HAPROXY_BINARY_PATH"] = str(haproxy_wrapper(out.wrapper_dir, real, [stats, metrics],
+                                                                                body_timeout_s=body_timeout_s))
     return out
 
 

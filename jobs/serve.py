@@ -104,7 +104,7 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, cfg: Memli
         stop_stale_haproxies(port if port is not None else cfg.serve.port, directory, _say)
     _LEDGER.append(Ledger(haproxy_dir=directory).start())
     _LOCAL.append(start_local(num_cpus, token_auth=cfg.ray.local_token_auth,
-                              serve=serve_env(cfg.serve.haproxy_ingress, directory)))
+                              serve=serve_env(cfg.serve.haproxy_ingress, directory, cfg.serve.body_timeout_s)))
     for hook in _AFTER_INIT:  # ray.init replaced the SIGTERM handler (Python's, and a C one printing a stack)
         hook()
 

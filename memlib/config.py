@@ -236,6 +236,8 @@ class ServeConfig(_Section):
     replicas: int = 1
     replica_cpus: float = 0.5
     max_body_bytes: int = 16_384
+    body_timeout_s: float = Field(5.0, gt=0, description="seconds a request body may take to arrive, in the app "
+                                  "and in HAProxy (with the headers): a slower client gets 408")
     max_k: int = 100
     tenant_token_hashes: dict[str, str] = Field(default_factory=dict,
                                                 description="tenant -> sha256 hex of its bearer token")
