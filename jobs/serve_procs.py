@@ -42,7 +42,9 @@ def _is_haproxy(info: dict) -> bool:
 
 
 def _names(info: dict, directory: str) -> bool:
-    return any(directory in arg for arg in info.get("cmdline") or [])
+    """Whether a command line names a file under ``directory`` (port 1843's is not port 18436's)."""
+    inside = directory.rstrip("/") + "/"
+    return any(inside in arg for arg in info.get("cmdline") or [])
 
 
 class Ledger:

@@ -270,3 +270,11 @@ def test_parent_death_is_noticed(tmp_path):
         for k in kids:
             if k.is_running():
                 k.kill()
+
+
+def test_an_haproxy_directory_is_matched_whole():
+    """The service on port 1843 never takes port 18436's HAProxy for one of its own or a stale one."""
+    from jobs.serve_procs import _names
+
+    cmd = {"cmdline": ["haproxy", "-db", "-f", f"{haproxy_dir(18436)}/node/haproxy.cfg"]}
+    assert _names(cmd, str(haproxy_dir(18436))) and not _names(cmd, str(haproxy_dir(1843)))
