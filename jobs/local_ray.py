@@ -17,6 +17,9 @@ cluster given by ``--address`` / ``RAY_ADDRESS``):
   wrapper (``RAY_SERVE_HAPROXY_BINARY_PATH``) that rewrites those two ``bind`` lines of the
   generated config to 127.0.0.1 before it execs the real binary. The HTTP frontend keeps the
   serve host.
+* HAProxy streams a request's body to a replica as it arrives and, with Ray's template, allows a
+  client an hour to send it: the same wrapper makes it receive a request whole, within
+  ``serve.body_timeout_s``, before a replica sees it (:func:`haproxy_wrapper`).
 
 Environment variables are how Ray's processes take these settings: they are set in this
 process before ``ray.init`` starts the local instance, whose processes inherit them.

@@ -1,5 +1,5 @@
 """Validation of a raw ``POST /v1/search`` body into a :class:`SearchRequest`, with one
-typed reason per failure (all answered as 422)."""
+typed reason per failure (422; 408 for a body that does not arrive within ``serve.body_timeout_s``)."""
 from __future__ import annotations
 
 import asyncio
