@@ -192,7 +192,7 @@ def test_the_haproxy_wrapper_adds_the_request_deadline_once(tmp_path):
 
     cfg = tmp_path / "haproxy.cfg"
     cfg.write_text("global\n    maxconn 16\ndefaults\n    mode http\n    timeout client 3600s\n"
-                   "frontend http_frontend\n    bind 127.0.0.1:0\n"
+                   "frontend http_frontend\n    bind 127.0.0.1:18000\n"
                    "    http-request return status 200 content-type text/plain string ok\n")
     wrapper = haproxy_wrapper(tmp_path, "/bin/true", [9], body_timeout_s=5.0)
     for _ in range(2):
