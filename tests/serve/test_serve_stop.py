@@ -7,6 +7,7 @@ over a stale HAProxy of an earlier run holding its port, which it stops and name
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -241,6 +242,7 @@ def test_a_signal_to_the_pid_or_the_group_stops_every_process(tmp_path, embedder
             if svc.proc.poll() is None:
                 os.killpg(svc.proc.pid, signal.SIGKILL)
                 svc.proc.wait(timeout=30)
+            shutil.rmtree(haproxy_dir(svc.port), ignore_errors=True)  # the stale config, when not stopped
 
 
 def test_parent_death_is_noticed(tmp_path):
