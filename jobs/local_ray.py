@@ -17,6 +17,9 @@ cluster given by ``--address`` / ``RAY_ADDRESS``):
   wrapper (``RAY_SERVE_HAPROXY_BINARY_PATH``) that rewrites those two ``bind`` lines of the
   generated config to 127.0.0.1 before it execs the real binary. The HTTP frontend keeps the
   serve host.
+* HAProxy streams a request's body to a replica as it arrives and, with Ray's template, allows a
+  client an hour to send it: the same wrapper makes it receive a request whole, within
+  ``serve.body_timeout_s``, before a replica sees it (:func:`haproxy_wrapper`).
 
 Environment variables are how Ray's processes take these settings: they are set in this
 process before ``ray.init`` starts the local instance, whose processes inherit them.
@@ -85,19 +88,37 @@ def _real_haproxy() -> str | None:
     return str(get_haproxy_binary())
 
 
-def haproxy_wrapper(directory: Path, real: str, ports: list[int], host: str = LOOPBACK) -> Path:
-    """Write the wrapper that binds HAProxy's stats and metrics frontends (``ports``) to ``host``."""
+BODY_MARK = "# memlib: request deadline"
+
+
+def haproxy_wrapper(directory: Path, real: str, ports: list[int], host: str = LOOPBACK,
+                    body_timeout_s: float | None = None) -> Path:
+    """Write the wrapper that binds HAProxy's stats and metrics frontends (``ports``) to ``host``
+    and, with ``body_timeout_s``, makes HAProxy receive a request whole before it reaches a replica.
+
+    Ray's template sets no ``timeout http-request`` (HAProxy then allows ``timeout client``, 3600 s,
+    for the headers) and streams a body to the replica as it arrives, so a client sending its body
+    a byte at a time held one of the replica's ``max_ongoing_requests`` slots for as long as it
+    liked: sixteen such clients stopped the service. ``option http-buffer-request`` makes HAProxy
+    wait for the body (up to its buffer, 16 KB = ``serve.max_body_bytes``) before it picks a server,
+    and ``timeout http-request`` bounds headers and body together: a slower client gets 408 from
+    HAProxy and never reaches a replica."""
     alternatives = "|".join(str(p) for p in ports)
     sed = rf"s/^([[:space:]]*bind )\*?:({alternatives})[[:space:]]*$/\1{host}:\2/"
-    script = "\n".join([
+    lines = [
         "#!/bin/sh",
         "# memlib: HAProxy with its stats page and Prometheus frontend on loopback (jobs/local_ray.py)",
         'cfg=""; prev=""',
         'for a in "$@"; do if [ "$prev" = "-f" ]; then cfg="$a"; fi; prev="$a"; done',
         f'if [ -n "$cfg" ] && [ -f "$cfg" ]; then sed -i -E {shlex.quote(sed)} "$cfg"; fi',
-        f'exec {shlex.quote(real)} "$@"',
-        "",
-    ])
+    ]
+    if body_timeout_s is not None:
+        ms = max(1, round(body_timeout_s * 1000))
+        add = (rf"/^defaults[[:space:]]*$/a\    {BODY_MARK}\n    option http-buffer-request"
+               rf"\n    timeout http-request {ms}ms")
+        lines.append(f'if [ -n "$cfg" ] && [ -f "$cfg" ] && ! grep -q {shlex.quote(BODY_MARK)} "$cfg"; then '
+                     f'sed -i {shlex.quote(add)} "$cfg"; fi')
+    script = "\n".join([*lines, f'exec {shlex.quote(real)} "$@"', ""])
     path = directory / "haproxy"
     path.write_text(script, encoding="utf-8")
     path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
@@ -107,12 +128,26 @@ def haproxy_wrapper(directory: Path, real: str, ports: list[int], host: str = LO
 LOCAL_DRAINING_PERIOD_S = 1.0
 
 
-def serve_env(haproxy: bool) -> LocalRayEnv:
-    """Free ports for Serve's fallback proxy and HAProxy, and HAProxy's loopback wrapper."""
+def haproxy_paths(directory: Path) -> dict[str, str]:
+    """Serve's HAProxy files (config, admin and metrics sockets, server state) under ``directory``
+    instead of the machine-wide /tmp/haproxy-serve (Serve adds a directory per node)."""
+    return {"RAY_SERVE_HAPROXY_CONFIG_FILE_LOC": str(directory / "haproxy.cfg"),
+            "RAY_SERVE_HAPROXY_SOCKET_PATH": str(directory / "admin.sock"),
+            "RAY_SERVE_HAPROXY_METRICS_SOCKET_PATH": str(directory / "metrics.sock"),
+            "RAY_SERVE_HAPROXY_SERVER_STATE_BASE": str(directory),
+            "RAY_SERVE_HAPROXY_SERVER_STATE_FILE": str(directory / "server-state")}
+
+
+def serve_env(haproxy: bool, directory: Path | None = None, body_timeout_s: float | None = None) -> LocalRayEnv:
+    """Free ports for Serve's fallback proxy and HAProxy, and HAProxy's wrapper (loopback side ports,
+    ``body_timeout_s`` for a request's headers and body); HAProxy's files under ``directory`` when
+    given (jobs/serve_procs.py finds its processes by it)."""
     out = LocalRayEnv(env={"RAY_SERVE_FALLBACK_PROXY_HTTP_PORT": str(free_port()),
                            "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT": str(free_port())})
     if not haproxy:
         return out
+    if directory is not None:
+        out.env.update(haproxy_paths(directory))
     stats, metrics = free_port(), free_port()
     out.env.update(RAY_SERVE_ENABLE_HA_PROXY="1", RAY_SERVE_HAPROXY_STATS_PORT=str(stats),
                    RAY_SERVE_HAPROXY_METRICS_PORT=str(metrics))
@@ -125,7 +160,8 @@ def serve_env(haproxy: bool) -> LocalRayEnv:
     real = _real_haproxy()
     if real is not None:
         out.wrapper_dir = Path(tempfile.mkdtemp(prefix="memlib-haproxy-"))
-        out.env["RAY_SERVE_HAPROXY_BINARY_PATH"] = str(haproxy_wrapper(out.wrapper_dir, real, [stats, metrics]))
+        out.env["RAY_SERVE_HAPROXY_BINARY_PATH"] = str(haproxy_wrapper(out.wrapper_dir, real, [stats, metrics],
+                                                                                body_timeout_s=body_timeout_s))
     return out
 
 

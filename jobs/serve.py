@@ -10,14 +10,18 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import sys
+import threading
 import time
+import traceback
 from pathlib import Path
 
 import httpx
 import ray
 from ray import serve
 
-from jobs.local_ray import LocalRayEnv, free_port, serve_env, start_local  # noqa: F401 (free_port: callers)
+from jobs.local_ray import LocalRayEnv, free_port, serve_env, start_local, stop_local  # noqa: F401 (free_port)
+from jobs.serve_procs import Ledger, alive, end_processes, haproxies, haproxy_dir, on_parent_death, stop_stale_haproxies
 from memlib.config import MemlibConfig
 from memlib.serve.app import build_app
 from memlib.serve.service import SearchService
@@ -75,11 +79,15 @@ def application(store: str | Path, cfg: MemlibConfig):
 
 
 _LOCAL: list[LocalRayEnv] = []  # what this process applied when it started a local Ray for Serve
+_LEDGER: list[Ledger] = []  # the processes of the local instance this process started (jobs/serve_procs.py)
+_AFTER_INIT: list = []  # called once a local Ray has started (run_forever re-installs its signal handlers)
 
 
-def init_ray(address: str | None = None, num_cpus: int | None = None, cfg: MemlibConfig | None = None) -> None:
+def init_ray(address: str | None = None, num_cpus: int | None = None, cfg: MemlibConfig | None = None,
+             port: int | None = None) -> None:
     """Join ``address`` (or RAY_ADDRESS), or start a local instance bound and guarded as
-    :mod:`jobs.local_ray` describes (free ports, loopback HAProxy side ports, token auth)."""
+    :mod:`jobs.local_ray` describes (free ports, loopback HAProxy side ports, token auth); its
+    HAProxy keeps its files under :func:`jobs.serve_procs.haproxy_dir` of ``port``."""
     cfg = cfg or MemlibConfig()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -90,9 +98,19 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, cfg: Memli
         if cfg.serve.haproxy_ingress:  # read by the Serve controller and proxies of the cluster
             os.environ.setdefault("RAY_SERVE_ENABLE_HA_PROXY", "1")
         ray.init(address=address, log_to_driver=False)
-    else:
-        _LOCAL.append(start_local(num_cpus, token_auth=cfg.ray.local_token_auth,
-                                  serve=serve_env(cfg.serve.haproxy_ingress)))
+        return
+    directory = haproxy_dir(port if port is not None else cfg.serve.port)
+    if cfg.serve.haproxy_ingress:
+        stop_stale_haproxies(port if port is not None else cfg.serve.port, directory, _say)
+    _LEDGER.append(Ledger(haproxy_dir=directory).start())
+    _LOCAL.append(start_local(num_cpus, token_auth=cfg.ray.local_token_auth,
+                              serve=serve_env(cfg.serve.haproxy_ingress, directory, cfg.serve.body_timeout_s)))
+    for hook in _AFTER_INIT:  # ray.init replaced the SIGTERM handler (Python's, and a C one printing a stack)
+        hook()
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
 
 
 def wait_healthy(base_url: str, timeout_s: float = 300.0) -> dict:
@@ -116,7 +134,7 @@ def start(store: str | Path, cfg: MemlibConfig, *, host: str | None = None, port
     """Start Ray (local by default), Serve's HTTP proxy and the app; returns the base URL once healthy."""
     host = host or cfg.serve.host
     port = port if port is not None else cfg.serve.port
-    init_ray(address or cfg.ray.address, num_cpus or cfg.ray.num_cpus, cfg)
+    init_ray(address or cfg.ray.address, num_cpus or cfg.ray.num_cpus, cfg, port=port)
     serve.start(http_options={"host": host, "port": port})
     serve.run(application(store, cfg), name=APP_NAME, route_prefix="/", blocking=False)
     base_url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
@@ -124,56 +142,106 @@ def start(store: str | Path, cfg: MemlibConfig, *, host: str | None = None, port
     return base_url
 
 
-def stop() -> None:
-    """Shut down Serve and the Ray instance this process started, and the HAProxy processes of that
-    instance: one spawned by a reload while Serve shuts down outlives its manager actor (it is not
-    in Ray's process group) and would keep the service's ports."""
-    node = ray.get_runtime_context().get_node_id() if _LOCAL and ray.is_initialized() else None
+DRAIN_S = 2.0  # requests in flight when a local service stops get this long to finish
+# then its processes get SIGTERM and this long before SIGKILL: Ray's actors and its autoscaler
+# monitor outlive a SIGTERM by seconds once their raylet or GCS is gone (measured: 3 s was not enough)
+KILL_AFTER_S = 1.0
+
+
+def stop(exiting: bool = False) -> int:
+    """Stop the service; returns how many of its processes were ended. ``exiting``: this process
+    ends right after (``memlib serve``), so its Ray driver need not disconnect first: Ray's
+    shutdown gives each head process a second and waits for a GCS a signal to the group may have
+    ended already (7 s measured), and its exit hook must then be skipped (``os._exit``).
+
+    A local instance this process started is stopped whole, without Serve's controller shutdown
+    (which waits up to 30 s for the controller, then kills it and prints the failed task): its
+    HAProxy processes are asked to stop accepting and finish the requests in flight (SIGUSR1,
+    :data:`DRAIN_S`), Ray is shut down, and every process recorded while the service ran that is
+    still alive (actors, HAProxy re-parented to PID 1, the head when its group was signalled) is
+    ended. On a cluster joined by address, Serve is shut down and the cluster left running."""
+    ledger = _LEDGER.pop() if _LEDGER else None
+    if ledger is None:
+        try:
+            serve.shutdown()
+        finally:
+            if ray.is_initialized():
+                ray.shutdown()
+        return 0
+    seen = ledger.close()
+    mine = [key for key in seen if key[0] != os.getpid()]
+    running = alive(mine)
     try:
-        serve.shutdown()
+        end_processes(haproxies(mine, seen), grace_s=DRAIN_S, first=signal.SIGUSR1)
+        if not exiting:
+            stop_local()
     finally:
-        if ray.is_initialized():
+        if not exiting and ray.is_initialized():
             ray.shutdown()
-        if node is not None:
-            _end_haproxies(node)
-        while _LOCAL:
-            wrapper = _LOCAL.pop().wrapper_dir
-            if wrapper is not None:
-                shutil.rmtree(wrapper, ignore_errors=True)
+        end_processes(mine, grace_s=KILL_AFTER_S)
+        _cleanup(ledger)
+    return len(running) - len(alive(mine))
 
 
-def _end_haproxies(node_id: str, timeout_s: float = 10.0) -> None:
-    """Terminate the HAProxy processes whose config lives under this node's directory."""
-    import psutil
+def _cleanup(ledger: Ledger) -> None:
+    if ledger.haproxy_dir:
+        shutil.rmtree(ledger.haproxy_dir, ignore_errors=True)
+    while _LOCAL:
+        wrapper = _LOCAL.pop().wrapper_dir
+        if wrapper is not None:
+            shutil.rmtree(wrapper, ignore_errors=True)
 
-    mine = [p for p in psutil.process_iter(["name", "cmdline"])
-            if p.info["name"] == "haproxy" and any(node_id in arg for arg in p.info["cmdline"] or [])]
-    for p in mine:
-        try:
-            p.terminate()
-        except psutil.Error:
-            continue
-    _, alive = psutil.wait_procs(mine, timeout=timeout_s)
-    for p in alive:
-        try:
-            p.kill()
-        except psutil.Error:
-            continue
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class _Stopped(BaseException):
+    """A stop signal arrived while the service was starting."""
 
 
 def run_forever(store: str | Path, cfg: MemlibConfig, **kwargs) -> None:
-    """``memlib serve``: start and block until interrupted."""
-    base_url = start(store, cfg, **kwargs)
-    print(f"memlib service on {base_url}  (OpenAPI: {base_url}/openapi.json; Ctrl-C stops)", flush=True)
-    signal.signal(signal.SIGTERM, _exit_on_signal)
+    """``memlib serve``: start, block until SIGINT, SIGTERM or SIGHUP (to the process or its group)
+    or the death of the parent process, then stop every process the service started (:func:`stop`)."""
+    stopping = threading.Event()
+    state = {"started": False}
+
+    def on_signal(signum, frame) -> None:
+        if stopping.is_set():
+            return
+        stopping.set()
+        if not state["started"]:
+            raise _Stopped(signum)
+
+    def arm() -> None:  # also after ray.init, which installs its own SIGTERM handler
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, on_signal)
+
+    arm()
+    _AFTER_INIT.append(arm)
+    on_parent_death(lambda: os.kill(os.getpid(), signal.SIGTERM))
+    code = 0
     try:
-        while True:
-            time.sleep(3600)
-    except (KeyboardInterrupt, SystemExit):
+        base_url = start(store, cfg, **kwargs)
+        arm()
+        state["started"] = True
+        if not stopping.is_set():
+            print(f"memlib service on {base_url}  (OpenAPI: {base_url}/openapi.json; Ctrl-C, SIGTERM or SIGHUP "
+                  "stops it)", flush=True)
+        while not stopping.wait(1.0):
+            pass
+    except (_Stopped, KeyboardInterrupt, SystemExit):
         pass
+    except Exception:  # noqa: BLE001 - a failed start still ends what it started, then says why
+        traceback.print_exc()
+        code = 1
     finally:
-        stop()
-
-
-def _exit_on_signal(signum, frame) -> None:
-    raise SystemExit(128 + signum)
+        stopping.set()
+        for sig in STOP_SIGNALS:  # a second signal must not interrupt the stop
+            signal.signal(sig, signal.SIG_IGN)
+        _AFTER_INIT.clear()
+        ended = stop(exiting=True)
+        print(f"memlib serve: stopped; {ended} processes ended", flush=True)
+        sys.stderr.flush()
+        # nothing is left to clean up: leave before Ray's exit hook, which would wait for a GCS the
+        # signal to the group may have ended
+        os._exit(code)

@@ -267,6 +267,8 @@ class ServeConfig(_Section):
     replica_cpus: float = Field(0.5, gt=0, description="CPUs reserved by each replica")
     max_body_bytes: int = Field(16_384, ge=1024, le=64 << 20, description="largest request body accepted (a search "
                                 "body is a few hundred bytes)")
+    body_timeout_s: float = Field(5.0, gt=0, le=3600, description="seconds a request body may take to arrive, in "
+                                  "the app and in HAProxy (with the headers): a slower client gets 408")
     max_k: int = Field(100, ge=1, le=10_000, description="largest k a request may ask for")
     tenant_token_hashes: dict[str, str] = Field(default_factory=dict,
                                                 description="tenant -> sha256 hex of its bearer token")

@@ -13,7 +13,12 @@ import typer
 
 from jobs.cli.common import ConfigOpt, SetOpt, fail, get_config
 
-serve_app = typer.Typer(help="Serve retrieval over HTTP (Ray Serve, FastAPI ingress).")
+serve_app = typer.Typer(help="""Serve retrieval over HTTP (Ray Serve, FastAPI ingress).
+
+Stop it with Ctrl-C, SIGTERM or SIGHUP, to its PID or to its process group; it also stops when its parent
+process dies (detach it with `setsid -f` or a service manager, not nohup). Every process it started (the
+local Ray, Serve's actors, HAProxy, reloaded ones included) is ended within 15 s, and it prints
+"stopped; N processes ended". An HAProxy that an earlier run left on the port is stopped at start.""")
 
 
 @serve_app.callback(invoke_without_command=True)
@@ -29,7 +34,12 @@ def serve_cmd(
 ) -> None:
     """Start the service: POST /v1/search, GET /v1/tenants, GET /healthz, GET /metrics, POST /v1/reload,
     the MCP server at /mcp, the memory explorer at /ui, OpenAPI at /openapi.json (/docs with
-    serve.api_docs)."""
+    serve.api_docs).
+
+    Stop it with Ctrl-C, SIGTERM or SIGHUP (to its PID or its process group); it also stops when its
+    parent process dies (detach with `setsid -f`). Every process it started (local Ray, Serve actors,
+    HAProxy, reloaded ones included) is ended within 15 s, then it prints "stopped; N processes ended".
+    An HAProxy an earlier run left on the port is stopped at start."""
     if ctx.invoked_subcommand is not None:
         return
     if store is None:

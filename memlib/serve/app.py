@@ -86,9 +86,11 @@ def build_app(service: SearchService) -> FastAPI:
         seen: dict[str, str | None] = {"strategy": None}
 
         async def call() -> Response:
+            # the token first: an unauthenticated client is answered before it sends a byte of body
+            principal = service.auth.authenticate(request.headers.get("authorization"))
             check_body_size(request.headers.get("content-length"), service.limits.max_body_bytes)
-            raw = await read_body(request.stream(), service.limits.max_body_bytes)
-            _, req = service.parse(request.headers.get("authorization"), raw)
+            raw = await read_body(request.stream(), service.limits.max_body_bytes, service.limits.body_timeout_s)
+            _, req = service.parse(request.headers.get("authorization"), raw, principal)
             seen["strategy"] = req.strategy
             return _json(await run_in_threadpool(service.search, req))
 

@@ -11,6 +11,7 @@ class ErrorCode(str, Enum):
     UNKNOWN_SESSION = "unknown_session"      # 404: no such session in the tenant
     UNKNOWN_NODE = "unknown_node"            # 404: no such node (or turn id) in the tenant
     BODY_TOO_LARGE = "body_too_large"        # 422: body above serve.max_body_bytes
+    BODY_TIMEOUT = "body_timeout"            # 408: body not received within serve.body_timeout_s
     MALFORMED_BODY = "malformed_body"        # 422: not JSON / not an object / wrong fields
     BAD_TENANT_ID = "bad_tenant_id"          # 422: fails TENANT_ID_RE (path tricks)
     UNKNOWN_STRATEGY = "unknown_strategy"    # 422: not in the retrieval registry
@@ -28,6 +29,7 @@ STATUS = {
     ErrorCode.UNKNOWN_SESSION: 404,
     ErrorCode.UNKNOWN_NODE: 404,
     ErrorCode.BODY_TOO_LARGE: 422,
+    ErrorCode.BODY_TIMEOUT: 408,
     ErrorCode.MALFORMED_BODY: 422,
     ErrorCode.BAD_TENANT_ID: 422,
     ErrorCode.UNKNOWN_STRATEGY: 422,

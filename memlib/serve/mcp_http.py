@@ -13,6 +13,7 @@ tool handlers, which apply the same rule again.
 """
 from __future__ import annotations
 
+import asyncio
 import json
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator
@@ -26,6 +27,7 @@ from memlib.io.validate import validate_tenant_id
 from memlib.serve.auth import Principal, Role
 from memlib.serve.errors import ApiError, ErrorCode
 from memlib.serve.mcp_tools import build_server
+from memlib.serve.requests import body_timeout
 from memlib.serve.service import SearchService
 
 PRINCIPAL_KEY = "memlib.principal"
@@ -33,6 +35,7 @@ UNAUTHENTICATED = -32001  # JSON-RPC server error codes of this service
 FORBIDDEN = -32003
 PAYLOAD_TOO_LARGE = -32004
 UNAVAILABLE = -32005
+BODY_TIMEOUT = -32006
 _NOBODY = Principal(Role.TENANT, None)  # may query nothing
 
 
@@ -130,9 +133,23 @@ class McpHttp:
             await _reject(503, UNAVAILABLE, "unavailable", "the MCP server is not running (app lifespan not started)",
                           None, send)
             return
+        try:  # the token first: an unauthenticated client is answered before it sends a byte of body
+            principal = self.service.auth.authenticate(Headers(scope=scope).get("authorization"))
+        except ApiError as exc:
+            self.service.metrics.observe("mcp", exc.status)
+            await _reject(exc.status, UNAUTHENTICATED, exc.code.value, exc.reason, None, send)
+            return
         body = b""
         if scope["method"] == "POST":
-            body, too_large = await _read_body(receive, self.service.limits.max_body_bytes)
+            timeout_s = self.service.limits.body_timeout_s
+            try:
+                async with asyncio.timeout(timeout_s):
+                    body, too_large = await _read_body(receive, self.service.limits.max_body_bytes)
+            except TimeoutError:
+                exc = body_timeout(timeout_s)
+                self.service.metrics.observe("mcp", exc.status)
+                await _reject(exc.status, BODY_TIMEOUT, exc.code.value, exc.reason, None, send)
+                return
             if too_large:
                 self.service.metrics.observe("mcp", 413)
                 await _reject(413, PAYLOAD_TOO_LARGE, ErrorCode.BODY_TOO_LARGE.value,
@@ -141,14 +158,12 @@ class McpHttp:
         message = _decode(body)
         request_id = message.get("id") if isinstance(message, dict) else None
         try:
-            principal = self.service.auth.authenticate(Headers(scope=scope).get("authorization"))
             tenant = called_tenant(message)
             if tenant is not None:
                 self.service.auth.authorize(principal, tenant)
         except ApiError as exc:
             self.service.metrics.observe("mcp", exc.status)
-            code = UNAUTHENTICATED if exc.status == 401 else FORBIDDEN
-            await _reject(exc.status, code, exc.code.value, exc.reason, request_id, send)
+            await _reject(exc.status, FORBIDDEN, exc.code.value, exc.reason, request_id, send)
             return
         await inner({**scope, PRINCIPAL_KEY: principal}, _replay(body, receive), self._counting(send))
 

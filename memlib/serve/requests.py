@@ -1,7 +1,8 @@
 """Validation of a raw ``POST /v1/search`` body into a :class:`SearchRequest`, with one
-typed reason per failure (all answered as 422)."""
+typed reason per failure (422; 408 for a body that does not arrive within ``serve.body_timeout_s``)."""
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass
 from typing import AsyncIterator, Collection
@@ -19,6 +20,7 @@ class Limits:
     max_k: int
     default_k: int
     default_strategy: str
+    body_timeout_s: float = 5.0
 
 
 def check_body_size(content_length: str | None, limit: int) -> None:
@@ -33,17 +35,31 @@ def check_body_size(content_length: str | None, limit: int) -> None:
         raise ApiError(ErrorCode.BODY_TOO_LARGE, f"body of {n} bytes exceeds serve.max_body_bytes={limit}")
 
 
-async def read_body(chunks: AsyncIterator[bytes], limit: int) -> bytes:
+async def read_body(chunks: AsyncIterator[bytes], limit: int, timeout_s: float | None = None) -> bytes:
     """The request body, read chunk by chunk and refused as soon as it passes ``limit`` bytes
-    (a chunked upload has no Content-Length to check first)."""
+    (a chunked upload has no Content-Length to check first) or takes longer than ``timeout_s``
+    (408: a client sending a byte now and then must not hold a request slot)."""
     parts, size = [], 0
-    async for chunk in chunks:
-        size += len(chunk)
-        if size > limit:
-            raise ApiError(ErrorCode.BODY_TOO_LARGE, f"body of more than {limit} bytes exceeds "
-                                                     f"serve.max_body_bytes={limit}")
-        parts.append(chunk)
+
+    async def read() -> None:
+        nonlocal size
+        async for chunk in chunks:
+            size += len(chunk)
+            if size > limit:
+                raise ApiError(ErrorCode.BODY_TOO_LARGE, f"body of more than {limit} bytes exceeds "
+                                                         f"serve.max_body_bytes={limit}")
+            parts.append(chunk)
+
+    try:
+        async with asyncio.timeout(timeout_s):
+            await read()
+    except TimeoutError:
+        raise body_timeout(timeout_s) from None
     return b"".join(parts)
+
+
+def body_timeout(timeout_s: float | None) -> ApiError:
+    return ApiError(ErrorCode.BODY_TIMEOUT, f"the request body did not arrive within serve.body_timeout_s={timeout_s}")
 
 
 def check_tenant_id(tenant: str) -> str:

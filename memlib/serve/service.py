@@ -74,7 +74,8 @@ class SearchService:
         self.strategy_names = list_strategies()
         self.limits = Limits(max_body_bytes=cfg.serve.max_body_bytes, max_k=cfg.serve.max_k,
                              default_k=min(cfg.retrieve.k, cfg.serve.max_k),
-                             default_strategy=cfg.retrieve.default_strategy)
+                             default_strategy=cfg.retrieve.default_strategy,
+                             body_timeout_s=cfg.serve.body_timeout_s)
         self.metrics = ServiceMetrics()
         self.metrics.set_version(self.cache.version)
         self._strategies: dict[str, Strategy] = {}
@@ -182,8 +183,10 @@ class SearchService:
         return idx
 
     # -- endpoints ---------------------------------------------------------------------------
-    def parse(self, authorization: str | None, raw: bytes) -> tuple[Principal, SearchRequest]:
-        principal = self.auth.authenticate(authorization)
+    def parse(self, authorization: str | None, raw: bytes,
+              principal: Principal | None = None) -> tuple[Principal, SearchRequest]:
+        """``principal``: already authenticated from ``authorization`` (before the body was read)."""
+        principal = principal or self.auth.authenticate(authorization)
         req = parse_search(raw, self.limits, self.strategy_names)
         self.auth.authorize(principal, req.tenant)
         return principal, req

@@ -26,11 +26,11 @@ FIXED_DEFAULTS = {8404, 9101, 8500, 9500, 44217, 44227}
 LOOPBACK = {"127.0.0.1", "::1"}
 
 
-def _spawn(store: Path, port: int, log: Path) -> subprocess.Popen:
+def _spawn(store: Path, port: int, log: Path, extra: tuple[str, ...] = ()) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     with log.open("wb") as out:
         return subprocess.Popen([sys.executable, "-m", "jobs.cli", "serve", "--store", str(store), "--port", str(port),
-                                 "--set", "serve.preload_tenants=1"],
+                                 "--set", "serve.preload_tenants=1", *extra],
                                 stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
 
