@@ -182,9 +182,8 @@ class Service:
         return self.log.read_text(errors="replace")
 
 
-# ~45 s each on 2 cores: SIGHUP takes the same path as the other two once handled, so it runs with -m slow
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, pytest.param(signal.SIGHUP, marks=pytest.mark.slow)],
-                         ids=["INT", "TERM", "HUP"])
+# ~45 s each on 2 cores; every signal a supervisor sends, each to the PID and to the group
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["INT", "TERM", "HUP"])
 def test_a_signal_to_the_pid_or_the_group_stops_every_process(tmp_path, embedder, sig):
     store = tmp_path / "store"
     write_version(store, embedder)
