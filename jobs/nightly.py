@@ -17,7 +17,6 @@ import json
 import logging
 import shutil
 import time
-from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -52,7 +51,7 @@ from memlib.embed.space import kept_space, space_change
 from memlib.io.errors import InputError
 from memlib.io.readers import input_sources
 from memlib.io.remote import staged_input
-from memlib.io.store import PART_KEY, PART_SIZES_KEY, Carried, StoreError, StoreReader, StoreWriter, read_manifest
+from memlib.io.store import PART_KEY, PART_TENANTS_KEY, Carried, StoreError, StoreReader, StoreWriter, read_manifest
 from pipelines.shard import QUARANTINE_PART, TenantShard, shard_input
 from pipelines.staged_build import Prepared, prepare_staged, run_staged, session_build_key
 from pipelines.store_sink import drop_staging
@@ -291,10 +290,14 @@ def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: st
     graph_info = {"status": "built", "tenants": len(ok_shards), "where": "tenant stage"}
     with timer.span(Phase.WRITE):
         kept = plan.carry + [t for t in plan.failed if t in prev]
-        carried = writer.carry_over(kept, part_turns=cfg.ray.tenant_batch_turns) if kept else Carried()
+        carried = (writer.carry_over(kept, part_turns=cfg.ray.tenant_batch_turns, purge=_purged(plan, forget, base))
+                   if kept else Carried())
         parts = {**carried.parts, **{s["tenant_id"]: s["part"] for s in summaries}}
         writer.prune_parts(parts, check={s["part"] for s in summaries if s["tenant_id"] in plan.resume})
-        sizes = {**carried.sizes, **Counter(parts[s["tenant_id"]] for s in summaries)}
+        held = dict(carried.held)
+        for s in sorted(summaries, key=lambda s: s["tenant_id"]):
+            if parts[s["tenant_id"]] == s["part"]:
+                held.setdefault(s["part"], []).append(s["tenant_id"])
         _write_lance(writer, summaries, parts, plan.gone + sorted(forget.tenants & set(prev)),
                      cfg.io.lance_rows_per_commit)
         drop_staging(writer)
@@ -304,7 +307,7 @@ def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: st
                            merge_rows=cfg.io.index_merge_rows,
                            vector_index=cfg.io.vector_index, max_fragments=cfg.io.max_fragments)
     with timer.span(Phase.PUBLISH):  # what the manifest counts (its own write is not timed in it)
-        version = StoreReader(writer.path, {"version": writer.version, PART_SIZES_KEY: sizes,
+        version = StoreReader(writer.path, {"version": writer.version, PART_TENANTS_KEY: held,
                                             "tenants": {t: {PART_KEY: p} for t, p in parts.items()}})
         kinds, questions = _kind_counts(writer, version), version.table("questions", None, ["tenant_id"]).num_rows
     timings = {**timer.rounded(), "total": round(time.perf_counter() - wall, 3)}
@@ -317,12 +320,20 @@ def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: st
     manifest = _finish_manifest(manifest, plan, base, key, forget, *kinds, summaries)
     for tenant, entry in manifest["tenants"].items():
         entry[PART_KEY] = parts[tenant]
-    manifest[PART_SIZES_KEY] = {p: sizes[p] for p in sorted(set(parts.values()))}
+    manifest[PART_TENANTS_KEY] = {p: held[p] for p in sorted(set(parts.values()))}
     manifest["sessions"] = session_stats
     manifest["session_build_key"] = session_build_key(cfg, key)
     published = writer.publish(manifest)
     progress("published", {"version": published["version"], "store": str(out), **plan.to_json()})
     return published
+
+
+def _purged(plan: Plan, forget: ForgetList, base: dict[str, Any] | None) -> set[str]:
+    """Tenants none of whose published rows may stay in the new version, not even dead in a carried
+    part: those deleted, and those forgotten in whole or in part by this run."""
+    before = ForgetList.load(None, (base or {}).get("forgotten"))
+    return (set(plan.gone) | set(plan.removed) | (forget.tenants - before.tenants)
+            | {t for t, _ in forget.conversations - before.conversations})
 
 
 def _reasons(plan: Plan, tenants: list[str]) -> str:

@@ -19,9 +19,9 @@ TENANT_TABLES = ("turns", "segments", "edges", "questions", "llm_calls", "node_f
 @dataclass
 class Carried:
     """What :meth:`PartsCarrier.carry_over` did: each carried tenant's part in the new version, and
-    how many tenants each of those parts holds (live or dead)."""
+    every tenant each of those parts holds rows of (live or dead)."""
     parts: dict[str, str] = field(default_factory=dict)
-    sizes: dict[str, int] = field(default_factory=dict)
+    held: dict[str, list[str]] = field(default_factory=dict)
 
 
 class PartsCarrier:
@@ -32,32 +32,32 @@ class PartsCarrier:
     version_dir: Path
     version: str
 
-    def carry_over(self, tenants: Iterable[str], *, part_turns: int = 512) -> Carried:
+    def carry_over(self, tenants: Iterable[str], *, part_turns: int = 512, purge: Iterable[str] = ()) -> Carried:
         """Bring unchanged published tenants into this version without recomputing them: a part
         holding any of them is hard-linked (one link per file, whatever its number of tenants), and
         the rows of its tenants rebuilt or removed since stay in it, dead (readers skip them: the
-        manifest names each live tenant's part, ``part_sizes`` how many tenants a part holds). A
-        part whose live tenants would be fewer than half of those it holds is compacted instead:
-        its carried tenants are rewritten, with those of other such parts, into new parts of about
-        ``part_turns`` turns. So a run costs a link per carried part, and rows are rewritten only
-        once their part is half dead."""
+        manifest names each live tenant's part and every tenant a part holds). A part is compacted
+        instead (its carried tenants rewritten, with those of other such parts, into new parts of
+        about ``part_turns`` turns) when it would be less than half live, or when it holds rows,
+        live or dead, of a tenant in ``purge`` (forgotten, or deleted: nothing of it may stay). So a
+        run costs a link per carried part, and rows are rewritten only once their part is half dead."""
         if self.base is None:
             raise StoreError("cannot carry over tenants: the store has no published version")
-        carried, out = set(tenants), Carried()
-        info, sizes = self.base.manifest.get("tenants", {}), self.base.part_sizes()
+        carried, purge, out = set(tenants), set(purge), Carried()
+        info, held = self.base.manifest.get("tenants", {}), self.base.held()
         remnants: list[str] = []
         for part, members in self.base.parts().items():
             keep = [t for t in members if t in carried]
             if not keep:
                 continue
+            holds = held.get(part, members)
             # a store written before parts (a file per tenant, no part in the manifest) is packed
             # into parts as its tenants are carried: the next build upgrades it
             legacy = members == [part] and PART_KEY not in (info.get(part) or {})
-            held = sizes.get(part, len(members))
-            if not legacy and 2 * len(keep) >= held:
+            if not legacy and 2 * len(keep) >= len(holds) and not purge.intersection(holds):
                 self._link_part(part)
                 out.parts.update((t, part) for t in keep)
-                out.sizes[part] = held
+                out.held[part] = sorted(holds)
             else:
                 remnants += keep
         group: list[str] = []
@@ -67,7 +67,7 @@ class PartsCarrier:
             if group and (not tenant or turns + n > part_turns):
                 new = self._rewrite_part(group)
                 out.parts.update((t, new) for t in group)
-                out.sizes[new] = len(group)
+                out.held[new] = sorted(group)
                 group, turns = [], 0
             if tenant:
                 group.append(tenant)

@@ -66,7 +66,7 @@ PARQUET_TABLES = ("turns", "segments", "edges", "questions", "quarantine", "llm_
                   "token_sums")
 GRAPHS_SCHEMA = pa.schema([pa.field("tenant_id", pa.string(), nullable=False),
                            pa.field("graph", pa.large_binary(), nullable=False)])
-PART_SIZES_KEY = "part_sizes"  # part -> the tenants its files hold (live or dead), see StoreReader.part_sizes
+PART_TENANTS_KEY = "part_tenants"  # part -> every tenant its files hold rows of, live or dead (StoreReader.held)
 _VERSION_RE = re.compile(r"^v(\d{6})$")
 
 
@@ -143,10 +143,10 @@ class StoreReader:
             out.setdefault(self.part_of(tenant), []).append(tenant)
         return out
 
-    def part_sizes(self) -> dict[str, int]:
-        """Part -> the tenants its files hold rows of: more than :meth:`parts` names once some were
+    def held(self) -> dict[str, list[str]]:
+        """Part -> every tenant its files hold rows of: more than :meth:`parts` names once some were
         rebuilt or removed since it was written (their rows stay, dead, until it is compacted)."""
-        return {p: int(n) for p, n in (self.manifest.get(PART_SIZES_KEY) or {}).items()}
+        return {p: list(ts) for p, ts in (self.manifest.get(PART_TENANTS_KEY) or {}).items()}
 
     def table(self, name: str, tenant: str | None = None, columns: list[str] | None = None) -> pa.Table:
         if tenant is None:
@@ -163,8 +163,8 @@ class StoreReader:
         """Every live row of table ``name``: a part's dead rows (tenants rebuilt or removed since it
         was written) are left out."""
         directory = _table_dir(self.version_dir, name)
-        sizes, live = self.part_sizes(), self.parts() if name in TENANT_TABLES else {}
-        masked = {p: ts for p, ts in live.items() if sizes.get(p, len(ts)) > len(ts)}
+        held, live = self.held(), self.parts() if name in TENANT_TABLES else {}
+        masked = {p: ts for p, ts in live.items() if len(held.get(p, ts)) > len(ts)}
         if not masked:
             return _read_parquet_dir(directory, None, columns, schema.TABLES.get(name))
         cols = None if columns is None else list(dict.fromkeys([*columns, "tenant_id"]))

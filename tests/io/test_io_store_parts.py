@@ -19,8 +19,8 @@ def _turns(tenant: str, n: int) -> pa.Table:
 
 
 def _publish(w: StoreWriter, parts: dict[str, str], turns: dict[str, int],
-             sizes: dict[str, int] | None = None) -> StoreReader:
-    w.publish({"tenants": {t: {"part": p, "turns": turns[t]} for t, p in parts.items()}, "part_sizes": sizes or {}})
+             held: dict[str, list[str]] | None = None) -> StoreReader:
+    w.publish({"tenants": {t: {"part": p, "turns": turns[t]} for t, p in parts.items()}, "part_tenants": held or {}})
     return StoreReader(w.path)
 
 
@@ -55,18 +55,35 @@ def test_carry_over_links_parts_and_compacts_half_dead_ones(tmp_path):
     linked = lambda p: os.stat(w2.version_dir / "turns" / f"{p}.parquet").st_ino == \
         os.stat(r1.version_dir / "turns" / f"{p}.parquet").st_ino  # noqa: E731
     assert carried.parts["a"] == carried.parts["c"] == p1 and linked(p1)  # 2 of its 3 tenants live: linked
-    assert carried.parts["f"] == p3 and linked(p3) and carried.sizes[p1] == 3 and carried.sizes[p3] == 1
-    assert carried.parts["d"] not in (p1, p2, p3) and carried.sizes[carried.parts["d"]] == 1  # 1 of 3: compacted
+    assert carried.parts["f"] == p3 and linked(p3) and carried.held[p1] == ["a", "b", "c"] and carried.held[p3] == ["f"]
+    assert carried.parts["d"] not in (p1, p2, p3) and carried.held[carried.parts["d"]] == ["d"]  # 1 of 3: compacted
     pb = _write_part(w2, ["b"], n=5)
     parts = {**carried.parts, "b": pb}
     w2.prune_parts(parts)
-    r2 = _publish(w2, parts, {**sizes, "b": 5}, {**carried.sizes, pb: 1})
+    r2 = _publish(w2, parts, {**sizes, "b": 5}, {**carried.held, pb: ["b"]})
     assert r2.table("turns", "a").equals(r1.table("turns", "a"))
     assert r2.table("turns", "b").num_rows == 5 and r2.table("turns", "e").num_rows == 0
     assert sorted(set(r2.table("turns").column("tenant_id").to_pylist())) == ["a", "b", "c", "d", "f"]
     assert r2.table("turns").num_rows == 4 * 3 + 5  # b's old rows are in p1 still, dead: no reader sees them
     assert r2.table("turns", columns=["text"]).num_rows == 17
     assert r2.graph_bytes("d") == b"graph of d" and r2.graph_bytes("e") is None and r2.graph_bytes("b") == b"graph of b"
+
+
+def test_a_part_holding_a_purged_tenant_is_compacted_whatever_its_live_share(tmp_path):
+    """A deleted or forgotten tenant's rows may not stay even dead: any part holding them, live or
+    dead, is rewritten without them."""
+    w = StoreWriter(tmp_path / "s", dim=8)
+    tenants = [f"t{i}" for i in range(6)]
+    p = _write_part(w, tenants)
+    _publish(w, dict.fromkeys(tenants, p), dict.fromkeys(tenants, 3), {p: tenants})
+    w2 = StoreWriter(tmp_path / "s", dim=8)
+    carried = w2.carry_over(tenants[1:], part_turns=100, purge={"t0"})  # t0 forgotten: 5 of 6 live
+    new = carried.parts["t1"]
+    assert new != p and carried.held == {new: tenants[1:]}
+    import pyarrow.parquet as pq
+
+    held = set(pq.read_table(w2.version_dir / "turns" / f"{new}.parquet").column("tenant_id").to_pylist())
+    assert held == set(tenants[1:])  # no row of t0 on disk in this version
 
 
 def test_remnants_are_packed_into_parts_of_bounded_turns(tmp_path):
@@ -76,12 +93,12 @@ def test_remnants_are_packed_into_parts_of_bounded_turns(tmp_path):
     _publish(w, dict.fromkeys(tenants, p), dict.fromkeys(tenants, 3))
     w2 = StoreWriter(tmp_path / "s", dim=8)
     carried = w2.carry_over(tenants[1:], part_turns=9)  # t0 rebuilt: nine of ten live, the part is linked
-    assert set(carried.parts.values()) == {p} and carried.sizes == {p: 10}
-    _publish(w2, carried.parts, dict.fromkeys(tenants, 3), carried.sizes)
+    assert set(carried.parts.values()) == {p} and carried.held == {p: tenants}
+    _publish(w2, carried.parts, dict.fromkeys(tenants, 3), carried.held)
     w3 = StoreWriter(tmp_path / "s", dim=8)
     carried = w3.carry_over(tenants[6:], part_turns=9)  # 4 of 10 live: compacted, three turns a tenant
     assert len(set(carried.parts.values())) == 2 and p not in carried.parts.values()
-    assert sorted(carried.sizes.values()) == [1, 3]
+    assert sorted(map(len, carried.held.values())) == [1, 3]
 
 
 def test_a_store_written_before_parts_reads_and_is_packed_by_the_next_build(tmp_path):
