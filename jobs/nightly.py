@@ -42,7 +42,13 @@ from jobs.nightly_plan import (
 )
 from jobs.resumable import DONE_DIR, ResumableWriter
 from jobs.store_lock import locked
-from jobs.tenant_guards import discard_if_refused, drop_partitions, keep_against_quarantine, remove_unkeepable
+from jobs.tenant_guards import (
+    discard_if_refused,
+    drop_partitions,
+    keep_against_quarantine,
+    rebuild_damaged,
+    remove_unkeepable,
+)
 from memlib.compose.manifest import build_manifest
 from memlib.compose.recipe import DEFAULT_RECIPE, Phase, get_recipe
 from memlib.compose.timer import WallTimer
@@ -243,6 +249,7 @@ def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: st
                          {} if full else writer.done_markers(), read.failed)
         settle_missing(plan, base, forget.tenants, complete=full or cfg.nightly.input_is_complete,
                        max_share=cfg.nightly.max_removed_share)
+        rebuild_damaged(plan, writer.base)
         if new_space and plan.carry:  # every tenant of the input is rebuilt (new build key); these would not be
             raise StoreError(f"{new_space}; {len(plan.carry)} published tenant(s) missing from the input "
                              f"({', '.join(plan.carry[:5])}) would keep the old model's vectors, and a store cannot "

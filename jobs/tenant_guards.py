@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 from jobs.nightly_plan import ForgetList, Plan
 from jobs.resumable import DONE_DIR
 from memlib.io.errors import InputError
-from memlib.io.store import StoreError, StoreWriter
+from memlib.io.store import StoreError, StoreReader, StoreWriter
 from pipelines.shard import TenantShard
 
 
@@ -86,3 +86,23 @@ def drop_partitions(writer: StoreWriter, tenants: list[str]) -> None:
         for part in writer.version_dir.glob(f"*/{tenant}.*"):
             if part.is_file():
                 part.unlink()
+
+
+def rebuild_damaged(plan: Plan, published: StoreReader | None) -> None:
+    """A tenant to carry over whose published files are gone (a version directory removed by hand,
+    a file lost) is rebuilt from the input when the input has it; otherwise it fails, by name, and
+    the run exits non-zero: a tenant is never carried, and published, empty."""
+    if published is None:
+        return
+    for tenant in list(plan.carry):
+        gone = published.missing_files(tenant)
+        if not gone:
+            continue
+        plan.carry.remove(tenant)
+        if tenant in plan.missing:  # kept from an earlier input: nothing here to rebuild it from
+            plan.missing.remove(tenant)
+            plan.failed[tenant] = (f"its published files are gone ({', '.join(gone[:3])}) and the input does not "
+                                   f"hold it: build it again from an input that does")
+        else:
+            plan.build.append(tenant)
+    plan.build.sort()

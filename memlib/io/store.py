@@ -175,6 +175,15 @@ class StoreReader:
         t = pa.concat_tables(tables, promote_options="permissive")
         return t if columns is None else t.select(columns)
 
+    def missing_files(self, tenant: str) -> list[str]:
+        """The files ``tenant``'s published data needs that are gone (its turns; its edges,
+        segments and graph when the manifest counts any), as paths under the version directory."""
+        entry = self.manifest.get("tenants", {}).get(tenant) or {}
+        need = ["turns"] + [name for name in ("edges", "segments") if entry.get(name)]
+        files = [self.table_file(name, tenant) for name in need]
+        files += [self.graph_file(tenant)] if entry.get("nodes") else []
+        return [str(f.relative_to(self.version_dir)) for f in files if not f.exists()]
+
     def table_file(self, name: str, tenant: str) -> Path:
         """The file holding ``tenant``'s rows of table ``name`` (shared with its part's other tenants)."""
         return _table_dir(self.version_dir, name) / f"{safe_name(self.part_of(tenant))}.parquet"

@@ -300,3 +300,27 @@ def test_an_input_whose_every_record_lacks_a_field_stops_before_ray(tmp_path, mo
         assert res.exit_code == 2 and len(lines) == 1, res.output + repr(res.exception)
         assert "every record lacks `text`; the file has `content`" in lines[0]
         assert not (tmp_path / "store" / "manifest.json").exists()
+
+
+def test_a_carried_tenant_whose_files_are_gone_is_rebuilt_or_failed_never_published_empty(ray_local, tmp_path):
+    """Issue 39, item 2: with the published version's directory deleted, a nightly run said "carried"
+    and published tenants with no rows, no edges and no graph, exit 0. Now a tenant the input holds is
+    rebuilt from it, and one it does not hold fails by name (exit 3)."""
+    from memlib.io.store import StoreReader
+
+    inp = write_jsonl(tmp_path / "in.jsonl", ["emil", "gus"])
+    store = tmp_path / "store"
+    assert _build(inp, store).exit_code == 0
+    shutil.rmtree(store / "versions" / "v000001")
+    res = _build(inp, store)  # the same input: both tenants would have been carried
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    m = json.loads((store / "manifest.json").read_text())
+    assert m["incremental"]["built"] == ["emil", "gus"] and m["incremental"]["carried"] == []
+    r = StoreReader(store)
+    assert all(r.table("turns", t).num_rows and r.edges(t).num_rows and r.graph_bytes(t) for t in ("emil", "gus"))
+    shutil.rmtree(store / "versions" / m["version"])
+    res = _build(write_jsonl(tmp_path / "emil.jsonl", ["emil"]), store)  # gus is not in this input
+    assert res.exit_code == 3, res.output
+    m = json.loads((store / "manifest.json").read_text())
+    assert m["incremental"]["built"] == ["emil"] and "published files are gone" in m["incremental"]["failed"]["gus"]
+    assert "gus" in res.output and StoreReader(store).table("turns", "emil").num_rows
