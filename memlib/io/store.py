@@ -172,6 +172,8 @@ class StoreReader:
         for f in sorted(directory.glob("*.parquet")) if directory.exists() else []:
             t = pq.read_table(f, columns=cols)
             tables.append(of_tenants(t, masked[f.stem]) if f.stem in masked else t)
+        if not tables:
+            return _read_parquet_dir(directory, None, columns, schema.TABLES.get(name))
         t = pa.concat_tables(tables, promote_options="permissive")
         return t if columns is None else t.select(columns)
 

@@ -66,6 +66,7 @@ def test_carry_over_links_parts_and_compacts_half_dead_ones(tmp_path):
     assert sorted(set(r2.table("turns").column("tenant_id").to_pylist())) == ["a", "b", "c", "d", "f"]
     assert r2.table("turns").num_rows == 4 * 3 + 5  # b's old rows are in p1 still, dead: no reader sees them
     assert r2.table("turns", columns=["text"]).num_rows == 17
+    assert r2.table("questions").num_rows == 0 and r2.table("edges", columns=["kind"]).num_rows == 0  # no such files
     assert r2.graph_bytes("d") == b"graph of d" and r2.graph_bytes("e") is None and r2.graph_bytes("b") == b"graph of b"
 
 
