@@ -68,7 +68,12 @@ def serve_cmd(
         typer.secho("warning: auth is enabled but no token hashes are configured: every request gets 401. "
                     "Set serve.admin_token_hash (see `memlib serve hash-token`).", fg=typer.colors.YELLOW, err=True)
     if not (address or cfg.ray.address or os.environ.get("RAY_ADDRESS")):  # a local service binds here
-        problem = port_problem(host or cfg.serve.host, port if port is not None else cfg.serve.port)
+        bind = port if port is not None else cfg.serve.port
+        if cfg.serve.haproxy_ingress:  # an HAProxy an earlier run left on the port is ours to stop, not a conflict
+            from jobs.serve_procs import haproxy_dir, stop_stale_haproxies
+
+            stop_stale_haproxies(bind, haproxy_dir(bind), lambda line: print(line, flush=True))
+        problem = port_problem(host or cfg.serve.host, bind)
         if problem:
             fail(problem)
     from jobs.serve import run_forever
