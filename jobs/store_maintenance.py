@@ -14,7 +14,8 @@ from jobs.purge import purge_caches
 from jobs.store_lock import locked
 from memlib import schema
 from memlib.io.errors import InputError
-from memlib.io.store import MANIFEST, StoreError, StoreWriter, atomic_write_json, read_manifest, version_name
+from memlib.io.lance_tables import LanceTables
+from memlib.io.store import MANIFEST, StoreError, atomic_write_json, read_manifest, version_name
 
 
 def rollback(store: str | Path, version: str) -> dict[str, Any]:
@@ -31,8 +32,9 @@ def rollback(store: str | Path, version: str) -> dict[str, Any]:
     return data
 
 
-def _lance_writer(store: Path, dim: int) -> StoreWriter:
-    w = StoreWriter.__new__(StoreWriter)  # open the Lance tables without starting a new version dir
+def _lance_writer(store: Path, dim: int) -> LanceTables:
+    """The store's Lance tables, opened without starting a new version directory."""
+    w = LanceTables()
     w.path, w.dim = store, dim
     return w
 

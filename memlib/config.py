@@ -67,20 +67,16 @@ class IOConfig(_Section):
     max_turn_chars: int = Field(20_000, ge=1, description="turns longer than this are quarantined (oversize)")
     default_tenant: str = "default"
     image_caption_in_text: bool = Field(True, description="append '[image: caption]' to turn text for indexing")
-    staging_dir: str | None = Field(None, json_schema_extra=RUNTIME,
-                                    description="where inputs given as object storage URIs (s3://...) are "
-                                    "staged while read (None: the system temp dir)")
+    staging_dir: str | None = Field(None, json_schema_extra=RUNTIME, description="where object-storage inputs "
+                                    "(s3://...) are staged while read (None: the system temp dir)")
     vector_index: bool = Field(False, description="also build an IVF_FLAT index on node vectors (Lance ANN over "
                                "the whole table); memlib's searches are per tenant and scan exactly without it")
     index_merge_rows: int = Field(50_000, ge=0, description="a nightly run merges rows added since the last "
                                   "indexing into the Lance indexes once more than this many (or a quarter of the "
                                   "table) are unindexed; until then searches scan them exactly")
     lance_rows_per_commit: int = Field(250_000, ge=1_000, json_schema_extra=RUNTIME,
-                                       description="rows of node data added to Lance per commit (one fragment "
-                                       "each): a run's commits follow its rows, never its tenants")
-    max_fragments: int = Field(64, ge=4, json_schema_extra=RUNTIME,
-                               description="a run compacts a Lance table holding more data fragments than this "
-                               "(old versions are kept, so rollback still works)")
+                                       description="node rows added to Lance per commit (and fragment)")
+    max_fragments: int = Field(64, ge=4, json_schema_extra=RUNTIME, description="compact past this many fragments")
 
 
 # vector size of each local embedding model; the openai backend takes embed.dim (default 384)
@@ -328,12 +324,9 @@ class RayConfig(_Section):
                                     "least one, at most one per CPU and per tenant): an actor's start (process, "
                                     "imports, graph-tool, kernels: 3-4 CPU-s on 2 cores) pays off over a few "
                                     "seconds of tenant stages, 2-3 ms per turn")
-    tenant_actor_tenants: int = Field(40, ge=1, description="tenants to build per tenant actor, whatever their "
-                                      "size (a tenant's fixed cost: about 0.15 s); the actors follow whichever "
-                                      "of this and ray.tenant_actor_turns asks for more")
-    tenant_batch_turns: int = Field(512, ge=1, description="small tenants travel together: tenants of fewer "
-                                    "turns than this share a row of the tenant operator, up to this many turns in "
-                                    "all, so a task's dispatch and an actor call are paid per batch, not per tenant")
+    tenant_actor_tenants: int = Field(40, ge=1, description="tenants to build per tenant actor, whatever their size")
+    tenant_batch_turns: int = Field(512, ge=1, description="smaller tenants share rows of the tenant operator "
+                                    "(and parts) of up to this many turns")
     reuse_tenant_build: bool = Field(True, description="a tenant that only gained turns since its published "
                                      "build starts its tenant steps from that build (node vectors of unchanged "
                                      "nodes, SIMILAR edges between old turns); the output is the same either way "

@@ -34,26 +34,20 @@ class SessionPassError(RuntimeError):
     """A block holding some of the tenant's sessions failed in a session operator."""
 
 
-# the tables of a part, with their schemas (nodes: staged for the driver's Lance write)
-PART_TABLES = {"turns": schema.TURNS, "segments": schema.SEGMENTS, "edges": schema.EDGES,
-               "questions": schema.QUESTIONS, "node_fallbacks": schema.NODE_FALLBACKS,
-               "token_sums": schema.TOKEN_SUMS, "llm_calls": schema.LLM_CALLS}
-
-
 def write_part(version_dir: str | Path, built: list[dict[str, Any]]) -> tuple[str, str]:
     """Write the tables of the tenants of one row (each a dict of table -> Arrow table, see
     :meth:`TenantOp.build_one`) as one part of the version; returns the part's name and its
     staged nodes file."""
     from memlib.io.files import replace_parquet
-    from memlib.io.store import StoreWriter, part_id
+    from memlib.io.store import TENANT_TABLES, StoreWriter, part_id
     from pipelines.shard import staged_path
 
     version_dir = Path(version_dir)
     writer = StoreWriter.into(version_dir)
     tenants = [next(iter(t["graphs"])) for t in built]
     part = part_id(tenants, version_dir.name)
-    for name, table_schema in PART_TABLES.items():
-        tables = [schema.conform(t[name], table_schema, name=name) for t in built
+    for name in TENANT_TABLES:
+        tables = [schema.conform(t[name], schema.TABLES[name], name=name) for t in built
                   if t.get(name) is not None and t[name].num_rows]
         if tables:
             writer.write_table(name, part, pa.concat_tables(tables))
