@@ -87,7 +87,7 @@ def _shard_all(sources, fmt, cfg, writer, plan: Plan, forget: ForgetList,
                skip: dict[str, str], *, full: bool) -> tuple[list[TenantShard], dict, Any]:
     """Shard every readable file; a tenant found in several files gets their turns merged. A file
     failing now fails its tenants (their published data is kept), or stops a full or one-file build."""
-    shards, seen, quarantine, merged = {}, {}, {}, set()
+    shards, seen, quarantine, merged = {}, {}, {}, {}
     todo = set(plan.build) | set(plan.resume)
     for src in sources:
         if src.name in skip:

@@ -15,13 +15,11 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import pyarrow.parquet as pq
-
 from jobs.nightly_plan import ForgetList, Plan
 from jobs.resumable import DONE_DIR
 from memlib.io.errors import InputError
 from memlib.io.store import StoreError, StoreReader, StoreWriter
-from pipelines.shard import TenantShard
+from pipelines.shard import TenantShard, staged_rows
 
 
 @contextmanager
@@ -53,7 +51,7 @@ def keep_against_quarantine(writer: StoreWriter, plan: Plan, forget: ForgetList,
         gone_convs = set(forget.conversations_of(tenant))
         published = {nid for nid, conv in zip(old.column("node_id").to_pylist(),
                                               old.column("conversation_id").to_pylist()) if conv not in gone_convs}
-        new = set(pq.read_table(by_id[tenant].turns_path, columns=["node_id"]).column("node_id").to_pylist())
+        new = set(staged_rows(by_id[tenant].turns_path, tenant, ["node_id"]).column("node_id").to_pylist())
         lost = len(published - new)
         if lost:
             plan.failed[tenant] = (f"{n} of its records were quarantined, and a rebuild without them would drop {lost} "

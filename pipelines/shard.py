@@ -1,12 +1,15 @@
-"""Read the input and shard it by tenant: one staged turns file per tenant in the new store version.
+"""Read the input and shard it by tenant: staged turns files in the new store version.
 
-The driver streams tenants from the reader (one in memory at a time) and stages each one's
-turns and questions under ``<version>/_staged/``; the turns file is then the input of that
-tenant's build task, which packs both into its row's part (memlib.io.store). Quarantined records of every tenant go
+The driver streams batches of tenants from the reader (a bounded number of records in memory
+at a time) and stages each batch's turns and questions under ``<version>/_staged/``, one file
+each per batch, so a small tenant costs no file of its own; each tenant's rows there are the
+input of its build task, which packs them into its row's part (memlib.io.store). Quarantined records of every tenant go
 to one ``quarantine/input.parquet`` partition; a malformed record never fails the build.
 """
 from __future__ import annotations
 
+import hashlib
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -20,7 +23,7 @@ from memlib import schema
 from memlib.config import MemlibConfig
 from memlib.io.files import replace_parquet
 from memlib.io.merge import merge_tenant
-from memlib.io.readers import iter_tenants
+from memlib.io.readers import iter_batches
 from memlib.io.result import ReadResult
 from memlib.io.store import StoreWriter
 
@@ -32,7 +35,9 @@ STAGED = "_staged"  # a version directory's inputs and outputs in flight, remove
 
 @dataclass(frozen=True)
 class TenantShard:
-    """One tenant's unit of work: its staged input and the version its row's parts go to."""
+    """One tenant's unit of work: its staged input and the version its row's parts go to. A
+    staged file holds a batch of tenants; read the tenant's rows with :func:`staged_rows` or
+    :class:`StagedFiles`."""
     tenant_id: str
     turns_path: str        # its staged turns (the tenant task's input; its part's turns come from them)
     version_dir: str       # where the parts of the row it is built in are written
@@ -66,6 +71,7 @@ def _reason_counts(quarantine: pa.Table) -> dict[str, int]:
 
 
 RowFilter = Callable[[pa.Table], pa.Table]
+Staged = dict[str, tuple[str, str]]  # tenant -> (its staged turns file, its staged questions file), "" for none
 
 
 def _forget(result, keep_rows: RowFilter | None):
@@ -78,69 +84,135 @@ def _forget(result, keep_rows: RowFilter | None):
 
 def shard_input(path: str | Path, fmt: str, cfg: MemlibConfig, writer: StoreWriter, *,
                 keep_rows: RowFilter | None = None, rebuild: Callable[[str], bool] | None = None,
-                quarantine_part: str = QUARANTINE_PART, merged: set[str] | None = None) -> ShardResult:
-    """Write per-tenant turns/questions partitions and the quarantine; return the shards.
+                quarantine_part: str = QUARANTINE_PART, merged: Staged | None = None) -> ShardResult:
+    """Stage the input's turns and questions, a batch of tenants to a file, and write the
+    quarantine; return the shards.
 
     Incremental builds pass ``keep_rows`` (forgetting: drops deleted tenants/conversations from
-    every table) and ``rebuild`` (False: the tenant is carried over, so no partition is written).
-    ``merged`` (one set for all files of a run) names the tenants already written by an earlier
-    file: a tenant found again is merged with what was written (:mod:`memlib.io.merge`)."""
+    every table) and ``rebuild`` (False: the tenant is carried over, so nothing of it is staged).
+    ``merged`` (one dict for all files of a run) records where each tenant was staged: a tenant
+    found again in a later file is merged with what was staged (:mod:`memlib.io.merge`)."""
     shards: list[TenantShard] = []
     quarantine: list[pa.Table] = []
     seen: dict[str, int] = {}
     n_questions = 0
-    for result in iter_tenants(path, fmt, cfg.io):
+    prefix = hashlib.sha256(str(path).encode("utf-8")).hexdigest()[:10]
+    for i, result in enumerate(iter_batches(path, fmt, cfg.io)):
         result = _forget(result, keep_rows)
         quarantine.append(schema.conform(result.quarantine, schema.QUARANTINE, name="quarantine"))
         tenants = result.tenant_ids
+        counts = tenant_counts(result.turns)
         for tenant in tenants:
-            seen[tenant] = seen.get(tenant, 0) + int(pc.sum(pc.equal(result.turns.column("tenant_id"),
-                                                                     tenant)).as_py() or 0)
+            seen[tenant] = seen.get(tenant, 0) + counts.get(tenant, 0)
         if rebuild is not None:
             tenants = [t for t in tenants if rebuild(t)]
         n_questions += result.questions.num_rows
-        for tenant in tenants:
-            part = _tenant_part(result, tenant)
-            if merged is not None and tenant in merged:
-                part = merge_tenant(_written(writer, tenant), part, str(path), cfg.io)
-                quarantine.append(schema.conform(part.quarantine, schema.QUARANTINE, name="quarantine"))
-            shard = _write_tenant(writer, tenant, part)
-            if shard is not None:
-                shards.append(shard)
-            if merged is not None and (shard is not None or part.questions.num_rows):
-                merged.add(tenant)
+        batch, merge_quarantine = _batch(result, tenants, merged, str(path), cfg)
+        quarantine += merge_quarantine
+        shards += _stage_batch(writer, f"{prefix}-{i:05d}", batch, merged)
     q_all = pa.concat_tables(quarantine) if quarantine else schema.empty(schema.QUARANTINE)
     writer.write_table("quarantine", quarantine_part, q_all)
     return ShardResult(shards=shards, questions=n_questions, quarantine_by_reason=_reason_counts(q_all),
                        quarantined=q_all.num_rows, seen=seen)
 
 
-def _tenant_part(result: ReadResult, tenant: str) -> ReadResult:
-    of = lambda t: t.filter(pc.equal(t.column("tenant_id"), tenant))  # noqa: E731
-    return ReadResult(turns=of(result.turns), questions=of(result.questions),
-                      quarantine=schema.empty(schema.QUARANTINE))
+def tenant_counts(table: pa.Table) -> dict[str, int]:
+    """Rows per tenant of ``table``."""
+    if not table.num_rows:
+        return {}
+    counts = pc.value_counts(table.column("tenant_id")).to_pylist()
+    return {c["values"]: c["counts"] for c in counts}
 
 
-def _written(writer: StoreWriter, tenant: str) -> ReadResult:
-    """What an earlier file of this run wrote for ``tenant``."""
-    read = lambda kind, sch: (pq.read_table(p) if (p := staged_path(writer.version_dir, kind, tenant)).exists()  # noqa: E731
-                              else schema.empty(sch))
-    return ReadResult(turns=read("turns", schema.TURNS), questions=read("questions", schema.QUESTIONS))
+def _of(table: pa.Table, tenants: list[str], keep: bool = True) -> pa.Table:
+    mask = pc.is_in(table.column("tenant_id"), value_set=pa.array(tenants, pa.string()))
+    return table.filter(mask if keep else pc.invert(mask))
 
 
-def _stage(writer: StoreWriter, kind: str, tenant: str, table: pa.Table, table_schema: pa.Schema) -> Path:
+def _batch(result: ReadResult, tenants: list[str], merged: Staged | None, source: str,
+           cfg: MemlibConfig) -> tuple[ReadResult, list[pa.Table]]:
+    """The rows of ``tenants`` in ``result``; a tenant staged by an earlier file of the run has
+    its rows merged with those (and the merge's quarantine rows are returned)."""
+    batch = ReadResult(turns=_of(result.turns, tenants), questions=_of(result.questions, tenants))
+    again = [t for t in tenants if merged is not None and t in merged]
+    if not again:
+        return batch, []
+    assert merged is not None
+    parts = [ReadResult(turns=_of(batch.turns, again, keep=False), questions=_of(batch.questions, again, keep=False))]
+    for tenant in again:
+        later = ReadResult(turns=_of(batch.turns, [tenant]), questions=_of(batch.questions, [tenant]))
+        parts.append(merge_tenant(_written(merged[tenant], tenant), later, source, cfg.io))
+    conformed = [ReadResult(turns=schema.conform(p.turns, schema.TURNS, name="turns"),
+                            questions=schema.conform(p.questions, schema.QUESTIONS, name="questions"))
+                 for p in parts]
+    merge_q = [schema.conform(p.quarantine, schema.QUARANTINE, name="quarantine") for p in parts[1:]]
+    return ReadResult.concat(conformed), merge_q
+
+
+def _written(where: tuple[str, str], tenant: str) -> ReadResult:
+    """What an earlier file of this run staged for ``tenant`` (its turns file, its questions file)."""
+    turns, questions = where
+    return ReadResult(turns=staged_rows(turns, tenant) if turns else schema.empty(schema.TURNS),
+                      questions=staged_rows(questions, tenant) if questions else schema.empty(schema.QUESTIONS))
+
+
+def staged_rows(path: str | Path, tenant: str, columns: list[str] | None = None) -> pa.Table:
+    """The rows of ``tenant`` in a staged file (which holds a batch of tenants)."""
+    table = pq.read_table(path, columns=None if columns is None else list(dict.fromkeys([*columns, "tenant_id"])))
+    table = table.filter(pc.equal(table.column("tenant_id"), tenant))
+    return table if columns is None else table.select(columns)
+
+
+def _stage_batch(writer: StoreWriter, name: str, batch: ReadResult, merged: Staged | None) -> list[TenantShard]:
+    """Stage a batch's turns and questions (a file each) and return a shard per tenant with turns.
+    A tenant with questions only is staged all the same, in case another file has its turns."""
+    turns = _stage(writer, "turns", name, batch.turns, schema.TURNS) if batch.turns.num_rows else ""
+    questions = _stage(writer, "questions", name, batch.questions, schema.QUESTIONS) if batch.questions.num_rows else ""
+    counts, asked = tenant_counts(batch.turns), tenant_counts(batch.questions)
+    shards = []
+    for tenant in dict.fromkeys([*counts, *asked]):
+        if merged is not None:
+            merged[tenant] = (turns if tenant in counts else "", questions if tenant in asked else "")
+        if tenant in counts:
+            shards.append(TenantShard(tenant_id=tenant, turns_path=turns, version_dir=str(writer.version_dir),
+                                      turns=counts[tenant], questions_path=questions if tenant in asked else ""))
+    return shards
+
+
+def _stage(writer: StoreWriter, kind: str, name: str, table: pa.Table, table_schema: pa.Schema) -> str:
     table = schema.conform(table, table_schema, name=kind)
-    return replace_parquet(table, staged_path(writer.version_dir, kind, tenant))
+    return str(replace_parquet(table, staged_path(writer.version_dir, kind, name)))
 
 
-def _write_tenant(writer: StoreWriter, tenant: str, result) -> TenantShard | None:
-    """Stage the tenant's turns and questions; its shard, or None when it has no turn (its
-    questions are staged all the same, in case another file of the run has its turns)."""
-    turns = result.turns.filter(pc.equal(result.turns.column("tenant_id"), tenant))
-    questions = _stage(writer, "questions", tenant, result.questions, schema.QUESTIONS) \
-        if result.questions.num_rows else None
-    if turns.num_rows == 0:
-        return None
-    turns_path = _stage(writer, "turns", tenant, turns, schema.TURNS)
-    return TenantShard(tenant_id=tenant, turns_path=str(turns_path), version_dir=str(writer.version_dir),
-                       turns=turns.num_rows, questions_path=str(questions or ""))
+class StagedFiles:
+    """A reader of staged files that keeps the last few read whole: the tenants of a tenant row
+    mostly share their staged files, so each file is read once per row, not once per tenant."""
+
+    def __init__(self, keep: int = 3):
+        self.keep = keep
+        self._files: OrderedDict[str, tuple[pa.Table, dict[str, tuple[int, int]]]] = OrderedDict()
+
+    def rows(self, path: str | Path, tenant: str) -> pa.Table:
+        """The rows of ``tenant`` in the staged file ``path``."""
+        key = str(path)
+        if key not in self._files:
+            table = pq.read_table(key).sort_by([("tenant_id", "ascending")])  # stable: row order kept per tenant
+            self._files[key] = (table, tenant_runs(table))
+            while len(self._files) > self.keep:
+                self._files.popitem(last=False)
+        self._files.move_to_end(key)
+        table, runs = self._files[key]
+        start, length = runs.get(tenant, (0, 0))
+        return table.slice(start, length)
+
+
+def tenant_runs(table: pa.Table) -> dict[str, tuple[int, int]]:
+    """Tenant -> (offset, length) of its rows in ``table`` (sorted by tenant_id)."""
+    values = table.column("tenant_id").to_pylist()
+    out: dict[str, tuple[int, int]] = {}
+    start = 0
+    for i in range(1, len(values) + 1):
+        if i == len(values) or values[i] != values[start]:
+            out[values[start]] = (start, i - start)
+            start = i
+    return out

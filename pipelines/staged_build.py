@@ -42,7 +42,7 @@ from pipelines.operators import (
     block_item,
     turn_nodes_op,
 )
-from pipelines.shard import TenantShard
+from pipelines.shard import TenantShard, tenant_runs
 from pipelines.tenant_op import TENANT_ACTOR_CPUS, TenantOp, pack_tenants, tenant_item
 
 # how the embed pass runs the encoder (memlib.compose.vectors.one_by_one); part of the session
@@ -59,13 +59,14 @@ class SessionPlan:
     pending_turns: int
     tenant_blocks: dict[str, list[str]] = field(default_factory=dict)  # tenant -> ids of blocks it waits for
     tenant_pending: dict[str, list[str]] = field(default_factory=dict)  # tenant -> its session keys in those blocks
+    tenant_sessions: dict[str, list[str]] = field(default_factory=dict)  # tenant -> all its session keys, in order
 
 
 def plan_sessions(shards: list[TenantShard], store: SessionStore, build_key: str, work_dir: Path,
                   block_turns: int, reuse: bool = True) -> SessionPlan:
     """Pack the pending sessions of ``shards`` into block files of at most ``block_turns`` turns
     (whole sessions, many tenants per block, the largest tenant's first so its tenant stage can
-    start earliest); a tenant's turns are read one tenant at a time."""
+    start earliest); the turns are read one staged file (a batch of tenants) at a time."""
     work_dir.mkdir(parents=True, exist_ok=True)
     plan = SessionPlan(blocks=[], sessions=0, pending=0, pending_turns=0)
     buf: list[pa.Table] = []
@@ -86,32 +87,44 @@ def plan_sessions(shards: list[TenantShard], store: SessionStore, build_key: str
         buf, buf_turns = [], 0
         waiting.clear()
 
-    for shard in sorted(shards, key=lambda s: (-s.turns, s.tenant_id)):
-        plan.tenant_blocks.setdefault(shard.tenant_id, [])
-        turns = sort_turns(pq.read_table(shard.turns_path))
-        keys = session_keys(turns, build_key)
-        turns = turns.append_column(KEY_COLUMN, keys)
-        distinct = list(dict.fromkeys(keys.to_pylist()))
-        plan.sessions += len(distinct)
-        kept = store.known(distinct) if reuse else set()
-        todo = [k for k in distinct if k not in kept]
-        plan.tenant_pending[shard.tenant_id] = todo
-        if not todo:
-            continue
-        todo_turns = turns.filter(pc.is_in(turns.column(KEY_COLUMN), value_set=pa.array(todo, pa.string())))
-        plan.pending += len(todo)
-        plan.pending_turns += todo_turns.num_rows
-        # sessions are contiguous in ``todo_turns`` (sorted): cut between sessions only
-        k = todo_turns.column(KEY_COLUMN).to_numpy(zero_copy_only=False)
-        starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
-        ends = np.r_[starts[1:], len(k)]
-        for a, b in zip(starts, ends):
-            n = int(b - a)
-            if buf_turns and buf_turns + n > block_turns:
-                flush()
-            buf.append(todo_turns.slice(int(a), n))
-            buf_turns += n
-            waiting.add(shard.tenant_id)
+    by_file: dict[str, list[TenantShard]] = {}
+    for shard in shards:
+        by_file.setdefault(shard.turns_path, []).append(shard)
+    for path in sorted(by_file, key=lambda p: (-max(s.turns for s in by_file[p]), p)):
+        tenants = sorted(by_file[path], key=lambda s: (-s.turns, s.tenant_id))
+        # the file's rows of these tenants (a tenant merged from a later input file has its rows
+        # in that file's batch), their session keys computed once for the whole batch
+        table = pq.read_table(path)
+        table = sort_turns(table.filter(pc.is_in(table.column("tenant_id"),
+                                                 value_set=pa.array([s.tenant_id for s in tenants], pa.string()))))
+        keys = session_keys(table, build_key)
+        table = table.append_column(KEY_COLUMN, keys)
+        kept = store.known(dict.fromkeys(keys.to_pylist())) if reuse else set()
+        runs = tenant_runs(table)
+        for shard in tenants:
+            plan.tenant_blocks.setdefault(shard.tenant_id, [])
+            turns = table.slice(*runs[shard.tenant_id])
+            distinct = list(dict.fromkeys(turns.column(KEY_COLUMN).to_pylist()))
+            plan.sessions += len(distinct)
+            plan.tenant_sessions[shard.tenant_id] = distinct
+            todo = [k for k in distinct if k not in kept]
+            plan.tenant_pending[shard.tenant_id] = todo
+            if not todo:
+                continue
+            todo_turns = turns.filter(pc.is_in(turns.column(KEY_COLUMN), value_set=pa.array(todo, pa.string())))
+            plan.pending += len(todo)
+            plan.pending_turns += todo_turns.num_rows
+            # sessions are contiguous in ``todo_turns`` (sorted): cut between sessions only
+            k = todo_turns.column(KEY_COLUMN).to_numpy(zero_copy_only=False)
+            starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+            ends = np.r_[starts[1:], len(k)]
+            for a, b in zip(starts, ends):
+                n = int(b - a)
+                if buf_turns and buf_turns + n > block_turns:
+                    flush()
+                buf.append(todo_turns.slice(int(a), n))
+                buf_turns += n
+                waiting.add(shard.tenant_id)
     flush()
     return plan
 
@@ -171,14 +184,15 @@ def build_dataset(plan: SessionPlan, shards: list[TenantShard], cfg: MemlibConfi
     from pipelines.llm_actors import llm_steps, shared_limiter
 
     # small tenants travel together: one row of the tenant operator per large tenant or per batch
-    packed = pack_tenants(sorted(shards, key=lambda s: (-s.turns, s.tenant_id)), cfg.ray.tenant_batch_turns)
+    packed = pack_tenants(shards, cfg.ray.tenant_batch_turns)
     res = resources(cfg, total_cpus, len(plan.blocks), len(shards), sum(s.turns for s in shards), len(packed))
     # tenant rows first: they pass the session operators before any block occupies them, so a
     # tenant actor can read the tenant's sessions kept by earlier runs while this run's blocks
     # are computed
     items = [{"kind": RowKind.TENANT.value,
               "item": json.dumps([tenant_item(s, plan.tenant_blocks.get(s.tenant_id, []), work,
-                                              plan.tenant_pending.get(s.tenant_id, [])) for s in row])}
+                                              plan.tenant_pending.get(s.tenant_id, []),
+                                              plan.tenant_sessions.get(s.tenant_id)) for s in row])}
              for row in packed]
     items += [{"kind": RowKind.BLOCK.value, "item": block_item(p)} for p in plan.blocks]
     table = pa.Table.from_pylist([{**i, "turns": None, "vectors": None, "summary": None} for i in items],

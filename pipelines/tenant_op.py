@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from memlib import schema
 from memlib.compose.session_store import SessionStore
@@ -25,7 +24,7 @@ from memlib.compose.sessions import session_keys, sort_turns
 from memlib.compose.vectors import own_pass
 from memlib.config import MemlibConfig
 from pipelines.operators import FAILED_DIR, RowKind, batch_of, failure_reason, rows
-from pipelines.shard import TenantShard
+from pipelines.shard import StagedFiles, TenantShard
 
 TENANT_ACTOR_CPUS = 0.25
 
@@ -56,22 +55,24 @@ def write_part(version_dir: str | Path, built: list[dict[str, Any]]) -> tuple[st
     return part, str(replace_parquet(nodes, staged_path(version_dir, "nodes", part)))
 
 
-def tenant_item(shard: TenantShard, blocks: list[str], work: str | Path, pending: list[str]) -> dict[str, Any]:
+def tenant_item(shard: TenantShard, blocks: list[str], work: str | Path, pending: list[str],
+                order: list[str] | None = None) -> dict[str, Any]:
     """One tenant of a tenant row: its shard, the blocks holding its sessions computed in this run,
-    and the keys of those sessions (``pending``; every other session of the tenant is kept already)."""
-    return {"shard": shard.row(), "blocks": sorted(blocks), "work": str(work), "pending": sorted(pending)}
+    the keys of those sessions (``pending``; every other session of the tenant is kept already)
+    and, when the driver computed them, all its session keys in session order."""
+    return {"shard": shard.row(), "blocks": sorted(blocks), "work": str(work), "pending": sorted(pending),
+            **({"order": order} if order is not None else {})}
 
 
 def pack_tenants(shards: list[TenantShard], batch_turns: int) -> list[list[TenantShard]]:
-    """The tenant rows: a tenant of ``batch_turns`` turns or more alone, smaller ones together
-    (consecutive in ``shards``' order, up to ``batch_turns`` turns per row)."""
-    rows: list[list[TenantShard]] = []
+    """The tenant rows: each tenant of ``batch_turns`` turns or more alone (largest first), then
+    the smaller ones together, up to ``batch_turns`` turns per row, in the order of their staged
+    files (a row's tenants mostly share a file, read once per row)."""
+    large = sorted((s for s in shards if s.turns >= batch_turns), key=lambda s: (-s.turns, s.tenant_id))
+    rows: list[list[TenantShard]] = [[s] for s in large]
     batch: list[TenantShard] = []
     turns = 0
-    for shard in shards:
-        if shard.turns >= batch_turns:
-            rows.append([shard])
-            continue
+    for shard in sorted((s for s in shards if s.turns < batch_turns), key=lambda s: (s.turns_path, s.tenant_id)):
         if batch and turns + shard.turns > batch_turns:
             rows.append(batch)
             batch, turns = [], 0
@@ -96,6 +97,7 @@ class TenantOp:
         self.store_dir = store
         self.sessions = SessionStore(store, build_key, cfg.embed.dim)
         self.build_key = build_key
+        self.staged = StagedFiles()
         self.nlp = None
         self.extras: dict[str, Any] | None = None
         self.llm_limiter = llm_limiter
@@ -122,7 +124,8 @@ class TenantOp:
         for item in items:
             shard = TenantShard(**item["shard"])
             try:
-                summary, tables = self.build_one(shard, item["blocks"], Path(item["work"]), set(item["pending"]))
+                summary, tables = self.build_one(shard, item["blocks"], Path(item["work"]), set(item["pending"]),
+                                                 item.get("order"))
                 built.append(tables)
             except Exception as exc:  # noqa: BLE001 - one tenant's failure is reported, never another's
                 summary = {"tenant_id": shard.tenant_id, "error": failure_reason(exc)}
@@ -181,18 +184,19 @@ class TenantOp:
         vectors = TurnVectors.concat([v for _, v in parts], self.cfg.embed.dim)
         return outputs, vectors, waited
 
-    def build_one(self, shard: TenantShard, blocks: list[str], work: Path,
-                  pending: set[str]) -> tuple[dict[str, Any], dict[str, Any]]:
-        """The tenant's summary and its tables (table name -> Arrow table; ``graphs``: its bytes)."""
+    def build_one(self, shard: TenantShard, blocks: list[str], work: Path, pending: set[str],
+                  order: list[str] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The tenant's summary and its tables (table name -> Arrow table; ``graphs``: its bytes).
+        ``order``: its session keys in session order (computed from its turns when not given)."""
         import ray
 
         from memlib.compose.reference import tenant_steps
         from pipelines.llm_actors import call_summary, drain_llm_calls
 
         start, cpu = time.perf_counter(), time.process_time()
-        turns = sort_turns(pq.read_table(shard.turns_path))
-        keys = session_keys(turns, self.build_key)
-        order = list(dict.fromkeys(keys.to_pylist()))
+        turns = sort_turns(self.staged.rows(shard.turns_path, shard.tenant_id))
+        if order is None:
+            order = list(dict.fromkeys(session_keys(turns, self.build_key).to_pylist()))
         previous, unreadable = self._previous(shard.tenant_id)  # read while this run's blocks are computed
         parts, vectors, waited = self.read_sessions(order, blocks, work, pending)
         start += waited  # the tenant's own seconds: reading (its turns too) and its stages, not the wait
@@ -203,7 +207,8 @@ class TenantOp:
         nodes, graph = self._graph(out)
         tables = {"nodes": nodes, "edges": out.edges, "segments": out.segments, "turns": turns,
                   "node_fallbacks": out.fallbacks, "token_sums": out.token_sums, "graphs": {shard.tenant_id: graph},
-                  "questions": pq.read_table(shard.questions_path) if shard.questions_path else None}
+                  "questions": (self.staged.rows(shard.questions_path, shard.tenant_id) if shard.questions_path
+                                else None)}
         if out.matrix_turns is not None:
             t0 = time.perf_counter()
             self._store_matrix(shard, out, order)

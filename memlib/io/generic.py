@@ -215,6 +215,25 @@ def iter_tenants(path: str | Path, cfg: IOConfig) -> Iterator[ReadResult]:
             yield _tenant_result(fh, tenant_runs, str(path), cfg)
 
 
+def iter_batches(path: str | Path, cfg: IOConfig, batch_bytes: int) -> Iterator[ReadResult]:
+    """Whole tenants, several to a result: consecutive tenants (in file order) up to
+    ``batch_bytes`` of records; a larger tenant alone. Each tenant's tables are what
+    :func:`iter_tenants` gives for it."""
+    runs = index_runs(path)
+    with open_checked(path) as fh:
+        group: list[_Run] = []
+        size = 0
+        for tenant_runs in runs.values():
+            n = sum(r.end - r.start for r in tenant_runs)
+            if group and size + n > batch_bytes:
+                yield _tenant_result(fh, group, str(path), cfg)
+                group, size = [], 0
+            group += tenant_runs
+            size += n
+        if group:
+            yield _tenant_result(fh, group, str(path), cfg)
+
+
 def fingerprints(path: str | Path) -> dict[str, str]:
     out = {}
     for tenant, tenant_runs in index_runs(path).items():

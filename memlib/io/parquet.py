@@ -82,7 +82,37 @@ def iter_tenants(path: str | Path, cfg: IOConfig) -> Iterator[ReadResult]:
         yield _tenant_result(_frame(lf, tenant, path), str(path), cfg)
 
 
+def _batch_frames(lf: pl.LazyFrame, path: str | Path, batch_rows: int) -> Iterator[pl.DataFrame]:
+    """The rows of consecutive tenants (in file order) up to ``batch_rows`` rows, a larger tenant
+    alone, each frame read with one scan (rows without a tenant: a frame of their own)."""
+    sizes = _collect(lf.group_by("tenant_id", maintain_order=True).len(), path).rows()
+    group: list[str] = []
+    n = 0
+    for tenant, rows in sizes + [(None, 0)]:
+        if group and (tenant is None or n + rows > batch_rows):
+            yield _collect(lf.filter(pl.col("tenant_id").is_in(group)), path)
+            group, n = [], 0
+        if tenant is None:
+            if rows:
+                yield _frame(lf, None, path)
+            continue
+        group.append(tenant)
+        n += rows
+
+
+def iter_batches(path: str | Path, cfg: IOConfig, batch_rows: int) -> Iterator[ReadResult]:
+    """Whole tenants, several to a result (see :func:`_batch_frames`); each tenant's tables are
+    what :func:`iter_tenants` gives for it."""
+    for df in _batch_frames(_scan(path), path, batch_rows):
+        yield _tenant_result(df, str(path), cfg)
+
+
+FINGERPRINT_BATCH_ROWS = 50_000
+
+
 def fingerprints(path: str | Path) -> dict[str, str]:
-    lf = _scan(path)
-    return {tenant if isinstance(tenant, str) else "": record_hash(_frame(lf, tenant, path).drop(_ROW).to_dicts())
-            for tenant in _tenants(lf, path)}
+    out = {}
+    for df in _batch_frames(_scan(path), path, FINGERPRINT_BATCH_ROWS):
+        for (tenant,), part in df.partition_by("tenant_id", as_dict=True, maintain_order=True).items():
+            out[tenant if isinstance(tenant, str) else ""] = record_hash(part.drop(_ROW).to_dicts())
+    return out

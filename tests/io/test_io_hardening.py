@@ -285,7 +285,7 @@ def test_duplicate_locomo_sample_is_one_tenant_in_the_build(tmp_path):
     second's repeated dia_ids quarantined) instead of the second overwriting the first."""
     from memlib.config import MemlibConfig
     from memlib.io.store import StoreWriter
-    from pipelines.shard import shard_input, staged_path
+    from pipelines.shard import shard_input, staged_rows
 
     a = _sample("a", session_1=[{"speaker": "A", "dia_id": "D1:1", "text": "first copy"}])
     b = _sample("a", session_1=[{"speaker": "A", "dia_id": "D1:1", "text": "repeated id"},
@@ -293,8 +293,8 @@ def test_duplicate_locomo_sample_is_one_tenant_in_the_build(tmp_path):
     path = tmp_path / "in.json"
     path.write_text(_locomo([a, b]), encoding="utf-8")
     writer = StoreWriter(tmp_path / "store", dim=8)
-    res = shard_input(path, "locomo", MemlibConfig(), writer, merged=set())
-    turns = pq.read_table(staged_path(writer.version_dir, "turns", "a")).to_pylist()
+    res = shard_input(path, "locomo", MemlibConfig(), writer, merged={})
+    turns = staged_rows(res.shards[-1].turns_path, "a").to_pylist()
     assert [t["text"] for t in turns] == ["first copy", "only in the second"] and len(res.shards) == 2
     assert res.quarantine_by_reason == {"duplicate_turn_id": 1}
 

@@ -5,6 +5,7 @@ import inspect
 import json
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from memlib.io import readers
@@ -71,3 +72,44 @@ def test_locomo_fingerprints_stable(locomo_path):
     one = readers.input_fingerprints(locomo_path, "locomo")
     assert list(one) == ["conv-26", "conv-30", "conv-41"]
     assert one == readers.input_fingerprints(locomo_path, readers.InputFormat.LOCOMO)
+
+
+def _per_tenant(results) -> dict[str, tuple]:
+    """Tenant -> its (turns, questions) rows and quarantine locations, from results of any grouping."""
+    out = {}
+    for r in results:
+        for tenant in r.tenant_ids:
+            of = lambda t, who=tenant: t.filter(pc.equal(t.column("tenant_id"), who)).to_pylist()  # noqa: E731
+            out[tenant] = (of(r.turns), of(r.questions), sorted(of(r.quarantine), key=lambda q: q["location"]))
+    return out
+
+
+def test_batches_hold_whole_tenants_with_the_tables_of_one_by_one(tmp_path, monkeypatch):
+    """The build reads tenants in batches (a bounded size, a large tenant alone); each tenant's
+    turns, questions and quarantine rows are exactly those of reading it alone, in JSONL (with
+    interleaved runs and a bad line) and in Parquet."""
+    rows = _rows("a", 2) + _rows("b", 3) + _rows("a", 2, start=2) + _rows("c", 1) + _rows("big", 40) + _rows("d", 2)
+    rows[6]["role"] = "robot"  # quarantined in tenant c's batch
+    path = _write(tmp_path / "x.jsonl", rows)
+    one_by_one = list(iter_tenants(path, "jsonl"))
+    monkeypatch.setattr(readers, "BATCH_BYTES", 1500)
+    batches = list(readers.iter_batches(path, "jsonl"))
+    assert [r.tenant_ids for r in batches] == [["a", "b", "c"], ["big"], ["d"]]
+    assert _per_tenant(batches) == _per_tenant(one_by_one)
+    pq.write_table(pa.Table.from_pylist([{k: r[k] for k in rows[0]} for r in rows]), tmp_path / "x.parquet")
+    monkeypatch.setattr(readers, "BATCH_ROWS", 10)
+    batches = list(readers.iter_batches(tmp_path / "x.parquet", "parquet"))
+    assert [sorted(r.tenant_ids) for r in batches] == [["a", "b", "c"], ["big"], ["d"]]
+    assert _per_tenant(batches) == _per_tenant(iter_tenants(tmp_path / "x.parquet", "parquet"))
+
+
+def test_parquet_fingerprints_are_per_tenant_records(tmp_path):
+    """Parquet fingerprints read batches of tenants, and a tenant's hash still covers its records
+    alone: another tenant's edit does not change it."""
+    rows = _rows("a", 3) + _rows("b", 2)
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "x.parquet")
+    before = input_fingerprints(tmp_path / "x.parquet", "parquet")
+    rows[4]["text"] = "b edited"
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "x.parquet")
+    after = input_fingerprints(tmp_path / "x.parquet", "parquet")
+    assert before["a"] == after["a"] and before["b"] != after["b"] and set(before) == {"a", "b"}

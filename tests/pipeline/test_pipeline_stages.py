@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import polars as pl
@@ -244,8 +245,7 @@ def test_a_failing_tenant_is_reported_with_its_reason(tmp_path):
 
     cfg = MemlibConfig()
     writer, shards = _shards(tmp_path, cfg)
-    broken, other = shards[0], shards[1]
-    Path(broken.turns_path).unlink()  # its input block vanished: reading it raises
+    broken, other = replace(shards[0], turns_path=str(tmp_path / "gone.parquet")), shards[1]  # its input vanished
     op = TenantOp(cfg, "turns", str(writer.path), "key")
     # a block that failed upstream: its failure marker names the reason, the tenant does not wait
     item = {"block_id": "b1", "work": str(tmp_path / "work")}
@@ -272,6 +272,7 @@ def test_a_tenant_reads_its_earlier_sessions_before_its_blocks_are_kept(ray_loca
 
     from memlib.compose.sessions import session_keys, sort_turns
     from pipelines import operators as ops
+    from pipelines.shard import staged_rows
     from pipelines.staged_build import plan_sessions
     from pipelines.tenant_op import TenantOp
 
@@ -297,7 +298,8 @@ def test_a_tenant_reads_its_earlier_sessions_before_its_blocks_are_kept(ray_loca
     calls: list[tuple[float, set[str]]] = []
     read = op.sessions.read
     op.sessions.read = lambda keys: (calls.append((time.perf_counter(), set(keys))), read(keys))[1]
-    order = list(dict.fromkeys(session_keys(sort_turns(pq.read_table(tenant.turns_path)), "k").to_pylist()))
+    turns = staged_rows(tenant.turns_path, tenant.tenant_id)
+    order = list(dict.fromkeys(session_keys(sort_turns(turns), "k").to_pylist()))
     later = threading.Timer(0.6, keep, args=(late_path,))
     started = time.perf_counter()
     later.start()
