@@ -283,6 +283,16 @@ TOKEN_SUMS = pa.schema([
     pa.field("sum", pa.binary()),  # int64 bytes, one per dimension
 ])
 
+# Per tenant: ``auto``'s token matrix as a reference to the token vectors its sessions kept
+# (memlib.retrieve.matrix_cache): the content key of the turns and texts the matrix encodes, in
+# order, and the session build key and session keys whose kept vectors make it up.
+MATRIX_REFS = pa.schema([
+    pa.field("tenant_id", pa.string(), nullable=False),
+    pa.field("content_key", pa.string(), nullable=False),
+    pa.field("session_build_key", pa.string(), nullable=False),
+    pa.field("sessions", pa.list_(pa.string())),
+])
+
 TABLES: dict[str, pa.Schema] = {
     "turns": TURNS,
     "segments": SEGMENTS,
@@ -293,6 +303,7 @@ TABLES: dict[str, pa.Schema] = {
     "llm_calls": LLM_CALLS,
     "node_fallbacks": NODE_FALLBACKS,
     "token_sums": TOKEN_SUMS,
+    "matrix_refs": MATRIX_REFS,
 }
 
 

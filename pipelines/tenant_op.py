@@ -130,12 +130,16 @@ class TenantOp:
             except Exception as exc:  # noqa: BLE001 - one tenant's failure is reported, never another's
                 summary = {"tenant_id": shard.tenant_id, "error": failure_reason(exc)}
             summaries.append(summary)
-        if built:
-            version_dir = TenantShard(**items[0]["shard"]).version_dir
-            part, nodes_path = write_part(version_dir, built)
-            for summary in summaries:
-                if "error" not in summary:
-                    summary.update(part=part, nodes_path=nodes_path)
+        if not built:
+            return summaries
+        try:
+            part, nodes_path = write_part(TenantShard(**items[0]["shard"]).version_dir, built)
+            written = {"part": part, "nodes_path": nodes_path}
+        except Exception as exc:  # noqa: BLE001 - the row's tenants fail by name; other rows go on
+            written = {"error": f"its part could not be written: {failure_reason(exc)}"}
+        for summary in summaries:
+            if "error" not in summary:
+                summary.update(written)
         return summaries
 
     def wait_for_blocks(self, blocks: list[str], work: Path) -> float:
@@ -211,7 +215,7 @@ class TenantOp:
                                 else None)}
         if out.matrix_turns is not None:
             t0 = time.perf_counter()
-            self._store_matrix(shard, out, order)
+            tables["matrix_refs"] = self._matrix_ref(shard, out, order)
             out.timings["token_matrix"] = round(time.perf_counter() - t0, 3)
         calls = drain_llm_calls(extras)
         tables["llm_calls"] = calls
@@ -249,16 +253,15 @@ class TenantOp:
         out.timings["graph"] = round(time.perf_counter() - t0, 3)
         return schema.conform(with_importance(out.nodes, importance), out.nodes.schema, name="nodes"), graph
 
-    def _store_matrix(self, shard: TenantShard, out: Any, sessions: list[str]) -> None:
-        """``auto``'s token matrix of the tenant: a reference to the token vectors its ``sessions``
-        kept (memlib.retrieve.matrix_cache.store_reference), keyed by its turns' texts."""
+    def _matrix_ref(self, shard: TenantShard, out: Any, sessions: list[str]) -> pa.Table:
+        """``auto``'s token matrix of the tenant: its ``matrix_refs`` row, a reference to the token
+        vectors its ``sessions`` kept (memlib.retrieve.matrix_cache), keyed by its turns' texts."""
         from memlib.compose.vectors import auto_encoder_model
-        from memlib.io.store import LATE_CACHE_SUBDIR
         from memlib.retrieve import matrix_cache, token_model
 
         node_text = dict(zip(out.nodes.column("node_id").to_pylist(), out.nodes.column("text").to_pylist()))
         texts = [node_text[t] for t in out.matrix_turns]
         if self._encoder_tag is None:  # the derived model's digest: hashed once per actor
             self._encoder_tag = token_model.model_file(auto_encoder_model(self.cfg), self.cfg.embed.model_cache)[1]
-        matrix_cache.store_reference(shard.tenant_id, out.matrix_turns, texts, self._encoder_tag, self.build_key,
-                                     sessions, Path(self.store_dir) / LATE_CACHE_SUBDIR)
+        return matrix_cache.reference_row(shard.tenant_id, out.matrix_turns, texts, self._encoder_tag, self.build_key,
+                                          sessions)

@@ -1,9 +1,10 @@
-"""``memlib bench tenants``: what a build and two nightly runs cost over many small tenants.
+"""``memlib bench tenants``: what a build and its nightly runs cost over many small tenants.
 
 A synthetic enterprise (:mod:`jobs.enterprise`: each real session of the template files a
 tenant, repeated under new ids and moved dates until ``--tenants`` exist, ``--turns`` turns in
-all) is built; then two nightly runs: ``--touched`` of the tenants get one new session (the
-nightly input holds just them), then every tenant gets one. The same turns as ``--groups``
+all) is built; then ``--nights`` nightly runs in which ``--touched`` of the tenants (others each
+night) get one new session (the nightly input holds just them), then one in which every tenant
+gets one. The same turns as ``--groups``
 tenants give the per-turn baseline. Each run is a ``memlib build`` child process with its own
 local Ray, as cron runs it. Prints one JSON line: walls, turns/s, the driver's phases, files
 and Lance fragments/versions of the store, nightly ratios, driver and worker peak RSS.
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -111,6 +113,8 @@ def register(bench_app: typer.Typer) -> None:
         touched: Annotated[float, typer.Option("--touched", help="share of tenants with a new session in the "
                                                "first nightly run")] = 0.01,
         groups: Annotated[int, typer.Option("--groups", help="tenants of the per-turn baseline (0: skip it)")] = 10,
+        nights: Annotated[int, typer.Option("--nights", min=1, help="nightly runs with --touched tenants (each "
+                                            "night others), before the one that touches every tenant")] = 1,
         every: Annotated[bool, typer.Option("--every/--no-every", help="also the nightly run that gives every "
                                             "tenant a new session")] = True,
         templates: Annotated[str, typer.Option("--templates", help="comma-separated LoCoMo/LongMemEval files "
@@ -136,11 +140,20 @@ def register(bench_app: typer.Typer) -> None:
             full = run_build(ent.write(work / "base.jsonl"), store, work / "build.log", config, set_)
             out["build"] = {**full, "turns_per_s": round(ent.turns / full["wall_s"], 2)}
             out["store"] = store_shape(store)
-            few = pick(list(ent.tenants), touched)
-            ent1 = with_new_session(ent, tpl, few, cap, tag="n1")
-            n1 = run_build(ent1.write(work / "nightly1.jsonl", few), store, work / "nightly1.log", config, set_,
-                           incremental=True)
-            out["nightly_touched"] = {**n1, "touched": len(few), "ratio": round(n1["wall_s"] / full["wall_s"], 4)}
+            ent1, walls = ent, []
+            for night in range(1, nights + 1):
+                few = pick(list(ent.tenants), touched, seed=night)
+                ent1 = with_new_session(ent1, tpl, few, cap, tag=f"n{night}")
+                n1 = run_build(ent1.write(work / f"nightly{night}.jsonl", few), store, work / f"nightly{night}.log",
+                               config, set_, incremental=True)
+                walls.append(n1["wall_s"])
+                if night == 1:
+                    out["nightly_touched"] = {**n1, "touched": len(few),
+                                              "ratio": round(n1["wall_s"] / full["wall_s"], 4)}
+            if nights > 1:
+                out["nights"] = {"runs": nights, "median_wall_s": round(statistics.median(walls), 2),
+                                 "median_ratio": round(statistics.median(walls) / full["wall_s"], 4),
+                                 "max_wall_s": max(walls), "store": store_shape(store)}
             if every:
                 ent2 = with_new_session(ent1, tpl, list(ent1.tenants), cap, tag="n2")
                 n2 = run_build(ent2.write(work / "nightly2.jsonl"), store, work / "nightly2.log", config, set_,

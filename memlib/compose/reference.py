@@ -66,7 +66,7 @@ class TenantOutput:
     token_sums: pa.Table | None = None  # schema.TOKEN_SUMS (memlib.compose.span_pool.IdSums), likewise
     # the turn ids in the order ``auto``'s token matrix holds them (TenantIndex.turn_order), when the
     # embed pass kept token vectors and retrieve.precompute_token_matrices is on: the matrix is those
-    # turns' kept token vectors (memlib.retrieve.matrix_cache.store_reference)
+    # turns' kept token vectors (memlib.retrieve.matrix_cache.reference_row)
     matrix_turns: list[str] | None = None
 
     def counts(self) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from memlib.io.files import StoreError, link_or_copy, of_tenants, part_id, repla
 
 GRAPHS = "graphs"
 PART_KEY = "part"  # a tenant's entry in the manifest names its part
-TENANT_TABLES = ("turns", "segments", "edges", "questions", "llm_calls", "node_fallbacks", "token_sums")
+TENANT_TABLES = ("turns", "segments", "edges", "questions", "llm_calls", "node_fallbacks", "token_sums", "matrix_refs")
 
 
 @dataclass

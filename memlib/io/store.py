@@ -62,8 +62,7 @@ from memlib.io.parts import GRAPHS, PART_KEY, TENANT_TABLES, Carried, PartsCarri
 
 MANIFEST = "manifest.json"
 LATE_CACHE_SUBDIR = Path("cache") / "late"
-PARQUET_TABLES = ("turns", "segments", "edges", "questions", "quarantine", "llm_calls", "node_fallbacks",
-                  "token_sums")
+PARQUET_TABLES = ("quarantine", *TENANT_TABLES)
 GRAPHS_SCHEMA = pa.schema([pa.field("tenant_id", pa.string(), nullable=False),
                            pa.field("graph", pa.large_binary(), nullable=False)])
 PART_TENANTS_KEY = "part_tenants"  # part -> every tenant its files hold rows of, live or dead (StoreReader.held)

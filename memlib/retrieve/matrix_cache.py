@@ -5,17 +5,19 @@ content it encodes (turn ids and texts in order, the encoder's tag: exact weight
 token limit), not by store version, so a tenant carried over unchanged by a nightly build keeps
 its matrix:
 
-* ``late-TENANT-KEY.sessions.json``, written by the build: the kept sessions whose token vectors
-  make up the matrix (the session build key and the session keys). The build's embed pass kept
-  those vectors already (``cache/sessions/``, memory-mapped Arrow files); a reference costs the
-  build nothing, where writing the matrix again cost a 500-session tenant 3 s to assemble and
-  3 s to write its 670 MB, on every nightly run that touched it.
+* a reference, written by the build as the tenant's row of the store's ``matrix_refs`` table
+  (schema.MATRIX_REFS, in the tenant's part like its other tables): the kept sessions whose
+  token vectors make up the matrix (the session build key and the session keys). The build's
+  embed pass kept those vectors already (``cache/sessions/``, memory-mapped Arrow files); a
+  reference costs the build nothing, where writing the matrix again cost a 500-session tenant
+  3 s to assemble and 3 s to write its 670 MB, on every nightly run that touched it. Stores of
+  earlier versions hold references as ``late-TENANT-KEY.sessions.json`` files, still read.
 * ``late-TENANT-KEY.npz`` (no pickle), written when a query had to encode the tenant (no
   reference, or sessions no longer kept).
 
-Writing a tenant's new matrix removes its older files. ``memlib build --compact`` (hard
-deletion) removes every ``.npz`` and the references of tenants no longer published; a published
-tenant's reference stays, as it names only kept session keys (jobs/purge.py).
+Writing a tenant's new matrix file removes its older files. ``memlib build --compact`` (hard
+deletion) removes every ``.npz`` and the reference files of tenants no longer published
+(jobs/purge.py).
 """
 from __future__ import annotations
 
@@ -28,8 +30,9 @@ from pathlib import Path
 from typing import BinaryIO, Callable, Sequence
 
 import numpy as np
+import pyarrow as pa
 
-from memlib import ids
+from memlib import ids, schema
 from memlib.io.store import LATE_CACHE_SUBDIR
 from memlib.retrieve.late import TokenMatrix, build_token_matrix
 from memlib.retrieve.token_encoder import MAX_TOKENS, TokenEncoder
@@ -100,10 +103,9 @@ def _load_or_build(index, encoder: TokenEncoder, cache_dir: str | Path | None) -
     key = content_key(turn_ids, texts, encoder.tag)
     path = _cache_file(index.tenant, key, Path(cache_dir)) if cache_dir else None
     matrix = _read(path, turn_ids) if path is not None and path.exists() else None
-    ref = _reference_file(index.tenant, key, Path(cache_dir)) if cache_dir else None
     reader = getattr(index, "reader", None)
-    if matrix is None and ref is not None and reader is not None and ref.exists():
-        matrix = _read_reference(ref, turn_ids, Path(reader.path))
+    if matrix is None and reader is not None:
+        matrix = _from_reference(reader, index.tenant, key, turn_ids, cache_dir)
     if matrix is None:
         matrix = build_token_matrix(encoder, turn_ids, texts)
         if path is not None:
@@ -111,29 +113,43 @@ def _load_or_build(index, encoder: TokenEncoder, cache_dir: str | Path | None) -
     return matrix
 
 
-def store_reference(tenant: str, turn_ids: Sequence[str], texts: Sequence[str], encoder_tag: str,
-                    session_build_key: str, sessions: Sequence[str], cache_dir: str | Path) -> Path:
-    """Record at build time that ``tenant``'s matrix (its turns ``turn_ids`` with node texts
-    ``texts``, in the order a :class:`TenantIndex` reads them) is the token vectors the build kept
-    for ``sessions`` under ``session_build_key``; the tenant's older files are removed."""
-    path = _reference_file(tenant, content_key(list(turn_ids), list(texts), encoder_tag), Path(cache_dir))
-    body = {"format": CACHE_FORMAT, "session_build_key": session_build_key, "sessions": list(sessions)}
-    _atomic_write(path, lambda fh: fh.write(json.dumps(body).encode("utf-8")))
-    _drop_others(tenant, path)
-    return path
+def reference_row(tenant: str, turn_ids: Sequence[str], texts: Sequence[str], encoder_tag: str,
+                  session_build_key: str, sessions: Sequence[str]) -> pa.Table:
+    """``tenant``'s row of the ``matrix_refs`` table: its matrix (its turns ``turn_ids`` with node
+    texts ``texts``, in the order a :class:`TenantIndex` reads them) is the token vectors the build
+    kept for ``sessions`` under ``session_build_key``."""
+    key = content_key(list(turn_ids), list(texts), encoder_tag)
+    return pa.Table.from_pylist([{"tenant_id": tenant, "content_key": key, "session_build_key": session_build_key,
+                                  "sessions": list(sessions)}], schema=schema.MATRIX_REFS)
 
 
-def _read_reference(path: Path, turn_ids: list[str], store: Path) -> TokenMatrix | None:
-    """The matrix a reference names, from the kept sessions' vectors; None when the reference is
-    unreadable or the sessions are no longer kept or hold other turns (the caller encodes)."""
+def _from_reference(reader, tenant: str, key: str, turn_ids: list[str],
+                    cache_dir: str | Path | None) -> TokenMatrix | None:
+    """The matrix the tenant's reference names when it encodes ``key``: its ``matrix_refs`` row,
+    or a reference file of an earlier store layout; None when there is none (the caller encodes)."""
+    refs = reader.table("matrix_refs", tenant)
+    rows = [r for r in refs.to_pylist() if r["content_key"] == key] if refs.num_rows else []
+    if rows:
+        return _from_sessions(rows[0], turn_ids, Path(reader.path))
+    legacy = _reference_file(tenant, key, Path(cache_dir)) if cache_dir else None
+    if legacy is None or not legacy.exists():
+        return None
+    try:
+        body = json.loads(legacy.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return _from_sessions(body, turn_ids, Path(reader.path)) if isinstance(body, dict) and \
+        body.get("format") == CACHE_FORMAT else None
+
+
+def _from_sessions(ref: dict, turn_ids: list[str], store: Path) -> TokenMatrix | None:
+    """The matrix a reference names, from the kept sessions' vectors; None when the sessions are
+    no longer kept or hold other turns (the caller encodes)."""
     from memlib.compose.session_store import SessionStore
     from memlib.retrieve.late import matrix_from_tokens
 
     try:
-        body = json.loads(path.read_text(encoding="utf-8"))
-        if body.get("format") != CACHE_FORMAT:
-            return None
-        tv = SessionStore(store, body["session_build_key"]).read_vectors(body["sessions"])
+        tv = SessionStore(store, ref["session_build_key"]).read_vectors(ref["sessions"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
     row = {n: i for i, n in enumerate(tv.node_ids)}

@@ -144,11 +144,8 @@ def test_jobs_incremental_rollback_then_compact(history):
     assert kept and not any("zanzibar" in str(pq.read_table(p).to_pylist()).lower() for p in kept)
     # auto's matrix references of the published tenants stay (they name only kept sessions)
     from memlib.io.store import StoreReader
-    from memlib.retrieve.matrix_cache import REFERENCE_SUFFIX, file_tenant
-
-    late = sorted((store / "cache" / "late").iterdir())
-    assert late and all(p.name.endswith(REFERENCE_SUFFIX) for p in late)
-    assert {file_tenant(p) for p in late} == set(StoreReader(store).tenants())
+    refs = StoreReader(store).table("matrix_refs", columns=["tenant_id"]).column("tenant_id").to_pylist()
+    assert sorted(refs) == sorted(StoreReader(store).tenants())
     assert sorted(p.name for p in (store / "versions").iterdir()) == ["v000004"]
     assert node_rows(store) == node_rows(store, history["manifests"]["v000004"] | {"lance_version": None})
     assert "bandoneon" in published_text(store)

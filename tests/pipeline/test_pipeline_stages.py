@@ -429,3 +429,27 @@ def test_small_tenants_travel_together_and_large_ones_alone():
     assert sorted(s.tenant_id for r in rows for s in r) == sorted(s.tenant_id for s in shards)
     assert all(sum(s.turns for s in r) <= 512 or len(r) == 1 for r in rows)
     assert pack_tenants([], 512) == []
+
+
+def test_a_row_whose_part_cannot_be_written_fails_its_tenants_by_name(tmp_path, monkeypatch):
+    """Writing a row's part is the last step of its tenants: when it raises (a full disk, an
+    unknown table), each of the row's tenants gets that reason in its summary, and the operator
+    returns normally, so the other rows of the build go on."""
+    from pipelines import operators as ops
+    from pipelines import tenant_op
+    from pipelines.tenant_op import TenantOp, tenant_item
+
+    cfg = MemlibConfig()
+    writer, shards = _shards(tmp_path, cfg)
+    op = TenantOp(cfg, "turns", str(writer.path), "key")
+    monkeypatch.setattr(op, "build_one", lambda shard, *a: ({"tenant_id": shard.tenant_id}, {}))
+
+    def full_disk(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(tenant_op, "write_part", full_disk)
+    row = {"kind": "tenant", "item": json.dumps([tenant_item(s, [], tmp_path / "work", []) for s in shards[:2]]),
+           "turns": None, "vectors": None, "summary": None}
+    summaries = json.loads(op(ops.batch_of([row])).column("summary")[0].as_py())
+    assert [s["tenant_id"] for s in summaries] == [s.tenant_id for s in shards[:2]]
+    assert all("part could not be written" in s["error"] and "No space left" in s["error"] for s in summaries)

@@ -111,13 +111,26 @@ def test_unknown_param_rejected():
         get_strategy("magma", None, nope=1)
 
 
+def _without_references(store, copy):
+    """A copy of ``store`` whose tenants have no ``auto`` matrix reference: a query encodes them."""
+    import shutil
+
+    from memlib.io.store import StoreReader
+
+    shutil.copytree(store, copy)
+    shutil.rmtree(StoreReader(copy).version_dir / "matrix_refs")
+    return copy
+
+
 def test_auto_token_matrix_disk_cache_is_keyed_by_content(sample_store, tmp_path, monkeypatch):
     """auto's token matrices: one file per tenant named by the content it encodes; a fresh process
     view reads it instead of encoding; a corrupt file is re-encoded; a tenant's new matrix
-    replaces its older files and leaves a tenant whose id merely extends this one alone."""
+    replaces its older files and leaves a tenant whose id merely extends this one alone. (The
+    store's tenants have no matrix reference here, as when their kept sessions are gone.)"""
     from memlib.retrieve import matrix_cache, token_encoder
     from memlib.retrieve.tenant import TenantCache
 
+    sample_store = _without_references(sample_store, tmp_path / "store")
     cache_dir = tmp_path / "late"
     strategy = get_strategy("auto", retrieve_config(), cache_dir=str(cache_dir))
     tenant = TenantCache(sample_store).tenants()[0]
@@ -165,7 +178,7 @@ def test_auto_first_queries_of_a_tenant_build_its_matrix_once(sample_store, tmp_
         return real(*args, **kwargs)
 
     monkeypatch.setattr(matrix_cache, "build_token_matrix", slow_build)
-    cache = TenantCache(sample_store)
+    cache = TenantCache(_without_references(sample_store, tmp_path / "store"))
     index = cache.get(cache.tenants()[0])
     strategy = get_strategy("auto", retrieve_config(), cache_dir=str(tmp_path / "late"))
     results, errors = [], []
@@ -190,21 +203,51 @@ def test_build_precomputes_auto_token_matrices(sample_store, monkeypatch):
     records every tenant's token matrix before it publishes, as a reference to the token vectors
     its sessions kept (no second copy), and a fresh view of the store answers auto without
     encoding the tenant."""
+    from memlib.io.store import StoreReader
     from memlib.retrieve import matrix_cache
     from memlib.retrieve.tenant import TenantCache
 
     cache = TenantCache(sample_store)
+    refs = StoreReader(sample_store).table("matrix_refs")
+    assert sorted(refs.column("tenant_id").to_pylist()) == sorted(cache.tenants())
     late = sample_store / "cache" / "late"
-    files = list(late.glob(f"late-*{matrix_cache.REFERENCE_SUFFIX}"))
-    published = (sample_store / "manifest.json").stat().st_mtime
-    assert sorted(f.name.split(".", 1)[0].rsplit("-", 1)[0] for f in files) == sorted(
-        f"late-{t}" for t in cache.tenants())
-    assert all(f.stat().st_mtime <= published for f in files) and not list(late.glob("*.npz"))
+    assert not late.exists() or not list(late.iterdir())  # no file per tenant: the references are in the parts
 
     def no_encoding(*a, **k):
         raise AssertionError("the build should have written this tenant's matrix")
 
     monkeypatch.setattr(matrix_cache, "build_token_matrix", no_encoding)
+    for tenant in cache.tenants():
+        assert run_search(cache.get(tenant), get_strategy("auto", retrieve_config()), "weekend plans", 3).turns
+
+
+def test_a_store_of_the_earlier_layout_reads_its_matrix_reference_files(sample_store, tmp_path, monkeypatch):
+    """A store written before references moved into the parts holds one reference file per tenant
+    in ``cache/late``: its tenants still answer ``auto`` from their kept sessions, unencoded."""
+    import json
+    import shutil
+
+    from memlib.io.store import StoreReader
+    from memlib.retrieve import matrix_cache
+    from memlib.retrieve.tenant import TenantCache
+
+    store = tmp_path / "store"
+    shutil.copytree(sample_store, store)
+    reader = StoreReader(store)
+    late = store / "cache" / "late"
+    late.mkdir(parents=True, exist_ok=True)
+    for ref in reader.table("matrix_refs").to_pylist():
+        body = {"format": matrix_cache.CACHE_FORMAT, "session_build_key": ref["session_build_key"],
+                "sessions": ref["sessions"]}
+        name = f"late-{ref['tenant_id']}-{ref['content_key']}{matrix_cache.REFERENCE_SUFFIX}"
+        (late / name).write_text(json.dumps(body), encoding="utf-8")
+    shutil.rmtree(reader.version_dir / "matrix_refs")
+
+    def no_encoding(*a, **k):
+        raise AssertionError("the reference file should have given this tenant's matrix")
+
+    monkeypatch.setattr(matrix_cache, "build_token_matrix", no_encoding)
+    cache = TenantCache(store)
     for tenant in cache.tenants():
         assert run_search(cache.get(tenant), get_strategy("auto", retrieve_config()), "weekend plans", 3).turns
 
