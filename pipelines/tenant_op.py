@@ -176,14 +176,15 @@ class TenantOp:
         from memlib.compose.sessions import SessionOutput
         from memlib.compose.vectors import TurnVectors
 
-        self.sessions.refresh()  # blocks written since this actor started
-        kept = self.sessions.known(k for k in order if k not in pending)
+        earlier = [k for k in order if k not in pending]
+        if earlier:
+            self.sessions.refresh()  # blocks written since this actor last read the index
+        kept = self.sessions.known(earlier)
         parts = [self.sessions.read([k for k in order if k in kept])] if kept else []
         waited = self.wait_for_blocks(blocks, work)
         now = [k for k in order if k not in kept]
-        if now:
-            self.sessions.refresh()
-            parts.append(self.sessions.read(now))
+        if now:  # this run's sessions: looked up in the blocks the tenant waited for
+            parts.append(self.sessions.read(now, blocks))
         outputs = SessionOutput.concat([p for p, _ in parts])
         vectors = TurnVectors.concat([v for _, v in parts], self.cfg.embed.dim)
         return outputs, vectors, waited

@@ -85,6 +85,10 @@ def _read_vectors(path: Path) -> pa.Table:
     return pa.ipc.open_file(pa.memory_map(str(path))).read_all()
 
 
+def _empty_index() -> pa.Table:
+    return schema.empty(INDEX).append_column("block", pa.array([], pa.string()))
+
+
 class SessionStore:
     """The kept session outputs of one store and build key."""
 
@@ -121,41 +125,62 @@ class SessionStore:
             read: dict[str, tuple[tuple[int, int, int], pa.Table]] = {}
             # names starting with "." are files being written (_write), never read
             for f in sorted(idir.glob("[!.]*.parquet")) if idir.is_dir() else []:
-                try:
-                    st = f.stat()
-                except FileNotFoundError:  # its block was dropped (retain) since the listing
-                    continue
-                sig = (st.st_ino, st.st_mtime_ns, st.st_size)  # a rewrite (os.replace) is a new inode
-                known = self._read.get(f.stem)
-                if known is None or known[0] != sig:
-                    t = pq.read_table(f)
-                    known = (sig, t.append_column("block", pa.array([f.stem] * t.num_rows, pa.string())))
-                read[f.stem] = known
+                known = self._index_file(f)
+                if known is not None:
+                    read[f.stem] = known
             self._read = read
-            self._index = (pa.concat_tables([t for _, t in read.values()]) if read else
-                           schema.empty(INDEX).append_column("block", pa.array([], pa.string())))
+            self._index = (pa.concat_tables([t for _, t in read.values()]) if read else _empty_index())
         return self._index
+
+    def _index_file(self, f: Path) -> tuple[tuple[int, int, int], pa.Table] | None:
+        """A block's index rows (with its block id), read again only when the file changed; None
+        when it is gone."""
+        try:
+            st = f.stat()
+        except FileNotFoundError:  # its block was dropped (retain) since the listing
+            return None
+        sig = (st.st_ino, st.st_mtime_ns, st.st_size)  # a rewrite (os.replace) is a new inode
+        known = self._read.get(f.stem)
+        if known is None or known[0] != sig:
+            t = pq.read_table(f)
+            known = (sig, t.append_column("block", pa.array([f.stem] * t.num_rows, pa.string())))
+        return known
+
+    def _index_of(self, blocks: Iterable[str]) -> pa.Table:
+        """The index rows of ``blocks`` alone (a tenant of a build reads the blocks it waited for,
+        not the index of every kept session)."""
+        tables = []
+        for b in sorted(set(blocks)):
+            known = self._index_file(self.root / "index" / f"{b}.parquet")
+            if known is not None:
+                self._read[b] = known
+                tables.append(known[1])
+        return pa.concat_tables(tables) if tables else _empty_index()
 
     def known(self, keys: Iterable[str]) -> set[str]:
         """Those of ``keys`` whose outputs are kept."""
         keys = list(keys)
+        if not keys:
+            return set()
         idx = self.index()
-        if not keys or idx.num_rows == 0:
+        if idx.num_rows == 0:
             return set()
         hit = idx.filter(pc.is_in(idx.column("session_key"), value_set=pa.array(keys, pa.string())))
         return set(hit.column("session_key").to_pylist())
 
-    def read(self, keys: Iterable[str]) -> tuple[SessionOutput, TurnVectors]:
+    def read(self, keys: Iterable[str], blocks: Iterable[str] | None = None) -> tuple[SessionOutput, TurnVectors]:
         """The kept outputs and turn vectors of sessions ``keys`` (all must be kept), in block
-        order. Blocks are read by a few threads (Parquet decoding and file reads release the
-        GIL): 2,500 kept LongMemEval sessions in 108 blocks took 3.0-3.5 s one block after
-        another and 1.75-2.3 s this way, page cache warm (docs/benchmarks.md)."""
-        blocks = self._blocks_of(keys)
-        if len(blocks) == 1:
-            parts = [self._read_block(blocks[0])]
+        order; ``blocks``: the blocks that hold them, when the caller knows (only their index files
+        are read; a key none of them holds is looked up in the whole index). Blocks are read by a
+        few threads (Parquet decoding and file reads release the GIL): 2,500 kept LongMemEval
+        sessions in 108 blocks took 3.0-3.5 s one block after another and 1.75-2.3 s this way,
+        page cache warm (docs/benchmarks.md)."""
+        found = self._blocks_of(keys, blocks)
+        if len(found) == 1:
+            parts = [self._read_block(found[0])]
         else:
-            with ThreadPoolExecutor(min(READ_THREADS, len(blocks)), thread_name_prefix="memlib-sessions") as pool:
-                parts = list(pool.map(self._read_block, blocks))  # in block order, whatever finishes first
+            with ThreadPoolExecutor(min(READ_THREADS, len(found)), thread_name_prefix="memlib-sessions") as pool:
+                parts = list(pool.map(self._read_block, found))  # in block order, whatever finishes first
         out = SessionOutput({name: pa.concat_tables([t[name] for t, _ in parts]) for name in SESSION_TABLES})
         return out, TurnVectors.concat([v for _, v in parts], self.dim)
 
@@ -190,13 +215,17 @@ class SessionStore:
         return TurnVectors.concat([self._vectors_in(self._decoded(b)[1], w, whole)
                                    for b, w, whole in self._blocks_of(keys)], self.dim)
 
-    def _blocks_of(self, keys: Iterable[str]) -> list[tuple[Path, pa.Array, bool]]:
+    def _blocks_of(self, keys: Iterable[str], blocks: Iterable[str] | None = None) -> list[tuple[Path, pa.Array, bool]]:
         """(block directory, the sessions of ``keys`` to read from it, whether those are all the
-        block holds) for every block needed; a KeyError names a session that is not kept."""
+        block holds) for every block needed, looked up in ``blocks`` when given, else (or when
+        they miss one) in the whole index; a KeyError names a session that is not kept."""
         keys = sorted(set(keys))
-        idx = self.index()
+        idx = self._index_of(blocks) if blocks is not None else self.index()
         rows = idx.filter(pc.is_in(idx.column("session_key"), value_set=pa.array(keys, pa.string())))
         found = set(rows.column("session_key").to_pylist())
+        if found != set(keys) and blocks is not None:
+            self.refresh()
+            return self._blocks_of(keys)
         if found != set(keys):
             missing = sorted(set(keys) - found)
             raise KeyError(f"{len(missing)} session(s) have no kept outputs, e.g. {missing[0]}")

@@ -297,7 +297,7 @@ def test_a_tenant_reads_its_earlier_sessions_before_its_blocks_are_kept(ray_loca
     op = TenantOp(cfg, "full", str(writer.path), "k")
     calls: list[tuple[float, set[str]]] = []
     read = op.sessions.read
-    op.sessions.read = lambda keys: (calls.append((time.perf_counter(), set(keys))), read(keys))[1]
+    op.sessions.read = lambda keys, blocks=None: (calls.append((time.perf_counter(), set(keys))), read(keys, blocks))[1]
     turns = staged_rows(tenant.turns_path, tenant.tenant_id)
     order = list(dict.fromkeys(session_keys(sort_turns(turns), "k").to_pylist()))
     later = threading.Timer(0.6, keep, args=(late_path,))
