@@ -9,6 +9,7 @@ of the thresholded similarity graph); ``similar_edges`` adds SIMILAR edges above
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 
 import numpy as np
 import polars as pl
@@ -235,10 +236,11 @@ def similar_edges_appended(node_ids: list[str] | pa.Array, tenant_id: str, vecto
 
 def _edges_table(tenant: str, a: np.ndarray, b: np.ndarray, s: np.ndarray) -> pa.Table:
     src, dst = np.where(a < b, a, b), np.where(a < b, b, a)
-    df = pl.DataFrame({"tenant_id": [tenant] * len(s), "src": src.tolist(), "dst": dst.tolist(), "weight": s},
-                      schema={"tenant_id": pl.String, "src": pl.String, "dst": pl.String, "weight": pl.Float32})
-    df = df.with_columns(pl.lit(EdgeKind.SIMILAR.value).alias("kind"))
-    return schema.conform(df.to_arrow(), schema.EDGES, name="similar_edges")
+    table = pa.table({"tenant_id": pa.array([tenant] * len(s), pa.string()),
+                      "src": pa.array(src.tolist(), pa.string()), "dst": pa.array(dst.tolist(), pa.string()),
+                      "kind": pa.array([EdgeKind.SIMILAR.value] * len(s), pa.string()),
+                      "weight": pa.array(np.asarray(s, dtype=np.float32), pa.float32())})
+    return schema.conform(table, schema.EDGES, name="similar_edges")
 
 
 def similar_edges(node_ids: list[str] | pa.Array, tenant_ids: list[str] | pa.Array, vectors: np.ndarray,
@@ -328,14 +330,24 @@ def merge_clues(clue_nodes: pa.Table, vectors: np.ndarray, threshold: float,
 
 
 def _rewrite_edges(edges: pa.Table, id_map: dict[str, str]) -> pa.Table:
-    mapping = pl.DataFrame({"old": list(id_map), "new": list(id_map.values())},
-                           schema={"old": pl.String, "new": pl.String})
-    df = pl.from_arrow(edges)
-    for col in ("src", "dst"):
-        df = df.join(mapping, left_on=col, right_on="old", how="left", maintain_order="left").with_columns(
-            pl.coalesce("new", col).alias(col)).drop("new")
-    df = df.unique(subset=["tenant_id", "src", "dst", "kind"], keep="first", maintain_order=True)
-    return schema.conform(df.to_arrow(), schema.EDGES, name="merged_clue_edges")
+    src = [id_map.get(n, n) for n in edges.column("src").to_pylist()]
+    dst = [id_map.get(n, n) for n in edges.column("dst").to_pylist()]
+    keys = zip(edges.column("tenant_id").to_pylist(), src, dst, edges.column("kind").to_pylist())
+    rewritten = (edges.set_column(edges.schema.get_field_index("src"), "src", pa.array(src, pa.string()))
+                 .set_column(edges.schema.get_field_index("dst"), "dst", pa.array(dst, pa.string())))
+    return schema.conform(rewritten.take(pa.array(_first_rows(keys), pa.int64())), schema.EDGES,
+                          name="merged_clue_edges")
+
+
+def _first_rows(keys: Iterable[tuple]) -> list[int]:
+    """The rows whose key no earlier row has, in order."""
+    seen: set[tuple] = set()
+    first = []
+    for i, key in enumerate(keys):
+        if key not in seen:
+            seen.add(key)
+            first.append(i)
+    return first
 
 
 def _rebuild_edges(nodes: pa.Table) -> pa.Table:
