@@ -89,38 +89,54 @@ def clues_from_drafts(drafts: pa.Table, segments: pa.Table | None = None,
     """One ``clue`` node per session of ``drafts`` (session order), HAS_CLUE session->clue and
     segment->clue edges; keyphrase IDF over those sessions, every speaker's name banned."""
     cfg = cfg or ClueConfig()
-    docs = pl.from_arrow(drafts.select(schema.CLUE_DRAFTS.names))
-    speakers = docs["speakers"].to_list()
+    docs = drafts.select(schema.CLUE_DRAFTS.names)
+    speakers = docs.column("speakers").to_pylist()
     banned = _banned([name for names in speakers for name in names])
-    phrases = rank([_doc_scores(d, banned) for d in docs.select("speakers", "words", "keys", "scores", "surfaces",
-                                                                  "candidates").iter_rows(named=True)],
+    phrases = rank([_doc_scores(d, banned) for d in docs.select(["speakers", "words", "keys", "scores", "surfaces",
+                                                                 "candidates"]).to_pylist()],
                    cfg.keyphrases)
-    keys = docs.select(SESSION_KEYS).rows()
-    docs = docs.with_columns(
-        pl.Series("node_id", [ids.make_id(NodeKind.CLUE.value, *k) for k in keys], dtype=pl.String),
-        pl.Series("session_node_id", [ids.session_node_id(*k) for k in keys], dtype=pl.String),
-        pl.Series("text", [clue_text(s, p) for s, p in zip(speakers, phrases)], dtype=pl.String),
-        pl.Series("attributes", [json.dumps({"keyphrases": p, "speakers": s, "session_node_ids": [sid]})
-                                 for p, s, sid in zip(phrases, speakers,
-                                                      [ids.session_node_id(*k) for k in keys])],
-                  dtype=pl.String),
-    )
-    nodes = docs.select(
-        "node_id", "tenant_id", "conversation_id", pl.lit(NodeKind.CLUE.value).alias("kind"), "text",
-        pl.col("session_time").alias("time"), pl.col("session_time").alias("valid_from"), "session_id",
-        pl.lit(1.0, dtype=pl.Float32).alias("belief"), pl.lit(Source.HEURISTIC.value).alias("source"),
-        pl.col("turn_ids").alias("provenance"), "attributes")
-    edges = [docs.select("tenant_id", pl.col("session_node_id").alias("src"), pl.col("node_id").alias("dst"),
-                         pl.col("turn_ids").alias("provenance"))]
+    keys = list(zip(*(docs.column(k).to_pylist() for k in SESSION_KEYS)))
+    node_ids = [ids.make_id(NodeKind.CLUE.value, *k) for k in keys]
+    session_ids = [ids.session_node_id(*k) for k in keys]
+    n = docs.num_rows
+    nodes = pa.table({
+        "node_id": pa.array(node_ids, pa.string()), "tenant_id": docs.column("tenant_id"),
+        "conversation_id": docs.column("conversation_id"), "kind": pa.array([NodeKind.CLUE.value] * n, pa.string()),
+        "text": pa.array([clue_text(s, p) for s, p in zip(speakers, phrases)], pa.string()),
+        "time": docs.column("session_time"), "valid_from": docs.column("session_time"),
+        "session_id": docs.column("session_id"), "belief": pa.array([1.0] * n, pa.float32()),
+        "source": pa.array([Source.HEURISTIC.value] * n, pa.string()), "provenance": docs.column("turn_ids"),
+        "attributes": pa.array([json.dumps({"keyphrases": p, "speakers": s, "session_node_ids": [sid]})
+                                for p, s, sid in zip(phrases, speakers, session_ids)], pa.string()),
+    })
+    edges = [(k[0], sid, nid, turns) for k, sid, nid, turns in
+             zip(keys, session_ids, node_ids, docs.column("turn_ids").to_pylist())]
     if segments is not None and segments.num_rows:
-        seg = pl.from_arrow(segments.select(SESSION_KEYS + ["segment_id", "turn_ids"]))
-        edges.append(seg.join(docs.select(SESSION_KEYS + ["node_id"]), on=SESSION_KEYS, how="inner").select(
-            "tenant_id", pl.col("segment_id").alias("src"), pl.col("node_id").alias("dst"),
-            pl.col("turn_ids").alias("provenance")))
-    edge_df = pl.concat(edges).with_columns(pl.lit(EdgeKind.HAS_CLUE.value).alias("kind"),
-                                            pl.lit(1.0, dtype=pl.Float32).alias("weight"))
-    return (schema.conform(nodes.to_arrow(), schema.NODES_NO_EMBEDDING, name="clue_nodes"),
-            schema.conform(edge_df.to_arrow(), schema.EDGES, name="clue_edges"))
+        edges += _segment_edges(keys, node_ids, segments)
+    return (schema.conform(nodes, schema.NODES_NO_EMBEDDING, name="clue_nodes"),
+            schema.conform(_has_clue_table(edges), schema.EDGES, name="clue_edges"))
+
+
+def _segment_edges(keys: list[tuple], node_ids: list[str], segments: pa.Table) -> list[tuple]:
+    """(tenant, segment id, clue id, the segment's turn ids) per segment of a session with a clue,
+    in segment order."""
+    clue_of: dict[tuple, list[str]] = {}
+    for key, node_id in zip(keys, node_ids):
+        clue_of.setdefault(key, []).append(node_id)
+    seg_keys = zip(*(segments.column(k).to_pylist() for k in SESSION_KEYS))
+    return [(key[0], seg_id, node_id, turns)
+            for key, seg_id, turns in zip(seg_keys, segments.column("segment_id").to_pylist(),
+                                          segments.column("turn_ids").to_pylist())
+            for node_id in clue_of.get(key, ())]
+
+
+def _has_clue_table(edges: list[tuple]) -> pa.Table:
+    tenants, src, dst, provenance = (list(col) for col in zip(*edges)) if edges else ([], [], [], [])
+    return pa.table({"tenant_id": pa.array(tenants, pa.string()), "src": pa.array(src, pa.string()),
+                     "dst": pa.array(dst, pa.string()),
+                     "kind": pa.array([EdgeKind.HAS_CLUE.value] * len(edges), pa.string()),
+                     "weight": pa.array([1.0] * len(edges), pa.float32()),
+                     "provenance": pa.array(provenance, pa.list_(pa.string()))})
 
 
 def session_clues(turns: pa.Table, segments: pa.Table | None = None,
