@@ -321,10 +321,14 @@ def conform(table: pa.Table, schema: pa.Schema, *, name: str = "table") -> pa.Ta
     Missing nullable columns are filled with nulls; a missing non-nullable column or a
     null in a non-nullable column raises :class:`SchemaError` naming the table and column.
     """
+    if table.schema.equals(schema, check_metadata=True):
+        _check_required(table, schema, name)
+        return table
     cols = []
     n = table.num_rows
+    names = set(table.schema.names)
     for field in schema:
-        if field.name in table.column_names:
+        if field.name in names:
             col = table.column(field.name)
             if not col.type.equals(field.type):
                 try:
@@ -339,6 +343,12 @@ def conform(table: pa.Table, schema: pa.Schema, *, name: str = "table") -> pa.Ta
             raise SchemaError(f"{name}: required column {field.name!r} is missing")
         cols.append(col)
     return pa.Table.from_arrays(cols, schema=schema)
+
+
+def _check_required(table: pa.Table, schema: pa.Schema, name: str) -> None:
+    for i, field in enumerate(schema):
+        if not field.nullable and table.column(i).null_count:
+            raise SchemaError(f"{name}.{field.name}: {table.column(i).null_count} null value(s) in a required column")
 
 
 def check(table: pa.Table, schema: pa.Schema, *, name: str = "table") -> None:

@@ -19,7 +19,7 @@ class Finalized:
 
 def dedup_nodes(nodes: pa.Table) -> pa.Table:
     """One row per node id (first occurrence wins), order kept."""
-    if nodes.num_rows == 0:
+    if nodes.num_rows == 0 or pc.count_distinct(nodes.column("node_id"), mode="all").as_py() == nodes.num_rows:
         return nodes
     idx = pa.array(range(nodes.num_rows), pa.int64())
     first = (nodes.select(["node_id"]).append_column("_i", idx)

@@ -278,6 +278,8 @@ def fallbacks_table(nodes: pa.Table, fallbacks: dict[int, Fallback]) -> pa.Table
                       "local": pa.array([None if f.local is None else np.asarray(f.local, dtype=np.float32).tobytes()
                                          for f in fb], pa.binary()),
                       "inputs": pa.array(inputs, pa.string())})
-    first = pl.from_arrow(table.select(["node_id"])).with_row_index("_i").unique("node_id", keep="first")["_i"]
-    return schema.conform(table.take(pa.array(np.sort(first.to_numpy()), pa.int64())), schema.NODE_FALLBACKS,
+    first: dict[str, int] = {}
+    for i, node_id in enumerate(table.column("node_id").to_pylist()):
+        first.setdefault(node_id, i)
+    return schema.conform(table.take(pa.array(list(first.values()), pa.int64())), schema.NODE_FALLBACKS,
                           name="node_fallbacks")

@@ -25,6 +25,7 @@ same whichever block of sessions it travels in. The tenant-level half is
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -97,7 +98,8 @@ class SessionOutput:
     tables: dict[str, pa.Table] = field(default_factory=dict)
 
     def table(self, name: str) -> pa.Table:
-        return self.tables.get(name, _empty_keyed(name))
+        table = self.tables.get(name)
+        return table if table is not None else _empty_keyed(name)
 
     @staticmethod
     def concat(parts: Sequence[SessionOutput]) -> SessionOutput:
@@ -108,6 +110,7 @@ class SessionOutput:
         return SessionOutput(out)
 
 
+@functools.cache
 def keyed_schema(name: str) -> pa.Schema:
     base = SESSION_TABLES[name]
     if "session_key" in base.names:

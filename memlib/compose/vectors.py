@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from memlib import schema
 
@@ -250,14 +250,13 @@ def pooled_vectors(nodes: pa.Table, turn_ids: Sequence[str], turn_vectors: np.nd
     out = np.zeros((nodes.num_rows, dim), dtype=np.float32)
     if nodes.num_rows == 0 or len(turn_ids) == 0:
         return out
-    pairs = (pl.from_arrow(nodes.select(["provenance"])).with_row_index("_node")
-             .explode("provenance").drop_nulls("provenance")
-             .join(pl.DataFrame({"provenance": list(turn_ids), "_turn": np.arange(len(turn_ids))}),
-                   on="provenance", how="inner", maintain_order="left"))
-    if len(pairs):
-        node = pairs["_node"].to_numpy().astype(np.int64)
-        turn = pairs["_turn"].to_numpy().astype(np.int64)
-        np.add.at(out, node, turn_vectors[turn])
+    provenance = nodes.column("provenance").combine_chunks()
+    turn = pc.index_in(pc.list_flatten(provenance), value_set=pa.array(list(turn_ids), pa.string()))
+    node = pc.list_parent_indices(provenance)
+    found = turn.is_valid()
+    if pc.any(found).as_py():
+        np.add.at(out, node.filter(found).to_numpy().astype(np.int64),
+                  turn_vectors[turn.filter(found).to_numpy().astype(np.int64)])
     norms = np.linalg.norm(out, axis=1, keepdims=True)
     return out / np.maximum(norms, 1e-12)
 

@@ -7,10 +7,9 @@ the configured threshold; the most frequent surface label names the merged conce
 """
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
+from collections.abc import Iterable
 from typing import Any
-
-import polars as pl
 
 from memlib.extract.rows import concept_id
 
@@ -128,21 +127,21 @@ def _cluster(keys: list[str], threshold: float) -> dict[str, str]:
     return {k: find(k) for k in keys}
 
 
-def canonicalize(occurrences: pl.DataFrame, threshold: float) -> pl.DataFrame:
-    """``occurrences`` (tenant_id, label) -> distinct (tenant_id, label, concept_id, canonical)."""
-    if occurrences.height == 0:
-        return pl.DataFrame(schema={"tenant_id": pl.Utf8, "label": pl.Utf8,
-                                    "concept_id": pl.Utf8, "canonical": pl.Utf8})
-    counts = (occurrences.group_by(["tenant_id", "label"]).agg(pl.len().alias("n"))
-              .with_columns(pl.col("label").map_elements(token_key, return_dtype=pl.Utf8).alias("key")))
-    parts = []
-    for (_tenant,), df in counts.sort(["tenant_id", "label"]).group_by(["tenant_id"], maintain_order=True):
-        rep = _cluster(sorted(set(df["key"].to_list())), threshold)
-        parts.append(df.with_columns(pl.col("key").replace_strict(rep).alias("cluster")))
-    counts = pl.concat(parts)
-    best = (counts.sort(["n", "label"], descending=[True, False])
-            .group_by(["tenant_id", "cluster"], maintain_order=True).agg(pl.col("label").first().alias("canonical")))
-    out = counts.join(best, on=["tenant_id", "cluster"])
-    ids = [concept_id(t, token_key(c)) for t, c in zip(out["tenant_id"], out["canonical"])]
-    return out.with_columns(pl.Series("concept_id", ids, dtype=pl.Utf8)).select(
-        ["tenant_id", "label", "concept_id", "canonical"])
+def canonicalize(occurrences: Iterable[tuple[str, str]], threshold: float) -> dict[tuple[str, str], tuple[str, str]]:
+    """(tenant_id, label) occurrences -> per distinct pair its (concept_id, canonical label); the
+    canonical label of a cluster is its most frequent, the smallest of those tied."""
+    counts = Counter(occurrences)
+    labels: dict[str, list[str]] = defaultdict(list)
+    for tenant, label in counts:
+        labels[tenant].append(label)
+    out = {}
+    for tenant, names in labels.items():
+        keys = {name: token_key(name) for name in names}
+        rep = _cluster(sorted(set(keys.values())), threshold)
+        best: dict[str, str] = {}
+        for name in sorted(names, key=lambda n: (-counts[tenant, n], n)):
+            best.setdefault(rep[keys[name]], name)
+        for name in names:
+            canonical = best[rep[keys[name]]]
+            out[tenant, name] = (concept_id(tenant, token_key(canonical)), canonical)
+    return out

@@ -7,9 +7,11 @@ derived from the same turn, so temporal queries can anchor on dated events.
 """
 from __future__ import annotations
 
+import json
 from datetime import datetime
 
-import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from memlib.config import Backend
 from memlib.extract.base import Extraction, ExtractionContext, ExtractResult, register
@@ -44,13 +46,20 @@ class HeuristicEvents:
     def run(self, ctx: ExtractionContext) -> ExtractResult:
         if ctx.facts is None or ctx.facts.num_rows == 0:
             return ExtractResult()
-        facts = pl.from_arrow(ctx.facts).filter(pl.col("kind") == NodeKind.FACT.value)
-        dated = facts.filter(pl.col("attributes").str.json_path_match("$.dated_by_mention") == "true")
+        facts = ctx.facts.filter(pc.equal(ctx.facts.column("kind"), NodeKind.FACT.value))
+        dated = facts.filter(pa.array([_dated_by_mention(a) for a in facts.column("attributes").to_pylist()],
+                                      pa.bool_())).to_pylist()
         nodes, edges = [], []
-        for f in dated.iter_rows(named=True):
+        for f in dated:
             nid = event_id(f["tenant_id"], f["node_id"])
             nodes.append({**{k: f[k] for k in ("tenant_id", "conversation_id", "text", "time", "valid_from",
                                                  "session_id", "provenance", "attributes", "source")},
                           "node_id": nid, "kind": NodeKind.EVENT.value})
             edges += derived_from(f["tenant_id"], nid, f["provenance"])
         return ExtractResult(node_table(nodes), edge_table(edges))
+
+
+def _dated_by_mention(attributes: str | None) -> bool:
+    """Whether a fact's attributes hold ``"dated_by_mention": true`` (or the string ``"true"``)."""
+    value = json.loads(attributes).get("dated_by_mention") if attributes else None
+    return value is True or value == "true"

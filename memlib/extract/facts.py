@@ -9,9 +9,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
-import polars as pl
 import pyarrow as pa
 
 from memlib import schema
@@ -130,34 +129,51 @@ def _fact_row(f: dict[str, Any], concepts: list[tuple[str, str]]) -> dict[str, A
                     valid_from=f["time"], belief=1.0)
 
 
-def _concept_rows(links: pl.DataFrame) -> list[dict[str, Any]]:
-    grouped = (links.group_by(["tenant_id", "concept_id"], maintain_order=True)
-               .agg(pl.col("canonical").first(), pl.col("label").unique().sort().alias("aliases"),
-                    pl.col("turn").unique().sort().alias("turns"), pl.col("fact").n_unique().alias("n_facts")))
-    return [node_row(NodeKind.CONCEPT, r["concept_id"], r["tenant_id"], r["canonical"].replace("_", " "),
-                     r["turns"], ConceptAttributes(label=r["canonical"], aliases=r["aliases"], n_facts=r["n_facts"]))
-            for r in grouped.iter_rows(named=True)]
+class _Link(NamedTuple):
+    """A fact's link to one of its concepts (the first label of the fact that maps to it)."""
+    tenant_id: str
+    fact: str
+    turn: str
+    label: str
+    concept_id: str
+    canonical: str
 
 
-def _link_rows(links: pl.DataFrame) -> list[dict[str, Any]]:
-    return [e for r in links.iter_rows(named=True)
-            for e in concept_links(r["tenant_id"], r["fact"], r["concept_id"], [r["turn"]])]
+def _links(rows: list[dict[str, Any]], threshold: float) -> list[_Link]:
+    """Every (fact, concept) pair of the drafts once, in draft and label order."""
+    occ = [(f["tenant_id"], f["node_id"], f["turn_node_id"], label)
+           for f in rows for label in f["labels"] or () if label is not None]
+    canon = canonicalize([(tenant, label) for tenant, _, _, label in occ], threshold)
+    links: dict[tuple[str, str], _Link] = {}
+    for tenant, fact, turn, label in occ:
+        cid, canonical = canon[tenant, label]
+        links.setdefault((fact, cid), _Link(tenant, fact, turn, label, cid, canonical))
+    return list(links.values())
+
+
+def _concept_rows(links: list[_Link]) -> list[dict[str, Any]]:
+    groups: dict[tuple[str, str], list[_Link]] = {}
+    for link in links:
+        groups.setdefault((link.tenant_id, link.concept_id), []).append(link)
+    return [node_row(NodeKind.CONCEPT, cid, tenant, group[0].canonical.replace("_", " "),
+                     sorted({g.turn for g in group}),
+                     ConceptAttributes(label=group[0].canonical, aliases=sorted({g.label for g in group}),
+                                       n_facts=len({g.fact for g in group})))
+            for (tenant, cid), group in groups.items()]
+
+
+def _link_rows(links: list[_Link]) -> list[dict[str, Any]]:
+    return [e for r in links for e in concept_links(r.tenant_id, r.fact, r.concept_id, [r.turn])]
 
 
 def finish_drafts(drafts: pa.Table, threshold: float) -> ExtractResult:
     """Tenant-level half of the facts stage: canonicalize the concept labels of every fact draft
     of the tenant(s), then fact and concept nodes, DERIVED_FROM / HAS_CONCEPT / ABOUT_CONCEPT edges."""
-    df = pl.from_arrow(schema.conform(drafts, schema.FACT_DRAFTS, name="fact_drafts"))
-    occ = (df.select(["tenant_id", pl.col("node_id").alias("fact"), pl.col("turn_node_id").alias("turn"),
-                      pl.col("labels").alias("label")])
-           .explode("label").drop_nulls("label"))
-    links = occ.join(canonicalize(occ.select(["tenant_id", "label"]), threshold), on=["tenant_id", "label"],
-                     maintain_order="left")
-    links = links.unique(["fact", "concept_id"], keep="first", maintain_order=True)
+    rows = schema.conform(drafts, schema.FACT_DRAFTS, name="fact_drafts").to_pylist()
+    links = _links(rows, threshold)
     per_fact: dict[str, list[tuple[str, str]]] = {}
-    for fid, cid, canon in links.select(["fact", "concept_id", "canonical"]).iter_rows():
-        per_fact.setdefault(fid, []).append((cid, canon))
-    rows = df.to_dicts()
+    for link in links:
+        per_fact.setdefault(link.fact, []).append((link.concept_id, link.canonical))
     facts = [_fact_row(f, per_fact.get(f["node_id"], [])) for f in rows]
     derived = [e for f in rows for e in derived_from(f["tenant_id"], f["node_id"], [f["turn_node_id"]])]
     nodes = node_table(facts + _concept_rows(links))

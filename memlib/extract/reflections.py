@@ -11,6 +11,8 @@ from datetime import datetime
 from typing import Any
 
 import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from memlib.config import Backend
 from memlib.extract.base import Extraction, ExtractionContext, ExtractResult, register
@@ -42,6 +44,12 @@ def _fact_concepts(facts: Any) -> pl.DataFrame:
                           .str.json_decode(pl.List(pl.Utf8)).alias("concept"))
             .drop_nulls("speaker")
             .explode(["concept_id", "concept"]).drop_nulls("concept_id"))
+
+
+def _fact_sessions(nodes: pa.Table) -> int:
+    """Distinct session ids (null one of them) of the facts among ``nodes``: no theme spans more."""
+    facts = nodes.filter(pc.equal(nodes.column("kind"), NodeKind.FACT.value))
+    return pc.count_distinct(facts.column("session_id"), mode="all").as_py()
 
 
 def themes(facts: Any, min_facts: int, min_sessions: int) -> pl.DataFrame:
@@ -81,7 +89,7 @@ class HeuristicReflections:
 
     def run(self, ctx: ExtractionContext) -> ExtractResult:
         cfg = ctx.config.reflections
-        if not cfg.enabled or ctx.facts is None or ctx.facts.num_rows == 0:
+        if not cfg.enabled or ctx.facts is None or _fact_sessions(ctx.facts) < cfg.min_sessions:
             return ExtractResult()
         nodes, edges = [], []
         for theme in themes(ctx.facts, cfg.min_facts, cfg.min_sessions).iter_rows(named=True):

@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
-import polars as pl
 import pyarrow as pa
 
 from memlib import schema
@@ -30,13 +30,22 @@ def edge_table(rows: list[dict[str, Any]]) -> pa.Table:
     their provenance united (sorted) and the largest weight kept."""
     if not rows:
         return schema.empty(schema.EDGES)
+    groups: dict[tuple, list[dict[str, Any]]] = {}
     for r in rows:
         r.setdefault("weight", 1.0)
         r.setdefault("relation", None)
         r["kind"] = getattr(r["kind"], "value", r["kind"])
-    table = pa.Table.from_pylist(rows, schema=schema.EDGES)
-    df = pl.from_arrow(table)
-    merged = (df.explode("provenance")
-              .group_by(EDGE_KEY, maintain_order=True)
-              .agg(pl.col("weight").max(), pl.col("provenance").drop_nulls().unique().sort()))
-    return schema.conform(merged.to_arrow(), schema.EDGES, name="edges")
+        groups.setdefault(tuple(r.get(k) for k in EDGE_KEY), []).append(r)
+    merged = [{**dict(zip(EDGE_KEY, key)), "weight": _max_weight([r["weight"] for r in group]),
+               "provenance": sorted({p for r in group for p in r.get("provenance") or () if p is not None})}
+              for key, group in groups.items()]
+    return schema.conform(pa.Table.from_pylist(merged, schema=schema.EDGES), schema.EDGES, name="edges")
+
+
+def _max_weight(weights: list[float | None]) -> float | None:
+    """The largest weight, nulls and NaNs ignored; NaN when all are NaN, null when all are null."""
+    present = [w for w in weights if w is not None]
+    numbers = [w for w in present if not math.isnan(w)]
+    if numbers:
+        return max(numbers)
+    return math.nan if present else None

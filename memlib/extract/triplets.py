@@ -9,11 +9,12 @@ a triplet whose ends are both entities also yields a labelled RELATION edge.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
-import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from memlib import schema
 from memlib.config import Backend
@@ -190,22 +191,26 @@ def _triplet_rows(triplets: pa.Table, index: EntityIndex, nodes: list, edges: li
                           "relation": t["relation"], "provenance": prov})
 
 
-def _fact_mentions(facts: Any, index: EntityIndex) -> list[dict[str, Any]]:
-    """MENTIONS fact->entity for the entity names recorded in each fact's attributes."""
+def _fact_mentions(facts: pa.Table | None, index: EntityIndex) -> list[dict[str, Any]]:
+    """MENTIONS fact->entity for the entity names recorded in each fact's attributes (in fact and
+    name order)."""
     if facts is None or facts.num_rows == 0 or not index.items:
         return []
-    known = pl.DataFrame([(t, k, acc.node_id) for (t, k), acc in index.items.items()],
-                         schema={"tenant_id": pl.Utf8, "key": pl.Utf8, "dst": pl.Utf8}, orient="row")
-    df = (pl.from_arrow(facts.select(["node_id", "tenant_id", "kind", "provenance", "attributes"]))
-          .filter(pl.col("kind") == NodeKind.FACT.value)
-          .with_columns(pl.col("attributes").str.json_path_match("$.entities").fill_null("[]")
-                        .str.json_decode(pl.List(pl.Utf8)).alias("name"))
-          .explode("name").drop_nulls("name")
-          .with_columns(pl.col("name").map_elements(entity_key, return_dtype=pl.Utf8).alias("key"))
-          .join(known, on=["tenant_id", "key"])
-          .select(["tenant_id", pl.col("node_id").alias("src"), "dst", "provenance"])
-          .with_columns(pl.lit(EdgeKind.MENTIONS.value).alias("kind")))
-    return df.to_dicts()
+    facts = facts.filter(pc.equal(facts.column("kind"), NodeKind.FACT.value))
+    edges = []
+    for f in facts.select(["node_id", "tenant_id", "provenance", "attributes"]).to_pylist():
+        for name in _entity_names(f["attributes"]):
+            entity = index.items.get((f["tenant_id"], entity_key(name)))
+            if entity is not None:
+                edges.append({"tenant_id": f["tenant_id"], "src": f["node_id"], "dst": entity.node_id,
+                              "provenance": f["provenance"], "kind": EdgeKind.MENTIONS.value})
+    return edges
+
+
+def _entity_names(attributes: str | None) -> list[str]:
+    """The non-null names of a fact's ``entities`` attribute."""
+    names = json.loads(attributes).get("entities") if attributes else None
+    return [n for n in names or () if n is not None]
 
 
 @register

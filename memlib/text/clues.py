@@ -9,6 +9,7 @@ of the thresholded similarity graph); ``similar_edges`` adds SIMILAR edges above
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 
 import numpy as np
 import polars as pl
@@ -88,38 +89,54 @@ def clues_from_drafts(drafts: pa.Table, segments: pa.Table | None = None,
     """One ``clue`` node per session of ``drafts`` (session order), HAS_CLUE session->clue and
     segment->clue edges; keyphrase IDF over those sessions, every speaker's name banned."""
     cfg = cfg or ClueConfig()
-    docs = pl.from_arrow(drafts.select(schema.CLUE_DRAFTS.names))
-    speakers = docs["speakers"].to_list()
+    docs = drafts.select(schema.CLUE_DRAFTS.names)
+    speakers = docs.column("speakers").to_pylist()
     banned = _banned([name for names in speakers for name in names])
-    phrases = rank([_doc_scores(d, banned) for d in docs.select("speakers", "words", "keys", "scores", "surfaces",
-                                                                  "candidates").iter_rows(named=True)],
+    phrases = rank([_doc_scores(d, banned) for d in docs.select(["speakers", "words", "keys", "scores", "surfaces",
+                                                                 "candidates"]).to_pylist()],
                    cfg.keyphrases)
-    keys = docs.select(SESSION_KEYS).rows()
-    docs = docs.with_columns(
-        pl.Series("node_id", [ids.make_id(NodeKind.CLUE.value, *k) for k in keys], dtype=pl.String),
-        pl.Series("session_node_id", [ids.session_node_id(*k) for k in keys], dtype=pl.String),
-        pl.Series("text", [clue_text(s, p) for s, p in zip(speakers, phrases)], dtype=pl.String),
-        pl.Series("attributes", [json.dumps({"keyphrases": p, "speakers": s, "session_node_ids": [sid]})
-                                 for p, s, sid in zip(phrases, speakers,
-                                                      [ids.session_node_id(*k) for k in keys])],
-                  dtype=pl.String),
-    )
-    nodes = docs.select(
-        "node_id", "tenant_id", "conversation_id", pl.lit(NodeKind.CLUE.value).alias("kind"), "text",
-        pl.col("session_time").alias("time"), pl.col("session_time").alias("valid_from"), "session_id",
-        pl.lit(1.0, dtype=pl.Float32).alias("belief"), pl.lit(Source.HEURISTIC.value).alias("source"),
-        pl.col("turn_ids").alias("provenance"), "attributes")
-    edges = [docs.select("tenant_id", pl.col("session_node_id").alias("src"), pl.col("node_id").alias("dst"),
-                         pl.col("turn_ids").alias("provenance"))]
+    keys = list(zip(*(docs.column(k).to_pylist() for k in SESSION_KEYS)))
+    node_ids = [ids.make_id(NodeKind.CLUE.value, *k) for k in keys]
+    session_ids = [ids.session_node_id(*k) for k in keys]
+    n = docs.num_rows
+    nodes = pa.table({
+        "node_id": pa.array(node_ids, pa.string()), "tenant_id": docs.column("tenant_id"),
+        "conversation_id": docs.column("conversation_id"), "kind": pa.array([NodeKind.CLUE.value] * n, pa.string()),
+        "text": pa.array([clue_text(s, p) for s, p in zip(speakers, phrases)], pa.string()),
+        "time": docs.column("session_time"), "valid_from": docs.column("session_time"),
+        "session_id": docs.column("session_id"), "belief": pa.array([1.0] * n, pa.float32()),
+        "source": pa.array([Source.HEURISTIC.value] * n, pa.string()), "provenance": docs.column("turn_ids"),
+        "attributes": pa.array([json.dumps({"keyphrases": p, "speakers": s, "session_node_ids": [sid]})
+                                for p, s, sid in zip(phrases, speakers, session_ids)], pa.string()),
+    })
+    edges = [(k[0], sid, nid, turns) for k, sid, nid, turns in
+             zip(keys, session_ids, node_ids, docs.column("turn_ids").to_pylist())]
     if segments is not None and segments.num_rows:
-        seg = pl.from_arrow(segments.select(SESSION_KEYS + ["segment_id", "turn_ids"]))
-        edges.append(seg.join(docs.select(SESSION_KEYS + ["node_id"]), on=SESSION_KEYS, how="inner").select(
-            "tenant_id", pl.col("segment_id").alias("src"), pl.col("node_id").alias("dst"),
-            pl.col("turn_ids").alias("provenance")))
-    edge_df = pl.concat(edges).with_columns(pl.lit(EdgeKind.HAS_CLUE.value).alias("kind"),
-                                            pl.lit(1.0, dtype=pl.Float32).alias("weight"))
-    return (schema.conform(nodes.to_arrow(), schema.NODES_NO_EMBEDDING, name="clue_nodes"),
-            schema.conform(edge_df.to_arrow(), schema.EDGES, name="clue_edges"))
+        edges += _segment_edges(keys, node_ids, segments)
+    return (schema.conform(nodes, schema.NODES_NO_EMBEDDING, name="clue_nodes"),
+            schema.conform(_has_clue_table(edges), schema.EDGES, name="clue_edges"))
+
+
+def _segment_edges(keys: list[tuple], node_ids: list[str], segments: pa.Table) -> list[tuple]:
+    """(tenant, segment id, clue id, the segment's turn ids) per segment of a session with a clue,
+    in segment order."""
+    clue_of: dict[tuple, list[str]] = {}
+    for key, node_id in zip(keys, node_ids):
+        clue_of.setdefault(key, []).append(node_id)
+    seg_keys = zip(*(segments.column(k).to_pylist() for k in SESSION_KEYS))
+    return [(key[0], seg_id, node_id, turns)
+            for key, seg_id, turns in zip(seg_keys, segments.column("segment_id").to_pylist(),
+                                          segments.column("turn_ids").to_pylist())
+            for node_id in clue_of.get(key, ())]
+
+
+def _has_clue_table(edges: list[tuple]) -> pa.Table:
+    tenants, src, dst, provenance = (list(col) for col in zip(*edges)) if edges else ([], [], [], [])
+    return pa.table({"tenant_id": pa.array(tenants, pa.string()), "src": pa.array(src, pa.string()),
+                     "dst": pa.array(dst, pa.string()),
+                     "kind": pa.array([EdgeKind.HAS_CLUE.value] * len(edges), pa.string()),
+                     "weight": pa.array([1.0] * len(edges), pa.float32()),
+                     "provenance": pa.array(provenance, pa.list_(pa.string()))})
 
 
 def session_clues(turns: pa.Table, segments: pa.Table | None = None,
@@ -235,10 +252,11 @@ def similar_edges_appended(node_ids: list[str] | pa.Array, tenant_id: str, vecto
 
 def _edges_table(tenant: str, a: np.ndarray, b: np.ndarray, s: np.ndarray) -> pa.Table:
     src, dst = np.where(a < b, a, b), np.where(a < b, b, a)
-    df = pl.DataFrame({"tenant_id": [tenant] * len(s), "src": src.tolist(), "dst": dst.tolist(), "weight": s},
-                      schema={"tenant_id": pl.String, "src": pl.String, "dst": pl.String, "weight": pl.Float32})
-    df = df.with_columns(pl.lit(EdgeKind.SIMILAR.value).alias("kind"))
-    return schema.conform(df.to_arrow(), schema.EDGES, name="similar_edges")
+    table = pa.table({"tenant_id": pa.array([tenant] * len(s), pa.string()),
+                      "src": pa.array(src.tolist(), pa.string()), "dst": pa.array(dst.tolist(), pa.string()),
+                      "kind": pa.array([EdgeKind.SIMILAR.value] * len(s), pa.string()),
+                      "weight": pa.array(np.asarray(s, dtype=np.float32), pa.float32())})
+    return schema.conform(table, schema.EDGES, name="similar_edges")
 
 
 def similar_edges(node_ids: list[str] | pa.Array, tenant_ids: list[str] | pa.Array, vectors: np.ndarray,
@@ -328,14 +346,24 @@ def merge_clues(clue_nodes: pa.Table, vectors: np.ndarray, threshold: float,
 
 
 def _rewrite_edges(edges: pa.Table, id_map: dict[str, str]) -> pa.Table:
-    mapping = pl.DataFrame({"old": list(id_map), "new": list(id_map.values())},
-                           schema={"old": pl.String, "new": pl.String})
-    df = pl.from_arrow(edges)
-    for col in ("src", "dst"):
-        df = df.join(mapping, left_on=col, right_on="old", how="left", maintain_order="left").with_columns(
-            pl.coalesce("new", col).alias(col)).drop("new")
-    df = df.unique(subset=["tenant_id", "src", "dst", "kind"], keep="first", maintain_order=True)
-    return schema.conform(df.to_arrow(), schema.EDGES, name="merged_clue_edges")
+    src = [id_map.get(n, n) for n in edges.column("src").to_pylist()]
+    dst = [id_map.get(n, n) for n in edges.column("dst").to_pylist()]
+    keys = zip(edges.column("tenant_id").to_pylist(), src, dst, edges.column("kind").to_pylist())
+    rewritten = (edges.set_column(edges.schema.get_field_index("src"), "src", pa.array(src, pa.string()))
+                 .set_column(edges.schema.get_field_index("dst"), "dst", pa.array(dst, pa.string())))
+    return schema.conform(rewritten.take(pa.array(_first_rows(keys), pa.int64())), schema.EDGES,
+                          name="merged_clue_edges")
+
+
+def _first_rows(keys: Iterable[tuple]) -> list[int]:
+    """The rows whose key no earlier row has, in order."""
+    seen: set[tuple] = set()
+    first = []
+    for i, key in enumerate(keys):
+        if key not in seen:
+            seen.add(key)
+            first.append(i)
+    return first
 
 
 def _rebuild_edges(nodes: pa.Table) -> pa.Table:
