@@ -1,5 +1,6 @@
-"""Every relative link of the README, docs/*.md and cluster/README.md resolves inside the
-repository (file, and heading anchor when one is given); the README links nowhere outside it."""
+"""Every relative link of the README, docs/*.md, docs/decisions/*.md and cluster/README.md resolves
+inside the repository (file, and heading anchor when one is given); the README links nowhere outside
+it."""
 from __future__ import annotations
 
 import re
@@ -8,7 +9,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = [ROOT / "README.md", ROOT / "cluster" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", ROOT / "cluster" / "README.md", *sorted((ROOT / "docs").glob("*.md")),
+        *sorted((ROOT / "docs" / "decisions").glob("*.md"))]
 LINK = re.compile(r"(?<!\!)\[[^\]]*\]\(([^)\s]+)\)|\!\[[^\]]*\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
 EXTERNAL = ("http://", "https://", "mailto:")
