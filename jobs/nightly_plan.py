@@ -44,14 +44,14 @@ def prompt_versions(cfg: MemlibConfig) -> dict[str, str]:
 
 # What a build writes for the same input and config: raised whenever the code changes a built
 # tenant's output, so the next incremental run rebuilds every tenant instead of carrying over
-# tenants built the old way. 2: derived node vectors pooled over their text's token positions,
-# clue keyphrases drafted per session (2026-11-25). 3: SIMILAR cosines computed per pair, the same
-# whatever the tenant's size (memlib.text.clues.exact_cosines), 2026-11-26. 4: the tenant means of
-# fallback ids from exact per-id sums, kept with each node's local sum (memlib.compose.span_pool
-# IdSums, Fallback), 2026-11-26. 5: a weekday said of a habit ("every Sunday", "on Saturday
-# mornings") is no longer resolved to one date in facts and events (memlib.text.dates), 2026-11-26.
-# 6: a fact's vector is its pooled vector plus its own text's, normalized (memlib.compose.vectors
-# BLEND_KINDS), 2026-11-27.
+# tenants built the old way. 2: derived node vectors pooled over their text's token positions
+# (docs/decisions/0008-span-pooled-derived-vectors.md), clue keyphrases drafted per session. 3: SIMILAR
+# cosines computed per pair, the same whatever the tenant's size (memlib.text.clues.exact_cosines;
+# docs/decisions/0014-tenant-reuse.md). 4: the tenant means of fallback ids from exact per-id sums,
+# kept with each node's local sum (memlib.compose.span_pool IdSums, Fallback; same decision). 5: a
+# weekday said of a habit ("every Sunday", "on Saturday mornings") is no longer resolved to one date
+# in facts and events (memlib.text.dates). 6: a fact's vector is its pooled vector plus its own
+# text's, normalized (memlib.compose.vectors BLEND_KINDS; docs/decisions/0009-fact-own-text.md).
 BUILD_FORMAT = 6
 
 

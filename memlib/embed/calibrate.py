@@ -1,6 +1,5 @@
 """Measure an embedder's similarity floor: where its cosines of unrelated-but-nearby texts sit,
-against the default encoder's (memlib.embed.space, docs/evaluation.md "Cosine thresholds per
-backend").
+against the default encoder's (memlib.embed.space, docs/decisions/0010-similarity-floors.md).
 
 The build's cosine thresholds (clue merge, SIMILAR edges) are stated on the default encoder's
 scale and applied as ``floor + t * (1 - floor)`` for another embedder. The floor is the one that

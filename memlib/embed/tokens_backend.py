@@ -6,7 +6,7 @@ all-MiniLM-L6-v2 token encoder that ``auto`` scores with (memlib/retrieve/token_
 the mean is over the text's first window). The build encodes every turn once and keeps both
 outputs of that pass: the token vectors (``auto``'s token matrix) and their first window's mean
 (the turn's passage vector, which every vector strategy reads). Measured against the other backends in
-docs/benchmarks.md ("Embedding at the floor").
+docs/decisions/0007-default-embedder.md.
 """
 from __future__ import annotations
 
@@ -25,11 +25,12 @@ def pooled(token_vectors: list[np.ndarray], dim: int = DIM, heads: list[int] | N
     with ``heads``, of its first ``heads[i]`` token vectors only.
 
     The build pools a turn's first window's own share (``TokenEncoder.encode_with_heads``); ``auto``
-    reads every token from the token matrix. On longmemeval_s_dev24 (docs/benchmarks.md, "Recall
-    fixes"), with each turn encoded on its own as the build does, neither the whole first window
-    (its overlap with the second included) nor every window's rows did better for ``dense`` and
-    ``hybrid``: their moves against the batch-encoded store of 9603941 are evidence turns one
-    rank either side of the cut-off, set by the int8 encoder's per-batch quantization."""
+    reads every token from the token matrix. On longmemeval_s_dev24
+    (docs/decisions/0006-windowed-token-encoder.md), with each turn encoded on its own as the build
+    does, neither the whole first window (its overlap with the second included) nor every window's
+    rows did better for ``dense`` and ``hybrid``: their moves against the batch-encoded store of
+    9603941 are evidence turns one rank either side of the cut-off, set by the int8 encoder's
+    per-batch quantization."""
     out = np.zeros((len(token_vectors), dim), dtype=np.float32)
     for i, v in enumerate(token_vectors):
         if heads is not None:

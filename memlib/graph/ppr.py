@@ -16,7 +16,7 @@ Kernels:
   ``weight`` on a graph-tool graph carrying the same weights (same sink semantics).
 
 Kernel choice, by measurement (``memlib bench ppr``, 20 queries, synthetic memory graphs
-with ~4.7 edges/node, idle 2-core machine, 2026-11-23): per-query p50 scipy vs graph-tool =
+with ~4.7 edges/node, idle 2-core machine; docs/decisions/0022-ppr-kernel.md): per-query p50 scipy vs graph-tool =
 0.44 vs 0.96 ms at 1k nodes, 3.0 vs 7.2 ms at 10k, 48 vs 262 ms at 100k, 0.90 s vs 5.0 s
 at 1M; max |Δ| ≤ 4e-8. The cached ``Pᵀ`` is reused across queries while graph-tool's call
 re-normalizes weights each time, so :data:`DEFAULT_KERNEL` is scipy at

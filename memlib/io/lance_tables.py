@@ -115,7 +115,7 @@ class LanceTables:
         and a flat scan of that tenant's rows (found through the tenant bitmap) is exact and
         fast, while a table-wide IVF index searched with that filter missed 9 % of the exact
         top 10 on longmemeval_s_dev24 and cost more CPU than the rest of the indexing together
-        (docs/benchmarks.md). Below ``min_rows_for_ann`` rows it is skipped anyway; its
+        (docs/decisions/0003-vector-index.md). Below ``min_rows_for_ann`` rows it is skipped anyway; its
         partitions grow with the table (about sqrt(n)).
 
         ``incremental`` (a nightly run over a store whose indexes exist): searches already see

@@ -21,7 +21,7 @@ Score of a turn (the z terms standardized over the tenant's turns):
   deviations. Inert where every session has the same speakers (a LoCoMo conversation alone,
   LongMemEval's user/assistant) or nobody is named; in a tenant holding many people's
   conversations it keeps "When did Melanie run a charity race?" on Melanie's sessions
-  (issue 19, docs/benchmarks.md);
+  (docs/decisions/0016-auto-parameters.md);
 * session lead: the best-scored turn of each session is lifted (applied last), so the top
   ranks cover more sessions;
 * first stage: on a tenant of more than ``first_stage_turns`` turns only candidates are
@@ -39,19 +39,20 @@ Score of a turn (the z terms standardized over the tenant's turns):
 Token matrices are cached per tenant in memory and, with ``disk_cache`` (default), under
 ``cache_dir`` (default ``<store>/cache/late``) so a restarted server does not re-encode.
 
-Selection protocol (2026-11-25, docs/evaluation.md): ``memlib tune`` over locomo_dev3 and
+Selection protocol (docs/evaluation.md, "Tuning protocol"): ``memlib tune`` over locomo_dev3 and
 longmemeval_s_dev24 together, three folds of whole conversations / haystacks, one
 configuration for both datasets; the cross-validated figures are in docs/evaluation.md
-("Cross-validated figures"), not copied here. The defaults are the grid's best on all questions
-(the last run, "session lead grid"): session_weight 0.5, adjacent_weight 0.3, assistant_penalty 4, session_lead 1,
-query_max_df 1.0 (dropping frequent query tokens, 0.15 before, was never chosen), idf on
-(always chosen). Tried and dropped (not chosen, or no cross-validated gain): token-count
-normalisation, scoring a long turn by its best chunk of tokens, the session read as one
-MaxSim document, fact/event nodes voting for their turns (fact-augmented keys), dense turn
-vectors fused in, a cap on turns per session.
+("Cross-validated"), not copied here. The defaults are the grid's best on all questions
+(the session lead grid, docs/decisions/0016-auto-parameters.md): session_weight 0.5,
+adjacent_weight 0.3, assistant_penalty 4, session_lead 1, query_max_df 1.0 (dropping frequent
+query tokens, 0.15 before, was never chosen), idf on (always chosen). Tried and dropped (not
+chosen, or no cross-validated gain): token-count normalisation, scoring a long turn by its best
+chunk of tokens, the session read as one MaxSim document, fact/event nodes voting for their turns
+(fact-augmented keys), dense turn vectors fused in, a cap on turns per session.
 
 Cost: the int8 encoder (``encoder``, a dynamically quantized MiniLM, windowed) and int8
-MaxSim (``int8_maxsim``) keep a query at a few ms of CPU; figures in docs/evaluation.md.
+MaxSim (``int8_maxsim``) keep a query at a few ms of CPU; figures in
+docs/decisions/0005-int8-token-matrices.md.
 """
 from __future__ import annotations
 

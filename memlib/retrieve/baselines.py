@@ -32,8 +32,8 @@ class VectorBackend(str, Enum):
 TURN_KINDS = [NodeKind.TURN.value]
 
 # hybrid's fusion constant, chosen by `memlib tune` over locomo_dev3 and longmemeval_s_dev24 from
-# 60, 30, 20, 10, 5, 2, 1 (the grid's best on all questions; docs/evaluation.md, "hybrid's fusion
-# constant"). Cormack et al.'s 60 flattens the ranks of a short list: a turn ranked 1st by one
+# 60, 30, 20, 10, 5, 2, 1 (the grid's best on all questions; docs/decisions/0017-hybrid-rrf.md).
+# Cormack et al.'s 60 flattens the ranks of a short list: a turn ranked 1st by one
 # ranker and absent from the other scored below one ranked 20th by both.
 HYBRID_RRF_K = 5
 

@@ -24,7 +24,8 @@ MaxSim reads every token vector of the tenant for every query: linear in the ten
 
 The cost is the centroid product (the tenant's distinct ids, not its tokens) plus the postings
 of the reached ids; the exact MaxSim then reads the candidates' near rows only. Recall lost by the
-stage is measured in docs/benchmarks.md (``memlib bench scale``, first stage on and off).
+stage is measured in docs/decisions/0015-first-stage.md (``memlib bench scale``, first stage on and
+off).
 """
 from __future__ import annotations
 
@@ -196,7 +197,7 @@ def maxsim_rows(matrix: TokenMatrix, post: TokenPostings, turns: np.ndarray, q_i
     With ``centroid_sim`` (the query's (Q, V) centroid cosines) and ``exact_min_cos`` > -1, a
     row whose token id's centroid is below ``exact_min_cos`` for every query token keeps that
     centroid cosine instead of its own: such rows rarely hold a turn's maximum, and most rows
-    of the candidates are such rows (measured in docs/benchmarks.md). The far rows are read in a
+    of the candidates are such rows (measured in docs/decisions/0015-first-stage.md). The far rows are read in a
     compiled loop (:func:`memlib.retrieve.jit_kernels.far_rows`), the near rows by the int8 product
     (:class:`RowSimilarity`) or, with ``exact``, in float32."""
     out = np.zeros(turns.size, dtype=np.float32)

@@ -41,8 +41,8 @@ class Int8Similarity:
     (0.0034 where the kernel is exact) and the top 10 turns of idf-weighted MaxSim matched
     float's for 160 of 193 questions; with [-64, 64] cosines are off by at most 0.0061 (0.0030
     on random unit vectors) and 180 of 193 match, on any CPU. Measured on the 2-core AVX2
-    box (2026-11-24, docs/int8-kernels.md) for an 11k-token tenant and the LoCoMo questions
-    (9 tokens on average), one thread: 0.70 ms median (0.75 with rows in +-127, 0.76 as
+    box (docs/int8-kernels.md, docs/decisions/0005-int8-token-matrices.md) for an 11k-token
+    tenant and the LoCoMo questions (9 tokens on average), one thread: 0.70 ms median (0.75 with rows in +-127, 0.76 as
     u8u8), against 2.4 ms for numpy's float32 ``V @ q.T``."""
 
     def __init__(self, vectors: np.ndarray):

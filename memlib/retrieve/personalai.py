@@ -5,7 +5,7 @@ the ``start_turns`` turn nodes nearest it (PersonalAI's episodic vertices as sta
 addition: memlib mines only people's turns for entities (``gate.extract_roles``), so an
 assistant's reply is linked to no entity and no traversal from entities reaches it; chosen
 by cross-validation over locomo_dev3 and longmemeval_s_dev24 among 0, 3, 5, 8, 12,
-docs/evaluation.md "PersonalAI turn starts").
+docs/decisions/0020-personalai-turn-starts.md).
 Evidence nodes: ``evidence_kinds`` (turns, facts, triplets, events) reached by
 * WaterCircles — BFS rings from each start entity (``circles`` deep); a node reached from
   several start entities (an intersection) scores (#entities reaching it) + cosine, others

@@ -42,7 +42,7 @@ class CachedQueryEmbedder:
     dynamically quantized encoder (the int8 MiniLM) quantizes each batch tensor as a whole, so in
     a batch a query's vector would depend on its batch-mates, and an evaluation would score
     vectors the service never computes (``gaama`` LoCoMo turn R@10 65.4 with batches of 32
-    against 66.0 one by one, docs/evaluation.md)."""
+    against 66.0 one by one, docs/decisions/0004-one-by-one-encoding.md)."""
 
     def __init__(self, inner: QueryEmbedder, max_items: int = 100_000):
         self.inner = inner

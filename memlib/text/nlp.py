@@ -22,7 +22,8 @@ def load_nlp(model_name: str = DEFAULT_MODEL, disable: tuple[str, ...] = ()) -> 
     BLIS: on an AVX2 AMD EPYC BLIS ran these float32 products (a few thousand rows by 96-480)
     3-4 times slower than numpy, and spaCy took 11.5 s against 9.1 s over locomo_dev3's turns,
     with the same tags, dependencies, lemmas and entities on every turn of locomo_dev3 and on
-    1,500 LongMemEval user turns, parsed in batches or one at a time (docs/benchmarks.md)."""
+    1,500 LongMemEval user turns, parsed in batches or one at a time
+    (docs/decisions/0023-spacy-numpy-blas.md)."""
     import spacy
     from thinc.api import NumpyOps, get_current_ops, set_current_ops
 

@@ -67,7 +67,7 @@ def test_rrf_orders_by_fused_rank():
 
 
 def test_hybrid_fusion_keeps_a_turn_one_ranker_puts_first():
-    # hybrid's cross-validated constant (docs/evaluation.md): a turn only BM25 finds, at rank 1,
+    # hybrid's cross-validated constant (docs/decisions/0017-hybrid-rrf.md): a turn only BM25 finds, at rank 1,
     # stays above one both rankers put 10th; with Cormack's 60 it fell below it.
     from memlib.retrieve.baselines import Hybrid
 

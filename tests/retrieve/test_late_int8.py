@@ -42,7 +42,7 @@ def test_derived_encoder_stays_close_to_the_bundled_one():
     for (ids_a, vec_a), (ids_b, vec_b) in zip(fast.encode(TURNS), ref.encode(TURNS)):
         np.testing.assert_array_equal(ids_a, ids_b)
         cos = (vec_a * vec_b).sum(axis=1)
-        # measured 2026-11-24 with 7-bit weights: min 0.980, mean 0.989 on these turns (0.945 /
+        # measured with 7-bit weights (docs/int8-kernels.md): min 0.980, mean 0.989 on these turns (0.945 /
         # 0.986 over 290 LoCoMo turns); full-range weights gave 0.974 / 0.989 (0.952 / 0.988)
         assert cos.min() > 0.85 and cos.mean() > 0.95
 
@@ -145,7 +145,7 @@ def test_int8_similarity_is_the_exact_integer_product():
     for query in (q, constant, np.concatenate([q, constant])):
         q8, q_scale = _dynamic_quantize(query)
         exact = ((q8 @ v8.astype(np.int64).T).astype(np.float32) * scale[None, :]) * q_scale
-        # measured 2026-11-24 on an AVX2 box: 0 difference; with full-range rows (+-127) 0.013 on
+        # measured on an AVX2 box (docs/int8-kernels.md): 0 difference; with full-range rows (+-127) 0.013 on
         # the random rows, 0.33 against the sign-alternating row and 0.49 for the constant ones
         # (a cosine of 1.0 scored 0.506)
         np.testing.assert_allclose(sim(query), exact, rtol=0, atol=1e-5)
@@ -165,7 +165,7 @@ def test_int8_similarity_is_close_to_the_dot_product():
     err = np.abs(sim - q @ vectors.T)
     assert np.all(err <= worst + 1e-5)
     # Rounding errors are independent and uniform: sd^2 = (q_scale^2 |v|^2 + row_scale^2 |q^|^2) / 12.
-    # Measured 2026-11-24: max error 0.0030 (3.5 sd; worst-case bound 0.030-0.047), the same on
+    # Measured (docs/int8-kernels.md): max error 0.0030 (3.5 sd; worst-case bound 0.030-0.047), the same on
     # any CPU since the product is exact; full-range int8 gave 0.0018 where its product is exact
     # (VNNI) and, on AVX2, 0.0135 on the random rows and 0.33 on the sign-alternating one.
     sd = np.sqrt((q_scale ** 2 * (vectors ** 2).sum(axis=1)[None, :]
