@@ -40,6 +40,7 @@ import pyarrow.parquet as pq
 from memlib.compose.recipe import get_recipe
 from memlib.compose.session_store import SessionStore
 from memlib.config import MemlibConfig
+from memlib.io.files import atomic_write_json
 
 
 class RowKind(str, Enum):
@@ -95,10 +96,7 @@ def mark_failed(item: dict[str, Any], stage: str, exc: BaseException) -> str:
     """Record that a block failed (read by the tenant operator); return its error summary."""
     reason = f"{stage}: {failure_reason(exc)}"
     marker = Path(item["work"]) / FAILED_DIR / f"{item['block_id']}.json"
-    marker.parent.mkdir(parents=True, exist_ok=True)
-    tmp = marker.with_name(f".{marker.name}.{os.getpid()}")
-    tmp.write_text(json.dumps({"block_id": item["block_id"], "error": reason}), encoding="utf-8")
-    os.replace(tmp, marker)
+    atomic_write_json(marker, {"block_id": item["block_id"], "error": reason}, durable=False, indent=None)
     return json.dumps({"block_id": item["block_id"], "error": reason})
 
 

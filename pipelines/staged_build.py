@@ -30,6 +30,7 @@ import ray
 from memlib.compose.session_store import VECTORS_FORMAT, SessionStore, block_id
 from memlib.compose.sessions import SESSION_TABLES, session_keys, sort_turns
 from memlib.config import MemlibConfig
+from memlib.io.files import replace_parquet
 from pipelines.operators import (
     BATCH_FORMAT,
     KEY_COLUMN,
@@ -80,7 +81,7 @@ def plan_sessions(shards: list[TenantShard], store: SessionStore, build_key: str
         table = pa.concat_tables(buf)
         bid = block_id(table.column(KEY_COLUMN).to_pylist())
         path = work_dir / f"{bid}.parquet"
-        pq.write_table(table, path)
+        replace_parquet(table, path)
         plan.blocks.append(str(path))
         for tenant in waiting:
             plan.tenant_blocks.setdefault(tenant, []).append(bid)

@@ -16,7 +16,6 @@ itself with the same content.
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import threading
 from collections import OrderedDict
@@ -32,6 +31,7 @@ import pyarrow.parquet as pq
 from memlib import schema
 from memlib.compose.sessions import SESSION_TABLES, SessionOutput, keyed_schema
 from memlib.compose.vectors import TurnVectors
+from memlib.io.files import replace_arrow, replace_parquet
 
 SESSIONS_SUBDIR = Path("cache") / "sessions"
 READ_THREADS = 4  # blocks read at once by SessionStore.read
@@ -66,14 +66,10 @@ _RAW = frozenset({"token_vectors"})
 
 
 def _write(table: pa.Table, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".tmp-{os.getpid()}-{path.name}")
     if path.suffix == ".arrow":
-        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
-            writer.write_table(table)
+        replace_arrow(table, path)
     else:
-        pq.write_table(table, tmp, compression={c: "none" if c in _RAW else "zstd" for c in table.column_names})
-    os.replace(tmp, path)
+        replace_parquet(table, path, {c: "none" if c in _RAW else "zstd" for c in table.column_names})
 
 
 def _vectors_path(bdir: Path) -> Path:

@@ -135,13 +135,11 @@ def set_importance(graph: MemoryGraph, importance: np.ndarray) -> None:
 
 
 def save(graph: MemoryGraph, path: str | Path) -> Path:
-    """Write ``graph`` as a graph-tool ``.gt`` file (atomically: temp file + rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(to_bytes(graph))
-    tmp.replace(path)
-    return path
+    """Write ``graph`` as a graph-tool ``.gt`` file (atomically, memlib.io.files.atomic_write)."""
+    from memlib.io.files import atomic_write
+
+    data = to_bytes(graph)
+    return atomic_write(Path(path), lambda fh: fh.write(data))
 
 
 def to_bytes(graph: MemoryGraph) -> bytes:

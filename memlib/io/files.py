@@ -1,5 +1,6 @@
-"""The store's file primitives: safe part names, atomic writes (temp file, fsync for JSON, rename),
-hard links, part names and per-tenant filtering. Every file of a store version is written here."""
+"""The store's file primitives: safe part names, the one atomic writer (a hidden temporary file
+beside the target, then a rename; fsync for the JSON that publishes), hard links, part names and
+per-tenant filtering. Every file of a store is written through :func:`atomic_write`."""
 from __future__ import annotations
 
 import hashlib
@@ -9,7 +10,7 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, BinaryIO, Callable, Iterable
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -28,23 +29,46 @@ def safe_name(name: str) -> str:
     return name
 
 
-def atomic_write_json(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=2, sort_keys=True, default=str)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+TEMP_PREFIX = ".tmp-"  # a file being written: no reader lists it (hidden, and not of its kind's suffix)
 
 
-def replace_parquet(table: pa.Table, path: Path) -> Path:
-    """Write ``table`` at ``path`` atomically (a temp file beside it, then a rename)."""
+def atomic_write(path: Path, write: Callable[[BinaryIO], object], *, durable: bool = False) -> Path:
+    """Write ``path`` atomically: ``write`` fills a temporary file beside it, named uniquely (so
+    two processes writing one path never share it), then a rename replaces ``path``. ``durable``:
+    the file reaches the disk before the rename (what publishes a version)."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    pq.write_table(table, tmp, compression="zstd")
-    os.replace(tmp, path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=TEMP_PREFIX, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
+            if durable:
+                fh.flush()
+                os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
     return path
+
+
+def atomic_write_json(path: Path, data: Any, *, durable: bool = True, indent: int | None = 2) -> Path:
+    text = json.dumps(data, indent=indent, sort_keys=indent is not None, default=str, ensure_ascii=False)
+    return atomic_write(path, lambda fh: fh.write(text.encode("utf-8")), durable=durable)
+
+
+def replace_parquet(table: pa.Table, path: Path, compression: str | dict[str, str] = "zstd") -> Path:
+    """Write ``table`` at ``path`` atomically, as Parquet."""
+    return atomic_write(path, lambda fh: pq.write_table(table, fh, compression=compression))
+
+
+def replace_arrow(table: pa.Table, path: Path) -> Path:
+    """Write ``table`` at ``path`` atomically, as an uncompressed Arrow IPC file (memory-mappable)."""
+    def write(fh: BinaryIO) -> None:
+        with pa.ipc.new_file(fh, table.schema) as writer:
+            writer.write_table(table)
+
+    return atomic_write(path, write)
 
 
 def link_or_copy(src: Path, dst: Path) -> None:

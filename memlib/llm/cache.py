@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from memlib.io.files import atomic_write_json
 
 
 def cache_key(*, model: str, messages: list[dict[str, str]], schema: dict[str, Any],
@@ -41,12 +41,7 @@ class ResponseCache:
             return None  # a torn or foreign file is a miss; the next put replaces it
 
     def put(self, key: str, entry: dict[str, Any]) -> None:
-        path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(entry, fh, ensure_ascii=False)
-        os.replace(tmp, path)
+        atomic_write_json(self._path(key), entry, durable=False, indent=None)
 
     def __len__(self) -> int:
         return sum(1 for _ in self.root.glob("*/*.json")) if self.root.exists() else 0

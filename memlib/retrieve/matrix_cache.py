@@ -23,16 +23,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 import zipfile
 from pathlib import Path
-from typing import BinaryIO, Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 import pyarrow as pa
 
 from memlib import ids, schema
+from memlib.io.files import atomic_write
 from memlib.io.store import LATE_CACHE_SUBDIR
 from memlib.retrieve.late import TokenMatrix, build_token_matrix
 from memlib.retrieve.token_encoder import MAX_TOKENS, TokenEncoder
@@ -172,18 +171,10 @@ def _drop_others(tenant: str, path: Path) -> None:
             old.unlink(missing_ok=True)
 
 
-def _atomic_write(path: Path, write: Callable[[BinaryIO], object], suffix: str = "") -> None:
-    """Write ``path`` through a temporary file and a rename: replicas and actors may write at once."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=suffix)
-    with os.fdopen(fd, "wb") as fh:
-        write(fh)
-    os.replace(tmp, path)
-
-
 def _write(path: Path, m: TokenMatrix) -> None:
-    _atomic_write(path, lambda fh: np.savez(fh, turn_ids=np.asarray(m.turn_ids, dtype=str), owner=m.owner,
-                                            vectors=m.vectors, idf=m.idf), ".npz")
+    # replicas and actors may write one tenant's matrix at once: each through its own temporary file
+    atomic_write(path, lambda fh: np.savez(fh, turn_ids=np.asarray(m.turn_ids, dtype=str), owner=m.owner,
+                                           vectors=m.vectors, idf=m.idf))
 
 
 def _read(path: Path, turn_ids: list[str]) -> TokenMatrix | None:

@@ -220,6 +220,8 @@ def test_nightly_reuses_unchanged_sessions_and_equals_a_full_build(ray_local, tm
     assert len(StoreReader(full).parts()) == 3
     fallbacks = lambda s: pl.from_arrow(StoreReader(s).table("node_fallbacks")).sort("node_id")  # noqa: E731
     assert fallbacks(store).equals(fallbacks(full)) and len(fallbacks(store))
+    refs = lambda s: pl.from_arrow(StoreReader(s).table("matrix_refs")).sort("tenant_id")  # noqa: E731
+    assert refs(store).equals(refs(full)) and refs(store)["tenant_id"].to_list() == ["ana", "ben", "cara"]
     sums = lambda s: pl.from_arrow(StoreReader(s).table("token_sums")).sort(["tenant_id", "id"])  # noqa: E731
     assert sums(store).equals(sums(full)) and set(sums(store)["tenant_id"]) == {"ana", "ben", "cara"}
     texts = " ".join(got[0]["text"].to_list())
