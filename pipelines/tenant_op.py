@@ -98,6 +98,7 @@ class TenantOp:
         self.sessions = SessionStore(store, build_key, cfg.embed.dim)
         self.build_key = build_key
         self.staged = StagedFiles()
+        self._published: dict | None = None
         self.nlp = None
         self.extras: dict[str, Any] | None = None
         self.llm_limiter = llm_limiter
@@ -239,7 +240,11 @@ class TenantOp:
         from memlib.compose.reuse import load_previous
 
         try:
-            return load_previous(self.store_dir, tenant, self.build_key), None
+            if self._published is None:  # the version published when this run started: read once
+                from memlib.io.store import read_manifest
+
+                self._published = read_manifest(self.store_dir) or {}
+            return load_previous(self.store_dir, tenant, self.build_key, self._published), None
         except Exception as exc:  # noqa: BLE001 - a damaged published build never fails the tenant
             return None, reuse_failure(exc)
 

@@ -76,12 +76,15 @@ class PreviousTenant:
         return [known.get(n) for n in node_ids]
 
 
-def load_previous(store: str | Path, tenant: str, session_key: str) -> PreviousTenant | None:
+def load_previous(store: str | Path, tenant: str, session_key: str,
+                  manifest: dict | None = None) -> PreviousTenant | None:
     """The published version of ``tenant`` in ``store``, when it was built under ``session_key``
-    (the same code format, config and encoder as this run); None otherwise."""
+    (the same code format, config and encoder as this run); None otherwise. ``manifest``: the
+    store's published manifest, when the caller has read it (a build's tenant actor reads it once,
+    not once per tenant: it names every tenant)."""
     from memlib.io.store import StoreReader, read_manifest
 
-    manifest = read_manifest(store)
+    manifest = manifest if manifest is not None else read_manifest(store)
     if (manifest is None or manifest.get("session_build_key") != session_key
             or tenant not in manifest.get("tenants", {})):
         return None

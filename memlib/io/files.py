@@ -71,6 +71,42 @@ def replace_arrow(table: pa.Table, path: Path) -> Path:
     return atomic_write(path, write)
 
 
+def replace_part(table: pa.Table, path: Path) -> Path:
+    """Write a part (rows of whole tenants) atomically as Parquet with one row group per tenant,
+    so :func:`read_tenant` of one tenant reads its row group alone (the row groups' statistics
+    name their tenant). The rows are kept in their order within each tenant."""
+    tenants = table.column("tenant_id")
+    if table.num_rows == 0 or pc.count_distinct(tenants, mode="all").as_py() <= 1:
+        return replace_parquet(table, path)
+    order = pc.sort_indices(table, sort_keys=[("tenant_id", "ascending")])  # stable
+    table = table.take(order)
+    values = table.column("tenant_id").to_pylist()
+    cuts = [0] + [i for i in range(1, len(values)) if values[i] != values[i - 1]] + [len(values)]
+
+    def write(fh: BinaryIO) -> None:
+        with pq.ParquetWriter(fh, table.schema, compression="zstd") as writer:
+            for a, b in zip(cuts, cuts[1:]):
+                writer.write_table(table.slice(a, b - a), row_group_size=b - a)
+
+    return atomic_write(path, write)
+
+
+def read_tenant(path: Path, tenant: str, columns: list[str] | None = None) -> pa.Table:
+    """``tenant``'s rows of a part file: only the row groups whose statistics may hold it are read
+    (a part written by :func:`replace_part`: its own row group)."""
+    cols = None if columns is None else list(dict.fromkeys([*columns, "tenant_id"]))
+    f = pq.ParquetFile(path)
+    meta, idx = f.metadata, f.schema_arrow.get_field_index("tenant_id")
+    groups = []
+    for g in range(meta.num_row_groups):
+        st = meta.row_group(g).column(idx).statistics
+        if st is None or not st.has_min_max or st.min <= tenant <= st.max:
+            groups.append(g)
+    t = f.read_row_groups(groups, columns=cols) if groups else f.schema_arrow.empty_table()
+    t = of_tenants(t, [tenant]) if t.num_rows else (t if cols is None else t.select(cols))
+    return t if columns is None else t.select(columns)
+
+
 def link_or_copy(src: Path, dst: Path) -> None:
     if dst.exists():
         dst.unlink()

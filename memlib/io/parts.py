@@ -9,7 +9,7 @@ from typing import Any, Iterable
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from memlib.io.files import StoreError, link_or_copy, of_tenants, part_id, replace_parquet, safe_name
+from memlib.io.files import StoreError, link_or_copy, of_tenants, part_id, replace_part, safe_name
 
 GRAPHS = "graphs"
 PART_KEY = "part"  # a tenant's entry in the manifest names its part
@@ -92,7 +92,7 @@ class PartsCarrier:
                     t = pq.read_table(f)
                     kept = of_tenants(t, members[f.stem])
                     if kept.num_rows != t.num_rows:
-                        replace_parquet(kept, f)
+                        replace_part(kept, f)
 
     def _link_part(self, part: str) -> None:
         base = self.base.version_dir

@@ -46,7 +46,9 @@ from memlib.io.files import (  # noqa: F401 - part_id: callers import it from he
     atomic_write_json,
     of_tenants,
     part_id,
+    read_tenant,
     replace_parquet,
+    replace_part,
     safe_name,
 )
 from memlib.io.lance_tables import (  # noqa: F401 - the store's Lance names, imported from here by callers
@@ -150,13 +152,10 @@ class StoreReader:
     def table(self, name: str, tenant: str | None = None, columns: list[str] | None = None) -> pa.Table:
         if tenant is None:
             return self._whole_table(name, columns)
-        part = self.part_of(tenant)
-        if part == tenant:
-            return _read_parquet_dir(_table_dir(self.version_dir, name), [tenant], columns, schema.TABLES.get(name))
-        cols = None if columns is None else list(dict.fromkeys([*columns, "tenant_id"]))
-        t = _read_parquet_dir(_table_dir(self.version_dir, name), [part], cols, schema.TABLES.get(name))
-        t = of_tenants(t, [tenant]) if t.num_rows else t
-        return t if columns is None else t.select(columns)
+        f = _table_dir(self.version_dir, name) / f"{safe_name(self.part_of(tenant))}.parquet"
+        if not f.exists():
+            return _read_parquet_dir(f.parent, [], columns, schema.TABLES.get(name))
+        return read_tenant(f, tenant, columns)
 
     def _whole_table(self, name: str, columns: list[str] | None) -> pa.Table:
         """Every live row of table ``name``: a part's dead rows (tenants rebuilt or removed since it
@@ -204,8 +203,7 @@ class StoreReader:
             return None
         if path.suffix == ".gt":
             return path.read_bytes()
-        t = pq.read_table(path)
-        t = of_tenants(t, [tenant])
+        t = read_tenant(path, tenant, ["graph"])
         return t.column("graph")[0].as_py() if t.num_rows else None
 
     def nodes_table(self):
@@ -289,7 +287,7 @@ class StoreWriter(LanceTables, PartsCarrier):
     def write_table(self, name: str, part: str, table: pa.Table) -> Path:
         """Write one partition (usually a tenant) of a Parquet table, conformed to its schema."""
         table = schema.conform(table, schema.TABLES[name], name=name)
-        return replace_parquet(table, self.table_path(name, part))
+        return replace_part(table, self.table_path(name, part))
 
     def table(self, name: str, columns: list[str] | None = None) -> pa.Table:
         """Every partition of table ``name`` written to this (unpublished) version so far."""
@@ -300,7 +298,7 @@ class StoreWriter(LanceTables, PartsCarrier):
         if not graphs:
             return None
         table = pa.table({"tenant_id": list(graphs), "graph": list(graphs.values())}, schema=GRAPHS_SCHEMA)
-        return replace_parquet(table, self.version_dir / GRAPHS / f"{safe_name(part)}.parquet")
+        return replace_part(table, self.version_dir / GRAPHS / f"{safe_name(part)}.parquet")
 
     def published(self, name: str, tenant: str, columns: list[str] | None = None) -> pa.Table | None:
         """``tenant``'s rows of table ``name`` in the published version (None: not published)."""

@@ -120,3 +120,27 @@ def test_a_store_written_before_parts_reads_and_is_packed_by_the_next_build(tmp_
     assert r2.table("turns", "old1").equals(r.table("turns", "old1")) and r2.graph_bytes("old2") == b"gt old2"
     assert sorted(p.name for p in (r2.version_dir / "turns").iterdir()) == [f"{parts['old1']}.parquet"]
     assert not list((r2.version_dir / "graphs").glob("*.gt"))
+
+
+def test_a_part_has_a_row_group_per_tenant_and_one_tenant_reads_only_its_own(tmp_path):
+    """A part's Parquet file holds one row group per tenant (rows kept in order within each), so
+    reading one tenant opens its row group alone; a file of an earlier layout (one row group for
+    every tenant) reads the same rows."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from memlib.io.files import read_tenant, replace_part
+
+    rows = [{"tenant_id": t, "i": i} for i, t in enumerate(["b", "a", "c", "a", "b", "a"])]
+    table = pa.Table.from_pylist(rows)
+    part = replace_part(table, tmp_path / "part.parquet")
+    meta = pq.ParquetFile(part).metadata
+    assert meta.num_row_groups == 3
+    assert [meta.row_group(g).column(0).statistics.min for g in range(3)] == ["a", "b", "c"]
+    assert read_tenant(part, "a").column("i").to_pylist() == [1, 3, 5]
+    assert read_tenant(part, "b", ["i"]).column_names == ["i"]
+    assert read_tenant(part, "zed").num_rows == 0
+    pq.write_table(table, tmp_path / "old.parquet")  # an earlier layout: one row group
+    for tenant in "abc":
+        assert read_tenant(tmp_path / "old.parquet", tenant).equals(read_tenant(part, tenant))
+    assert sorted(pq.read_table(part).to_pylist(), key=lambda r: r["i"]) == rows  # nothing lost or added
