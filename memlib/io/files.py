@@ -95,14 +95,17 @@ def read_tenant(path: Path, tenant: str, columns: list[str] | None = None) -> pa
     """``tenant``'s rows of a part file: only the row groups whose statistics may hold it are read
     (a part written by :func:`replace_part`: its own row group)."""
     cols = None if columns is None else list(dict.fromkeys([*columns, "tenant_id"]))
-    f = pq.ParquetFile(path)
-    meta, idx = f.metadata, f.schema_arrow.get_field_index("tenant_id")
-    groups = []
-    for g in range(meta.num_row_groups):
-        st = meta.row_group(g).column(idx).statistics
-        if st is None or not st.has_min_max or st.min <= tenant <= st.max:
-            groups.append(g)
-    t = f.read_row_groups(groups, columns=cols) if groups else f.schema_arrow.empty_table()
+    try:
+        f = pq.ParquetFile(path)
+        meta, idx = f.metadata, f.schema_arrow.get_field_index("tenant_id")
+        groups = []
+        for g in range(meta.num_row_groups):
+            st = meta.row_group(g).column(idx).statistics
+            if st is None or not st.has_min_max or st.min <= tenant <= st.max:
+                groups.append(g)
+        t = f.read_row_groups(groups, columns=cols) if groups else f.schema_arrow.empty_table()
+    except (OSError, pa.ArrowException) as exc:  # a damaged file: the error names it
+        raise type(exc)(f"{path}: {exc}") from exc
     t = of_tenants(t, [tenant]) if t.num_rows else (t if cols is None else t.select(cols))
     return t if columns is None else t.select(columns)
 
