@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from memlib import schema
+from memlib.compose.finalize import kind_counts
 from memlib.config import MemlibConfig
 from memlib.io.files import replace_parquet
 from memlib.io.merge import merge_tenant
@@ -65,8 +66,6 @@ def staged_path(version_dir: str | Path, kind: str, name: str) -> Path:
 
 
 def _reason_counts(quarantine: pa.Table) -> dict[str, int]:
-    from memlib.compose.finalize import kind_counts
-
     return kind_counts(quarantine, "reason_code") if quarantine.num_rows else {}
 
 
@@ -101,7 +100,7 @@ def shard_input(path: str | Path, fmt: str, cfg: MemlibConfig, writer: StoreWrit
         result = _forget(result, keep_rows)
         quarantine.append(schema.conform(result.quarantine, schema.QUARANTINE, name="quarantine"))
         tenants = result.tenant_ids
-        counts = tenant_counts(result.turns)
+        counts = kind_counts(result.turns, "tenant_id")
         for tenant in tenants:
             seen[tenant] = seen.get(tenant, 0) + counts.get(tenant, 0)
         if rebuild is not None:
@@ -114,14 +113,6 @@ def shard_input(path: str | Path, fmt: str, cfg: MemlibConfig, writer: StoreWrit
     writer.write_table("quarantine", quarantine_part, q_all)
     return ShardResult(shards=shards, questions=n_questions, quarantine_by_reason=_reason_counts(q_all),
                        quarantined=q_all.num_rows, seen=seen)
-
-
-def tenant_counts(table: pa.Table) -> dict[str, int]:
-    """Rows per tenant of ``table``."""
-    if not table.num_rows:
-        return {}
-    counts = pc.value_counts(table.column("tenant_id")).to_pylist()
-    return {c["values"]: c["counts"] for c in counts}
 
 
 def _of(table: pa.Table, tenants: list[str], keep: bool = True) -> pa.Table:
@@ -168,7 +159,7 @@ def _stage_batch(writer: StoreWriter, name: str, batch: ReadResult, merged: Stag
     A tenant with questions only is staged all the same, in case another file has its turns."""
     turns = _stage(writer, "turns", name, batch.turns, schema.TURNS) if batch.turns.num_rows else ""
     questions = _stage(writer, "questions", name, batch.questions, schema.QUESTIONS) if batch.questions.num_rows else ""
-    counts, asked = tenant_counts(batch.turns), tenant_counts(batch.questions)
+    counts, asked = kind_counts(batch.turns, "tenant_id"), kind_counts(batch.questions, "tenant_id")
     shards = []
     for tenant in dict.fromkeys([*counts, *asked]):
         if merged is not None:
