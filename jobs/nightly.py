@@ -49,7 +49,7 @@ from jobs.tenant_guards import (
     rebuild_damaged,
     remove_unkeepable,
 )
-from memlib.compose.manifest import build_manifest
+from memlib.compose.manifest import TENANT_COUNTS, build_manifest, sum_counts
 from memlib.compose.recipe import DEFAULT_RECIPE, Phase, get_recipe
 from memlib.compose.timer import WallTimer
 from memlib.config import MemlibConfig
@@ -182,17 +182,45 @@ def _write_lance(writer: StoreWriter, summaries: list[dict[str, Any]], parts: di
     writer.write_tenants([s["tenant_id"] for s in summaries] + list(remove), tables(), rows_per_commit=rows_per_commit)
 
 
-def _kind_counts(writer: StoreWriter, version: StoreReader) -> tuple[dict[str, int], dict[str, int]]:
-    """Nodes and edges by kind in the new version (``version``: its reader, live rows only)."""
-    tbl = writer.open_nodes()
-    nodes = pl.from_arrow(tbl.search().select(["kind"]).limit(None).to_arrow())
-    edges = pl.from_arrow(version.table("edges", None, ["kind"]))
-    count = lambda df: dict(sorted(zip(*df.group_by("kind").len().to_dict(as_series=False).values())))  # noqa: E731
-    return (count(nodes) if len(nodes) else {}), (count(edges) if len(edges) else {})
+def store_counts(version: StoreReader,
+                 summaries: list[dict[str, Any]]) -> tuple[tuple[dict[str, int], dict[str, int]], int]:
+    """((nodes by kind, edges by kind), questions) of the new version: the sums of its tenants'
+    counts (``summaries``: every tenant it holds, rebuilt or carried). At 10,000 tenants, counting
+    the version's rows took 2.5 s of a nightly run whose target is 53 s; the sums take
+    milliseconds. A tenant whose entry predates per-tenant counts (a store written before them)
+    is counted from its rows once, and its summary takes the counts (the manifest keeps them)."""
+    old = [s for s in summaries if not all(k in s for k in TENANT_COUNTS)]
+    if old:
+        _count_rows(version, old)
+    return ((sum_counts(summaries, "nodes_by_kind"), sum_counts(summaries, "edges_by_kind")),
+            sum(s["questions"] for s in summaries))
+
+
+def _count_rows(version: StoreReader, summaries: list[dict[str, Any]]) -> None:
+    """Fill in the per-tenant counts of ``summaries`` from ``version``'s live rows."""
+    tenants = {s["tenant_id"] for s in summaries}
+
+    def by_tenant(table: pa.Table, column: str | None) -> dict[str, dict[str, int]]:
+        df = pl.from_arrow(table).filter(pl.col("tenant_id").is_in(sorted(tenants)))
+        out: dict[str, dict[str, int]] = {}
+        if column is None:
+            return {t: {"": n} for t, n in df.group_by("tenant_id").len().iter_rows()}
+        for t, kind, n in df.group_by(["tenant_id", column]).len().sort(["tenant_id", column]).iter_rows():
+            out.setdefault(t, {})[kind] = n
+        return out
+
+    nodes = by_tenant(version.nodes(columns=["tenant_id", "kind"]), "kind")
+    edges = by_tenant(version.table("edges", None, ["tenant_id", "kind"]), "kind")
+    asked = by_tenant(version.table("questions", None, ["tenant_id"]), None)
+    for s in summaries:
+        t = s["tenant_id"]
+        s.update(nodes_by_kind=nodes.get(t, {}), edges_by_kind=edges.get(t, {}),
+                 questions=asked.get(t, {}).get("", 0))
 
 
 def _carried_summary(tenant: str, old: dict[str, Any]) -> dict[str, Any]:
-    return {"tenant_id": tenant, **{k: old.get(k, 0) for k in ("turns", "nodes", "edges", "segments")}}
+    return {"tenant_id": tenant, **{k: old.get(k, 0) for k in ("turns", "nodes", "edges", "segments")},
+            **{k: old[k] for k in TENANT_COUNTS if k in old}}
 
 
 def _finish_manifest(manifest, plan: Plan, base, key, forget, node_kinds, edge_kinds, summaries) -> dict:
@@ -204,7 +232,9 @@ def _finish_manifest(manifest, plan: Plan, base, key, forget, node_kinds, edge_k
         entry.update(status=status.value, source=plan.sources.get(tenant), input_hash=plan.hashes.get(tenant))
     for tenant, reason in plan.failed.items():
         if tenant in prev:  # kept as published; a tenant never published is not one (its error is in "incremental")
-            manifest["tenants"][tenant] = {**prev[tenant], "status": TenantStatus.FAILED.value, "error": reason}
+            counted = {k: v for k, v in manifest["tenants"].get(tenant, {}).items() if k in TENANT_COUNTS}
+            manifest["tenants"][tenant] = {**prev[tenant], **counted, "status": TenantStatus.FAILED.value,
+                                           "error": reason}
     manifest.update(build_key=key, forgotten=forget.to_json(), incremental=plan.to_json(),
                     nodes_by_kind=node_kinds, edges_by_kind=edge_kinds,
                     tenant_timings_s={s["tenant_id"]: s.get("timings", {}) for s in summaries
@@ -316,10 +346,10 @@ def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: st
     with timer.span(Phase.PUBLISH):  # what the manifest counts (its own write is not timed in it)
         version = StoreReader(writer.path, {"version": writer.version, PART_TENANTS_KEY: held,
                                             "tenants": {t: {PART_KEY: p} for t, p in parts.items()}})
-        kinds, questions = _kind_counts(writer, version), version.table("questions", None, ["tenant_id"]).num_rows
+        # carried over, and failed but kept as published: their rows are in this version, so in its counts
+        carried = [_carried_summary(t, prev[t]) for t in plan.carry + [t for t in plan.failed if t in prev]]
+        kinds, questions = store_counts(version, summaries + carried)
     timings = {**timer.rounded(), "total": round(time.perf_counter() - wall, 3)}
-    # carried over, and failed but kept as published: their rows are in this version, so in its counts
-    carried = [_carried_summary(t, prev[t]) for t in plan.carry + [t for t in plan.failed if t in prev]]
     manifest = build_manifest(cfg=cfg, recipe=recipe, input_path=str(input_path), fmt=str(fmt),
                               fingerprints=plan.hashes, summaries=summaries + carried,
                               questions=questions, quarantine_by_reason=quarantine,

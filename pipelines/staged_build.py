@@ -60,6 +60,7 @@ class SessionPlan:
     pending_turns: int
     tenant_blocks: dict[str, list[str]] = field(default_factory=dict)  # tenant -> ids of blocks it waits for
     tenant_pending: dict[str, list[str]] = field(default_factory=dict)  # tenant -> its session keys in those blocks
+    tenant_kept: dict[str, list[str]] = field(default_factory=dict)  # tenant -> blocks of its sessions kept before
     tenant_sessions: dict[str, list[str]] = field(default_factory=dict)  # tenant -> all its session keys, in order
 
 
@@ -100,7 +101,7 @@ def plan_sessions(shards: list[TenantShard], store: SessionStore, build_key: str
                                                  value_set=pa.array([s.tenant_id for s in tenants], pa.string()))))
         keys = session_keys(table, build_key)
         table = table.append_column(KEY_COLUMN, keys)
-        kept = store.known(dict.fromkeys(keys.to_pylist())) if reuse else set()
+        kept = store.blocks_holding(dict.fromkeys(keys.to_pylist())) if reuse else {}
         runs = tenant_runs(table)
         for shard in tenants:
             plan.tenant_blocks.setdefault(shard.tenant_id, [])
@@ -110,6 +111,7 @@ def plan_sessions(shards: list[TenantShard], store: SessionStore, build_key: str
             plan.tenant_sessions[shard.tenant_id] = distinct
             todo = [k for k in distinct if k not in kept]
             plan.tenant_pending[shard.tenant_id] = todo
+            plan.tenant_kept[shard.tenant_id] = sorted({kept[k] for k in distinct if k in kept})
             if not todo:
                 continue
             todo_turns = turns.filter(pc.is_in(turns.column(KEY_COLUMN), value_set=pa.array(todo, pa.string())))
@@ -193,7 +195,8 @@ def build_dataset(plan: SessionPlan, shards: list[TenantShard], cfg: MemlibConfi
     items = [{"kind": RowKind.TENANT.value,
               "item": json.dumps([tenant_item(s, plan.tenant_blocks.get(s.tenant_id, []), work,
                                               plan.tenant_pending.get(s.tenant_id, []),
-                                              plan.tenant_sessions.get(s.tenant_id)) for s in row])}
+                                              plan.tenant_sessions.get(s.tenant_id),
+                                              plan.tenant_kept.get(s.tenant_id)) for s in row])}
              for row in packed]
     items += [{"kind": RowKind.BLOCK.value, "item": block_item(p)} for p in plan.blocks]
     table = pa.Table.from_pylist([{**i, "turns": None, "vectors": None, "summary": None} for i in items],

@@ -30,6 +30,11 @@ def git_sha(repo: Path = REPO) -> str | None:
     return out.stdout.strip() or None
 
 
+# per-tenant counts a manifest entry keeps besides its totals: a run that carries a tenant takes
+# them from its entry (jobs/nightly.py: store_counts)
+TENANT_COUNTS = ("nodes_by_kind", "edges_by_kind", "questions")
+
+
 def sum_counts(summaries: list[dict[str, Any]], key: str) -> dict[str, int]:
     total: Counter[str] = Counter()
     for s in summaries:
@@ -51,6 +56,9 @@ def build_manifest(*, cfg: MemlibConfig, recipe: str, input_path: str, fmt: str,
         "config": cfg.snapshot(),
         "tenants": {t: {"input_hash": fingerprints.get(t), "turns": s["turns"], "nodes": s["nodes"],
                         "edges": s["edges"], "segments": s["segments"],
+                        # what the store-wide counts sum, so that a nightly run adds up what it
+                        # rebuilt and what it carried instead of reading every part back
+                        **{k: s[k] for k in TENANT_COUNTS if k in s},
                         # derived node texts the build encoded (a backend that embeds facts by their own text)
                         **({"own_encoded": s["own_encoded"]} if "own_encoded" in s else {})}
                     for t, s in sorted(by_tenant.items())},

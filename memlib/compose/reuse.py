@@ -77,18 +77,20 @@ class PreviousTenant:
 
 
 def load_previous(store: str | Path, tenant: str, session_key: str,
-                  manifest: dict | None = None) -> PreviousTenant | None:
+                  manifest: dict | None = None, reader: Any = None) -> PreviousTenant | None:
     """The published version of ``tenant`` in ``store``, when it was built under ``session_key``
     (the same code format, config and encoder as this run); None otherwise. ``manifest``: the
     store's published manifest, when the caller has read it (a build's tenant actor reads it once,
-    not once per tenant: it names every tenant)."""
+    not once per tenant: it names every tenant); ``reader``: a
+    :class:`~memlib.io.store.StoreReader` of that manifest, kept by the caller (its Lance table
+    is opened once, not once per tenant)."""
     from memlib.io.store import StoreReader, read_manifest
 
-    manifest = manifest if manifest is not None else read_manifest(store)
+    manifest = reader.manifest if reader is not None else manifest if manifest is not None else read_manifest(store)
     if (manifest is None or manifest.get("session_build_key") != session_key
             or tenant not in manifest.get("tenants", {})):
         return None
-    reader = StoreReader(store, manifest)
+    reader = reader if reader is not None else StoreReader(store, manifest)
     nodes = reader.nodes(tenant, columns=NODE_COLUMNS)
     if nodes.num_rows == 0:
         return None

@@ -164,6 +164,19 @@ class SessionStore:
         hit = idx.filter(pc.is_in(idx.column("session_key"), value_set=pa.array(keys, pa.string())))
         return set(hit.column("session_key").to_pylist())
 
+    def blocks_holding(self, keys: Iterable[str]) -> dict[str, str]:
+        """Kept session key -> a block holding it, for those of ``keys`` that are kept (what a
+        build's driver passes its tenants, so that they read those blocks' index files alone)."""
+        keys = list(keys)
+        idx = self.index()
+        if not keys or idx.num_rows == 0:
+            return {}
+        hit = idx.filter(pc.is_in(idx.column("session_key"), value_set=pa.array(keys, pa.string())))
+        where: dict[str, str] = {}
+        for k, b in zip(hit.column("session_key").to_pylist(), hit.column("block").to_pylist()):
+            where.setdefault(k, b)
+        return where
+
     def read(self, keys: Iterable[str], blocks: Iterable[str] | None = None) -> tuple[SessionOutput, TurnVectors]:
         """The kept outputs and turn vectors of sessions ``keys`` (all must be kept), in block
         order; ``blocks``: the blocks that hold them, when the caller knows (only their index files

@@ -30,6 +30,11 @@ def _index_ids(writer: StoreWriter) -> dict[str, str]:
             for i in t.list_indices()}
 
 
+def _unindexed(writer: StoreWriter) -> dict[str, int]:
+    return {f"{name}/{i.name}": int(i.num_unindexed_rows or 0) for name, t in writer.lance_tables().items()
+            for i in t.list_indices()}
+
+
 def test_nightly_rows_are_searchable_before_the_indexes_take_them_in(tmp_path):
     writer = StoreWriter(tmp_path / "store", dim=DIM)
     writer.replace_tenant_nodes(["a"], _nodes("a", [f"apple pie number {i}" for i in range(50)]))
@@ -39,9 +44,18 @@ def test_nightly_rows_are_searchable_before_the_indexes_take_them_in(tmp_path):
 
     writer.replace_tenant_nodes(["b"], _nodes("b", ["a zebra crossing", "zebra stripes", "plain words"]))
     writer.index_nodes(incremental=True, merge_rows=10)
-    assert writer.unindexed_rows() == 3  # nothing rewritten: the run's cost follows what changed
-    assert _index_ids(writer) == indexes
+    # the full-text indexes are not rewritten (the run's cost follows what changed); the bitmap
+    # indexes a tenant's rows are read through are rebuilt, and cover every row
+    assert writer.unindexed_rows() == 3
+    assert _unindexed(writer) == {"lance_version/text_idx": 3, "lance_version/tenant_id_idx": 0,
+                                  "lance_version/kind_idx": 0, "lance_turn_text_version/text_idx": 3,
+                                  "lance_turn_text_version/tenant_id_idx": 0}
+    now = _index_ids(writer)
+    assert {k: v for k, v in now.items() if "text_idx" in k} == {k: v for k, v in indexes.items() if "text_idx" in k}
+    assert now["lance_version/tenant_id_idx"] != indexes["lance_version/tenant_id_idx"]
     assert sorted(_fts(writer, "zebra", "b")) == ["b-0", "b-1"]  # found by the exact scan
+    assert sorted(writer.open_nodes().search().where("tenant_id = 'b'").limit(None).to_arrow()
+                  .column("node_id").to_pylist()) == ["b-0", "b-1", "b-2"]
 
     writer.replace_tenant_nodes(["c"], _nodes("c", [f"zebra herd {i}" for i in range(20)]))
     writer.index_nodes(incremental=True, merge_rows=10)  # 23 unindexed rows > 10: merged

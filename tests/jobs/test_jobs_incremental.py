@@ -113,6 +113,43 @@ def test_jobs_incremental_same_data_carries_everything(history):
     assert "ray_start" in history["manifests"]["v000002"]["stage_timings_s"]
 
 
+def test_jobs_incremental_counts_sum_tenants_and_equal_the_rows(history):
+    """A run adds up its tenants' counts (rebuilt, carried, failed but kept) instead of reading
+    every part back: every version's counts equal what its rows say (before the rollback test
+    compacts the store's old versions away)."""
+    import polars as pl
+
+    from memlib.io.store import StoreReader
+
+    def count(table) -> dict[str, int]:
+        df = pl.from_arrow(table)
+        return dict(sorted(zip(*df.group_by("kind").len().to_dict(as_series=False).values()))) if len(df) else {}
+
+    for v, m in history["manifests"].items():
+        r = StoreReader(history["store"], m)
+        assert m["nodes_by_kind"] == count(r.nodes(columns=["kind"])), v
+        assert m["edges_by_kind"] == count(r.table("edges", None, ["kind"])), v
+        assert m["row_counts"]["questions"] == r.table("questions", None, ["tenant_id"]).num_rows, v
+        assert all("nodes_by_kind" in e and "questions" in e for e in m["tenants"].values()), v
+    assert history["manifests"]["v000002"]["nodes_by_kind"] != history["manifests"]["v000001"]["nodes_by_kind"]
+
+
+
+def test_jobs_incremental_counts_of_an_older_store_come_from_its_rows(history):
+    """A store written before per-tenant counts: its tenants are counted from their rows once
+    (the next run's manifest keeps the counts)."""
+    from jobs.nightly import store_counts
+    from memlib.io.store import StoreReader
+
+    m = history["manifests"]["v000002"]
+    bare = [{"tenant_id": t, "turns": e["turns"]} for t, e in m["tenants"].items()]
+    kinds, questions = store_counts(StoreReader(history["store"], m), bare)
+    assert kinds == (m["nodes_by_kind"], m["edges_by_kind"]) and questions == m["row_counts"]["questions"]
+    for s in bare:
+        e = m["tenants"][s["tenant_id"]]
+        assert (s["nodes_by_kind"], s["edges_by_kind"], s["questions"]) == (e["nodes_by_kind"], e["edges_by_kind"],
+                                                                             e["questions"])
+
 def test_jobs_incremental_corrupt_file_fails_one_tenant(history):
     res = history["results"]["v4"]
     assert res.exit_code == 3, res.output
@@ -165,3 +202,4 @@ def test_jobs_forget_list_parse_and_filter():
     t = pa.table({"tenant_id": ["gus", "dora", "dora", None], "conversation_id": ["x", "dora-a", "dora-b", None]})
     assert f.keep_rows(t).column("conversation_id").to_pylist() == ["dora-a", None]
     assert len(tenant_lines("dora")) == 16
+
