@@ -188,7 +188,8 @@ def store_counts(version: StoreReader,
     counts (``summaries``: every tenant it holds, rebuilt or carried). At 10,000 tenants, counting
     the version's rows took 2.5 s of a nightly run whose target is 53 s; the sums take
     milliseconds. A tenant whose entry predates per-tenant counts (a store written before them)
-    is counted from its rows once, and its summary takes the counts (the manifest keeps them)."""
+    is counted from its rows once, and its summary takes the counts (the version keeps them:
+    :meth:`~memlib.io.store.StoreWriter.write_tenant_counts`)."""
     old = [s for s in summaries if not all(k in s for k in TENANT_COUNTS)]
     if old:
         _count_rows(version, old)
@@ -218,9 +219,11 @@ def _count_rows(version: StoreReader, summaries: list[dict[str, Any]]) -> None:
                  questions=asked.get(t, {}).get("", 0))
 
 
-def _carried_summary(tenant: str, old: dict[str, Any]) -> dict[str, Any]:
+def _carried_summary(tenant: str, old: dict[str, Any], counts: dict[str, Any] | None) -> dict[str, Any]:
+    """A carried tenant's summary: its published totals, and its counts by kind when its version
+    kept them (``counts``)."""
     return {"tenant_id": tenant, **{k: old.get(k, 0) for k in ("turns", "nodes", "edges", "segments")},
-            **{k: old[k] for k in TENANT_COUNTS if k in old}}
+            **(counts or {})}
 
 
 def _finish_manifest(manifest, plan: Plan, base, key, forget, node_kinds, edge_kinds, summaries) -> dict:
@@ -232,9 +235,7 @@ def _finish_manifest(manifest, plan: Plan, base, key, forget, node_kinds, edge_k
         entry.update(status=status.value, source=plan.sources.get(tenant), input_hash=plan.hashes.get(tenant))
     for tenant, reason in plan.failed.items():
         if tenant in prev:  # kept as published; a tenant never published is not one (its error is in "incremental")
-            counted = {k: v for k, v in manifest["tenants"].get(tenant, {}).items() if k in TENANT_COUNTS}
-            manifest["tenants"][tenant] = {**prev[tenant], **counted, "status": TenantStatus.FAILED.value,
-                                           "error": reason}
+            manifest["tenants"][tenant] = {**prev[tenant], "status": TenantStatus.FAILED.value, "error": reason}
     manifest.update(build_key=key, forgotten=forget.to_json(), incremental=plan.to_json(),
                     nodes_by_kind=node_kinds, edges_by_kind=edge_kinds,
                     tenant_timings_s={s["tenant_id"]: s.get("timings", {}) for s in summaries
@@ -347,8 +348,11 @@ def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: st
         version = StoreReader(writer.path, {"version": writer.version, PART_TENANTS_KEY: held,
                                             "tenants": {t: {PART_KEY: p} for t, p in parts.items()}})
         # carried over, and failed but kept as published: their rows are in this version, so in its counts
-        carried = [_carried_summary(t, prev[t]) for t in plan.carry + [t for t in plan.failed if t in prev]]
+        kept_tenants = plan.carry + [t for t in plan.failed if t in prev]
+        counted = writer.base.tenant_counts() if kept_tenants and writer.base is not None else {}
+        carried = [_carried_summary(t, prev[t], counted.get(t)) for t in kept_tenants]
         kinds, questions = store_counts(version, summaries + carried)
+        writer.write_tenant_counts({s["tenant_id"]: {k: s[k] for k in TENANT_COUNTS} for s in summaries + carried})
     timings = {**timer.rounded(), "total": round(time.perf_counter() - wall, 3)}
     manifest = build_manifest(cfg=cfg, recipe=recipe, input_path=str(input_path), fmt=str(fmt),
                               fingerprints=plan.hashes, summaries=summaries + carried,

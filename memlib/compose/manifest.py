@@ -30,8 +30,8 @@ def git_sha(repo: Path = REPO) -> str | None:
     return out.stdout.strip() or None
 
 
-# per-tenant counts a manifest entry keeps besides its totals: a run that carries a tenant takes
-# them from its entry (jobs/nightly.py: store_counts)
+# per-tenant counts a version keeps besides the manifest's totals (STORE/versions/vN/tenant_counts.parquet,
+# memlib.io.store): a run that carries a tenant takes them from there (jobs/nightly.py: store_counts)
 TENANT_COUNTS = ("nodes_by_kind", "edges_by_kind", "questions")
 
 

@@ -17,6 +17,9 @@ Layout of a store directory::
         llm_calls/<part>.parquet
         graphs/<part>.parquet       tenant_id, graph: each tenant's graph-tool ``.gt`` bytes
         quarantine/<name>.parquet
+        tenant_counts.parquet       per tenant: nodes and edges by kind, questions (what the
+                                    manifest's store-wide counts sum; a nightly run adds up
+                                    the carried tenants' rows of it instead of reading parts)
       cache/llm/                    LLM responses (see memlib/llm/cache.py)
       cache/late/                   auto's token matrices, keyed by the turns they encode
 
@@ -68,6 +71,11 @@ PARQUET_TABLES = ("quarantine", *TENANT_TABLES)
 GRAPHS_SCHEMA = pa.schema([pa.field("tenant_id", pa.string(), nullable=False),
                            pa.field("graph", pa.large_binary(), nullable=False)])
 PART_TENANTS_KEY = "part_tenants"  # part -> every tenant its files hold rows of, live or dead (StoreReader.held)
+TENANT_COUNTS_FILE = "tenant_counts.parquet"
+TENANT_COUNTS_SCHEMA = pa.schema([pa.field("tenant_id", pa.string(), nullable=False),
+                                  pa.field("nodes_by_kind", pa.string(), nullable=False),  # JSON object
+                                  pa.field("edges_by_kind", pa.string(), nullable=False),  # JSON object
+                                  pa.field("questions", pa.int64(), nullable=False)])
 _VERSION_RE = re.compile(r"^v(\d{6})$")
 
 
@@ -131,6 +139,19 @@ class StoreReader:
 
     def tenants(self) -> list[str]:
         return sorted(self.manifest.get("tenants", {}))
+
+    def tenant_counts(self) -> dict[str, dict[str, Any]]:
+        """Tenant -> {"nodes_by_kind", "edges_by_kind", "questions"} of this version; empty for a
+        version written before the file existed, or whose file is damaged (then the counts are
+        taken from the rows: jobs/nightly.py store_counts)."""
+        path = self.version_dir / TENANT_COUNTS_FILE
+        try:
+            t = pq.read_table(path, schema=TENANT_COUNTS_SCHEMA)
+            rows = zip(*(t.column(c).to_pylist() for c in TENANT_COUNTS_SCHEMA.names))
+            return {tenant: {"nodes_by_kind": json.loads(n), "edges_by_kind": json.loads(e), "questions": q}
+                    for tenant, n, e, q in rows}
+        except (OSError, ValueError, pa.ArrowException):  # missing or damaged: never trusted
+            return {}
 
     def part_of(self, tenant: str) -> str:
         """The part holding ``tenant``'s rows (a store written before parts: the tenant's own file)."""
@@ -315,6 +336,15 @@ class StoreWriter(LanceTables, PartsCarrier):
         return p
 
     # -- publish --------------------------------------------------------------------------
+    def write_tenant_counts(self, counts: dict[str, dict[str, Any]]) -> None:
+        """This version's per-tenant counts (tenant -> nodes_by_kind, edges_by_kind, questions)."""
+        tenants = sorted(counts)
+        table = pa.table({"tenant_id": tenants,
+                          "nodes_by_kind": [json.dumps(counts[t]["nodes_by_kind"], sort_keys=True) for t in tenants],
+                          "edges_by_kind": [json.dumps(counts[t]["edges_by_kind"], sort_keys=True) for t in tenants],
+                          "questions": [int(counts[t]["questions"]) for t in tenants]}, schema=TENANT_COUNTS_SCHEMA)
+        replace_parquet(table, self.version_dir / TENANT_COUNTS_FILE)
+
     def publish(self, manifest: dict[str, Any]) -> dict[str, Any]:
         """Atomically make this version the one readers see."""
         tbl = self.open_nodes()
