@@ -210,11 +210,14 @@ def build_dataset(plan: SessionPlan, shards: list[TenantShard], cfg: MemlibConfi
     # the same resources as the embed operator, so Ray Data fuses the two: turn_nodes runs in the
     # embed actors (a few ms per block) instead of starting a task worker of its own
     ds = ds.map_batches(turn_nodes_op, num_cpus=res.embed_cpus, **gpus, fn_kwargs={"cfg": cfg}, **common)
+    # one row in flight per actor: a block goes to an idle actor, not into the queue of the
+    # first actor up (Ray Data's default of 4 in flight gave that actor both blocks of a nightly
+    # run, 25 s of embedding on one core while the other actor idled)
     ds = ds.map_batches(EmbedOp, num_cpus=res.embed_cpus, **gpus, **common,
-                        compute=ray.data.ActorPoolStrategy(size=res.embed_actors),
+                        compute=ray.data.ActorPoolStrategy(size=res.embed_actors, max_tasks_in_flight_per_actor=1),
                         fn_constructor_kwargs={"cfg": cfg, "threads": res.embed_threads})
     ds = ds.map_batches(SessionLocalOp, num_cpus=SESSION_ACTOR_CPUS, **common,
-                        compute=ray.data.ActorPoolStrategy(size=res.session_actors),
+                        compute=ray.data.ActorPoolStrategy(size=res.session_actors, max_tasks_in_flight_per_actor=1),
                         fn_constructor_kwargs={"cfg": cfg, "recipe": recipe, "store": store, "build_key": build_key})
     limiter = shared_limiter(cfg) if llm_steps(cfg, recipe) else None
     return ds.map_batches(TenantOp, num_cpus=TENANT_ACTOR_CPUS, **common,
