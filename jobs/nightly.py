@@ -236,7 +236,10 @@ def _finish_manifest(manifest, plan: Plan, base, key, forget, node_kinds, edge_k
     for tenant, reason in plan.failed.items():
         if tenant in prev:  # kept as published; a tenant never published is not one (its error is in "incremental")
             manifest["tenants"][tenant] = {**prev[tenant], "status": TenantStatus.FAILED.value, "error": reason}
-    manifest.update(build_key=key, forgotten=forget.to_json(), incremental=plan.to_json(),
+    # the version this one was built from: a serving replica follows these links back to the
+    # version it has loaded to keep the tenants no version in between rebuilt (TenantCache.refresh)
+    manifest.update(base_version=(base or {}).get("version"), build_key=key, forgotten=forget.to_json(),
+                    incremental=plan.to_json(),
                     nodes_by_kind=node_kinds, edges_by_kind=edge_kinds,
                     tenant_timings_s={s["tenant_id"]: s.get("timings", {}) for s in summaries
                                       if s["tenant_id"] in built},

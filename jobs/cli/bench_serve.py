@@ -35,6 +35,19 @@ def register(bench_app: typer.Typer) -> None:
         replicas: Annotated[Optional[int], typer.Option("--replicas", help="default: serve.replicas")] = None,
         mcp: Annotated[bool, typer.Option("--mcp/--no-mcp", help="also send every request as an MCP search_memory "
                                           "call (official SDK client, /mcp) and report both")] = True,
+        zipf: Annotated[Optional[float], typer.Option("--zipf", help="many tenants: requests spread over the "
+                                                      "store's tenants by a Zipf law of this exponent (e.g. 1.1), "
+                                                      "in process, a cache holding --cache-share of them")] = None,
+        cache_share: Annotated[float, typer.Option("--cache-share", help="with --zipf: share of the tenants the "
+                                                   "cache holds")] = 0.05,
+        warm: Annotated[Optional[int], typer.Option("--warm", help="with --zipf: untimed requests first (default: "
+                                                    "--requests)")] = None,
+        publish_input: Annotated[Optional[Path], typer.Option("--publish-input", help="with --zipf: a nightly "
+                                                              "input built into the store (--incremental) during "
+                                                              "the load; figures of the minute before and after "
+                                                              "its version is served")] = None,
+        publish_after: Annotated[float, typer.Option("--publish-after", help="seconds of timed load before the "
+                                                     "nightly run starts")] = 60.0,
         config: ConfigOpt = None,
         overrides: SetOpt = None,
     ) -> None:
@@ -48,6 +61,10 @@ def register(bench_app: typer.Typer) -> None:
             names = parse_strategies(strategies)
         except KeyError as exc:
             fail(str(exc))
+            return
+        if zipf is not None:
+            _many_tenants(store, cfg, names, requests, concurrency, zipf, cache_share, k, warm, publish_input,
+                          publish_after, max_seconds)
             return
         questions = load_questions(store)
         if not questions or requests < 1 or concurrency < 1:
@@ -77,3 +94,31 @@ def register(bench_app: typer.Typer) -> None:
         typer.echo(json.dumps(result))
         if result["errors"]:
             raise typer.Exit(1)
+
+
+def _many_tenants(store: Path, cfg, names: list[str], requests: int, clients: int, exponent: float, share: float,
+                  k: int, warm: Optional[int], publish_input: Optional[Path], publish_after: float,
+                  max_seconds: float) -> None:
+    """``--zipf``: the many-tenant load, in process (jobs/serve_tenants.py)."""
+    import tempfile
+
+    from jobs.serve_tenants import InProcess, cache_tenants_for, nightly_publisher, run, tenant_queries
+
+    queries = tenant_queries(store)
+    if not queries or requests < 1 or clients < 1:
+        fail("need a store with questions or turns, --requests >= 1 and --concurrency >= 1")
+    cfg.serve.cache_tenants = cache_tenants_for(share, len(queries))
+    cfg.serve.auth_enabled = False
+    cfg.serve.poll_interval_s = 1.0
+    cfg.serve.preload_tenants = 0
+    log_dir = Path(tempfile.mkdtemp(prefix="memlib-serve-bench-"))
+    publish = nightly_publisher(store, publish_input, log_dir / "nightly.log") if publish_input else None
+    client = InProcess(store, cfg)
+    try:
+        out = run(client, queries, names, requests, clients, exponent, k, requests if warm is None else warm,
+                  publish, publish_after, max_seconds)
+    finally:
+        client.close()
+    typer.echo(json.dumps({"tenants": len(queries), "zipf": exponent, "cache_share": share,
+                           "cache_tenants": cfg.serve.cache_tenants, "clients": clients, "in_process": True,
+                           **out, **({"nightly_log": str(log_dir / "nightly.log")} if publish else {})}))

@@ -4,12 +4,17 @@
 provenance, an L2-normalized embedding matrix), the turn map (turn node id -> source
 turn id, session, time, text), the pinned lancedb table, the query embedder and a lazily
 loaded graph. :class:`TenantCache` keeps the most recently used tenants of one published
-store version; a server replica holds one and calls :meth:`TenantCache.refresh` to pick
-up a newly published version.
+store version, bounded by the bytes they hold; a server replica holds one and calls
+:meth:`TenantCache.refresh` to pick up a newly published version, which keeps loaded every
+tenant no version in between rebuilt.
 """
 from __future__ import annotations
 
+import json
+import logging
+import sys
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -22,6 +27,7 @@ import pyarrow as pa
 
 from memlib.io.store import StoreReader, read_manifest, sql_str
 
+log = logging.getLogger("memlib.serve")
 NODE_COLUMNS = ["node_id", "kind", "text", "time", "session_id", "provenance", "attributes",
                 "importance", "embedding"]
 T = TypeVar("T")
@@ -91,6 +97,54 @@ class TurnInfo:
     role: str | None = None
 
 
+def approx_bytes(obj: Any) -> int:
+    """Bytes ``obj`` holds in memory, roughly: arrays and Arrow data by their buffers, containers
+    by their items, memlib's own objects by their attributes, any other object by its own size
+    (each object counted once; a tenant view or store reader it refers to is not counted)."""
+    seen: set[int] = set()
+    stack, total = [obj], 0
+    while stack:
+        o = stack.pop()
+        if o is None or id(o) in seen or isinstance(o, (TenantIndex, StoreReader, type)):
+            continue
+        seen.add(id(o))
+        if isinstance(o, np.ndarray):
+            total += o.nbytes + sys.getsizeof(np.empty(0))
+            if o.dtype == object:  # the objects it points to
+                stack.extend(o.ravel().tolist())
+        elif type(o).__module__.startswith("graph_tool"):
+            total += _graph_tool_bytes(o)
+        elif isinstance(o, (pa.Table, pa.Array, pa.ChunkedArray, pa.RecordBatch)):
+            total += o.nbytes
+        elif isinstance(o, dict):
+            total += sys.getsizeof(o)
+            stack.extend(o.keys())
+            stack.extend(o.values())
+        elif isinstance(o, (list, tuple, set, frozenset)):
+            total += sys.getsizeof(o)
+            stack.extend(o)
+        else:
+            total += sys.getsizeof(o)
+            if type(o).__module__.startswith("memlib."):
+                stack.extend(getattr(o, "__dict__", {}).values())
+                stack.extend(getattr(o, a) for a in getattr(type(o), "__slots__", ()) if hasattr(o, a))
+    return total
+
+
+# memory of a loaded graph-tool graph with memlib's property maps, beyond what numpy copies of
+# them hold (measured by RSS: docs/decisions/0027-serving-cache.md)
+GT_GRAPH_BYTES = 32_000
+GT_VERTEX_BYTES = 150
+GT_EDGE_BYTES = 100
+
+
+def _graph_tool_bytes(g: Any) -> int:
+    try:
+        return GT_GRAPH_BYTES + GT_VERTEX_BYTES * int(g.num_vertices()) + GT_EDGE_BYTES * int(g.num_edges())
+    except Exception:  # noqa: BLE001 - a property map or view: counted with its graph
+        return 0
+
+
 def _embedding_matrix(col: pa.ChunkedArray, dim: int) -> np.ndarray:
     """FixedSizeList column -> (n, dim) float32, rows L2-normalized, null rows zero."""
     n = len(col)
@@ -120,8 +174,34 @@ class TenantIndex:
         self._memo: dict[Hashable, Any] = {}
         self._building: dict[Hashable, threading.Lock] = {}
         self._memo_guard = threading.Lock()
+        self._sizes: dict[Hashable, int] = {}  # bytes of each memoized value
+        start = time.perf_counter()
         self._load_nodes()
         self._load_turns()
+        self.load_s = time.perf_counter() - start  # what opening the tenant took
+        self._base_bytes = approx_bytes([self.node_ids, self.kinds, self.texts, self.times, self.session_ids,
+                                         self.provenance, self.attributes, self.importance, self.embeddings,
+                                         self.row_of, self.turns, self.turn_order, self.turn_by_source])
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes this tenant view holds: its columns and turn map, what its strategies memoized,
+        its graph once loaded."""
+        data = self.__dict__.get("graph_data")
+        if "graph" in self.__dict__ and "_graph_bytes" not in self.__dict__:
+            self._graph_bytes = approx_bytes(self.__dict__["graph"])
+        memo = sum(list(self._sizes.values()))  # a copy: strategies may memoize meanwhile
+        return (self._base_bytes + memo + (len(data) if data is not None else 0)
+                + self.__dict__.get("_graph_bytes", 0))
+
+    def rebound(self, reader: StoreReader) -> "TenantIndex":
+        """This view over another store version in which the tenant's data is the same (a
+        version that carried it): everything loaded and memoized is shared, and queries read
+        the other version's tables. Queries running on this view keep its version."""
+        twin = object.__new__(TenantIndex)
+        twin.__dict__.update(self.__dict__)
+        twin.reader = reader
+        return twin
 
     # -- derived data, built once per tenant view ---------------------------------------
     def memo(self, key: Hashable, build: Callable[[], T]) -> T:
@@ -138,8 +218,10 @@ class TenantIndex:
                 if key in self._memo:
                     return self._memo[key]
             value = build()
+            size = approx_bytes(value)
             with self._memo_guard:
                 self._memo[key] = value
+                self._sizes[key] = size
                 self._building.pop(key, None)
             return value
 
@@ -240,19 +322,55 @@ class TenantIndex:
             return load(self.graph_data)
 
 
+def default_cache_bytes(share: float = 0.25) -> int:
+    """``share`` of the memory this process may use: its cgroup's limit when it has one (a
+    container), else the machine's RAM."""
+    limit = None
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = Path(path).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) < 1 << 60:
+            limit = int(text)
+            break
+    if limit is None:
+        import os
+
+        limit = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return int(limit * share)
+
+
+@dataclass
+class CacheStats:
+    """What a :class:`TenantCache` did since it was made (the service exports them)."""
+    hits: int = 0
+    misses: int = 0
+    evictions: int = 0
+    kept_on_refresh: int = 0     # loaded tenants a new version did not change, kept loaded
+    dropped_on_refresh: int = 0  # loaded tenants a new version rebuilt or removed
+    load_s: list[float] = field(default_factory=list)  # seconds each miss took to open its tenant (last 1,000)
+
+
 @dataclass
 class TenantCache:
-    """LRU of :class:`TenantIndex` objects for one published version of a store.
+    """LRU of :class:`TenantIndex` objects for one published version of a store, bounded by
+    bytes (``max_bytes``: what the loaded tenants hold, :attr:`TenantIndex.nbytes`) and, when
+    given, by a number of tenants.
 
-    ``get`` is thread-safe; ``refresh`` re-reads the manifest and drops every cached
-    tenant when a new version has been published."""
+    ``get`` is thread-safe. ``refresh`` switches to a newly published version: a loaded tenant
+    that no version in between rebuilt (each carried it, or failed and kept it) stays loaded,
+    over the new version; the others are dropped."""
 
     store: Path
     embedder: QueryEmbedder | None = None
-    max_tenants: int = 64
+    max_tenants: int | None = None
+    max_bytes: int | None = None
     _reader: StoreReader | None = field(default=None, repr=False)
     _items: "OrderedDict[str, TenantIndex]" = field(default_factory=OrderedDict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    stats: CacheStats = field(default_factory=CacheStats, repr=False)
+    on_load: Callable[[str, float], None] | None = field(default=None, repr=False)  # (tenant, seconds) per miss
 
     def __post_init__(self) -> None:
         self.store = Path(self.store)
@@ -272,15 +390,26 @@ class TenantCache:
 
     def refresh(self, embedder: QueryEmbedder | None = None) -> bool:
         """Switch to the currently published version; True when it changed. ``embedder``: the
-        query embedder of that version, swapped in with it (a version built in another vector space)."""
+        query embedder of that version, swapped in with it (a version built in another vector
+        space: then no loaded tenant is kept)."""
         manifest = read_manifest(self.store)
         if manifest is None or (self._reader is not None and manifest["version"] == self._reader.version):
             return False
+        old = self._reader
+        loaded = list(self._items)
+        keep = (unchanged_tenants(self.store, old.manifest, manifest, loaded)
+                if old is not None and embedder is None and loaded else set())
         with self._lock:
             self._reader = StoreReader(self.store, manifest)
             if embedder is not None:
                 self.embedder = embedder
-            self._items.clear()
+            items: OrderedDict[str, TenantIndex] = OrderedDict()
+            for tenant, idx in self._items.items():  # least recently used first, as before
+                if tenant in keep:
+                    items[tenant] = idx.rebound(self._reader)
+            self.stats.kept_on_refresh += len(items)
+            self.stats.dropped_on_refresh += len(self._items) - len(items)
+            self._items = items
         return True
 
     def get(self, tenant: str) -> TenantIndex:
@@ -288,12 +417,65 @@ class TenantCache:
             idx = self._items.get(tenant)
             if idx is not None:
                 self._items.move_to_end(tenant)
+                self.stats.hits += 1
+                self._trim(keep=tenant)
                 return idx
             idx = TenantIndex(self.reader, tenant, self.embedder)
+            self.stats.misses += 1
+            self.stats.load_s = self.stats.load_s[-999:] + [idx.load_s]
             self._items[tenant] = idx
-            while len(self._items) > self.max_tenants:
+            self._trim(keep=tenant)
+        if self.on_load is not None:
+            self.on_load(tenant, idx.load_s)
+        return idx
+
+    def _trim(self, keep: str) -> None:
+        """Evict least recently used tenants (never ``keep``, the one just asked for) while the
+        cache holds more than its bounds (sizes as they are now: strategies memoize as they run)."""
+        if self.max_tenants is not None:
+            while len(self._items) > self.max_tenants and next(iter(self._items)) != keep:
                 self._items.popitem(last=False)
-            return idx
+                self.stats.evictions += 1
+        if self.max_bytes is not None:
+            total = sum(i.nbytes for i in self._items.values())
+            while total > self.max_bytes and len(self._items) > 1 and next(iter(self._items)) != keep:
+                _, gone = self._items.popitem(last=False)
+                total -= gone.nbytes
+                self.stats.evictions += 1
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the loaded tenants."""
+        with self._lock:
+            return sum(i.nbytes for i in self._items.values())
+
+    def loaded(self) -> list[str]:
+        """The loaded tenants, least recently used first."""
+        with self._lock:
+            return list(self._items)
 
     def __len__(self) -> int:
         return len(self._items)
+
+
+def unchanged_tenants(store: Path, old: dict[str, Any], new: dict[str, Any], tenants: Iterable[str]) -> set[str]:
+    """Those of ``tenants`` whose published data is the same in manifest ``new`` as in ``old``:
+    following each version's ``base_version`` back from ``new`` reaches ``old``, and every
+    version on the way carried the tenant (or failed and kept it). Anything else (a rollback, a
+    version without its link, a manifest missing or unreadable) keeps none."""
+    wanted, target = set(tenants), old.get("version")
+    same = {"carried", "failed"}
+    manifest, hops = new, 0
+    while wanted and manifest.get("version") != target:
+        entries = manifest.get("tenants", {})
+        wanted = {t for t in wanted if (entries.get(t) or {}).get("status") in same}
+        base = manifest.get("base_version")
+        hops += 1
+        if not base or hops > 1_000:
+            return set()
+        try:
+            manifest = json.loads((Path(store) / "manifests" / f"{base}.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            log.info("keeping no loaded tenant across the publish: manifest %s unreadable (%s)", base, exc)
+            return set()
+    return wanted if manifest.get("version") == target else set()

@@ -12,15 +12,17 @@ import logging
 import re
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 from memlib.config import MemlibConfig
 from memlib.embed.space import built_space
+from memlib.io.files import atomic_write
 from memlib.io.store import read_manifest
 from memlib.retrieve.base import Strategy
 from memlib.retrieve.kernels import run_search
 from memlib.retrieve.registry import get_strategy, list_strategies
-from memlib.retrieve.tenant import QueryEmbedder, TenantCache, TenantIndex
+from memlib.retrieve.tenant import QueryEmbedder, TenantCache, TenantIndex, default_cache_bytes
 from memlib.serve.auth import Authorizer, Principal
 from memlib.serve.errors import ApiError, ErrorCode
 from memlib.serve.explore import node_graph, session_view
@@ -40,6 +42,7 @@ from memlib.serve.requests import Limits, check_tenant_id, parse_search, validat
 
 log = logging.getLogger("memlib.serve")
 FILES_UNREADABLE = "files unreadable"
+HOT_TENANTS_MAX = 1_000_000  # lines of serve.hot_tenants_file
 
 
 def load_embedder(cfg: MemlibConfig, manifest: dict | None = None, store: str = "the store") -> QueryEmbedder:
@@ -70,13 +73,17 @@ class SearchService:
         self.own_embedder = embedder is None
         if embedder is None:
             embedder = load_embedder(cfg, manifest, str(store))
-        self.cache = TenantCache(Path(store), embedder=embedder, max_tenants=cfg.serve.cache_tenants)
+        self.metrics = ServiceMetrics()
+        self.cache = TenantCache(Path(store), embedder=embedder, max_tenants=cfg.serve.cache_tenants,
+                                 max_bytes=cfg.serve.cache_bytes or default_cache_bytes(),
+                                 on_load=lambda _tenant, seconds: self.metrics.tenant_load.observe(seconds))
+        self.metrics.watch_cache(self.cache)
+        self.asked: Counter[str] = Counter()  # searches per tenant (serve.hot_tenants_file)
         self.strategy_names = list_strategies()
         self.limits = Limits(max_body_bytes=cfg.serve.max_body_bytes, max_k=cfg.serve.max_k,
                              default_k=min(cfg.retrieve.k, cfg.serve.max_k),
                              default_strategy=cfg.retrieve.default_strategy,
                              body_timeout_s=cfg.serve.body_timeout_s)
-        self.metrics = ServiceMetrics()
         self.metrics.set_version(self.cache.version)
         self._strategies: dict[str, Strategy] = {}
         self.broken: dict[str, str] = {}  # tenant -> why it cannot be served (this store version)
@@ -85,9 +92,11 @@ class SearchService:
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> "SearchService":
-        """Load the first ``serve.preload_tenants`` tenants (and their graphs), warm the embedder and
-        every strategy on a healthy one, start polling. A tenant that cannot be loaded is recorded
-        as broken (503 for it, ``/healthz`` degraded); the others are served."""
+        """Load the tenants of ``serve.hot_tenants_file`` (most asked first, while they fit in the
+        cache), then the first ``serve.preload_tenants`` tenants (and their graphs); warm the
+        embedder and every strategy on a healthy one; start polling. A tenant that cannot be
+        loaded is recorded as broken (503 for it, ``/healthz`` degraded); the others are served."""
+        self._preload_hot()
         healthy = []
         for tenant in self.cache.tenants()[:self.cfg.serve.preload_tenants]:
             try:
@@ -126,8 +135,48 @@ class SearchService:
             except Exception as exc:  # noqa: BLE001 - a broken strategy is reported per request, not at start
                 log.warning("warm-up of strategy %s failed: %s", name, exc)
 
+    def _preload_hot(self) -> None:
+        path = self.cfg.serve.hot_tenants_file
+        if not path or not Path(path).is_file():
+            return
+        known = set(self.cache.tenants())
+        try:
+            hot = [t for t in dict.fromkeys(Path(path).read_text(encoding="utf-8").split()) if t in known]
+        except (OSError, UnicodeDecodeError) as exc:
+            log.warning("serve.hot_tenants_file %s unreadable, nothing preloaded from it: %s", path, exc)
+            return
+        budget = self.cache.max_bytes
+        for tenant in hot:
+            evicted = self.cache.stats.evictions
+            try:
+                self.index(tenant)
+            except ApiError:
+                continue
+            if self.cache.stats.evictions > evicted or (budget is not None and self.cache.nbytes >= 0.9 * budget):
+                break  # full: the rest would push out the most asked
+        log.info("preloaded %d tenant(s) of %s (%d bytes)", len(self.cache), path, self.cache.nbytes)
+
     def stop(self) -> None:
         self.poller.stop()
+        self.save_hot_tenants()
+
+    def save_hot_tenants(self) -> None:
+        """Write ``serve.hot_tenants_file``: this replica's tenants by searches, most asked first, then
+        those the file named before that it was not asked for (the next replica preloads them)."""
+        path = self.cfg.serve.hot_tenants_file
+        if not path:
+            return
+        with self._lock:
+            asked = [t for t, _ in self.asked.most_common()]
+        try:
+            before = Path(path).read_text(encoding="utf-8").split() if Path(path).is_file() else []
+        except (OSError, UnicodeDecodeError):
+            before = []
+        order = list(dict.fromkeys(asked + before))[:HOT_TENANTS_MAX]
+        try:
+            atomic_write(Path(path), lambda fh: fh.write(("\n".join(order) + "\n").encode("utf-8")), durable=False)
+        except OSError as exc:
+            log.warning("could not write serve.hot_tenants_file %s: %s", path, exc)
 
     def refresh(self) -> bool:
         """Serve the newly published version, if any. A version built in another vector space
@@ -195,6 +244,8 @@ class SearchService:
         """Answer a validated, authorized request from one pinned store version."""
         t0 = time.perf_counter()
         idx = self.index(req.tenant)
+        with self._lock:
+            self.asked[req.tenant] += 1
         strategy = self.strategy(req.strategy)
         try:
             result = run_search(idx, strategy, req.query, req.k)
