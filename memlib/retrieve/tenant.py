@@ -133,9 +133,9 @@ def approx_bytes(obj: Any) -> int:
 
 # memory of a loaded graph-tool graph with memlib's property maps, beyond what numpy copies of
 # them hold (measured by RSS: docs/decisions/0027-serving-cache.md)
-GT_GRAPH_BYTES = 32_000
-GT_VERTEX_BYTES = 150
-GT_EDGE_BYTES = 100
+GT_GRAPH_BYTES = 20_000
+GT_VERTEX_BYTES = 110
+GT_EDGE_BYTES = 50
 
 
 def _graph_tool_bytes(g: Any) -> int:
