@@ -12,7 +12,7 @@ export RAY_AUTH_MODE ?= disabled
 export RAY_USAGE_STATS_ENABLED ?= 0
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: setup demo lint test test-all bench clean
+.PHONY: setup demo lint test test-fast test-all bench clean
 
 setup: $(STAMP)
 
@@ -30,6 +30,10 @@ lint: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/memlib check-env
 	$(PY) -m pytest -q -ra
+
+# the tests that start no Ray cluster (no `ray` marker): the quick loop while editing
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -ra -m "not ray and not slow and not integration and not llm_model"
 
 test-all: $(STAMP)
 	$(PY) -m pytest -q -ra -m ""

@@ -9,18 +9,13 @@ environment variable (read here, never in memlib/) targets a cluster.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import ray
-
-from jobs.local_ray import start_local, workers_inherit
+from jobs.local_ray import RayTarget, init_ray  # noqa: F401 - imported from here by callers
 from memlib.compose.recipe import DEFAULT_RECIPE
 from memlib.config import MemlibConfig
-from pipelines.operators import WORKER_ENV
 
 log = logging.getLogger("memlib.compose")
 Progress = Callable[[str, dict[str, Any]], None]
@@ -28,29 +23,6 @@ Progress = Callable[[str, dict[str, Any]], None]
 
 def _quiet(event: str, info: dict[str, Any]) -> None:
     log.info("%s %s", event, info)
-
-
-@dataclass(frozen=True)
-class RayTarget:
-    """The Ray instance a build runs on: the CPUs it may use, and whether its workers inherit the
-    build operators' environment (``pipelines.operators.WORKER_ENV``; true for the local instance
-    this process starts, so the operators need no ``runtime_env``)."""
-    cpus: int
-    worker_env_inherited: bool = False
-
-
-def init_ray(address: str | None, num_cpus: int | None, *, token_auth: bool = True) -> RayTarget:
-    """Connect to (or start) Ray. A local instance is started with free ports, the build
-    operators' worker environment and, with ``token_auth`` (``ray.local_token_auth``), a fresh
-    token (:mod:`jobs.local_ray`)."""
-    address = address or os.environ.get("RAY_ADDRESS")
-    if not ray.is_initialized():
-        if address:
-            ray.init(address=address, log_to_driver=False)
-        else:
-            start_local(num_cpus, token_auth=token_auth, worker_env=WORKER_ENV)
-    ray.data.DataContext.get_current().enable_progress_bars = True
-    return RayTarget(int(num_cpus or ray.cluster_resources().get("CPU", 1)), workers_inherit(WORKER_ENV))
 
 
 def run_build(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: str | Path, address: str | None = None,

@@ -236,3 +236,28 @@ def export_local_ray_env() -> None:
     it starts (jobs/local_ray.py, ``ray.local_token_auth``)."""
     for key, value in LOCAL_RAY_ENV.items():
         os.environ.setdefault(key, value)
+
+
+@dataclass(frozen=True)
+class RayTarget:
+    """The Ray instance a build runs on: the CPUs it may use, and whether its workers inherit the
+    build operators' environment (``pipelines.operators.WORKER_ENV``; true for the local instance
+    this process starts, so the operators need no ``runtime_env``)."""
+    cpus: int
+    worker_env_inherited: bool = False
+
+
+def init_ray(address: str | None, num_cpus: int | None, *, token_auth: bool = True) -> RayTarget:
+    """Connect to (or start) Ray. A local instance is started with free ports, the build
+    operators' worker environment and, with ``token_auth`` (``ray.local_token_auth``), a fresh
+    token (:func:`start_local`)."""
+    from pipelines.operators import WORKER_ENV
+
+    address = address or os.environ.get("RAY_ADDRESS")
+    if not ray.is_initialized():
+        if address:
+            ray.init(address=address, log_to_driver=False)
+        else:
+            start_local(num_cpus, token_auth=token_auth, worker_env=WORKER_ENV)
+    ray.data.DataContext.get_current().enable_progress_bars = True
+    return RayTarget(int(num_cpus or ray.cluster_resources().get("CPU", 1)), workers_inherit(WORKER_ENV))

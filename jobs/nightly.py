@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import ray
 
-from jobs.build import RayTarget, init_ray
+from jobs.local_ray import RayTarget, init_ray
 from jobs.nightly_plan import (
     ForgetList,
     Plan,

@@ -132,6 +132,9 @@ def plan_sessions(shards: list[TenantShard], store: SessionStore, build_key: str
     return plan
 
 
+FEW_BLOCKS_PER_ACTOR = 4  # Ray Data's default tasks in flight per actor
+
+
 @dataclass(frozen=True)
 class Resources:
     embed_actors: int
@@ -210,14 +213,16 @@ def build_dataset(plan: SessionPlan, shards: list[TenantShard], cfg: MemlibConfi
     # the same resources as the embed operator, so Ray Data fuses the two: turn_nodes runs in the
     # embed actors (a few ms per block) instead of starting a task worker of its own
     ds = ds.map_batches(turn_nodes_op, num_cpus=res.embed_cpus, **gpus, fn_kwargs={"cfg": cfg}, **common)
-    # one row in flight per actor: a block goes to an idle actor, not into the queue of the
-    # first actor up (Ray Data's default of 4 in flight gave that actor both blocks of a nightly
-    # run, 25 s of embedding on one core while the other actor idled)
+    # few blocks (a nightly run): one in flight per actor, so a block goes to an idle actor, not
+    # into the queue of the first actor up (Ray Data's default of 4 in flight gave that actor both
+    # blocks of a 1 % nightly run at 10,000 tenants: 25 s of embedding on one core while the other
+    # idled). Many blocks keep the default: an actor's next block is queued when it finishes one.
+    flight = {"max_tasks_in_flight_per_actor": 1} if len(plan.blocks) <= FEW_BLOCKS_PER_ACTOR * res.embed_actors else {}
     ds = ds.map_batches(EmbedOp, num_cpus=res.embed_cpus, **gpus, **common,
-                        compute=ray.data.ActorPoolStrategy(size=res.embed_actors, max_tasks_in_flight_per_actor=1),
+                        compute=ray.data.ActorPoolStrategy(size=res.embed_actors, **flight),
                         fn_constructor_kwargs={"cfg": cfg, "threads": res.embed_threads})
     ds = ds.map_batches(SessionLocalOp, num_cpus=SESSION_ACTOR_CPUS, **common,
-                        compute=ray.data.ActorPoolStrategy(size=res.session_actors, max_tasks_in_flight_per_actor=1),
+                        compute=ray.data.ActorPoolStrategy(size=res.session_actors, **flight),
                         fn_constructor_kwargs={"cfg": cfg, "recipe": recipe, "store": store, "build_key": build_key})
     limiter = shared_limiter(cfg) if llm_steps(cfg, recipe) else None
     return ds.map_batches(TenantOp, num_cpus=TENANT_ACTOR_CPUS, **common,

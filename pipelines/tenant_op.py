@@ -247,8 +247,8 @@ class TenantOp:
         still built; reuse only saves time)."""
         if not self.reuse:
             return None, None
-        from memlib.compose.reference import reuse_failure
         from memlib.compose.reuse import load_previous
+        from memlib.compose.state import reuse_failure
 
         try:
             if self._published is None:  # the version published when this run started: read once

@@ -37,3 +37,14 @@ def ray_local():
                  log_to_driver=False, configure_logging=False)
     yield ray
     ray.shutdown()
+
+
+# fixtures that start a Ray cluster, in this process or in a `memlib build` child: a test using
+# one is marked ``ray`` whatever its module says, so `make test-fast` (-m "not ray") never starts Ray
+RAY_FIXTURES = frozenset({"ray_local", "sample_store", "full_store", "base_store", "built_store"})
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if RAY_FIXTURES & set(getattr(item, "fixturenames", ())) and "ray" not in item.keywords:
+            item.add_marker(pytest.mark.ray)

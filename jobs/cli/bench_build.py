@@ -4,11 +4,11 @@ Prints one JSON line: build_s (the whole `memlib build` job: Ray start, read, se
 tenant stages, graph, Lance write, indexes, publish), floor_s (one pass of the default token
 encoder -- the int8 MiniLM that ``auto`` uses -- over the same turn texts with every core,
 after a warm-up, same run: the faster of intra-op threads with length-ordered batches and one
-process per core encoding texts one by one, both reported; memlib/embed/floor.py), floor_ratio =
+process per core encoding texts one by one, both reported; jobs/bench/embed_floor.py), floor_ratio =
 build_s / floor_s, turns_per_s, the session pass's figures, and peak_rss_mb (driver plus
 every child process: Ray's GCS, raylet and workers, sampled every 0.25 s).
 
-``--ray-overhead`` adds Ray's own cost, measured in the same run (:mod:`jobs.ray_overhead`): the
+``--ray-overhead`` adds Ray's own cost, measured in the same run (:mod:`jobs.bench.ray_overhead`): the
 build's operator graph and the smallest actor-pool pipeline, each run empty on a fresh local
 instance (wall and CPU seconds), and ``floor_ratio_bound``: the least floor_ratio a build of this
 design could reach on these cores if nothing but Ray's overhead and the embed and session-local
@@ -25,8 +25,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from jobs.bench.measure import RssSampler, floor_seconds
 from jobs.cli.common import ConfigOpt, SetOpt, get_config
-from jobs.measure import RssSampler, floor_seconds
 
 
 def register(bench_app: typer.Typer) -> None:
@@ -69,7 +69,7 @@ def register(bench_app: typer.Typer) -> None:
 
 
 def _overhead(cfg, manifest: dict, cores: int, floor_s: float) -> dict:
-    from jobs.ray_overhead import floor_ratio_bound, ray_overhead
+    from jobs.bench.ray_overhead import floor_ratio_bound, ray_overhead
 
     sessions = manifest.get("sessions") or {}
     over = ray_overhead(cfg, cores, int(sessions.get("blocks", 0)), len(manifest.get("tenants", {})),

@@ -2,7 +2,7 @@
 
 Prints one JSON document: per backend, dim, load time, sentences/second embedding every
 turn of the input, and turn-level recall@5/10/20 of plain cosine search (protocol in
-memlib.embed.bench). The machine's load average is recorded beside the throughput,
+jobs.bench.embed). The machine's load average is recorded beside the throughput,
 because sentences/second on a shared 2-core machine depends on what else runs.
 """
 from __future__ import annotations
@@ -29,8 +29,8 @@ def embed(
     set_: SetOpt = None,
 ) -> None:
     """Measure embedders: sentences/s and turn R@5/10/20 of dense search (categories 1-4)."""
+    from jobs.bench.embed import run_bench
     from memlib.embed import EmbedError, parse_backend
-    from memlib.embed.bench import run_bench
 
     if not input.is_file():
         fail(f"input file not found: {input}")

@@ -126,8 +126,8 @@ def register(bench_app: typer.Typer) -> None:
 
         export_local_ray_env()
         cfg = get_config(config, set_)
+        from jobs.bench.measure import build_args, timed_build
         from jobs.build import init_ray, run_build
-        from jobs.measure import build_args, timed_build
         from jobs.nightly import run_incremental
 
         with tempfile.TemporaryDirectory(prefix="memlib-bench-") as tmp:

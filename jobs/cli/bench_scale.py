@@ -37,8 +37,8 @@ from typing import Annotated, Optional
 import polars as pl
 import typer
 
+from jobs.bench.measure import timed_build
 from jobs.cli.common import ConfigOpt, SetOpt, get_config
-from jobs.measure import timed_build
 
 
 class TenantSize(str, Enum):
@@ -233,7 +233,7 @@ def run_scale(cfg, data: Path, workdir: Path, *, conversation: str, sessions: in
               strategies: list[str], num_cpus: Optional[int], http: bool = True, speedup: bool = True,
               config: Optional[Path] = None, sets: Optional[list[str]] = None, store: Optional[Path] = None,
               alone_store: Optional[Path] = None, also: Optional[list[Path]] = None) -> dict:
-    from jobs.measure import RssSampler
+    from jobs.bench.measure import RssSampler
     from jobs.nightly import allow_long_tenants
 
     allow_long_tenants()  # the haystack tenant builds for longer than Ray Data's default 1800 s

@@ -10,7 +10,7 @@ JSON line: ``{"strategies": {NAME: {"p50_ms", "p95_ms", "p99_ms", "qps", "reques
 ``--mcp`` (the default) the same requests are also sent as MCP ``search_memory`` calls to
 ``/mcp``, as plain HTTP requests of the MCP wire protocol (``mcp_wire``: what the service's
 MCP layer adds) and through the official SDK's client (``mcp``: plus the client's own cost),
-in rounds that rotate the three arms. The load generator is :mod:`memlib.serve.load`; this
+in rounds that rotate the three arms. The load generator is :mod:`jobs.bench.serve_load`; this
 module only parses, starts the service and prints."""
 from __future__ import annotations
 
@@ -48,13 +48,15 @@ def register(bench_app: typer.Typer) -> None:
                                                               "its version is served")] = None,
         publish_after: Annotated[float, typer.Option("--publish-after", help="seconds of timed load before the "
                                                      "nightly run starts")] = 60.0,
+        http: Annotated[bool, typer.Option("--http/--in-process", help="with --zipf: through the Ray Serve "
+                                           "service (one replica) instead of in process")] = False,
         config: ConfigOpt = None,
         overrides: SetOpt = None,
     ) -> None:
         """Loopback load against `memlib serve`; prints one JSON line of latency figures."""
+        from jobs.bench.serve_load import load_questions, measure
         from memlib.retrieve.registry import parse_strategies
         from memlib.serve.auth import hash_token, new_token
-        from memlib.serve.load import load_questions, measure
 
         cfg = get_config(config, overrides)
         try:
@@ -64,7 +66,7 @@ def register(bench_app: typer.Typer) -> None:
             return
         if zipf is not None:
             _many_tenants(store, cfg, names, requests, concurrency, zipf, cache_share, k, warm, publish_input,
-                          publish_after, max_seconds)
+                          publish_after, max_seconds, http)
             return
         questions = load_questions(store)
         if not questions or requests < 1 or concurrency < 1:
@@ -98,27 +100,43 @@ def register(bench_app: typer.Typer) -> None:
 
 def _many_tenants(store: Path, cfg, names: list[str], requests: int, clients: int, exponent: float, share: float,
                   k: int, warm: Optional[int], publish_input: Optional[Path], publish_after: float,
-                  max_seconds: float) -> None:
-    """``--zipf``: the many-tenant load, in process (jobs/serve_tenants.py)."""
+                  max_seconds: float, http: bool) -> None:
+    """``--zipf``: the many-tenant load, in process or through Serve (jobs/bench/serve_tenants.py)."""
     import tempfile
 
-    from jobs.serve_tenants import InProcess, cache_tenants_for, nightly_publisher, run, tenant_queries
+    from jobs.bench.serve_tenants import (
+        InProcess,
+        OverHttp,
+        cache_tenants_for,
+        nightly_publisher,
+        run,
+        tenant_queries,
+    )
 
     queries = tenant_queries(store)
     if not queries or requests < 1 or clients < 1:
         fail("need a store with questions or turns, --requests >= 1 and --concurrency >= 1")
     cfg.serve.cache_tenants = cache_tenants_for(share, len(queries))
-    cfg.serve.auth_enabled = False
     cfg.serve.poll_interval_s = 1.0
     cfg.serve.preload_tenants = 0
     log_dir = Path(tempfile.mkdtemp(prefix="memlib-serve-bench-"))
     publish = nightly_publisher(store, publish_input, log_dir / "nightly.log") if publish_input else None
-    client = InProcess(store, cfg)
+    if http:
+        from jobs.serve import free_port, start
+        from memlib.serve.auth import hash_token, new_token
+
+        token = new_token()
+        cfg.serve.admin_token_hash = hash_token(token)
+        cfg.serve.replicas = 1
+        client = OverHttp(start(store, cfg, host="127.0.0.1", port=free_port()), token)
+    else:
+        cfg.serve.auth_enabled = False
+        client = InProcess(store, cfg)
     try:
         out = run(client, queries, names, requests, clients, exponent, k, requests if warm is None else warm,
                   publish, publish_after, max_seconds)
     finally:
         client.close()
     typer.echo(json.dumps({"tenants": len(queries), "zipf": exponent, "cache_share": share,
-                           "cache_tenants": cfg.serve.cache_tenants, "clients": clients, "in_process": True,
+                           "cache_tenants": cfg.serve.cache_tenants, "clients": clients, "in_process": not http,
                            **out, **({"nightly_log": str(log_dir / "nightly.log")} if publish else {})}))

@@ -1,6 +1,6 @@
 """``memlib bench tenants``: what a build and its nightly runs cost over many small tenants.
 
-A synthetic enterprise (:mod:`jobs.enterprise`: each real session of the template files a
+A synthetic enterprise (:mod:`jobs.bench.enterprise`: each real session of the template files a
 tenant, repeated under new ids and moved dates until ``--tenants`` exist, ``--turns`` turns in
 all) is built; then ``--nights`` nightly runs in which ``--touched`` of the tenants (others each
 night) get one new session (the nightly input holds just them), then one in which every tenant
@@ -69,7 +69,7 @@ def run_build(data: Path, store: Path, log: Path, config: Optional[Path], sets: 
               incremental: bool = False) -> dict[str, Any]:
     """``memlib build`` of ``data`` into ``store`` in a child process: wall seconds, peak RSS and
     the published manifest's driver phases."""
-    from jobs.measure import build_args
+    from jobs.bench.measure import build_args
 
     cmd = [sys.executable, "-m", "jobs.cli", "build",
            *build_args(data, store, "jsonl", config, sets, ("--incremental",) if incremental else ())]
@@ -124,7 +124,14 @@ def register(bench_app: typer.Typer) -> None:
         workdir: Annotated[Optional[Path], typer.Option("--workdir", help="keep inputs, stores and logs here")] = None,
     ) -> None:
         """Build, nightly with a few tenants touched, nightly with all touched; one JSON line of figures."""
-        from jobs.enterprise import iter_files, make_enterprise, pick, regroup, session_templates, with_new_session
+        from jobs.bench.enterprise import (
+            iter_files,
+            make_enterprise,
+            pick,
+            regroup,
+            session_templates,
+            with_new_session,
+        )
         from jobs.local_ray import export_local_ray_env
 
         export_local_ray_env()

@@ -12,7 +12,7 @@ from memlib.extract.base import Extraction
 
 
 class Step(str, Enum):
-    """Recipe steps (per session, then per tenant) in data-flow order (see DESIGN.md, "Data flow")."""
+    """Recipe steps (per session, then per tenant) in data-flow order (docs/architecture.md, "Steps, in order")."""
     TURN_NODES = "turn_nodes"          # one node per turn (text = "speaker: text [image: caption]")
     EMBED_TURNS = "embed_turns"        # turn texts through the embedder, once
     SEGMENT = "segment"                # topic segments (reuses the turn vectors)

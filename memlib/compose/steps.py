@@ -18,7 +18,7 @@ from memlib.config import Backend
 from memlib.extract.base import Extraction
 
 if TYPE_CHECKING:
-    from memlib.compose.reference import BuildState
+    from memlib.compose.state import BuildState
     from memlib.extract.base import ExtractionContext, ExtractResult
 
 

@@ -2,11 +2,19 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
-if TYPE_CHECKING:  # pragma: no cover
-    from memlib.eval.runner import EvalRun
+import polars as pl
+
+
+@dataclass
+class EvalRun:
+    """What an evaluation run produced (:func:`memlib.eval.runner.evaluate`)."""
+    metrics: dict[str, Any]
+    per_question: pl.DataFrame
+
 
 TABLE_METRICS = ("turn_recall@5", "turn_recall@10", "turn_recall@20", "session_recall@5", "session_recall@10",
                  "turn_ndcg@10")
@@ -173,7 +181,7 @@ def report_markdown(metrics: dict[str, Any]) -> str:
     return "\n".join(parts)
 
 
-def write_report(run: "EvalRun", out: Path) -> dict[str, Path]:
+def write_report(run: EvalRun, out: Path) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
     paths = {"metrics": out / "metrics.json", "per_question": out / "per_question.parquet",
              "report": out / "report.md", "recall_plot": out / PLOT_RECALL, "category_plot": out / PLOT_CATEGORY}

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -14,6 +13,7 @@ from memlib.embed.base import EmbedError
 from memlib.eval import lme
 from memlib.eval import metrics as M
 from memlib.eval.questions import Dataset, Group, QuestionSet, select_questions
+from memlib.eval.report import EvalRun
 from memlib.io.errors import InputError
 from memlib.io.store import StoreError
 from memlib.retrieve.kernels import run_search
@@ -23,12 +23,6 @@ from memlib.retrieve.tenant import CachedQueryEmbedder, QueryEmbedder, TenantCac
 RANKED_DEPTH = 20  # ranked_turn_ids kept per question in per_question.parquet
 EVAL_CACHE_TENANTS = 8  # tenants kept loaded while questions are processed tenant by tenant
 Progress = Callable[[str, int, int], None]
-
-
-@dataclass
-class EvalRun:
-    metrics: dict[str, Any]
-    per_question: pl.DataFrame
 
 
 class LazyEmbedder:

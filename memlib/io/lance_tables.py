@@ -126,9 +126,8 @@ class LanceTables:
         run's cost follows what changed; the merge, whose cost follows the table, comes every
         many nights. The bitmap indexes (tenant, kind) are rebuilt on every run that added rows:
         a tenant's rows are read through them, and a scan of the unindexed rows is not cheap
-        (at 10,000 tenants, 41,206 unindexed rows made one tenant's nodes 74-87 ms to read, against
-        7 ms through the index; rebuilding the bitmaps of 320,324 rows took 0.2 s,
-        docs/decisions/0026-many-tenant-layout.md).
+        (at 10,000 tenants, 41,206 unindexed rows made one tenant's nodes 74-87 ms to read;
+        rebuilding the bitmaps of 320,324 rows took 0.2 s, docs/decisions/0026-many-tenant-layout.md).
 
         A table holding more than ``max_fragments`` data fragments (each run adds at least one) is
         compacted first, old versions kept: fragments stay bounded after any number of runs."""

@@ -1,6 +1,6 @@
 """The command line only parses and prints: every command and bench subcommand loads from
 jobs/cli (so each module's imports resolve after the moves), and the measuring helpers the
-benches share live outside it (jobs/measure.py, memlib/serve/load.py)."""
+benches share live outside it (jobs/bench/measure.py, jobs/bench/serve_load.py)."""
 from __future__ import annotations
 
 import ast
@@ -31,7 +31,7 @@ def test_bench_modules_import_no_other_bench_module():
 
 
 def test_rss_sampler_sees_this_process():
-    from jobs.measure import RssSampler
+    from jobs.bench.measure import RssSampler
 
     with RssSampler(interval_s=0.01) as rss:
         block = bytearray(64 << 20)

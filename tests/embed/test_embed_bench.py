@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from jobs.bench.embed import bench_embedder, load_locomo, recall_at_k
 from jobs.cli import app
 from memlib.embed import config_for, get_embedder
-from memlib.embed.bench import bench_embedder, load_locomo, recall_at_k
 
 
 def test_embed_recall_at_k_fractional():

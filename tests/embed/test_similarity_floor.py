@@ -9,7 +9,7 @@ import pytest
 from jobs.nightly_plan import build_key
 from memlib import schema
 from memlib.compose import steps
-from memlib.compose.reference import BuildState
+from memlib.compose.state import BuildState
 from memlib.config import MemlibConfig
 from memlib.embed import config_for
 from memlib.embed import space as space_mod

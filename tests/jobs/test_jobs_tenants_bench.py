@@ -11,14 +11,14 @@ from tests.jobs.conftest import run_cli
 
 @pytest.fixture(scope="module")
 def templates(shared_data):
-    from jobs.enterprise import iter_files, session_templates
+    from jobs.bench.enterprise import iter_files, session_templates
 
     return session_templates(iter_files([str(shared_data / "locomo_dev3.json"),
                                          str(shared_data / "longmemeval_s_dev24.json")]))
 
 
 def test_enterprise_tenants_are_real_sessions_cut_to_the_turn_budget(templates, tmp_path):
-    from jobs.enterprise import make_enterprise
+    from jobs.bench.enterprise import make_enterprise
     from memlib.io.readers import iter_tenants
 
     assert len(templates) > 1000  # every session of both files
@@ -37,7 +37,7 @@ def test_enterprise_tenants_are_real_sessions_cut_to_the_turn_budget(templates, 
 
 
 def test_enterprise_mix_and_nightly_sessions(templates):
-    from jobs.enterprise import make_enterprise, pick, regroup, with_new_session
+    from jobs.bench.enterprise import make_enterprise, pick, regroup, with_new_session
 
     mixed = make_enterprise(templates, 200, 6000, mix=True)
     sizes = sorted(len({r["session_id"] for r in recs}) for recs in mixed.tenants.values())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from jobs.ray_overhead import floor_ratio_bound, ray_overhead
+from jobs.bench.ray_overhead import floor_ratio_bound, ray_overhead
 from memlib.config import MemlibConfig
 from pipelines.staged_build import resources
 

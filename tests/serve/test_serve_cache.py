@@ -173,7 +173,7 @@ def test_many_tenant_load_in_process(store, embedder):
     """The many-tenant bench's load: Zipf draws, cold requests, the cache's hit rate."""
     from collections import Counter
 
-    from jobs.serve_tenants import InProcess, run, zipf_draws
+    from jobs.bench.serve_tenants import InProcess, run, zipf_draws
 
     draws = Counter(zipf_draws([f"t{i}" for i in range(100)], 20_000, 1.1, seed=3))
     top = [n for _, n in draws.most_common()]

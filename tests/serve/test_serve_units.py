@@ -7,10 +7,10 @@ import time
 import pytest
 import uvicorn
 
+from jobs.bench.serve_load import load_questions, run_load, run_paired, warmup_questions
 from memlib.serve.app import build_app
 from memlib.serve.auth import AuthConfigError, Authorizer, Role, hash_token
 from memlib.serve.errors import ApiError, ErrorCode
-from memlib.serve.load import load_questions, run_load, run_paired, warmup_questions
 from memlib.serve.requests import Limits, parse_search
 from memlib.serve.service import SearchService
 from tests.serve.conftest import ADMIN, TOKENS, serve_config

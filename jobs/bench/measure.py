@@ -51,10 +51,10 @@ class RssSampler:
 
 
 def floor_seconds(store: Path, cfg, cores: int) -> tuple[dict[str, float], int]:
-    """One pass of the default token encoder over the store's turn texts, here (memlib.embed.floor)."""
+    """One pass of the default token encoder over the store's turn texts, here (jobs.bench.embed_floor)."""
     import pyarrow.compute as pc
 
-    from memlib.embed.floor import encoder_floor
+    from jobs.bench.embed_floor import encoder_floor
     from memlib.io.store import StoreReader
 
     nodes = StoreReader(store).nodes(columns=["kind", "text"])

@@ -135,6 +135,59 @@ class InProcess:
         self.service.stop()
 
 
+class OverHttp:
+    """The clients send ``POST /v1/search`` to a running service (one HTTP connection per thread);
+    the cache's counts come from its ``/metrics`` (one replica: its own counts)."""
+
+    def __init__(self, base_url: str, token: str):
+        self.base_url, self.token = base_url, token
+        self._local = threading.local()
+
+    def _http(self):
+        import httpx
+
+        if getattr(self._local, "http", None) is None:
+            self._local.http = httpx.Client(base_url=self.base_url, timeout=60.0,
+                                            headers={"Authorization": f"Bearer {self.token}"})
+        return self._local.http
+
+    def search(self, tenant: str, query: str, strategy: str, k: int) -> bool:
+        r = self._http().post("/v1/search", json={"tenant": tenant, "query": query, "strategy": strategy, "k": k})
+        if r.status_code != 200:
+            raise RuntimeError(f"HTTP {r.status_code}: {r.text[:200]}")
+        return False  # not known from outside the replica
+
+    def _metrics(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for line in self._http().get("/metrics").text.splitlines():
+            if line.startswith("memlib_") and " " in line:
+                name, _, value = line.rpartition(" ")
+                try:
+                    out[name] = float(value)
+                except ValueError:
+                    continue
+        return out
+
+    def counts(self) -> tuple[int, int]:
+        m = self._metrics()
+        return int(m.get("memlib_cache_hits_total", 0)), int(m.get("memlib_cache_misses_total", 0))
+
+    def info(self) -> dict[str, Any]:
+        m = self._metrics()
+        return {"version": self.version(), "cache_bytes": int(m.get("memlib_cache_bytes", 0)),
+                "evictions": int(m.get("memlib_cache_evictions_total", 0)),
+                "kept_on_refresh": int(m.get("memlib_cache_kept_on_refresh_total", 0)),
+                "dropped_on_refresh": int(m.get("memlib_cache_dropped_on_refresh_total", 0))}
+
+    def version(self) -> str:
+        return self._http().get("/healthz").json()["version"]
+
+    def close(self) -> None:
+        from jobs.serve import stop
+
+        stop()
+
+
 def run(client: Any, queries: dict[str, list[str]], strategies: list[str], requests: int, clients: int,
         exponent: float, k: int, warm: int, publish: Callable[[], subprocess.Popen] | None = None,
         publish_after_s: float = 30.0, max_seconds: float = 3600.0) -> dict[str, Any]:

@@ -67,10 +67,10 @@ def _measure(num_cpus: int, actors: dict[str, Any], rows: int, minimal: bool) ->
             ds = ds.map_batches(_Passthrough, num_cpus=1, compute=pool(size=num_cpus), **common)
         else:
             ds = ds.map_batches(_passthrough, num_cpus=actors["embed_cpus"], **common)
-            ds = ds.map_batches(_Passthrough, num_cpus=actors["embed_cpus"],
-                                compute=pool(size=actors["embed_actors"], max_tasks_in_flight_per_actor=1), **common)
+            ds = ds.map_batches(_Passthrough, num_cpus=actors["embed_cpus"], compute=pool(size=actors["embed_actors"]),
+                                **common)
             ds = ds.map_batches(_Passthrough, num_cpus=actors["session_cpus"],
-                                compute=pool(size=actors["session_actors"], max_tasks_in_flight_per_actor=1), **common)
+                                compute=pool(size=actors["session_actors"]), **common)
             ds = ds.map_batches(_Passthrough, num_cpus=actors["tenant_cpus"],
                                 compute=pool(size=actors["tenant_actors"], max_tasks_in_flight_per_actor=1), **common)
         n = sum(1 for _ in ds.iter_rows())
