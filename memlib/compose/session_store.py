@@ -220,8 +220,9 @@ class SessionStore:
         return hit
 
     def read_vectors(self, keys: Iterable[str]) -> TurnVectors:
-        """Only the turn vectors of sessions ``keys`` (all must be kept): views of the mapped files."""
-        return TurnVectors.concat([self._vectors_in(self._decoded(b)[1], w, whole)
+        """Only the turn vectors of sessions ``keys`` (all must be kept): views of the mapped files
+        (the blocks' session tables are not read)."""
+        return TurnVectors.concat([self._vectors_in(_read_vectors(_vectors_path(b)), w, whole)
                                    for b, w, whole in self._blocks_of(keys)], self.dim)
 
     def _blocks_of(self, keys: Iterable[str], blocks: Iterable[str] | None = None) -> list[tuple[Path, pa.Array, bool]]:

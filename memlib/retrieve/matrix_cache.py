@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 import zipfile
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -141,14 +142,34 @@ def _from_reference(reader, tenant: str, key: str, turn_ids: list[str],
         body.get("format") == CACHE_FORMAT else None
 
 
+# one SessionStore per (store, session build key) in this process: its index of kept sessions
+# (one small file per block, hundreds in a store) is read once, and again only for blocks written
+# since, instead of once per cold tenant (1 s of a cold `auto` query at 10,000 tenants)
+_SESSION_STORES: dict[tuple[str, str], Any] = {}
+_SESSION_STORES_LOCK = threading.Lock()
+
+
+def _kept_vectors(store: Path, session_build_key: str, sessions: list[str]) -> Any:
+    from memlib.compose.session_store import SessionStore
+
+    with _SESSION_STORES_LOCK:
+        kept = _SESSION_STORES.get((str(store), session_build_key))
+        if kept is None:
+            kept = _SESSION_STORES[(str(store), session_build_key)] = SessionStore(store, session_build_key)
+        try:
+            return kept.read_vectors(sessions)
+        except KeyError:  # sessions kept since the index was read: read the new index files
+            kept.refresh()
+            return kept.read_vectors(sessions)
+
+
 def _from_sessions(ref: dict, turn_ids: list[str], store: Path) -> TokenMatrix | None:
     """The matrix a reference names, from the kept sessions' vectors; None when the sessions are
     no longer kept or hold other turns (the caller encodes)."""
-    from memlib.compose.session_store import SessionStore
     from memlib.retrieve.late import matrix_from_tokens
 
     try:
-        tv = SessionStore(store, ref["session_build_key"]).read_vectors(ref["sessions"])
+        tv = _kept_vectors(store, ref["session_build_key"], ref["sessions"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
     row = {n: i for i, n in enumerate(tv.node_ids)}
