@@ -40,8 +40,33 @@ import ray
 LOOPBACK = "127.0.0.1"
 
 
+# listening ports are drawn below the kernel's ephemeral range: a port the kernel hands out for
+# an outgoing connection (Ray's processes open hundreds) can take a port chosen from that range
+# before the service binds it ("Failed to bind to address" of Serve's proxy in a CI run)
+PORT_SPAN = 12_000
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port(host: str = LOOPBACK) -> int:
-    """A TCP port free on ``host`` right now (the kernel's choice)."""
+    """A TCP port free on ``host`` right now, below the kernel's ephemeral range when there is room
+    (else the kernel's choice)."""
+    low = _ephemeral_low()
+    if low - PORT_SPAN >= 1024:
+        draw = secrets.SystemRandom()
+        for _ in range(100):
+            port = draw.randrange(low - PORT_SPAN, low)
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind((host, port))
+                except OSError:
+                    continue
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]

@@ -110,7 +110,7 @@ class InProcess:
         """Run one search; whether its tenant was cold."""
         from memlib.serve.models import SearchRequest
 
-        cold = tenant not in self.service.cache._items  # a snapshot: another thread may be loading it
+        cold = tenant not in self.service.cache
         self.service.search(SearchRequest(tenant=tenant, query=query, strategy=strategy, k=k))
         return cold
 

@@ -457,6 +457,10 @@ class TenantCache:
     def __len__(self) -> int:
         return len(self._items)
 
+    def __contains__(self, tenant: object) -> bool:
+        """Whether ``tenant`` is loaded (a snapshot: another thread may be loading or evicting it)."""
+        return tenant in self._items
+
 
 def unchanged_tenants(store: Path, old: dict[str, Any], new: dict[str, Any], tenants: Iterable[str]) -> set[str]:
     """Those of ``tenants`` whose published data is the same in manifest ``new`` as in ``old``:
