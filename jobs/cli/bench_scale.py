@@ -193,7 +193,8 @@ def paired_latency(hay_store: Path, alone_store: Path, hay_tenant: str, alone_te
     from memlib.eval.runner import default_embedder
     from memlib.retrieve.kernels import run_search
     from memlib.retrieve.registry import get_strategy
-    from memlib.retrieve.tenant import CachedQueryEmbedder, TenantCache
+    from memlib.retrieve.tenant import CachedQueryEmbedder
+    from memlib.retrieve.tenant_cache import TenantCache
 
     qemb = CachedQueryEmbedder(default_embedder(cfg, hay_store))  # both stores built with one config
     qemb.prime(queries)

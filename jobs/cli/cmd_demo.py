@@ -19,7 +19,7 @@ def top_turns(store: Path, cfg, embedder, tenant: str, question: str, evidence: 
     from jobs.cli.cmd_query import ranked_turn_lines
     from memlib.retrieve.kernels import run_search
     from memlib.retrieve.registry import get_strategy
-    from memlib.retrieve.tenant import TenantCache
+    from memlib.retrieve.tenant_cache import TenantCache
 
     index = TenantCache(store, embedder=embedder, max_tenants=1).get(tenant)
     res = run_search(index, get_strategy(cfg.retrieve.default_strategy, cfg), question, cfg.retrieve.k)

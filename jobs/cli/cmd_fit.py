@@ -31,7 +31,7 @@ def register(app: typer.Typer) -> None:
         from memlib.eval.runner import default_embedder
         from memlib.retrieve import cmi
         from memlib.retrieve.assomem_fit import fit_store, write_fitted
-        from memlib.retrieve.tenant import TenantCache
+        from memlib.retrieve.tenant_cache import TenantCache
 
         cfg = get_config(config, overrides)
         names = [t.strip() for t in tenants.split(",") if t.strip()]

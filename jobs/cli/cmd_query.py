@@ -42,7 +42,7 @@ def register(app: typer.Typer) -> None:
         from memlib.retrieve.base import RetrievalError
         from memlib.retrieve.kernels import run_search
         from memlib.retrieve.registry import get_strategy
-        from memlib.retrieve.tenant import TenantCache
+        from memlib.retrieve.tenant_cache import TenantCache
 
         cfg = get_config(config, overrides)
         if k is not None and k < 1:

@@ -18,7 +18,8 @@ from memlib.io.errors import InputError
 from memlib.io.store import StoreError
 from memlib.retrieve.kernels import run_search
 from memlib.retrieve.registry import get_strategy, parse_strategies, strategy_class
-from memlib.retrieve.tenant import CachedQueryEmbedder, QueryEmbedder, TenantCache
+from memlib.retrieve.tenant import CachedQueryEmbedder, QueryEmbedder
+from memlib.retrieve.tenant_cache import TenantCache
 
 RANKED_DEPTH = 20  # ranked_turn_ids kept per question in per_question.parquet
 EVAL_CACHE_TENANTS = 8  # tenants kept loaded while questions are processed tenant by tenant

@@ -33,7 +33,8 @@ from memlib.config import MemlibConfig
 from memlib.eval import metrics as M
 from memlib.eval.questions import Dataset, Group, QuestionSet, read_questions, select_questions
 from memlib.eval.runner import rank_depth, score_rows, search_rows
-from memlib.retrieve.tenant import CachedQueryEmbedder, TenantCache
+from memlib.retrieve.tenant import CachedQueryEmbedder
+from memlib.retrieve.tenant_cache import TenantCache
 
 FOLD = "fold"
 DEFAULT_OBJECTIVE = {

@@ -10,22 +10,20 @@ tenant no version in between rebuilt.
 """
 from __future__ import annotations
 
-import json
 import logging
 import sys
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
-from pathlib import Path
 from typing import Any, Callable, Hashable, Iterable, Protocol, Sequence, TypeVar
 
 import numpy as np
 import pyarrow as pa
 
-from memlib.io.store import StoreReader, read_manifest, sql_str
+from memlib.io.store import StoreReader, sql_str
 
 log = logging.getLogger("memlib.serve")
 NODE_COLUMNS = ["node_id", "kind", "text", "time", "session_id", "provenance", "attributes",
@@ -320,166 +318,3 @@ class TenantIndex:
             if self.graph_data is None:
                 raise FileNotFoundError(f"no graph for tenant {self.tenant!r} in {self.reader.graph_file(self.tenant)}")
             return load(self.graph_data)
-
-
-def default_cache_bytes(share: float = 0.25) -> int:
-    """``share`` of the memory this process may use: its cgroup's limit when it has one (a
-    container), else the machine's RAM."""
-    limit = None
-    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
-        try:
-            text = Path(path).read_text().strip()
-        except OSError:
-            continue
-        if text.isdigit() and int(text) < 1 << 60:
-            limit = int(text)
-            break
-    if limit is None:
-        import os
-
-        limit = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    return int(limit * share)
-
-
-@dataclass
-class CacheStats:
-    """What a :class:`TenantCache` did since it was made (the service exports them)."""
-    hits: int = 0
-    misses: int = 0
-    evictions: int = 0
-    kept_on_refresh: int = 0     # loaded tenants a new version did not change, kept loaded
-    dropped_on_refresh: int = 0  # loaded tenants a new version rebuilt or removed
-    load_s: list[float] = field(default_factory=list)  # seconds each miss took to open its tenant (last 1,000)
-
-
-@dataclass
-class TenantCache:
-    """LRU of :class:`TenantIndex` objects for one published version of a store, bounded by
-    bytes (``max_bytes``: what the loaded tenants hold, :attr:`TenantIndex.nbytes`) and, when
-    given, by a number of tenants.
-
-    ``get`` is thread-safe. ``refresh`` switches to a newly published version: a loaded tenant
-    that no version in between rebuilt (each carried it, or failed and kept it) stays loaded,
-    over the new version; the others are dropped."""
-
-    store: Path
-    embedder: QueryEmbedder | None = None
-    max_tenants: int | None = None
-    max_bytes: int | None = None
-    _reader: StoreReader | None = field(default=None, repr=False)
-    _items: "OrderedDict[str, TenantIndex]" = field(default_factory=OrderedDict, repr=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-    stats: CacheStats = field(default_factory=CacheStats, repr=False)
-    on_load: Callable[[str, float], None] | None = field(default=None, repr=False)  # (tenant, seconds) per miss
-
-    def __post_init__(self) -> None:
-        self.store = Path(self.store)
-
-    @property
-    def reader(self) -> StoreReader:
-        if self._reader is None:
-            self._reader = StoreReader(self.store)
-        return self._reader
-
-    @property
-    def version(self) -> str:
-        return self.reader.version
-
-    def tenants(self) -> list[str]:
-        return self.reader.tenants()
-
-    def refresh(self, embedder: QueryEmbedder | None = None) -> bool:
-        """Switch to the currently published version; True when it changed. ``embedder``: the
-        query embedder of that version, swapped in with it (a version built in another vector
-        space: then no loaded tenant is kept)."""
-        manifest = read_manifest(self.store)
-        if manifest is None or (self._reader is not None and manifest["version"] == self._reader.version):
-            return False
-        old = self._reader
-        loaded = list(self._items)
-        keep = (unchanged_tenants(self.store, old.manifest, manifest, loaded)
-                if old is not None and embedder is None and loaded else set())
-        with self._lock:
-            self._reader = StoreReader(self.store, manifest)
-            if embedder is not None:
-                self.embedder = embedder
-            items: OrderedDict[str, TenantIndex] = OrderedDict()
-            for tenant, idx in self._items.items():  # least recently used first, as before
-                if tenant in keep:
-                    items[tenant] = idx.rebound(self._reader)
-            self.stats.kept_on_refresh += len(items)
-            self.stats.dropped_on_refresh += len(self._items) - len(items)
-            self._items = items
-        return True
-
-    def get(self, tenant: str) -> TenantIndex:
-        with self._lock:
-            idx = self._items.get(tenant)
-            if idx is not None:
-                self._items.move_to_end(tenant)
-                self.stats.hits += 1
-                self._trim(keep=tenant)
-                return idx
-            idx = TenantIndex(self.reader, tenant, self.embedder)
-            self.stats.misses += 1
-            self.stats.load_s = self.stats.load_s[-999:] + [idx.load_s]
-            self._items[tenant] = idx
-            self._trim(keep=tenant)
-        if self.on_load is not None:
-            self.on_load(tenant, idx.load_s)
-        return idx
-
-    def _trim(self, keep: str) -> None:
-        """Evict least recently used tenants (never ``keep``, the one just asked for) while the
-        cache holds more than its bounds (sizes as they are now: strategies memoize as they run)."""
-        if self.max_tenants is not None:
-            while len(self._items) > self.max_tenants and next(iter(self._items)) != keep:
-                self._items.popitem(last=False)
-                self.stats.evictions += 1
-        if self.max_bytes is not None:
-            total = sum(i.nbytes for i in self._items.values())
-            while total > self.max_bytes and len(self._items) > 1 and next(iter(self._items)) != keep:
-                _, gone = self._items.popitem(last=False)
-                total -= gone.nbytes
-                self.stats.evictions += 1
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of the loaded tenants."""
-        with self._lock:
-            return sum(i.nbytes for i in self._items.values())
-
-    def loaded(self) -> list[str]:
-        """The loaded tenants, least recently used first."""
-        with self._lock:
-            return list(self._items)
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def __contains__(self, tenant: object) -> bool:
-        """Whether ``tenant`` is loaded (a snapshot: another thread may be loading or evicting it)."""
-        return tenant in self._items
-
-
-def unchanged_tenants(store: Path, old: dict[str, Any], new: dict[str, Any], tenants: Iterable[str]) -> set[str]:
-    """Those of ``tenants`` whose published data is the same in manifest ``new`` as in ``old``:
-    following each version's ``base_version`` back from ``new`` reaches ``old``, and every
-    version on the way carried the tenant (or failed and kept it). Anything else (a rollback, a
-    version without its link, a manifest missing or unreadable) keeps none."""
-    wanted, target = set(tenants), old.get("version")
-    same = {"carried", "failed"}
-    manifest, hops = new, 0
-    while wanted and manifest.get("version") != target:
-        entries = manifest.get("tenants", {})
-        wanted = {t for t in wanted if (entries.get(t) or {}).get("status") in same}
-        base = manifest.get("base_version")
-        hops += 1
-        if not base or hops > 1_000:
-            return set()
-        try:
-            manifest = json.loads((Path(store) / "manifests" / f"{base}.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            log.info("keeping no loaded tenant across the publish: manifest %s unreadable (%s)", base, exc)
-            return set()
-    return wanted if manifest.get("version") == target else set()

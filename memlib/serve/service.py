@@ -22,7 +22,8 @@ from memlib.io.store import read_manifest
 from memlib.retrieve.base import Strategy
 from memlib.retrieve.kernels import run_search
 from memlib.retrieve.registry import get_strategy, list_strategies
-from memlib.retrieve.tenant import QueryEmbedder, TenantCache, TenantIndex, default_cache_bytes
+from memlib.retrieve.tenant import QueryEmbedder, TenantIndex
+from memlib.retrieve.tenant_cache import TenantCache, default_cache_bytes
 from memlib.serve.auth import Authorizer, Principal
 from memlib.serve.errors import ApiError, ErrorCode
 from memlib.serve.explore import node_graph, session_view

@@ -6,7 +6,7 @@ from memlib.config import MemlibConfig
 from memlib.retrieve import kernels
 from memlib.retrieve.base import RetrievalError
 from memlib.retrieve.registry import UnknownStrategyError, get_strategy, list_strategies
-from memlib.retrieve.tenant import TenantCache
+from memlib.retrieve.tenant_cache import TenantCache
 from tests.eval.conftest import TENANT
 
 

@@ -36,6 +36,6 @@ def sample_store(ray_local, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def cache(sample_store):
-    from memlib.retrieve.tenant import TenantCache
+    from memlib.retrieve.tenant_cache import TenantCache
 
     return TenantCache(sample_store, embedder=get_embedder(retrieve_config().embed))

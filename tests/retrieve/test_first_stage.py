@@ -183,7 +183,7 @@ def test_named_participants_marks_the_sessions_of_a_named_speaker():
 
 @pytest.mark.ray
 def test_a_tenant_scored_by_candidates_does_not_prepack_the_whole_int8_product(sample_store):
-    from memlib.retrieve.tenant import TenantCache
+    from memlib.retrieve.tenant_cache import TenantCache
 
     fresh = TenantCache(sample_store, embedder=None)
     index = fresh.get(fresh.tenants()[0])

@@ -188,7 +188,7 @@ def test_frequent_query_tokens_are_dropped(matrix):
 
 
 def test_one_index_keeps_one_matrix_per_encoder(sample_store, tmp_path):
-    from memlib.retrieve.tenant import TenantCache
+    from memlib.retrieve.tenant_cache import TenantCache
 
     cache = TenantCache(sample_store)
     index = cache.get(cache.tenants()[0])

@@ -128,7 +128,7 @@ def test_auto_token_matrix_disk_cache_is_keyed_by_content(sample_store, tmp_path
     replaces its older files and leaves a tenant whose id merely extends this one alone. (The
     store's tenants have no matrix reference here, as when their kept sessions are gone.)"""
     from memlib.retrieve import matrix_cache, token_encoder
-    from memlib.retrieve.tenant import TenantCache
+    from memlib.retrieve.tenant_cache import TenantCache
 
     sample_store = _without_references(sample_store, tmp_path / "store")
     cache_dir = tmp_path / "late"
@@ -168,7 +168,7 @@ def test_auto_first_queries_of_a_tenant_build_its_matrix_once(sample_store, tmp_
     import time
 
     from memlib.retrieve import matrix_cache
-    from memlib.retrieve.tenant import TenantCache
+    from memlib.retrieve.tenant_cache import TenantCache
 
     real, calls = matrix_cache.build_token_matrix, []
 
@@ -205,7 +205,7 @@ def test_build_precomputes_auto_token_matrices(sample_store, monkeypatch):
     encoding the tenant."""
     from memlib.io.store import StoreReader
     from memlib.retrieve import matrix_cache
-    from memlib.retrieve.tenant import TenantCache
+    from memlib.retrieve.tenant_cache import TenantCache
 
     cache = TenantCache(sample_store)
     refs = StoreReader(sample_store).table("matrix_refs")
@@ -229,7 +229,7 @@ def test_a_store_of_the_earlier_layout_reads_its_matrix_reference_files(sample_s
 
     from memlib.io.store import StoreReader
     from memlib.retrieve import matrix_cache
-    from memlib.retrieve.tenant import TenantCache
+    from memlib.retrieve.tenant_cache import TenantCache
 
     store = tmp_path / "store"
     shutil.copytree(sample_store, store)
@@ -286,7 +286,7 @@ def test_a_matrix_reference_to_sessions_no_longer_kept_is_encoded_again(sample_s
     import shutil
 
     from memlib.retrieve import matrix_cache
-    from memlib.retrieve.tenant import TenantCache
+    from memlib.retrieve.tenant_cache import TenantCache
 
     store = tmp_path / "store"
     shutil.copytree(sample_store, store)

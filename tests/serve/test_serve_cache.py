@@ -13,7 +13,8 @@ import pytest
 from memlib.io.store import StoreWriter
 from memlib.retrieve.kernels import run_search
 from memlib.retrieve.registry import get_strategy
-from memlib.retrieve.tenant import TenantCache, approx_bytes
+from memlib.retrieve.tenant import approx_bytes
+from memlib.retrieve.tenant_cache import TenantCache
 from tests.serve.conftest import CONVERSATIONS, DIM, _tables, serve_config
 
 
