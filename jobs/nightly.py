@@ -41,6 +41,7 @@ from jobs.nightly_plan import (
     source_names,
 )
 from jobs.resumable import DONE_DIR, ResumableWriter
+from jobs.store_counts import store_counts
 from jobs.store_lock import locked
 from jobs.tenant_guards import (
     discard_if_refused,
@@ -49,7 +50,7 @@ from jobs.tenant_guards import (
     rebuild_damaged,
     remove_unkeepable,
 )
-from memlib.compose.manifest import TENANT_COUNTS, build_manifest, sum_counts
+from memlib.compose.manifest import TENANT_COUNTS, build_manifest
 from memlib.compose.recipe import DEFAULT_RECIPE, Phase, get_recipe
 from memlib.compose.timer import WallTimer
 from memlib.config import MemlibConfig
@@ -180,43 +181,6 @@ def _write_lance(writer: StoreWriter, summaries: list[dict[str, Any]], parts: di
             yield t.filter(pc.is_in(t.column("tenant_id"), value_set=pa.array(tenants, pa.string())))
 
     writer.write_tenants([s["tenant_id"] for s in summaries] + list(remove), tables(), rows_per_commit=rows_per_commit)
-
-
-def store_counts(version: StoreReader,
-                 summaries: list[dict[str, Any]]) -> tuple[tuple[dict[str, int], dict[str, int]], int]:
-    """((nodes by kind, edges by kind), questions) of the new version: the sums of its tenants'
-    counts (``summaries``: every tenant it holds, rebuilt or carried). At 10,000 tenants, counting
-    the version's rows took 2.5 s of a nightly run whose target is 53 s; the sums take
-    milliseconds. A tenant whose entry predates per-tenant counts (a store written before them)
-    is counted from its rows once, and its summary takes the counts (the version keeps them:
-    :meth:`~memlib.io.store.StoreWriter.write_tenant_counts`)."""
-    old = [s for s in summaries if not all(k in s for k in TENANT_COUNTS)]
-    if old:
-        _count_rows(version, old)
-    return ((sum_counts(summaries, "nodes_by_kind"), sum_counts(summaries, "edges_by_kind")),
-            sum(s["questions"] for s in summaries))
-
-
-def _count_rows(version: StoreReader, summaries: list[dict[str, Any]]) -> None:
-    """Fill in the per-tenant counts of ``summaries`` from ``version``'s live rows."""
-    tenants = {s["tenant_id"] for s in summaries}
-
-    def by_tenant(table: pa.Table, column: str | None) -> dict[str, dict[str, int]]:
-        df = pl.from_arrow(table).filter(pl.col("tenant_id").is_in(sorted(tenants)))
-        out: dict[str, dict[str, int]] = {}
-        if column is None:
-            return {t: {"": n} for t, n in df.group_by("tenant_id").len().iter_rows()}
-        for t, kind, n in df.group_by(["tenant_id", column]).len().sort(["tenant_id", column]).iter_rows():
-            out.setdefault(t, {})[kind] = n
-        return out
-
-    nodes = by_tenant(version.nodes(columns=["tenant_id", "kind"]), "kind")
-    edges = by_tenant(version.table("edges", None, ["tenant_id", "kind"]), "kind")
-    asked = by_tenant(version.table("questions", None, ["tenant_id"]), None)
-    for s in summaries:
-        t = s["tenant_id"]
-        s.update(nodes_by_kind=nodes.get(t, {}), edges_by_kind=edges.get(t, {}),
-                 questions=asked.get(t, {}).get("", 0))
 
 
 def _carried_summary(tenant: str, old: dict[str, Any], counts: dict[str, Any] | None) -> dict[str, Any]:

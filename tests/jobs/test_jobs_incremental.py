@@ -141,7 +141,7 @@ def test_jobs_incremental_counts_sum_tenants_and_equal_the_rows(history):
 def test_jobs_incremental_counts_of_an_older_store_come_from_its_rows(history):
     """A store written before per-tenant counts: its tenants are counted from their rows once
     (the next run's manifest keeps the counts)."""
-    from jobs.nightly import store_counts
+    from jobs.store_counts import store_counts
     from memlib.io.store import StoreReader
 
     m = history["manifests"]["v000002"]
