@@ -96,7 +96,7 @@ def test_jobs_scale_paired_latency_interleaves_blocks(monkeypatch):
 
     from jobs.cli import bench_scale
     from memlib.eval import runner
-    from memlib.retrieve import kernels, registry, tenant
+    from memlib.retrieve import kernels, registry, tenant_cache
 
     calls: list[tuple[str, str]] = []
 
@@ -115,7 +115,7 @@ def test_jobs_scale_paired_latency_interleaves_blocks(monkeypatch):
         def embed_queries(self, texts):
             return [[0.0] for _ in texts]
 
-    monkeypatch.setattr(tenant, "TenantCache", Cache)
+    monkeypatch.setattr(tenant_cache, "TenantCache", Cache)
     monkeypatch.setattr(kernels, "run_search", search)
     monkeypatch.setattr(registry, "get_strategy", lambda name, cfg: name)
     monkeypatch.setattr(runner, "default_embedder", lambda cfg, store=None: Embedder())
