@@ -39,6 +39,7 @@ def write_part(version_dir: str | Path, built: list[dict[str, Any]]) -> tuple[st
     staged nodes file."""
     from memlib.io.files import replace_parquet
     from memlib.io.store import TENANT_TABLES, StoreWriter, part_id
+    from memlib.io.views import VIEW_NODES, VIEW_TURNS, view_path, write_view
     from pipelines.shard import staged_path
 
     version_dir = Path(version_dir)
@@ -51,6 +52,8 @@ def write_part(version_dir: str | Path, built: list[dict[str, Any]]) -> tuple[st
         if tables:
             writer.write_table(name, part, pa.concat_tables(tables))
     writer.write_graphs(part, {k: v for t in built for k, v in t["graphs"].items() if v is not None})
+    for name, table in ((VIEW_NODES, "nodes"), (VIEW_TURNS, "turns")):  # what a server maps to open a tenant
+        write_view(view_path(version_dir, name, part), name, {tenant: t[table] for tenant, t in zip(tenants, built)})
     nodes = pa.concat_tables([t["nodes"] for t in built], promote_options="permissive")
     return part, str(replace_parquet(nodes, staged_path(version_dir, "nodes", part)))
 

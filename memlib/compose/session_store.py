@@ -128,6 +128,23 @@ class SessionStore:
             self._index = (pa.concat_tables([t for _, t in read.values()]) if read else _empty_index())
         return self._index
 
+    def _lookup(self) -> tuple[dict[str, str], dict[str, int]]:
+        """(session key -> the first block holding it, block -> sessions it holds) of the whole
+        index, computed once per index read: a server's cold tenant looks its sessions up here
+        instead of filtering and grouping every kept session (9 ms at 10,000 tenants)."""
+        idx = self.index()
+        cached = self.__dict__.get("_lookup_of")
+        if cached is not None and cached[0] is idx:
+            return cached[1], cached[2]
+        where: dict[str, str] = {}
+        size: dict[str, set[str]] = {}
+        for k, b in zip(idx.column("session_key").to_pylist(), idx.column("block").to_pylist()):
+            where.setdefault(k, b)
+            size.setdefault(b, set()).add(k)
+        counts = {b: len(ks) for b, ks in size.items()}
+        self._lookup_of = (idx, where, counts)
+        return where, counts
+
     def _index_file(self, f: Path) -> tuple[tuple[int, int, int], pa.Table] | None:
         """A block's index rows (with its block id), read again only when the file changed; None
         when it is gone."""
@@ -230,24 +247,27 @@ class SessionStore:
         block holds) for every block needed, looked up in ``blocks`` when given, else (or when
         they miss one) in the whole index; a KeyError names a session that is not kept."""
         keys = sorted(set(keys))
-        idx = self._index_of(blocks) if blocks is not None else self.index()
-        rows = idx.filter(pc.is_in(idx.column("session_key"), value_set=pa.array(keys, pa.string())))
-        found = set(rows.column("session_key").to_pylist())
-        if found != set(keys) and blocks is not None:
-            self.refresh()
-            return self._blocks_of(keys)
-        if found != set(keys):
-            missing = sorted(set(keys) - found)
-            raise KeyError(f"{len(missing)} session(s) have no kept outputs, e.g. {missing[0]}")
-        # a session may sit in two blocks (written by two runs): read each from one block only
-        chosen: dict[str, str] = {}
-        for k, b in zip(rows.column("session_key").to_pylist(), rows.column("block").to_pylist()):
-            chosen.setdefault(k, b)
+        if blocks is None:
+            where, size = self._lookup()
+            missing = [k for k in keys if k not in where]
+            if missing:
+                raise KeyError(f"{len(missing)} session(s) have no kept outputs, e.g. {missing[0]}")
+            chosen = {k: where[k] for k in keys}
+        else:
+            idx = self._index_of(blocks)
+            rows = idx.filter(pc.is_in(idx.column("session_key"), value_set=pa.array(keys, pa.string())))
+            if set(rows.column("session_key").to_pylist()) != set(keys):
+                self.refresh()
+                return self._blocks_of(keys)
+            # a session may sit in two blocks (written by two runs): read each from one block only
+            chosen = {}
+            for k, b in zip(rows.column("session_key").to_pylist(), rows.column("block").to_pylist()):
+                chosen.setdefault(k, b)
+            held = idx.group_by("block").aggregate([("session_key", "count_distinct")])
+            size = dict(zip(held.column("block").to_pylist(), held.column("session_key_count_distinct").to_pylist()))
         by_block: dict[str, list[str]] = {}
         for k, b in chosen.items():
             by_block.setdefault(b, []).append(k)
-        held = idx.group_by("block").aggregate([("session_key", "count_distinct")])
-        size = dict(zip(held.column("block").to_pylist(), held.column("session_key_count_distinct").to_pylist()))
         return [(self.root / "blocks" / b, pa.array(ks, pa.string()), len(ks) == size[b])
                 for b, ks in sorted(by_block.items())]
 

@@ -5,6 +5,7 @@ pooling over the attention mask, L2 normalization. The model takes no prefixes.
 """
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +27,13 @@ def load_tokenizer(max_tokens: int):
     tokenizer.enable_truncation(max_length=max_tokens)
     tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
     return tokenizer
+
+
+@functools.lru_cache(maxsize=None)
+def vocab_size() -> int:
+    """The WordPiece vocabulary's size (read once per process: parsing tokenizer.json took 20 ms,
+    most of what a cold tenant's token matrix cost in ``auto``)."""
+    return int(load_tokenizer(MAX_TOKENS).get_vocab_size())
 
 
 def model_path() -> Path:

@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from memlib.io.files import StoreError, link_or_copy, of_tenants, part_id, replace_part, safe_name
+from memlib.io.views import VIEW_SUFFIX, VIEW_TABLES, ViewError, read_batches, view_path, views_from_tables, write_view
 
 GRAPHS = "graphs"
 PART_KEY = "part"  # a tenant's entry in the manifest names its part
@@ -46,6 +47,7 @@ class PartsCarrier:
         carried, purge, out = set(tenants), set(purge), Carried()
         info, held = self.base.manifest.get("tenants", {}), self.base.held()
         remnants: list[str] = []
+        unviewed: dict[str, list[str]] = {}  # linked parts of a store written before views
         for part, members in self.base.parts().items():
             keep = [t for t in members if t in carried]
             if not keep:
@@ -56,6 +58,8 @@ class PartsCarrier:
             legacy = members == [part] and PART_KEY not in (info.get(part) or {})
             if not legacy and 2 * len(keep) >= len(holds) and not purge.intersection(holds):
                 self._link_part(part)
+                if not view_path(self.version_dir, VIEW_TABLES[0], part).exists():
+                    unviewed[part] = keep
                 out.parts.update((t, part) for t in keep)
                 out.held[part] = sorted(holds)
             else:
@@ -72,6 +76,7 @@ class PartsCarrier:
             if tenant:
                 group.append(tenant)
                 turns += n
+        views_from_tables(self.base, self.version_dir, unviewed)
         return out
 
     def prune_parts(self, parts: dict[str, str], check: Iterable[str] = ()) -> None:
@@ -81,10 +86,10 @@ class PartsCarrier:
         members: dict[str, list[str]] = {}
         for tenant, part in parts.items():
             members.setdefault(part, []).append(tenant)
-        for name in (*TENANT_TABLES, GRAPHS):
+        for name in (*TENANT_TABLES, GRAPHS, *VIEW_TABLES):
             d = self.version_dir / name
             for f in sorted(d.iterdir()) if d.is_dir() else []:
-                if f.suffix not in (".parquet", ".gt"):
+                if f.suffix not in (".parquet", ".gt", VIEW_SUFFIX):
                     continue
                 if f.stem not in members:
                     f.unlink()
@@ -93,11 +98,13 @@ class PartsCarrier:
                     kept = of_tenants(t, members[f.stem])
                     if kept.num_rows != t.num_rows:
                         replace_part(kept, f)
+                elif f.stem in check:
+                    self._rewrite_view(name, [f], members[f.stem], f)
 
     def _link_part(self, part: str) -> None:
         base = self.base.version_dir
-        for name in (*TENANT_TABLES, GRAPHS):
-            src = base / name / f"{safe_name(part)}.parquet"
+        for name in (*TENANT_TABLES, GRAPHS, *VIEW_TABLES):
+            src = base / name / f"{safe_name(part)}{VIEW_SUFFIX if name in VIEW_TABLES else '.parquet'}"
             if src.exists():
                 dst = self.version_dir / name / src.name
                 dst.parent.mkdir(parents=True, exist_ok=True)
@@ -122,5 +129,27 @@ class PartsCarrier:
                 self.write_graphs(new, graphs)
             elif tables:
                 self.write_table(name, new, pa.concat_tables(tables, promote_options="permissive"))
+        copied = [self._rewrite_view(name, [view_path(self.base.version_dir, name, p) for p in sources], tenants,
+                                     view_path(self.version_dir, name, new)) for name in VIEW_TABLES]
+        if not all(copied):  # some source part had no view (a store written before them)
+            views_from_tables(self.base, self.version_dir, {new: tenants})
         return new
+
+    @staticmethod
+    def _rewrite_view(name: str, sources: list[Path], tenants: list[str], out: Path) -> bool:
+        """View ``name`` of ``tenants`` from the view files ``sources`` into ``out``; False (``out``
+        not written) when a tenant is in none of them or a file cannot be read."""
+        found: dict[str, pa.Table] = {}
+        try:
+            for f in sources:
+                for t, batch in read_batches(f).items():
+                    if t in tenants:
+                        found.setdefault(t, pa.Table.from_batches([batch]))
+        except (ViewError, OSError):
+            found = {}
+        if set(found) != set(tenants):
+            out.unlink(missing_ok=True)
+            return False
+        write_view(out, name, {t: found[t] for t in tenants})
+        return True
 

@@ -64,6 +64,7 @@ from memlib.io.lance_tables import (  # noqa: F401 - the store's Lance names, im
     sql_str,
 )
 from memlib.io.parts import GRAPHS, PART_KEY, TENANT_TABLES, Carried, PartsCarrier  # noqa: F401 - TENANT_TABLES re-exported
+from memlib.io.views import VIEW_NODES, VIEWS, ViewError, view_path
 
 MANIFEST = "manifest.json"
 LATE_CACHE_SUBDIR = Path("cache") / "late"
@@ -195,6 +196,18 @@ class StoreReader:
             return _read_parquet_dir(directory, None, columns, schema.TABLES.get(name))
         t = pa.concat_tables(tables, promote_options="permissive")
         return t if columns is None else t.select(columns)
+
+    def view(self, name: str, tenant: str) -> pa.RecordBatch:
+        """``tenant``'s view ``name`` (memlib/io/views.py: its nodes or turns, mapped, no decoding);
+        :class:`~memlib.io.views.ViewError` when the version has none for it or it disagrees with the
+        manifest's count of the tenant's rows (the caller reads the tables instead)."""
+        entry = self.manifest.get("tenants", {}).get(tenant) or {}
+        if PART_KEY not in entry:
+            raise ViewError(f"tenant {tenant!r} has no part in version {self.version}")
+        rows = entry.get("nodes" if name == VIEW_NODES else "turns")
+        if not isinstance(rows, int):
+            raise ViewError(f"the manifest of version {self.version} does not count tenant {tenant!r}'s rows")
+        return VIEWS.tenant(view_path(self.version_dir, name, entry[PART_KEY]), tenant, rows)
 
     def missing_files(self, tenant: str) -> list[str]:
         """The files ``tenant``'s published data needs that are gone (its turns; its edges,

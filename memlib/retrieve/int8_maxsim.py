@@ -16,15 +16,21 @@ INT8_QMAX = 64
 
 
 def quantize_rows(vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(scale per row float32, int8 rows in [-INT8_QMAX, INT8_QMAX]) with ``row ~ scale * int8``."""
+    """(scale per row float32, int8 rows in [-INT8_QMAX, INT8_QMAX]) with ``row ~ scale * int8``.
+    Computed on float32 copies of bounded blocks: numpy's float16 arithmetic has no vector
+    kernels (a 15,000-token tenant took 78 ms in float16, against a few ms this way); the
+    values are the same, a float16's maximum being exact in float32."""
     n, dim = vectors.shape
-    scale = (np.maximum(np.abs(vectors).max(axis=1).astype(np.float32), 1e-12)
-             / np.float32(INT8_QMAX)).astype(np.float32)
+    scale = np.empty(n, dtype=np.float32)
     v8 = np.empty((n, dim), dtype=np.int8)
-    for start in range(0, n, 65_536):  # bounded float32 temporaries for big tenants
-        block = vectors[start:start + 65_536].astype(np.float32)
-        v8[start:start + 65_536] = np.clip(np.rint(block / scale[start:start + 65_536, None]),
-                                           -INT8_QMAX, INT8_QMAX)
+    for start in range(0, n, 16_384):  # bounded float32 temporaries for big tenants
+        block = vectors[start:start + 16_384].astype(np.float32)
+        s = np.maximum(np.abs(block).max(axis=1), np.float32(1e-12)) / np.float32(INT8_QMAX)
+        scale[start:start + 16_384] = s
+        np.divide(block, s[:, None], out=block)
+        np.rint(block, out=block)
+        np.clip(block, -INT8_QMAX, INT8_QMAX, out=block)
+        v8[start:start + 16_384] = block
     return scale, v8
 
 

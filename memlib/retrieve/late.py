@@ -110,9 +110,8 @@ def matrix_from_tokens(turn_ids: Sequence[str], token_ids: Sequence[np.ndarray],
     vectors = np.concatenate([np.asarray(v, dtype=np.float16) for v in token_vectors] or
                              [np.zeros((0, 384), np.float16)])
     if vocab_size is None:
-        from memlib.embed.minilm_backend import load_tokenizer
-        from memlib.retrieve.token_encoder import MAX_TOKENS
+        from memlib.embed.minilm_backend import vocab_size as minilm_vocab_size
 
-        vocab_size = int(load_tokenizer(MAX_TOKENS).get_vocab_size())
+        vocab_size = minilm_vocab_size()
     vocab = vocab_size
     return TokenMatrix(tuple(turn_ids), owner, vectors, token_idf(owner, tok, len(turn_ids), vocab))

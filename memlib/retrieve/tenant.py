@@ -22,8 +22,10 @@ from typing import Any, Callable, Hashable, Iterable, Protocol, Sequence, TypeVa
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from memlib.io.store import StoreReader, sql_str
+from memlib.io.views import VIEW_NODES, VIEW_TURNS, ViewError
 
 log = logging.getLogger("memlib.serve")
 NODE_COLUMNS = ["node_id", "kind", "text", "time", "session_id", "provenance", "attributes",
@@ -178,8 +180,9 @@ class TenantIndex:
         self._load_turns()
         self.load_s = time.perf_counter() - start  # what opening the tenant took
         self._base_bytes = approx_bytes([self.node_ids, self.kinds, self.texts, self.times, self.session_ids,
-                                         self.provenance, self.attributes, self.importance, self.embeddings,
-                                         self.row_of, self.turns, self.turn_order, self.turn_by_source])
+                                         self.provenance, self.attributes, self.importance,
+                                         self.__dict__.get("embeddings"), self.row_of, self.turns, self.turn_order,
+                                         self.turn_by_source])
 
     @property
     def nbytes(self) -> int:
@@ -190,7 +193,7 @@ class TenantIndex:
             self._graph_bytes = approx_bytes(self.__dict__["graph"])
         memo = sum(list(self._sizes.values()))  # a copy: strategies may memoize meanwhile
         return (self._base_bytes + memo + (len(data) if data is not None else 0)
-                + self.__dict__.get("_graph_bytes", 0))
+                + self.__dict__.get("_graph_bytes", 0) + self.__dict__.get("_embedding_bytes", 0))
 
     def rebound(self, reader: StoreReader) -> "TenantIndex":
         """This view over another store version in which the tenant's data is the same (a
@@ -225,7 +228,16 @@ class TenantIndex:
 
     # -- loading ------------------------------------------------------------------------
     def _load_nodes(self) -> None:
-        tbl = self.reader.nodes(self.tenant, columns=NODE_COLUMNS)
+        """The tenant's nodes from its mapped view (memlib/io/views.py), their embeddings read from
+        Lance on first use (``auto`` never reads them); from the Lance table when the version has
+        no trustworthy view of the tenant."""
+        try:
+            tbl: pa.Table | pa.RecordBatch = self.reader.view(VIEW_NODES, self.tenant)
+            self.view_used = True
+        except ViewError as exc:
+            log.debug("tenant %s: nodes read from Lance (%s)", self.tenant, exc)
+            tbl = self.reader.nodes(self.tenant, columns=NODE_COLUMNS)
+            self.view_used = False
         self.node_ids: list[str] = tbl.column("node_id").to_pylist()
         self.kinds = np.asarray(tbl.column("kind").to_pylist(), dtype=object)
         self.texts: list[str] = tbl.column("text").to_pylist()
@@ -235,12 +247,31 @@ class TenantIndex:
         self.attributes: list[str | None] = tbl.column("attributes").to_pylist()
         self.importance = np.nan_to_num(
             np.asarray(tbl.column("importance").to_numpy(zero_copy_only=False), dtype=np.float32))
-        self.embeddings = _embedding_matrix(tbl.column("embedding"), self.reader.dim)
         self.row_of: dict[str, int] = {nid: i for i, nid in enumerate(self.node_ids)}
+        if "embedding" in tbl.schema.names:
+            self.embeddings = _embedding_matrix(tbl.column("embedding"), self.reader.dim)
+
+    @cached_property
+    def embeddings(self) -> np.ndarray:
+        """(nodes, dim) L2-normalized node embeddings in node order (null rows zero), read from the
+        pinned Lance table on first use and then kept (counted in :attr:`nbytes` from then on)."""
+        with self._lock:
+            tbl = self.reader.nodes(self.tenant, columns=["node_id", "embedding"])
+            if tbl.num_rows != self.n_nodes:
+                raise RuntimeError(f"tenant {self.tenant!r}: Lance holds {tbl.num_rows} nodes, its view "
+                                   f"{self.n_nodes} (version {self.version})")
+            order = pa.array([self.row_of[n] for n in tbl.column("node_id").to_pylist()], pa.int64())
+            tbl = tbl.take(pc.sort_indices(order))
+            matrix = _embedding_matrix(tbl.column("embedding"), self.reader.dim)
+            self._embedding_bytes = matrix.nbytes
+            return matrix
 
     def _load_turns(self) -> None:
-        tbl = self.reader.table("turns", self.tenant, columns=TURN_COLUMNS)
-        tbl = tbl.sort_by([("session_index", "ascending"), ("turn_index", "ascending")])
+        try:
+            tbl: pa.Table | pa.RecordBatch = self.reader.view(VIEW_TURNS, self.tenant)
+        except ViewError:
+            tbl = self.reader.table("turns", self.tenant, columns=TURN_COLUMNS)
+            tbl = tbl.sort_by([("session_index", "ascending"), ("turn_index", "ascending")])
         cols = {c: tbl.column(c).to_pylist() for c in ("node_id", "turn_id", "session_id", "session_time",
                                                        "text", "speaker", "role")}
         self.turns: dict[str, TurnInfo] = {
