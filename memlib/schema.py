@@ -214,6 +214,11 @@ def turn_vectors_schema(dim: int = DEFAULT_EMBED_DIM) -> pa.Schema:
         pa.field("vector", pa.list_(pa.float32(), dim)),
         pa.field("token_ids", pa.list_(pa.int32())),
         pa.field("token_vectors", pa.binary()),          # (len(token_ids), 384) float16, C order
+        # the token vectors quantized as auto's int8 kernel reads them (memlib/retrieve/int8_maxsim.py):
+        # (len(token_ids), 384) int8 rows, C order, and their float32 scales; null in blocks kept
+        # before they were written (the kernel then quantizes at a tenant's first query)
+        pa.field("token_int8", pa.binary()),
+        pa.field("token_scales", pa.binary()),
     ])
 
 

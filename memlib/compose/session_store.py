@@ -38,6 +38,7 @@ READ_THREADS = 4  # blocks read at once by SessionStore.read
 # decoded blocks a SessionStore keeps: small tenants built one after another share blocks (a
 # block holds up to ray.block_turns turns of many tenants), which were decoded once per tenant
 BLOCK_CACHE = 8
+MAPPED_BLOCKS = 256
 VECTORS = "turn_vectors"
 # the turn vectors (token vectors included: most of a kept session's bytes) are an uncompressed
 # Arrow IPC file, memory-mapped when read: a tenant's sessions are read back without decoding or
@@ -97,6 +98,7 @@ class SessionStore:
         # hundreds of index files)
         self._read: dict[str, tuple[tuple[int, int, int], pa.Table]] = {}
         self._blocks: OrderedDict[tuple, tuple[dict[str, pa.Table], pa.Table]] = OrderedDict()  # see _decoded
+        self._vectors: OrderedDict[tuple, pa.Table] = OrderedDict()  # see _mapped
         self._lock = threading.Lock()
 
     # ---- writing -------------------------------------------------------------------------------
@@ -239,8 +241,24 @@ class SessionStore:
     def read_vectors(self, keys: Iterable[str]) -> TurnVectors:
         """Only the turn vectors of sessions ``keys`` (all must be kept): views of the mapped files
         (the blocks' session tables are not read)."""
-        return TurnVectors.concat([self._vectors_in(_read_vectors(_vectors_path(b)), w, whole)
+        return TurnVectors.concat([self._vectors_in(self._mapped(b), w, whole)
                                    for b, w, whole in self._blocks_of(keys)], self.dim)
+
+    def _mapped(self, bdir: Path) -> pa.Table:
+        """A block's mapped turn vectors, opened once while among the last :data:`MAPPED_BLOCKS`
+        read (a server's cold tenants read a few blocks each; opening one took about 1 ms)."""
+        key = (bdir.name, self._read.get(bdir.name, (None,))[0])
+        with self._lock:
+            hit = self._vectors.get(key)
+            if hit is not None:
+                self._vectors.move_to_end(key)
+                return hit
+        hit = _read_vectors(_vectors_path(bdir))
+        with self._lock:
+            self._vectors[key] = hit
+            while len(self._vectors) > MAPPED_BLOCKS:
+                self._vectors.popitem(last=False)
+        return hit
 
     def _blocks_of(self, keys: Iterable[str], blocks: Iterable[str] | None = None) -> list[tuple[Path, pa.Array, bool]]:
         """(block directory, the sessions of ``keys`` to read from it, whether those are all the

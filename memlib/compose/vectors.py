@@ -32,6 +32,8 @@ class TurnVectors:
     vectors: np.ndarray                         # (n, dim) float32, unit rows (zeros: empty text)
     token_ids: list[np.ndarray] | None = None   # per turn: content-token ids (int32)
     token_vectors: list[np.ndarray] | None = None  # per turn: (n_tokens, 384) float16
+    token_int8: list[np.ndarray] | None = None     # per turn: its token vectors' int8 rows (n_tokens, 384)
+    token_scales: list[np.ndarray] | None = None   # per turn: their scales (n_tokens,) float32
 
     def table(self, session_keys: Sequence[str], tenant_ids: Sequence[str], dim: int) -> pa.Table:
         """As :func:`memlib.schema.turn_vectors_schema` rows."""
@@ -48,24 +50,48 @@ class TurnVectors:
                                          pa.list_(pa.int32()))
             cols["token_vectors"] = pa.array([np.ascontiguousarray(v, dtype=np.float16).tobytes()
                                               for v in self.token_vectors], pa.binary())
+            v8, scales = self.quantized()
+            cols["token_int8"] = pa.array([v.tobytes() for v in v8], pa.binary())
+            cols["token_scales"] = pa.array([s.tobytes() for s in scales], pa.binary())
         else:
-            cols["token_ids"] = pa.nulls(n, pa.list_(pa.int32()))
-            cols["token_vectors"] = pa.nulls(n, pa.binary())
+            for name, kind in (("token_ids", pa.list_(pa.int32())), ("token_vectors", pa.binary()),
+                               ("token_int8", pa.binary()), ("token_scales", pa.binary())):
+                cols[name] = pa.nulls(n, kind)
         return pa.table(cols, schema=schema.turn_vectors_schema(dim))
+
+    def quantized(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Per turn: its token vectors' int8 rows and their scales (kept, or computed now from the
+        float16 vectors: one pass over all the turns' tokens)."""
+        if self.token_int8 is not None and self.token_scales is not None:
+            return self.token_int8, self.token_scales
+        from memlib.retrieve.int8_maxsim import quantize_rows
+
+        assert self.token_vectors is not None
+        counts = [len(v) for v in self.token_vectors]
+        if not counts:
+            return [], []
+        flat = np.concatenate([np.asarray(v, np.float16).reshape(-1, TOKEN_DIM) for v in self.token_vectors])
+        scale, v8 = quantize_rows(flat)
+        cuts = np.cumsum(counts)[:-1]
+        return list(np.split(v8, cuts)), list(np.split(scale, cuts))
 
     @classmethod
     def concat(cls, parts: Sequence[TurnVectors], dim: int) -> TurnVectors:
-        """One :class:`TurnVectors` of ``parts`` in order (token vectors kept only when every part has them)."""
+        """One :class:`TurnVectors` of ``parts`` in order (token vectors kept only when every part has
+        them, their int8 rows only when every part kept those)."""
         tokens = bool(parts) and all(p.token_ids is not None and p.token_vectors is not None for p in parts)
+        int8 = tokens and all(p.token_int8 is not None and p.token_scales is not None for p in parts)
+        joined = lambda name: [t for p in parts for t in getattr(p, name)]  # noqa: E731
         return cls([n for p in parts for n in p.node_ids],
                    np.concatenate([p.vectors for p in parts]) if parts else np.zeros((0, dim), np.float32),
-                   [t for p in parts for t in p.token_ids] if tokens else None,  # type: ignore[union-attr]
-                   [t for p in parts for t in p.token_vectors] if tokens else None)  # type: ignore[union-attr]
+                   joined("token_ids") if tokens else None, joined("token_vectors") if tokens else None,
+                   joined("token_int8") if int8 else None, joined("token_scales") if int8 else None)
 
     def subset(self, rows: np.ndarray) -> TurnVectors:
         """The turns at positions ``rows``, in that order (token arrays shared, not copied)."""
         pick = lambda items: None if items is None else [items[i] for i in rows]  # noqa: E731
-        return TurnVectors(pick(self.node_ids), self.vectors[rows], pick(self.token_ids), pick(self.token_vectors))
+        return TurnVectors(pick(self.node_ids), self.vectors[rows], pick(self.token_ids), pick(self.token_vectors),
+                           pick(self.token_int8), pick(self.token_scales))
 
     @classmethod
     def from_table(cls, table: pa.Table) -> TurnVectors:
@@ -77,7 +103,12 @@ class TurnVectors:
             ids = list_views(tok_ids)
             vecs = [v.reshape(-1, TOKEN_DIM) for v in binary_views(table.column("token_vectors"), np.float16,
                                                                    empty=True)]
-            return cls(table.column("node_id").to_pylist(), vectors, ids, vecs)
+            v8 = scales = None
+            if "token_int8" in table.column_names and table.column("token_int8").null_count == 0 \
+                    and table.column("token_scales").null_count == 0:
+                v8 = [v.reshape(-1, TOKEN_DIM) for v in binary_views(table.column("token_int8"), np.int8, empty=True)]
+                scales = binary_views(table.column("token_scales"), np.float32, empty=True)
+            return cls(table.column("node_id").to_pylist(), vectors, ids, vecs, v8, scales)
         return cls(table.column("node_id").to_pylist(), vectors)
 
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from memlib.retrieve.int8_maxsim import INT8_MAX_VALUES, Int8Similarity
+from memlib.retrieve.int8_maxsim import INT8_MAX_VALUES, Int8Similarity, transposed
 
 if TYPE_CHECKING:
     from memlib.retrieve.token_encoder import TokenEncoder
@@ -31,6 +31,9 @@ class TokenMatrix:
     owner: np.ndarray           # (T,) int32
     vectors: np.ndarray         # (T, dim) float16: as stored on disk, half the memory of float32
     idf: np.ndarray             # (vocab,) float32
+    # the vectors' int8 rows (T, dim) and scales (T,) as the build kept them, when it did: the int8
+    # kernel then takes them instead of quantizing the tenant at its first query
+    quantized: tuple[np.ndarray, np.ndarray] | None = None
 
     @property
     def n_turns(self) -> int:
@@ -51,7 +54,10 @@ class TokenMatrix:
 
     @cached_property
     def int8(self) -> Int8Similarity:
-        return Int8Similarity(self.vectors)
+        if self.quantized is None:
+            return Int8Similarity(self.vectors)
+        v8, scale = self.quantized
+        return Int8Similarity(quantized=(scale, transposed(v8)))
 
     @cached_property
     def float32(self) -> np.ndarray:
@@ -101,9 +107,11 @@ def content_query_tokens(matrix: TokenMatrix, q_ids: np.ndarray, q_vecs: np.ndar
 
 
 def matrix_from_tokens(turn_ids: Sequence[str], token_ids: Sequence[np.ndarray],
-                       token_vectors: Sequence[np.ndarray], vocab_size: int | None = None) -> TokenMatrix:
+                       token_vectors: Sequence[np.ndarray], vocab_size: int | None = None,
+                       quantized: tuple[Sequence[np.ndarray], Sequence[np.ndarray]] | None = None) -> TokenMatrix:
     """A tenant's :class:`TokenMatrix` from per-turn content-token ids and vectors that an
-    encoder pass already produced (the build keeps them per session), in ``turn_ids`` order."""
+    encoder pass already produced (the build keeps them per session), in ``turn_ids`` order;
+    ``quantized``: per turn, its vectors' int8 rows and scales, when the build kept them."""
     owner = np.concatenate([np.full(len(ids), i, dtype=np.int32) for i, ids in enumerate(token_ids)] or
                            [np.zeros(0, dtype=np.int32)])
     tok = np.concatenate([np.asarray(ids, dtype=np.int64) for ids in token_ids] or [np.zeros(0, dtype=np.int64)])
@@ -114,4 +122,10 @@ def matrix_from_tokens(turn_ids: Sequence[str], token_ids: Sequence[np.ndarray],
 
         vocab_size = minilm_vocab_size()
     vocab = vocab_size
-    return TokenMatrix(tuple(turn_ids), owner, vectors, token_idf(owner, tok, len(turn_ids), vocab))
+    packed = None
+    if quantized is not None and len(quantized[0]):
+        packed = (np.concatenate([np.asarray(v, np.int8) for v in quantized[0]]),
+                  np.concatenate([np.asarray(s, np.float32) for s in quantized[1]]))
+        if packed[0].shape != vectors.shape or packed[1].shape != (vectors.shape[0],):
+            packed = None  # not the rows of these vectors: quantized at the first query instead
+    return TokenMatrix(tuple(turn_ids), owner, vectors, token_idf(owner, tok, len(turn_ids), vocab), packed)

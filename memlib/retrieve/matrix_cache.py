@@ -23,13 +23,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import threading
 import zipfile
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from memlib import ids, schema
 from memlib.io.files import atomic_write
@@ -38,6 +41,7 @@ from memlib.retrieve.late import TokenMatrix, build_token_matrix
 from memlib.retrieve.token_encoder import MAX_TOKENS, TokenEncoder
 
 CACHE_FORMAT = 2
+log = logging.getLogger("memlib.retrieve")
 
 
 def content_key(turn_ids: Sequence[str], texts: Sequence[str], encoder_tag: str) -> str:
@@ -127,8 +131,7 @@ def _from_reference(reader, tenant: str, key: str, turn_ids: list[str],
                     cache_dir: str | Path | None) -> TokenMatrix | None:
     """The matrix the tenant's reference names when it encodes ``key``: its ``matrix_refs`` row,
     or a reference file of an earlier store layout; None when there is none (the caller encodes)."""
-    refs = reader.table("matrix_refs", tenant)
-    rows = [r for r in refs.to_pylist() if r["content_key"] == key] if refs.num_rows else []
+    rows = [r for r in _references(reader, tenant) if r["content_key"] == key]
     if rows:
         return _from_sessions(rows[0], turn_ids, Path(reader.path))
     legacy = _reference_file(tenant, key, Path(cache_dir)) if cache_dir else None
@@ -140,6 +143,40 @@ def _from_reference(reader, tenant: str, key: str, turn_ids: list[str],
         return None
     return _from_sessions(body, turn_ids, Path(reader.path)) if isinstance(body, dict) and \
         body.get("format") == CACHE_FORMAT else None
+
+
+# the matrix_refs part files read in this process, decoded once each (a part holds the references
+# of dozens of small tenants; reading a tenant's row group took 3-4 ms of a cold query)
+_REFERENCES: OrderedDict[str, tuple[tuple[int, int, int], dict[str, list[dict]]]] = OrderedDict()
+REFERENCE_FILES = 256
+
+
+def _references(reader, tenant: str) -> list[dict]:
+    """``tenant``'s rows of the ``matrix_refs`` table of ``reader``'s version."""
+    path = reader.table_file("matrix_refs", tenant)
+    try:
+        st = path.stat()
+    except OSError:
+        return []
+    sig = (st.st_ino, st.st_mtime_ns, st.st_size)
+    with _SESSION_STORES_LOCK:
+        hit = _REFERENCES.get(str(path))
+        if hit is not None and hit[0] == sig:
+            _REFERENCES.move_to_end(str(path))
+            return hit[1].get(tenant, [])
+    by_tenant: dict[str, list[dict]] = {}
+    try:
+        rows = pq.read_table(path).to_pylist()
+    except (OSError, pa.ArrowException) as exc:  # damaged: not trusted, the tenant is encoded instead
+        log.warning("%s unreadable (%s): token matrices of its tenants are encoded", path, str(exc)[:160])
+        return []
+    for row in rows:
+        by_tenant.setdefault(row["tenant_id"], []).append(row)
+    with _SESSION_STORES_LOCK:
+        _REFERENCES[str(path)] = (sig, by_tenant)
+        while len(_REFERENCES) > REFERENCE_FILES:
+            _REFERENCES.popitem(last=False)
+    return by_tenant.get(tenant, [])
 
 
 # one SessionStore per (store, session build key) in this process: its index of kept sessions
@@ -176,7 +213,10 @@ def _from_sessions(ref: dict, turn_ids: list[str], store: Path) -> TokenMatrix |
     if tv.token_ids is None or tv.token_vectors is None or len(row) != len(turn_ids) or set(row) != set(turn_ids):
         return None
     order = [row[t] for t in turn_ids]
-    return matrix_from_tokens(turn_ids, [tv.token_ids[i] for i in order], [tv.token_vectors[i] for i in order])
+    quantized = None if tv.token_int8 is None or tv.token_scales is None else \
+        ([tv.token_int8[i] for i in order], [tv.token_scales[i] for i in order])
+    return matrix_from_tokens(turn_ids, [tv.token_ids[i] for i in order], [tv.token_vectors[i] for i in order],
+                              quantized=quantized)
 
 
 def _store(tenant: str, path: Path, matrix: TokenMatrix) -> None:

@@ -151,6 +151,30 @@ def test_int8_similarity_is_the_exact_integer_product():
         np.testing.assert_allclose(sim(query), exact, rtol=0, atol=1e-5)
 
 
+def test_int8_shared_and_prepacked_graphs_give_the_same_floats(monkeypatch):
+    """A tenant's rows go through the process's shared graph (rows an input) until it is asked
+    PREPACK_AFTER times; then its own graph (rows a pre-packed constant) is built in the
+    background and answers from then on, with the very same floats."""
+    import time
+
+    monkeypatch.setattr(int8_maxsim, "PREPACK_MIN_ROWS", 100)
+    vectors, q = _probe()
+    sim = int8_maxsim.Int8Similarity(vectors)
+    first = sim(q)
+    for _ in range(int8_maxsim.PREPACK_AFTER):
+        np.testing.assert_array_equal(sim(q), first)
+    deadline = time.monotonic() + 60
+    while not sim.prepacked and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sim.prepacked
+    np.testing.assert_array_equal(sim(q), first)
+    small = int8_maxsim.Int8Similarity(vectors[:50])
+    for _ in range(2 * int8_maxsim.PREPACK_AFTER):
+        small(q)
+    time.sleep(0.2)
+    assert not small.prepacked  # too few rows to be worth a graph of their own
+
+
 def test_int8_similarity_is_close_to_the_dot_product():
     vectors, q = _probe()
     sim = int8_maxsim.Int8Similarity(vectors)(q)
@@ -230,3 +254,26 @@ def test_tenants_too_big_for_the_int8_model_use_the_float_path(matrix, monkeypat
     monkeypatch.setattr(late, "INT8_MAX_VALUES", matrix.vectors.size - 1)
     monkeypatch.setattr(late.TokenMatrix, "int8", property(lambda self: pytest.fail("int8 path used")))
     np.testing.assert_array_equal(late.maxsim(big, q_ids, q_vecs), exact)
+
+
+def test_kept_int8_rows_are_the_kernels_own_quantization(sample_store):
+    """The build keeps each turn's int8 rows beside its float16 vectors; a tenant's matrix read from
+    its kept sessions takes them, and its kernel gives the floats quantizing at the query gave."""
+    from memlib.compose.vectors import TurnVectors
+    from memlib.retrieve.tenant_cache import TenantCache
+
+    rng = np.random.default_rng(3)
+    tv = TurnVectors(["a", "b", "c"], np.zeros((3, 8), np.float32), [np.arange(n, dtype=np.int32) for n in (4, 0, 7)],
+                     [rng.normal(size=(n, 384)).astype(np.float16) for n in (4, 0, 7)])
+    back = TurnVectors.from_table(tv.table(["s"] * 3, ["t"] * 3, 8))
+    scale, v8 = int8_maxsim.quantize_rows(np.concatenate(tv.token_vectors))
+    assert np.array_equal(np.concatenate(back.token_int8), v8)
+    assert np.array_equal(np.concatenate(back.token_scales), scale)
+    assert [len(v) for v in back.token_int8] == [4, 0, 7]
+
+    cache = TenantCache(sample_store)
+    q = rng.normal(size=(5, 384)).astype(np.float32)
+    for tenant in cache.tenants():
+        m = matrix_cache.tenant_matrix(cache.get(tenant), token_encoder.get_encoder(1), None)
+        assert m.quantized is not None  # read from the kept sessions, int8 rows included
+        np.testing.assert_array_equal(m.int8(q), int8_maxsim.Int8Similarity(m.vectors)(q))
