@@ -282,3 +282,38 @@ def nightly_publisher(store: Path, nightly_input: Path, log_path: Path) -> Calla
 
 def cache_tenants_for(share: float, tenants: int) -> int:
     return max(1, math.ceil(share * tenants))
+
+
+def cold_round_robin(store: Path, cfg: MemlibConfig, strategies: list[str], rounds: int, k: int,
+                     embedder: Any = None) -> dict[str, Any]:
+    """Every request cold: one client asks the store's tenants in turn, the cache holding one
+    tenant; per strategy the latency of those first queries, and of a second query to the same
+    tenant right after (warm), in the same run."""
+    queries = tenant_queries(store)
+    tenants = sorted(queries)
+    if len(tenants) < 2:
+        raise ValueError(f"{store}: --cold needs at least two tenants with questions or turns")
+    cfg.serve.cache_tenants, cfg.serve.preload_tenants = 1, 0
+    client = InProcess(store, cfg, embedder=embedder)
+    out: dict[str, Any] = {"tenants": len(tenants), "rounds": rounds, "strategies": {}}
+    try:
+        for name in strategies:
+            cold, warm = [], []
+            for r in range(rounds):
+                for t in tenants:
+                    q = queries[t][r % len(queries[t])]
+                    t0 = time.perf_counter()
+                    was_cold = client.search(t, q, name, k)
+                    t1 = time.perf_counter()
+                    client.search(t, queries[t][(r + 1) % len(queries[t])], name, k)
+                    t2 = time.perf_counter()
+                    if was_cold:
+                        cold.append((t1 - t0) * 1000.0)
+                        warm.append((t2 - t1) * 1000.0)
+            out["strategies"][name] = {"cold": _pct(cold), "warm": _pct(warm), "cold_requests": len(cold),
+                                       "cold_over_warm_p50": round(float(np.median(cold) / np.median(warm)), 2)
+                                       if cold else None}
+        out.update(client.info())
+    finally:
+        client.close()
+    return out

@@ -48,6 +48,9 @@ def register(bench_app: typer.Typer) -> None:
                                                               "its version is served")] = None,
         publish_after: Annotated[float, typer.Option("--publish-after", help="seconds of timed load before the "
                                                      "nightly run starts")] = 60.0,
+        cold: Annotated[Optional[int], typer.Option("--cold", help="every request cold: ROUNDS over the store's "
+                                                    "tenants in turn, a cache of one tenant, one client, in process; "
+                                                    "each first query paired with a warm second one")] = None,
         http: Annotated[bool, typer.Option("--http/--in-process", help="with --zipf: through the Ray Serve "
                                            "service (one replica) instead of in process")] = False,
         config: ConfigOpt = None,
@@ -63,6 +66,14 @@ def register(bench_app: typer.Typer) -> None:
             names = parse_strategies(strategies)
         except KeyError as exc:
             fail(str(exc))
+            return
+        if cold is not None:
+            from jobs.bench.serve_tenants import cold_round_robin
+
+            try:
+                typer.echo(json.dumps(cold_round_robin(store, cfg, names, max(1, cold), k)))
+            except ValueError as exc:
+                fail(str(exc))
             return
         if zipf is not None:
             _many_tenants(store, cfg, names, requests, concurrency, zipf, cache_share, k, warm, publish_input,

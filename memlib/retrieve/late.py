@@ -10,9 +10,8 @@ matrix cache in memory and on disk (:mod:`memlib.retrieve.matrix_cache`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
@@ -22,18 +21,33 @@ if TYPE_CHECKING:
     from memlib.retrieve.token_encoder import TokenEncoder
 
 
-@dataclass(frozen=True, eq=False)
 class TokenMatrix:
     """All content tokens of a tenant's turns: ``vectors[i]`` belongs to turn ``owner[i]``
-    (turn position in ``turn_ids``); ``idf`` per vocabulary id over those turns."""
+    (turn position in ``turn_ids``); ``idf`` per vocabulary id over those turns.
 
-    turn_ids: tuple[str, ...]   # turn node ids, conversation order
-    owner: np.ndarray           # (T,) int32
-    vectors: np.ndarray         # (T, dim) float16: as stored on disk, half the memory of float32
-    idf: np.ndarray             # (vocab,) float32
-    # the vectors' int8 rows (T, dim) and scales (T,) as the build kept them, when it did: the int8
-    # kernel then takes them instead of quantizing the tenant at its first query
-    quantized: tuple[np.ndarray, np.ndarray] | None = None
+    ``vectors`` (T, dim) float16, as stored on disk (half the memory of float32), may be given
+    as a function making them: a matrix read from kept sessions joins its turns' vectors only
+    when something reads them (the exact kernel, the first stage of big tenants), not for the
+    int8 kernel. ``quantized``: the vectors' int8 rows and float32 scales as the build kept
+    them, each one array or a list of per-turn arrays; the int8 kernel then takes them instead
+    of quantizing the tenant at its first query."""
+
+    def __init__(self, turn_ids: Sequence[str], owner: np.ndarray, vectors: np.ndarray | Callable[[], np.ndarray],
+                 idf: np.ndarray, quantized: tuple[Any, Any] | None = None, dim: int | None = None):
+        self.turn_ids: tuple[str, ...] = tuple(turn_ids)   # turn node ids, conversation order
+        self.owner = owner                                  # (T,) int32
+        self.idf = idf                                      # (vocab,) float32
+        self.quantized = quantized
+        if callable(vectors):
+            self._make_vectors = vectors
+            self.dim = int(dim if dim is not None else 384)
+        else:
+            self.__dict__["vectors"] = vectors
+            self.dim = int(vectors.shape[1]) if vectors.ndim == 2 else int(dim or 384)
+
+    @cached_property
+    def vectors(self) -> np.ndarray:
+        return self._make_vectors()
 
     @property
     def n_turns(self) -> int:
@@ -50,13 +64,15 @@ class TokenMatrix:
     def int8_ok(self) -> bool:
         """Whether :class:`Int8Similarity` can hold these vectors (some, and within
         :data:`INT8_MAX_VALUES`)."""
-        return 0 < self.vectors.size <= INT8_MAX_VALUES
+        return 0 < self.owner.size * self.dim <= INT8_MAX_VALUES
 
     @cached_property
     def int8(self) -> Int8Similarity:
         if self.quantized is None:
+            self.int8_from = "quantized"
             return Int8Similarity(self.vectors)
-        v8, scale = self.quantized
+        v8, scale = (p if isinstance(p, np.ndarray) else np.concatenate(p) for p in self.quantized)
+        self.quantized, self.int8_from = None, "kept"  # the kernel holds its own (transposed) copy
         return Int8Similarity(quantized=(scale, transposed(v8)))
 
     @cached_property
@@ -82,7 +98,7 @@ def maxsim(matrix: TokenMatrix, q_ids: np.ndarray, q_vecs: np.ndarray, use_idf: 
     """Per-turn ``sum_q w_q * max_t cos(q, t)`` (w = idf or 1); turns without tokens score 0.
     Similarities come from :class:`Int8Similarity` unless ``exact`` (numpy float32)."""
     scores = np.zeros(matrix.n_turns, dtype=np.float32)
-    if q_vecs.shape[0] == 0 or matrix.vectors.shape[0] == 0:
+    if q_vecs.shape[0] == 0 or matrix.owner.size == 0:
         return scores
     sim = (matrix.float32 @ q_vecs.T).T if exact or not matrix.int8_ok else matrix.int8(q_vecs)   # (Q, T)
     owners, starts = matrix.groups
@@ -115,17 +131,20 @@ def matrix_from_tokens(turn_ids: Sequence[str], token_ids: Sequence[np.ndarray],
     owner = np.concatenate([np.full(len(ids), i, dtype=np.int32) for i, ids in enumerate(token_ids)] or
                            [np.zeros(0, dtype=np.int32)])
     tok = np.concatenate([np.asarray(ids, dtype=np.int64) for ids in token_ids] or [np.zeros(0, dtype=np.int64)])
-    vectors = np.concatenate([np.asarray(v, dtype=np.float16) for v in token_vectors] or
-                             [np.zeros((0, 384), np.float16)])
+    parts = list(token_vectors)
+    dim = next((int(v.shape[1]) for v in parts if np.ndim(v) == 2), 384)
+
+    def vectors() -> np.ndarray:
+        return np.concatenate([np.asarray(v, dtype=np.float16).reshape(-1, dim) for v in parts] or
+                              [np.zeros((0, dim), np.float16)])
+
     if vocab_size is None:
         from memlib.embed.minilm_backend import vocab_size as minilm_vocab_size
 
         vocab_size = minilm_vocab_size()
-    vocab = vocab_size
     packed = None
-    if quantized is not None and len(quantized[0]):
-        packed = (np.concatenate([np.asarray(v, np.int8) for v in quantized[0]]),
-                  np.concatenate([np.asarray(s, np.float32) for s in quantized[1]]))
-        if packed[0].shape != vectors.shape or packed[1].shape != (vectors.shape[0],):
-            packed = None  # not the rows of these vectors: quantized at the first query instead
-    return TokenMatrix(tuple(turn_ids), owner, vectors, token_idf(owner, tok, len(turn_ids), vocab), packed)
+    if quantized is not None and len(quantized[0]) == len(parts) and parts:
+        rows, scales = list(quantized[0]), list(quantized[1])
+        fits = all(np.shape(r) == np.shape(v) and np.shape(s) == (len(v),) for r, s, v in zip(rows, scales, parts))
+        packed = (rows, scales) if fits else None  # else not the rows of these vectors: quantized when first used
+    return TokenMatrix(tuple(turn_ids), owner, vectors, token_idf(owner, tok, len(turn_ids), vocab_size), packed, dim)
