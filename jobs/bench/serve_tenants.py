@@ -231,9 +231,10 @@ def run(client: Any, queries: dict[str, list[str]], strategies: list[str], reque
 
     for th in phase(jobs[:warm], timed=False):
         th.join()
+    start = time.monotonic()
+    log.counts.append((start, *client.counts()))  # the window's first sample, however short the run
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    start = time.monotonic()
     threads = phase(jobs[warm:], timed=True)
     out: dict[str, Any] = {}
     began = None

@@ -141,6 +141,9 @@ class StoreReader:
     def tenants(self) -> list[str]:
         return sorted(self.manifest.get("tenants", {}))
 
+    def has_tenant(self, tenant: str) -> bool:
+        return tenant in self.manifest.get("tenants", {})
+
     def tenant_counts(self) -> dict[str, dict[str, Any]]:
         """Tenant -> {"nodes_by_kind", "edges_by_kind", "questions"} of this version; empty for a
         version written before the file existed, or whose file is damaged (then the counts are

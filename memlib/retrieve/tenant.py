@@ -177,7 +177,7 @@ class TenantIndex:
     """One tenant's retrieval view over a pinned store version."""
 
     def __init__(self, reader: StoreReader, tenant: str, embedder: QueryEmbedder | None = None):
-        if tenant not in reader.tenants():
+        if not reader.has_tenant(tenant):
             raise KeyError(f"unknown tenant {tenant!r} in store {reader.path} "
                            f"(version {reader.version}); known: {', '.join(reader.tenants()[:20])}")
         self.reader = reader

@@ -65,6 +65,10 @@ class TenantCache:
     _reader: StoreReader | None = field(default=None, repr=False)
     _items: "OrderedDict[str, TenantIndex]" = field(default_factory=OrderedDict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _loading: dict[str, threading.Lock] = field(default_factory=dict, repr=False)  # tenant -> its opening
+    _sizes: dict[str, int] = field(default_factory=dict, repr=False)  # loaded tenant -> bytes when last asked
+    _total: int = field(default=0, repr=False)  # the sum of _sizes
+    _manifest_sig: tuple | None = field(default=None, repr=False)  # manifest.json's (inode, mtime, size) read last
     stats: CacheStats = field(default_factory=CacheStats, repr=False)
     on_load: Callable[[str, float], None] | None = field(default=None, repr=False)  # (tenant, seconds) per miss
 
@@ -84,11 +88,23 @@ class TenantCache:
     def tenants(self) -> list[str]:
         return self.reader.tenants()
 
+    def has_tenant(self, tenant: str) -> bool:
+        """Whether the version served holds ``tenant`` (no sorting of its tenants, as tenants() does)."""
+        return self.reader.has_tenant(tenant)
+
     def refresh(self, embedder: QueryEmbedder | None = None) -> bool:
         """Switch to the currently published version; True when it changed. ``embedder``: the
         query embedder of that version, swapped in with it (a version built in another vector
         space: then no loaded tenant is kept)."""
+        try:
+            st = (self.store / "manifest.json").stat()
+            sig = (st.st_ino, st.st_mtime_ns, st.st_size)
+        except OSError:
+            sig = None
+        if sig is not None and sig == self._manifest_sig and self._reader is not None:
+            return False  # not replaced since it was read (a publish swaps in a new file)
         manifest = read_manifest(self.store)
+        self._manifest_sig = sig
         if manifest is None or (self._reader is not None and manifest["version"] == self._reader.version):
             return False
         old = self._reader
@@ -106,42 +122,69 @@ class TenantCache:
             self.stats.kept_on_refresh += len(items)
             self.stats.dropped_on_refresh += len(self._items) - len(items)
             self._items = items
+            self._sizes = {t: self._sizes.get(t, 0) for t in items}
+            self._total = sum(self._sizes.values())
         return True
 
     def get(self, tenant: str) -> TenantIndex:
+        """The tenant's view: a hit under the lock, a miss opened outside it (requests for loaded
+        tenants never wait for another tenant's load; concurrent misses of one tenant open it once)."""
         with self._lock:
-            idx = self._items.get(tenant)
+            idx = self._hit(tenant)
             if idx is not None:
-                self._items.move_to_end(tenant)
-                self.stats.hits += 1
-                self._trim(keep=tenant)
                 return idx
-            idx = TenantIndex(self.reader, tenant, self.embedder)
-            self.stats.misses += 1
-            self.stats.load_s = self.stats.load_s[-999:] + [idx.load_s]
-            self._items[tenant] = idx
-            self._trim(keep=tenant)
+            reader = self.reader
+            loading = self._loading.setdefault(tenant, threading.Lock())
+        with loading:
+            with self._lock:
+                idx = self._hit(tenant)
+                if idx is not None:
+                    return idx
+            try:
+                idx = TenantIndex(reader, tenant, self.embedder)
+            finally:
+                with self._lock:
+                    self._loading.pop(tenant, None)
+            with self._lock:
+                self.stats.misses += 1
+                self.stats.load_s = self.stats.load_s[-999:] + [idx.load_s]
+                if reader is self._reader:  # not a version replaced while it opened
+                    self._items[tenant] = idx
+                    self._sizes[tenant] = idx.nbytes
+                    self._total += self._sizes[tenant]
+                    self._trim(keep=tenant)
         if self.on_load is not None:
             self.on_load(tenant, idx.load_s)
         return idx
 
+    def _hit(self, tenant: str) -> TenantIndex | None:
+        """(Under the lock.) A loaded tenant, now the most recently used, its size brought up to
+        date (what its strategies memoized since it was last asked)."""
+        idx = self._items.get(tenant)
+        if idx is None:
+            return None
+        self._items.move_to_end(tenant)
+        self.stats.hits += 1
+        size = idx.nbytes
+        self._total += size - self._sizes.get(tenant, 0)
+        self._sizes[tenant] = size
+        self._trim(keep=tenant)
+        return idx
+
     def _trim(self, keep: str) -> None:
         """Evict least recently used tenants (never ``keep``, the one just asked for) while the
-        cache holds more than its bounds (sizes as they are now: strategies memoize as they run)."""
-        if self.max_tenants is not None:
-            while len(self._items) > self.max_tenants and next(iter(self._items)) != keep:
-                self._items.popitem(last=False)
-                self.stats.evictions += 1
-        if self.max_bytes is not None:
-            total = sum(i.nbytes for i in self._items.values())
-            while total > self.max_bytes and len(self._items) > 1 and next(iter(self._items)) != keep:
-                _, gone = self._items.popitem(last=False)
-                total -= gone.nbytes
-                self.stats.evictions += 1
+        cache holds more than its bounds (each tenant's size as of when it was last asked:
+        strategies memoize as they run)."""
+        while self._items and next(iter(self._items)) != keep and (
+                (self.max_tenants is not None and len(self._items) > self.max_tenants)
+                or (self.max_bytes is not None and self._total > self.max_bytes and len(self._items) > 1)):
+            gone, _ = self._items.popitem(last=False)
+            self._total -= self._sizes.pop(gone, 0)
+            self.stats.evictions += 1
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the loaded tenants."""
+        """Bytes of the loaded tenants (as of now)."""
         with self._lock:
             return sum(i.nbytes for i in self._items.values())
 

@@ -223,7 +223,7 @@ class SearchService:
 
     def index(self, tenant: str) -> TenantIndex:
         check_tenant_id(tenant)
-        if tenant not in self.cache.tenants():
+        if not self.cache.has_tenant(tenant):
             raise ApiError(ErrorCode.UNKNOWN_TENANT, f"tenant {tenant!r} is not in store version {self.cache.version}")
         known = self.broken.get(tenant, "")
         if known.startswith(FILES_UNREADABLE):  # do not reread a corrupt file on every request

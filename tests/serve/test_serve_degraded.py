@@ -1,7 +1,7 @@
 """The service under a damaged store and hostile requests, over real HTTP against the Ray Serve app
 (issue 16, items 10 and 12). One store built by `memlib build` from the bundled sample, then
-maya's turns file overwritten in the middle (a ZSTD page that no longer decodes) and raj's graph
-file truncated; one Serve start for the module."""
+maya's turns file overwritten in the middle (a ZSTD page that no longer decodes) and its turns view
+truncated, and raj's graph file truncated; one Serve start for the module."""
 from __future__ import annotations
 
 import socket
@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from memlib.io.store import StoreReader
+from memlib.io.views import VIEW_TURNS, view_path
 from tests.serve.conftest import ADMIN, build_sample, serve_config
 
 pytestmark = pytest.mark.ray
@@ -31,6 +32,9 @@ def damaged_store(tmp_path_factory):
     footer = int.from_bytes(data[-8:-4], "little") + 8  # keep the footer: the file opens, its pages do not decode
     data[4:len(data) - footer] = b"\xa5" * (len(data) - footer - 4)
     turns.write_bytes(bytes(data))
+    # and its turns view, which a tenant opens from first (a damaged view alone: read from the table)
+    view = view_path(reader.version_dir, VIEW_TURNS, reader.part_of("maya"))
+    view.write_bytes(view.read_bytes()[: view.stat().st_size // 2])
     graph = reader.graph_file("raj")
     graph.write_bytes(graph.read_bytes()[: graph.stat().st_size // 3])
     return out
