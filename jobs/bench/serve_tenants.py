@@ -122,11 +122,16 @@ class InProcess:
         cache, st = self.service.cache, self.service.cache.stats
         opened = np.asarray(st.load_s or [0.0]) * 1000.0
         rss = int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines() if ":" in line)
+        kib = lambda key: int(status.get(key, "0 kB").split()[0])  # noqa: E731
         return {"version": cache.version, "cached_tenants": len(cache), "cache_bytes": cache.nbytes,
                 "evictions": st.evictions, "kept_on_refresh": st.kept_on_refresh,
                 "dropped_on_refresh": st.dropped_on_refresh,
                 "open_p50_ms": round(float(np.percentile(opened, 50)), 2),
-                "open_p99_ms": round(float(np.percentile(opened, 99)), 2), "rss_mb": round(rss / 2**20, 1)}
+                "open_p99_ms": round(float(np.percentile(opened, 99)), 2), "rss_mb": round(rss / 2**20, 1),
+                # of the RSS: the process's own memory, and pages of mapped store files (tenant views,
+                # kept token vectors: page cache the kernel may drop and read again)
+                "rss_anon_mb": round(kib("RssAnon") / 1024, 1), "rss_file_mb": round(kib("RssFile") / 1024, 1)}
 
     def version(self) -> str:
         return self.service.cache.version

@@ -190,6 +190,8 @@ class SearchService:
         (a rebuild with another embedder) is served only once its query embedder is loaded; if
         that fails (a contradicting config, a model that cannot load) the service keeps the
         version it has and logs why."""
+        if not self.cache.may_have_changed():
+            return False
         manifest = read_manifest(self.cache.store)
         if (self.own_embedder and manifest is not None and manifest.get("version") != self.cache.version
                 and built_space(manifest) != self.space):
