@@ -52,8 +52,13 @@ def write_part(version_dir: str | Path, built: list[dict[str, Any]]) -> tuple[st
         if tables:
             writer.write_table(name, part, pa.concat_tables(tables))
     writer.write_graphs(part, {k: v for t in built for k, v in t["graphs"].items() if v is not None})
-    for name, table in ((VIEW_NODES, "nodes"), (VIEW_TURNS, "turns")):  # what a server maps to open a tenant
-        write_view(view_path(version_dir, name, part), name, {tenant: t[table] for tenant, t in zip(tenants, built)})
+    # what a server maps to open a tenant; its token-matrix reference kept with its turns
+    refs = {tenant: {"matrix_ref": {k: v for k, v in t["matrix_refs"].to_pylist()[0].items() if k != "tenant_id"}}
+            for tenant, t in zip(tenants, built) if t.get("matrix_refs") is not None and t["matrix_refs"].num_rows}
+    by_tenant = dict(zip(tenants, built))
+    write_view(view_path(version_dir, VIEW_NODES, part), VIEW_NODES, {k: t["nodes"] for k, t in by_tenant.items()})
+    write_view(view_path(version_dir, VIEW_TURNS, part), VIEW_TURNS, {k: t["turns"] for k, t in by_tenant.items()},
+               refs)
     nodes = pa.concat_tables([t["nodes"] for t in built], promote_options="permissive")
     return part, str(replace_parquet(nodes, staged_path(version_dir, "nodes", part)))
 

@@ -38,7 +38,7 @@ READ_THREADS = 4  # blocks read at once by SessionStore.read
 # decoded blocks a SessionStore keeps: small tenants built one after another share blocks (a
 # block holds up to ray.block_turns turns of many tenants), which were decoded once per tenant
 BLOCK_CACHE = 8
-MAPPED_BLOCKS = 256
+MAPPED_BLOCKS = 1024
 VECTORS = "turn_vectors"
 # the turn vectors (token vectors included: most of a kept session's bytes) are an uncompressed
 # Arrow IPC file, memory-mapped when read: a tenant's sessions are read back without decoding or

@@ -139,17 +139,17 @@ class PartsCarrier:
     def _rewrite_view(name: str, sources: list[Path], tenants: list[str], out: Path) -> bool:
         """View ``name`` of ``tenants`` from the view files ``sources`` into ``out``; False (``out``
         not written) when a tenant is in none of them or a file cannot be read."""
-        found: dict[str, pa.Table] = {}
+        found: dict[str, tuple[pa.Table, dict]] = {}
         try:
             for f in sources:
-                for t, batch in read_batches(f).items():
+                for t, (batch, meta) in read_batches(f).items():
                     if t in tenants:
-                        found.setdefault(t, pa.Table.from_batches([batch]))
-        except (ViewError, OSError):
+                        found.setdefault(t, (pa.Table.from_batches([batch]), meta))
+        except (ViewError, OSError, ValueError):
             found = {}
         if set(found) != set(tenants):
             out.unlink(missing_ok=True)
             return False
-        write_view(out, name, {t: found[t] for t in tenants})
+        write_view(out, name, {t: found[t][0] for t in tenants}, {t: found[t][1] for t in tenants})
         return True
 

@@ -212,6 +212,12 @@ class StoreReader:
             raise ViewError(f"the manifest of version {self.version} does not count tenant {tenant!r}'s rows")
         return VIEWS.tenant(view_path(self.version_dir, name, entry[PART_KEY]), tenant, rows)
 
+    def view_meta(self, name: str, tenant: str) -> dict[str, Any]:
+        """The JSON object the view ``name`` keeps with ``tenant``'s batch (the turns view: its
+        ``matrix_ref``); :class:`~memlib.io.views.ViewError` as :meth:`view`."""
+        self.view(name, tenant)  # the batch must be trusted before what it carries
+        return VIEWS.meta(view_path(self.version_dir, name, self.manifest["tenants"][tenant][PART_KEY]), tenant)
+
     def missing_files(self, tenant: str) -> list[str]:
         """The files ``tenant``'s published data needs that are gone (its turns; its edges,
         segments and graph when the manifest counts any), as paths under the version directory."""

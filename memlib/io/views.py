@@ -22,7 +22,7 @@ import json
 import threading
 from collections import OrderedDict
 from pathlib import Path
-from typing import BinaryIO, Iterable, Mapping
+from typing import Any, BinaryIO, Iterable, Mapping
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -38,6 +38,7 @@ VIEW_SUFFIX = ".arrow"
 VIEW_FORMAT = "1"
 TENANTS_KEY = b"memlib.tenants"
 FORMAT_KEY = b"memlib.view_format"
+META_KEY = "memlib.tenant"  # a batch's custom metadata: the tenant's JSON object (write_view's meta)
 VIEW_NODE_COLUMNS = ["node_id", "kind", "text", "time", "session_id", "provenance", "attributes", "importance"]
 VIEW_TURN_COLUMNS = ["node_id", "turn_id", "session_id", "session_index", "session_time", "turn_index",
                      "speaker", "role", "text"]
@@ -60,9 +61,12 @@ def _ordered(name: str, table: pa.Table) -> pa.Table:
     return table
 
 
-def write_view(path: Path, name: str, tables: Mapping[str, pa.Table]) -> Path:
+def write_view(path: Path, name: str, tables: Mapping[str, pa.Table],
+               meta: Mapping[str, Mapping[str, Any]] | None = None) -> Path:
     """Write view ``name`` of a part: ``tables`` maps each tenant to its rows (any column order,
-    extra columns dropped; turns are put in conversation order)."""
+    extra columns dropped; turns are put in conversation order); ``meta``: per tenant, a JSON
+    object kept with its batch (:meth:`ViewFiles.meta`; the turns view holds the tenant's
+    ``auto`` token-matrix reference there)."""
     tenants = list(tables)
     if not tenants:
         return path
@@ -78,10 +82,13 @@ def write_view(path: Path, name: str, tables: Mapping[str, pa.Table]) -> Path:
         batches.append(rb[0] if rb else pa.record_batch([pa.array([], f.type) for f in base], schema=base))
     sch = base.with_metadata({TENANTS_KEY: json.dumps(tenants).encode("utf-8"), FORMAT_KEY: VIEW_FORMAT.encode()})
 
+    meta = meta or {}
+
     def write(fh: BinaryIO) -> None:
         with pa.ipc.new_file(fh, sch) as writer:
-            for b in batches:
-                writer.write_batch(b)
+            for t, b in zip(tenants, batches):
+                extra = meta.get(t)
+                writer.write_batch(b, custom_metadata={META_KEY: json.dumps(extra)} if extra else None)
 
     path.parent.mkdir(parents=True, exist_ok=True)
     return atomic_write(path, write)
@@ -130,6 +137,30 @@ class ViewFiles:
         """``tenant``'s batch of the view file at ``path`` (views of the mapped pages). Raises
         :class:`ViewError` when the file is missing or unreadable, does not hold the tenant, or
         (``rows`` given) holds another number of rows for it."""
+        mapped, i = self._find(path, tenant)
+        try:
+            batch = mapped.reader.get_batch(i)
+        except (OSError, pa.ArrowException) as exc:
+            raise ViewError(f"{path}: batch of {tenant!r} unreadable ({str(exc)[:160]})") from None
+        if rows is not None and batch.num_rows != rows:
+            raise ViewError(f"{path}: {batch.num_rows} rows for tenant {tenant!r}, the manifest counts {rows}")
+        return batch
+
+    def meta(self, path: Path, tenant: str) -> dict[str, Any]:
+        """The JSON object kept with ``tenant``'s batch (empty when none); :class:`ViewError` as
+        :meth:`tenant`, or when it is not a JSON object."""
+        mapped, i = self._find(path, tenant)
+        try:
+            _, custom = mapped.reader.get_batch_with_custom_metadata(i)
+            raw = (custom or {}).get(META_KEY.encode())
+            value = json.loads(raw.decode("utf-8")) if raw else {}
+        except (OSError, ValueError, pa.ArrowException) as exc:
+            raise ViewError(f"{path}: metadata of {tenant!r} unreadable ({str(exc)[:160]})") from None
+        if not isinstance(value, dict):
+            raise ViewError(f"{path}: metadata of {tenant!r} is not a JSON object")
+        return value
+
+    def _find(self, path: Path, tenant: str) -> tuple["_Mapped", int]:
         key = str(path)
         try:
             sig = _signature(path)
@@ -150,22 +181,21 @@ class ViewFiles:
         i = mapped.batch_of.get(tenant)
         if i is None:
             raise ViewError(f"{path}: holds no view of tenant {tenant!r}")
-        try:
-            batch = mapped.reader.get_batch(i)
-        except (OSError, pa.ArrowException) as exc:
-            raise ViewError(f"{path}: batch of {tenant!r} unreadable ({str(exc)[:160]})") from None
-        if rows is not None and batch.num_rows != rows:
-            raise ViewError(f"{path}: {batch.num_rows} rows for tenant {tenant!r}, the manifest counts {rows}")
-        return batch
+        return mapped, i
 
 
 VIEWS = ViewFiles()  # the process's mapped view files
 
 
-def read_batches(path: Path) -> dict[str, pa.RecordBatch]:
-    """Every tenant's batch of a view file (a part being rewritten)."""
+def read_batches(path: Path) -> dict[str, tuple[pa.RecordBatch, dict[str, Any]]]:
+    """Every tenant's batch of a view file and its metadata (a part being rewritten)."""
     mapped = _Mapped(path)
-    return {t: mapped.reader.get_batch(i) for t, i in mapped.batch_of.items()}
+    out = {}
+    for t, i in mapped.batch_of.items():
+        batch, custom = mapped.reader.get_batch_with_custom_metadata(i)
+        raw = (custom or {}).get(META_KEY.encode())
+        out[t] = (batch, json.loads(raw.decode("utf-8")) if raw else {})
+    return out
 
 
 def views_from_tables(reader, version_dir: Path, parts: Mapping[str, list[str]]) -> int:
@@ -186,8 +216,13 @@ def views_from_tables(reader, version_dir: Path, parts: Mapping[str, list[str]])
         turn_groups = _groups(turns)
         write_view(view_path(version_dir, VIEW_NODES, part), VIEW_NODES,
                    {t: by_tenant.get(t, nodes.schema.empty_table()) for t in members})
+        refs: dict[str, dict[str, Any]] = {}
+        for f in sorted({reader.table_file("matrix_refs", t) for t in members}):
+            if f.exists():
+                for row in of_tenants(pq.read_table(f), members).to_pylist():
+                    refs[row.pop("tenant_id")] = {"matrix_ref": row}
         write_view(view_path(version_dir, VIEW_TURNS, part), VIEW_TURNS,
-                   {t: turn_groups.get(t, turns.schema.empty_table()) for t in members})
+                   {t: turn_groups.get(t, turns.schema.empty_table()) for t in members}, refs)
         written += 2
     return written
 

@@ -131,7 +131,7 @@ def _from_reference(reader, tenant: str, key: str, turn_ids: list[str],
                     cache_dir: str | Path | None) -> TokenMatrix | None:
     """The matrix the tenant's reference names when it encodes ``key``: its ``matrix_refs`` row,
     or a reference file of an earlier store layout; None when there is none (the caller encodes)."""
-    rows = [r for r in _references(reader, tenant) if r["content_key"] == key]
+    rows = [r for r in _view_reference(reader, tenant) or _references(reader, tenant) if r["content_key"] == key]
     if rows:
         return _from_sessions(rows[0], turn_ids, Path(reader.path))
     legacy = _reference_file(tenant, key, Path(cache_dir)) if cache_dir else None
@@ -149,6 +149,18 @@ def _from_reference(reader, tenant: str, key: str, turn_ids: list[str],
 # of dozens of small tenants; reading a tenant's row group took 3-4 ms of a cold query)
 _REFERENCES: OrderedDict[str, tuple[tuple[int, int, int], dict[str, list[dict]]]] = OrderedDict()
 REFERENCE_FILES = 256
+
+
+def _view_reference(reader, tenant: str) -> list[dict]:
+    """The reference the tenant's turns view keeps (memlib/io/views.py); none when the version has
+    no trusted view of it (then the ``matrix_refs`` table is read)."""
+    from memlib.io.views import VIEW_TURNS, ViewError
+
+    try:
+        ref = reader.view_meta(VIEW_TURNS, tenant).get("matrix_ref")
+    except (ViewError, AttributeError):  # AttributeError: a reader of another kind
+        return []
+    return [ref] if isinstance(ref, dict) else []
 
 
 def _references(reader, tenant: str) -> list[dict]:

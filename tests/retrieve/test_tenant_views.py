@@ -67,6 +67,27 @@ def test_views_hold_the_tables_rows_in_their_order(sample_store):
             assert vt.column(col).to_pylist() == turns.column(col).to_pylist(), (tenant, col)
 
 
+def test_the_turns_view_keeps_the_token_matrix_reference(sample_store, monkeypatch):
+    """auto's token-matrix reference travels with the tenant's turns view: a cold tenant reads it
+    there, not from the matrix_refs table."""
+    from memlib.retrieve import matrix_cache, token_encoder
+
+    r = StoreReader(sample_store)
+    for tenant in r.tenants():
+        row = r.table("matrix_refs", tenant).to_pylist()[0]
+        row.pop("tenant_id")
+        assert r.view_meta(VIEW_TURNS, tenant) == {"matrix_ref": row}
+
+    def no_table(*a, **k):
+        raise AssertionError("the matrix_refs table should not be read")
+
+    monkeypatch.setattr(matrix_cache, "_references", no_table)
+    cache = _cache(sample_store)
+    for tenant in cache.tenants():
+        m = matrix_cache.tenant_matrix(cache.get(tenant), token_encoder.get_encoder(1), None)
+        assert m.int8_from == "kept" and m.n_turns == len(cache.get(tenant).turn_order)
+
+
 def test_a_tenant_opened_from_its_views_answers_as_from_the_tables(sample_store, tmp_path):
     tables = _without_views(sample_store, tmp_path / "tables")
     by_view, by_table = _cache(sample_store), _cache(tables)
@@ -92,7 +113,7 @@ def test_a_damaged_or_disagreeing_view_is_not_trusted(sample_store, tmp_path, da
     if damage == "torn":
         nodes.write_bytes(nodes.read_bytes()[: nodes.stat().st_size // 2])
     elif damage == "short":
-        batches = {t: pa.Table.from_batches([b]) for t, b in read_batches(nodes).items()}
+        batches = {t: pa.Table.from_batches([b]) for t, (b, _) in read_batches(nodes).items()}
         batches[tenant] = batches[tenant].slice(0, batches[tenant].num_rows - 1)
         write_view(nodes, VIEW_NODES, batches)
     else:
@@ -138,4 +159,5 @@ def test_a_store_without_views_gets_them_as_its_parts_are_carried(sample_store, 
         assert new.view(VIEW_NODES, tenant).column("node_id").to_pylist() == \
             new.nodes(tenant).column("node_id").to_pylist()
         assert new.view(VIEW_TURNS, tenant).num_rows == base.manifest["tenants"][tenant]["turns"]
+        assert new.view_meta(VIEW_TURNS, tenant)["matrix_ref"]["sessions"]
     assert _cache(old).get(tenants[0]).view_used
