@@ -294,7 +294,7 @@ class SessionStore:
         if whole:  # every session of the block is wanted
             return TurnVectors.from_table(t)
         keep = pc.is_in(t.column("session_key"), value_set=wanted).to_numpy(zero_copy_only=False)
-        return TurnVectors.from_table(t).subset(np.flatnonzero(keep))  # views, no copy
+        return TurnVectors.from_table(t, rows=np.flatnonzero(keep))  # views of those rows, no copy
 
     # ---- forgetting ------------------------------------------------------------------------------
     def retain(self, live: set[str], *, rewrite: bool = False) -> dict[str, int]:

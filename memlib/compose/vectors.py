@@ -94,47 +94,68 @@ class TurnVectors:
                            pick(self.token_int8), pick(self.token_scales))
 
     @classmethod
-    def from_table(cls, table: pa.Table) -> TurnVectors:
+    def from_table(cls, table: pa.Table, rows: np.ndarray | None = None) -> TurnVectors:
+        """The turns of ``table`` (turn_vectors rows), or only those at positions ``rows``
+        (ascending): their token arrays are views of the table's buffers, made for those rows
+        alone (a cold tenant reads a few sessions of blocks holding many)."""
         emb = table.column("vector").combine_chunks()
         dim = emb.type.list_size
         vectors = emb.values.to_numpy(zero_copy_only=False).reshape(-1, dim).astype(np.float32, copy=False)
+        names = table.column("node_id").to_pylist()
+        if rows is not None:
+            rows = np.asarray(rows, dtype=np.int64)
+            vectors, names = vectors[rows], [names[i] for i in rows.tolist()]
         tok_ids = table.column("token_ids")
         if table.num_rows and tok_ids.null_count == 0:
-            ids = list_views(tok_ids)
+            ids = list_views(tok_ids, rows=rows)
             vecs = [v.reshape(-1, TOKEN_DIM) for v in binary_views(table.column("token_vectors"), np.float16,
-                                                                   empty=True)]
+                                                                   empty=True, rows=rows)]
             v8 = scales = None
             if "token_int8" in table.column_names and table.column("token_int8").null_count == 0 \
                     and table.column("token_scales").null_count == 0:
-                v8 = [v.reshape(-1, TOKEN_DIM) for v in binary_views(table.column("token_int8"), np.int8, empty=True)]
-                scales = binary_views(table.column("token_scales"), np.float32, empty=True)
-            return cls(table.column("node_id").to_pylist(), vectors, ids, vecs, v8, scales)
-        return cls(table.column("node_id").to_pylist(), vectors)
+                v8 = [v.reshape(-1, TOKEN_DIM)
+                      for v in binary_views(table.column("token_int8"), np.int8, empty=True, rows=rows)]
+                scales = binary_views(table.column("token_scales"), np.float32, empty=True, rows=rows)
+            return cls(names, vectors, ids, vecs, v8, scales)
+        return cls(names, vectors)
 
 
-def list_views(column: pa.ChunkedArray, dtype: Any = np.int32) -> list[np.ndarray]:
-    """Per row of a list column: a numpy view of its values as ``dtype`` (no copy when they have
-    that type; an empty array for a null)."""
-    out = []
+def _chunk_rows(rows: np.ndarray | None, start: int, n: int) -> list[int]:
+    """Positions within a chunk of ``n`` rows starting at row ``start`` (all when ``rows`` is None)."""
+    if rows is None:
+        return list(range(n))
+    lo, hi = np.searchsorted(rows, [start, start + n])
+    return (rows[lo:hi] - start).tolist()
+
+
+def list_views(column: pa.ChunkedArray, dtype: Any = np.int32, rows: np.ndarray | None = None) -> list[np.ndarray]:
+    """Per row (of ``rows``, ascending, when given) of a list column: a numpy view of its values as
+    ``dtype`` (no copy when they have that type; an empty array for a null)."""
+    out, start = [], 0
     for chunk in column.chunks:
         offsets = chunk.offsets.to_numpy()
         values = chunk.values.to_numpy(zero_copy_only=False).astype(dtype, copy=False)
-        out.extend(values[a:b] for a, b in zip(offsets[:-1], offsets[1:]))
+        out.extend(values[offsets[i]:offsets[i + 1]] for i in _chunk_rows(rows, start, len(chunk)))
+        start += len(chunk)
     return out
 
 
-def binary_views(column: pa.ChunkedArray, dtype: Any, empty: bool = False) -> list[np.ndarray | None]:
-    """Per row of a binary column: a read-only view of its bytes as ``dtype`` in the chunk's data
-    buffer (no per-row Python bytes object, no copy); None for a null or empty value, unless
-    ``empty`` (then every row is a view, an empty one for either)."""
+def binary_views(column: pa.ChunkedArray, dtype: Any, empty: bool = False,
+                 rows: np.ndarray | None = None) -> list[np.ndarray | None]:
+    """Per row (of ``rows``, ascending, when given) of a binary column: a read-only view of its bytes
+    as ``dtype`` in the chunk's data buffer (no per-row Python bytes object, no copy); None for a
+    null or empty value, unless ``empty`` (then every row is a view, an empty one for either)."""
     out: list[np.ndarray | None] = []
+    start = 0
     for chunk in column.chunks:
         _, offsets_buf, data_buf = chunk.buffers()
-        offsets = np.frombuffer(offsets_buf, dtype=np.int32)[chunk.offset:chunk.offset + len(chunk) + 1]
+        offsets = np.frombuffer(offsets_buf, dtype=np.int32)[chunk.offset:chunk.offset + len(chunk) + 1].tolist()
         data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
         valid = chunk.is_valid().to_numpy(zero_copy_only=False)
-        out.extend(data[a:b].view(dtype) if empty or (ok and b > a) else None
-                   for a, b, ok in zip(offsets[:-1].tolist(), offsets[1:].tolist(), valid.tolist()))
+        for i in _chunk_rows(rows, start, len(chunk)):
+            a, b = offsets[i], offsets[i + 1]
+            out.append(data[a:b].view(dtype) if empty or (valid[i] and b > a) else None)
+        start += len(chunk)
     return out
 
 
