@@ -244,6 +244,17 @@ class SessionStore:
         return TurnVectors.concat([self._vectors_in(self._mapped(b), w, whole)
                                    for b, w, whole in self._blocks_of(keys)], self.dim)
 
+    def vector_rows(self, keys: Iterable[str]) -> list[tuple[pa.Table, np.ndarray]]:
+        """For each block holding sessions ``keys`` (all must be kept): its mapped turn vectors and
+        the positions of those sessions' rows in it (memlib/compose/kept_tokens.py joins them)."""
+        out = []
+        for bdir, wanted, whole in self._blocks_of(keys):
+            t = self._mapped(bdir)
+            rows = (np.arange(t.num_rows) if whole else
+                    np.flatnonzero(pc.is_in(t.column("session_key"), value_set=wanted).to_numpy(zero_copy_only=False)))
+            out.append((t, rows))
+        return out
+
     def _mapped(self, bdir: Path) -> pa.Table:
         """A block's mapped turn vectors, opened once while among the last :data:`MAPPED_BLOCKS`
         read (a server's cold tenants read a few blocks each; opening one took about 1 ms)."""

@@ -148,3 +148,16 @@ def matrix_from_tokens(turn_ids: Sequence[str], token_ids: Sequence[np.ndarray],
         fits = all(np.shape(r) == np.shape(v) and np.shape(s) == (len(v),) for r, s, v in zip(rows, scales, parts))
         packed = (rows, scales) if fits else None  # else not the rows of these vectors: quantized when first used
     return TokenMatrix(tuple(turn_ids), owner, vectors, token_idf(owner, tok, len(turn_ids), vocab_size), packed, dim)
+
+
+def matrix_from_kept(turn_ids: Sequence[str], kept: Any, vocab_size: int | None = None) -> TokenMatrix:
+    """A tenant's :class:`TokenMatrix` from its kept token arrays joined in turn order
+    (:class:`memlib.compose.kept_tokens.KeptTokens`): the same matrix :func:`matrix_from_tokens`
+    makes of them turn by turn."""
+    if vocab_size is None:
+        from memlib.embed.minilm_backend import vocab_size as minilm_vocab_size
+
+        vocab_size = minilm_vocab_size()
+    owner = np.repeat(np.arange(len(turn_ids), dtype=np.int32), kept.counts)
+    idf = token_idf(owner, kept.token_ids.astype(np.int64), len(turn_ids), vocab_size)
+    return TokenMatrix(tuple(turn_ids), owner, kept.vectors, idf, (kept.int8, kept.scales), kept.int8.shape[1])

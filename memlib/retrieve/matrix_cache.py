@@ -198,27 +198,35 @@ _SESSION_STORES: dict[tuple[str, str], Any] = {}
 _SESSION_STORES_LOCK = threading.Lock()
 
 
-def _kept_vectors(store: Path, session_build_key: str, sessions: list[str]) -> Any:
+def _kept(store: Path, session_build_key: str, read: Any) -> Any:
+    """``read(session_store)`` on this process's SessionStore of ``store`` and the key, again after
+    reading the index files written since when it names a session not kept (KeyError)."""
     from memlib.compose.session_store import SessionStore
 
     with _SESSION_STORES_LOCK:
         kept = _SESSION_STORES.get((str(store), session_build_key))
         if kept is None:
             kept = _SESSION_STORES[(str(store), session_build_key)] = SessionStore(store, session_build_key)
-        try:
-            return kept.read_vectors(sessions)
-        except KeyError:  # sessions kept since the index was read: read the new index files
-            kept.refresh()
-            return kept.read_vectors(sessions)
+    try:
+        return read(kept)
+    except KeyError:  # sessions kept since the index was read: read the new index files
+        kept.refresh()
+        return read(kept)
 
 
 def _from_sessions(ref: dict, turn_ids: list[str], store: Path) -> TokenMatrix | None:
-    """The matrix a reference names, from the kept sessions' vectors; None when the sessions are
-    no longer kept or hold other turns (the caller encodes)."""
-    from memlib.retrieve.late import matrix_from_tokens
+    """The matrix a reference names, from the kept sessions' vectors: joined run by run
+    (memlib/compose/kept_tokens.py), else turn by turn (blocks kept before their int8 rows);
+    None when the sessions are no longer kept or hold other turns (the caller encodes)."""
+    from memlib.compose import kept_tokens
+    from memlib.retrieve.late import matrix_from_kept, matrix_from_tokens
 
     try:
-        tv = _kept_vectors(store, ref["session_build_key"], ref["sessions"])
+        joined = _kept(store, ref["session_build_key"],
+                       lambda k: kept_tokens.join(k.vector_rows(ref["sessions"]), turn_ids))
+        if joined is not None:
+            return matrix_from_kept(turn_ids, joined)
+        tv = _kept(store, ref["session_build_key"], lambda k: k.read_vectors(ref["sessions"]))
     except (OSError, ValueError, KeyError, TypeError):
         return None
     row = {n: i for i, n in enumerate(tv.node_ids)}

@@ -277,3 +277,38 @@ def test_kept_int8_rows_are_the_kernels_own_quantization(sample_store):
         m = matrix_cache.tenant_matrix(cache.get(tenant), token_encoder.get_encoder(1), None)
         assert m.int8_from == "kept"  # read from the kept sessions, int8 rows included
         np.testing.assert_array_equal(m.int8(q), int8_maxsim.Int8Similarity(m.vectors)(q))
+
+
+def test_a_matrix_joined_by_runs_is_the_one_joined_turn_by_turn(sample_store):
+    """A cold tenant's matrix is joined from its kept sessions run by run (a few slices per
+    session); it equals the matrix made turn by turn, in the tenant's order or any other, and a
+    block without int8 rows (kept before them) is read turn by turn instead."""
+    import random
+
+    from memlib.compose import kept_tokens
+    from memlib.retrieve.tenant_cache import TenantCache
+
+    cache = TenantCache(sample_store)
+    rng = random.Random(0)
+    for tenant in cache.tenants():
+        index = cache.get(tenant)
+        ref = matrix_cache._view_reference(index.reader, tenant)[0]
+        store = matrix_cache._kept(index.reader.path, ref["session_build_key"], lambda k: k)
+        shuffled = list(index.turn_order)
+        rng.shuffle(shuffled)
+        for turn_ids in (list(index.turn_order), shuffled):
+            joined = kept_tokens.join(store.vector_rows(ref["sessions"]), turn_ids)
+            assert joined is not None
+            a = late.matrix_from_kept(turn_ids, joined)
+            tv = store.read_vectors(ref["sessions"])
+            order = [tv.node_ids.index(t) for t in turn_ids]
+            pick = lambda items, order=order: [items[i] for i in order]  # noqa: E731
+            b = late.matrix_from_tokens(turn_ids, pick(tv.token_ids), pick(tv.token_vectors),
+                                        quantized=(pick(tv.token_int8), pick(tv.token_scales)))
+            assert np.array_equal(a.owner, b.owner) and np.array_equal(a.idf, b.idf)
+            assert np.array_equal(a.vectors, b.vectors)
+            assert np.array_equal(a.quantized[0], np.concatenate(b.quantized[0]))
+            assert np.array_equal(a.quantized[1], np.concatenate(b.quantized[1]))
+        old = [(t.drop_columns(["token_int8", "token_scales"]), rows) for t, rows in store.vector_rows(ref["sessions"])]
+        assert kept_tokens.join(old, list(index.turn_order)) is None
+        assert kept_tokens.join(store.vector_rows(ref["sessions"]), list(index.turn_order)[:-1]) is None
