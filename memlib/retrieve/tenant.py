@@ -15,10 +15,9 @@ import sys
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
-from typing import Any, Callable, Hashable, Iterable, Protocol, Sequence, TypeVar
+from typing import Any, Callable, Hashable, Iterable, NamedTuple, Protocol, Sequence, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -86,8 +85,9 @@ class CachedQueryEmbedder:
         return out
 
 
-@dataclass(frozen=True)
-class TurnInfo:
+class TurnInfo(NamedTuple):
+    """A turn of the tenant's turn map (a named tuple: built for every turn of a tenant it opens,
+    about 5x faster than a frozen dataclass, and untracked by the garbage collector once seen)."""
     node_id: str
     turn_id: str
     session_id: str
@@ -97,7 +97,7 @@ class TurnInfo:
     role: str | None = None
 
 
-SAMPLE_ITEMS = 32  # a container of more items is measured by this many of them, evenly spaced
+SAMPLE_ITEMS = 16  # a container of more items is measured by this many of them, evenly spaced
 
 
 def approx_bytes(obj: Any, _seen: set[int] | None = None) -> int:
@@ -294,14 +294,11 @@ class TenantIndex:
             tbl = tbl.sort_by([("session_index", "ascending"), ("turn_index", "ascending")])
         cols = {c: tbl.column(c).to_pylist() for c in ("node_id", "turn_id", "session_id", "session_time",
                                                        "text", "speaker", "role")}
-        self.turns: dict[str, TurnInfo] = {
-            nid: TurnInfo(nid, tid, sid, st, txt, spk, role)
-            for nid, tid, sid, st, txt, spk, role in zip(cols["node_id"], cols["turn_id"], cols["session_id"],
-                                                         cols["session_time"], cols["text"], cols["speaker"],
-                                                         cols["role"])
-        }
+        infos = map(TurnInfo._make, zip(cols["node_id"], cols["turn_id"], cols["session_id"], cols["session_time"],
+                                        cols["text"], cols["speaker"], cols["role"]))
+        self.turns: dict[str, TurnInfo] = dict(zip(cols["node_id"], infos))
         self.turn_order: list[str] = cols["node_id"]  # turns in conversation order
-        self.turn_by_source: dict[str, str] = {t.turn_id: nid for nid, t in self.turns.items()}
+        self.turn_by_source: dict[str, str] = dict(zip(cols["turn_id"], cols["node_id"]))
 
     # -- lookups ------------------------------------------------------------------------
     @property

@@ -118,7 +118,9 @@ def _without_references(store, copy):
     from memlib.io.store import StoreReader
 
     shutil.copytree(store, copy)
-    shutil.rmtree(StoreReader(copy).version_dir / "matrix_refs")
+    version = StoreReader(copy).version_dir
+    shutil.rmtree(version / "matrix_refs")
+    shutil.rmtree(version / "view_turns")  # its batches carry the reference too
     return copy
 
 
