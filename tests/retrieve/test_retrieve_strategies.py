@@ -244,6 +244,7 @@ def test_a_store_of_the_earlier_layout_reads_its_matrix_reference_files(sample_s
         name = f"late-{ref['tenant_id']}-{ref['content_key']}{matrix_cache.REFERENCE_SUFFIX}"
         (late / name).write_text(json.dumps(body), encoding="utf-8")
     shutil.rmtree(reader.version_dir / "matrix_refs")
+    shutil.rmtree(reader.version_dir / "view_turns")  # written before views too: no reference there
 
     def no_encoding(*a, **k):
         raise AssertionError("the reference file should have given this tenant's matrix")
