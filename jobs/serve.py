@@ -34,7 +34,7 @@ class MemlibSearch:
     """One replica: the service over ``store`` and its FastAPI app."""
 
     def __init__(self, store: str, cfg: MemlibConfig):
-        self.service = SearchService(store, cfg).start()
+        self.service = SearchService(store, cfg).start(freeze_gc=True)
 
     def __serve_build_asgi_app__(self):
         return build_app(self.service)

@@ -104,7 +104,7 @@ class InProcess:
     def __init__(self, store: Path, cfg: MemlibConfig, embedder: Any = None):
         from memlib.serve.service import SearchService
 
-        self.service = SearchService(store, cfg, embedder=embedder).start()
+        self.service = SearchService(store, cfg, embedder=embedder).start(freeze_gc=True)
 
     def search(self, tenant: str, query: str, strategy: str, k: int) -> bool:
         """Run one search; whether its tenant was cold."""

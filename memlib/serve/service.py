@@ -93,11 +93,13 @@ class SearchService:
         self.poller = VersionPoller(self.refresh, cfg.serve.poll_interval_s)
 
     # -- lifecycle ---------------------------------------------------------------------------
-    def start(self) -> "SearchService":
+    def start(self, freeze_gc: bool = False) -> "SearchService":
         """Load the tenants of ``serve.hot_tenants_file`` (most asked first, while they fit in the
         cache), then the first ``serve.preload_tenants`` tenants (and their graphs); warm the
         embedder and every strategy on a healthy one; start polling. A tenant that cannot be
-        loaded is recorded as broken (503 for it, ``/healthz`` degraded); the others are served."""
+        loaded is recorded as broken (503 for it, ``/healthz`` degraded); the others are served.
+        ``freeze_gc`` (a replica: the process is the service's): move everything made so far out
+        of the garbage collector's sight (``gc.freeze``; :meth:`stop` gives it back)."""
         self._preload_hot()
         healthy = []
         for tenant in self.cache.tenants()[:self.cfg.serve.preload_tenants]:
@@ -110,11 +112,13 @@ class SearchService:
         if healthy:
             self._warm(healthy[0])
         self.metrics.cached.set(len(self.cache))
-        # what start-up made (libraries, models, preloaded tenants) lives as long as the replica:
-        # out of the garbage collector's sight, a full collection scans only what came after (they
-        # scanned a few hundred thousand objects, 10-30 ms inside some cold tenant's first query)
-        gc.collect()
-        gc.freeze()
+        if freeze_gc:
+            # what start-up made (libraries, models, preloaded tenants) lives as long as the replica:
+            # out of the garbage collector's sight, a full collection scans only what came after
+            # (they scanned a few hundred thousand objects, 10-30 ms inside some cold tenant's query)
+            gc.collect()
+            gc.freeze()
+            self._frozen = True
         self.poller.start()
         return self
 
@@ -166,6 +170,9 @@ class SearchService:
     def stop(self) -> None:
         self.poller.stop()
         self.save_hot_tenants()
+        if getattr(self, "_frozen", False):
+            gc.unfreeze()  # collectable again (at the latest when the process ends)
+            self._frozen = False
 
     def save_hot_tenants(self) -> None:
         """Write ``serve.hot_tenants_file``: this replica's tenants by searches, most asked first, then
