@@ -222,20 +222,25 @@ class SessionStore:
     def _decoded(self, bdir: Path) -> tuple[dict[str, pa.Table], pa.Table]:
         """A block's session tables and its mapped turn vectors, from the last :data:`BLOCK_CACHE`
         blocks read when they are among them (a rewritten block, a new index file, is read anew)."""
-        key = (bdir.name, self._read.get(bdir.name, (None,))[0])
-        with self._lock:
-            hit = self._blocks.get(key)
-            if hit is not None:
-                self._blocks.move_to_end(key)
-                return hit
         # read whole and filter: a ``filters=`` read goes through the dataset layer, 6.5x
         # slower on the token vectors' binary column (0.39 against 0.06 s for 4 blocks)
-        hit = ({name: pq.read_table(bdir / f"{name}.parquet") for name in SESSION_TABLES},
-               _read_vectors(_vectors_path(bdir)))
+        return self._cached(self._blocks, BLOCK_CACHE, bdir, lambda: (
+            {name: pq.read_table(bdir / f"{name}.parquet") for name in SESSION_TABLES}, self._mapped(bdir)))
+
+    def _cached(self, cache: OrderedDict, limit: int, bdir: Path, make):
+        """``cache``'s entry for block ``bdir`` as its index file is now (a rewritten block is read
+        anew), made by ``make()`` on a miss; the ``limit`` most recently used are kept."""
+        key = (bdir.name, self._read.get(bdir.name, (None,))[0])
         with self._lock:
-            self._blocks[key] = hit
-            while len(self._blocks) > BLOCK_CACHE:
-                self._blocks.popitem(last=False)
+            hit = cache.get(key)
+            if hit is not None:
+                cache.move_to_end(key)
+                return hit
+        hit = make()
+        with self._lock:
+            cache[key] = hit
+            while len(cache) > limit:
+                cache.popitem(last=False)
         return hit
 
     def read_vectors(self, keys: Iterable[str]) -> TurnVectors:
@@ -258,18 +263,7 @@ class SessionStore:
     def _mapped(self, bdir: Path) -> pa.Table:
         """A block's mapped turn vectors, opened once while among the last :data:`MAPPED_BLOCKS`
         read (a server's cold tenants read a few blocks each; opening one took about 1 ms)."""
-        key = (bdir.name, self._read.get(bdir.name, (None,))[0])
-        with self._lock:
-            hit = self._vectors.get(key)
-            if hit is not None:
-                self._vectors.move_to_end(key)
-                return hit
-        hit = _read_vectors(_vectors_path(bdir))
-        with self._lock:
-            self._vectors[key] = hit
-            while len(self._vectors) > MAPPED_BLOCKS:
-                self._vectors.popitem(last=False)
-        return hit
+        return self._cached(self._vectors, MAPPED_BLOCKS, bdir, lambda: _read_vectors(_vectors_path(bdir)))
 
     def _blocks_of(self, keys: Iterable[str], blocks: Iterable[str] | None = None) -> list[tuple[Path, pa.Array, bool]]:
         """(block directory, the sessions of ``keys`` to read from it, whether those are all the

@@ -47,7 +47,7 @@ class PartsCarrier:
         carried, purge, out = set(tenants), set(purge), Carried()
         info, held = self.base.manifest.get("tenants", {}), self.base.held()
         remnants: list[str] = []
-        unviewed: dict[str, list[str]] = {}  # linked parts of a store written before views
+        unviewed: dict[str, list[str]] = {}  # new parts whose views come from the tables (written before views)
         for part, members in self.base.parts().items():
             keep = [t for t in members if t in carried]
             if not keep:
@@ -69,7 +69,7 @@ class PartsCarrier:
         for tenant in remnants + [""]:  # "" flushes the last group
             n = int((info.get(tenant) or {}).get("turns") or 0)
             if group and (not tenant or turns + n > part_turns):
-                new = self._rewrite_part(group)
+                new = self._rewrite_part(group, unviewed)
                 out.parts.update((t, new) for t in group)
                 out.held[new] = sorted(group)
                 group, turns = [], 0
@@ -113,8 +113,10 @@ class PartsCarrier:
         if old.exists():
             link_or_copy(old, self.graph_path(part))
 
-    def _rewrite_part(self, tenants: list[str]) -> str:
-        """Copy ``tenants``' rows from their published parts into one new part of this version."""
+    def _rewrite_part(self, tenants: list[str], unviewed: dict[str, list[str]]) -> str:
+        """Copy ``tenants``' rows from their published parts into one new part of this version
+        (with their views; a part whose views cannot be copied goes into ``unviewed``, whose views
+        the caller writes from the tables in one read of them)."""
         new = part_id(tenants, f"{self.version}/carried")
         sources = sorted({self.base.part_of(t) for t in tenants})
         for name in (*TENANT_TABLES, GRAPHS):
@@ -132,7 +134,7 @@ class PartsCarrier:
         copied = [self._rewrite_view(name, [view_path(self.base.version_dir, name, p) for p in sources], tenants,
                                      view_path(self.version_dir, name, new)) for name in VIEW_TABLES]
         if not all(copied):  # some source part had no view (a store written before them)
-            views_from_tables(self.base, self.version_dir, {new: tenants})
+            unviewed[new] = tenants
         return new
 
     @staticmethod
