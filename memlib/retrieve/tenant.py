@@ -11,7 +11,6 @@ tenant no version in between rebuilt.
 from __future__ import annotations
 
 import logging
-import sys
 import threading
 import time
 from collections import OrderedDict
@@ -25,6 +24,7 @@ import pyarrow.compute as pc
 
 from memlib.io.store import StoreReader, sql_str
 from memlib.io.views import VIEW_NODES, VIEW_TURNS, ViewError
+from memlib.retrieve.sizes import approx_bytes
 
 log = logging.getLogger("memlib.serve")
 NODE_COLUMNS = ["node_id", "kind", "text", "time", "session_id", "provenance", "attributes",
@@ -97,67 +97,6 @@ class TurnInfo(NamedTuple):
     role: str | None = None
 
 
-SAMPLE_ITEMS = 16  # a container of more items is measured by this many of them, evenly spaced
-
-
-def approx_bytes(obj: Any, _seen: set[int] | None = None) -> int:
-    """Bytes ``obj`` holds in memory, roughly: arrays and Arrow data by their buffers, containers
-    by their items (a container of more than :data:`SAMPLE_ITEMS` items by a sample of them,
-    scaled: walking every string of a LoCoMo tenant's columns took 38 ms, most of a cold query),
-    memlib's own objects by their attributes, any other object by its own size (each object
-    counted once; a tenant view or store reader it refers to is not counted)."""
-    seen: set[int] = set() if _seen is None else _seen
-    stack, total = [obj], 0
-    while stack:
-        o = stack.pop()
-        if o is None or id(o) in seen or isinstance(o, (TenantIndex, StoreReader, type)):
-            continue
-        seen.add(id(o))
-        if isinstance(o, np.ndarray):
-            total += o.nbytes + sys.getsizeof(np.empty(0))
-            if o.dtype == object:  # the objects it points to
-                total += _items_bytes(o.ravel().tolist(), stack, seen)
-        elif type(o).__module__.startswith("graph_tool"):
-            total += _graph_tool_bytes(o)
-        elif isinstance(o, (pa.Table, pa.Array, pa.ChunkedArray, pa.RecordBatch)):
-            total += o.nbytes
-        elif isinstance(o, dict):
-            total += sys.getsizeof(o) + _items_bytes([x for kv in o.items() for x in kv], stack, seen)
-        elif isinstance(o, (list, tuple, set, frozenset)):
-            total += sys.getsizeof(o) + _items_bytes(o if isinstance(o, (list, tuple)) else list(o), stack, seen)
-        else:
-            total += sys.getsizeof(o)
-            if type(o).__module__.startswith("memlib."):
-                stack.extend(getattr(o, "__dict__", {}).values())
-                stack.extend(getattr(o, a) for a in getattr(type(o), "__slots__", ()) if hasattr(o, a))
-    return total
-
-
-def _items_bytes(items: Sequence[Any], stack: list, seen: set[int]) -> int:
-    """Few items go on the walk's ``stack`` (0 returned); many are measured by a sample, scaled."""
-    n = len(items)
-    if n <= SAMPLE_ITEMS:
-        stack.extend(items)
-        return 0
-    sample = [items[(i * n) // SAMPLE_ITEMS] for i in range(SAMPLE_ITEMS)]
-    measured = sum(approx_bytes(item, seen) for item in sample)
-    return int(measured * n / SAMPLE_ITEMS)
-
-
-# memory of a loaded graph-tool graph with memlib's property maps, beyond what numpy copies of
-# them hold (measured by RSS: docs/decisions/0027-serving-cache.md)
-GT_GRAPH_BYTES = 20_000
-GT_VERTEX_BYTES = 110
-GT_EDGE_BYTES = 50
-
-
-def _graph_tool_bytes(g: Any) -> int:
-    try:
-        return GT_GRAPH_BYTES + GT_VERTEX_BYTES * int(g.num_vertices()) + GT_EDGE_BYTES * int(g.num_edges())
-    except Exception:  # noqa: BLE001 - a property map or view: counted with its graph
-        return 0
-
-
 def _embedding_matrix(col: pa.ChunkedArray, dim: int) -> np.ndarray:
     """FixedSizeList column -> (n, dim) float32, rows L2-normalized, null rows zero."""
     n = len(col)
@@ -173,9 +112,42 @@ def _embedding_matrix(col: pa.ChunkedArray, dim: int) -> np.ndarray:
     return mat / np.maximum(norms, 1e-12)
 
 
+class _column:  # noqa: N801 - used as a decorator, like cached_property
+    """A lazily made attribute of :class:`TenantIndex` (a node column as Python objects, a map
+    derived from one): computed on first read, then kept and its bytes counted in
+    :attr:`TenantIndex.nbytes`. A cold ``auto`` query reads few of them, and making every column
+    took a LoCoMo tenant's open 4 ms (docs/decisions/0028-tenant-views.md). No lock: two threads
+    reading one at once both compute the same value."""
+
+    def __init__(self, func: Callable[[Any], Any]):
+        self.func, self.name, self.__doc__ = func, func.__name__, func.__doc__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        value = self.func(obj)
+        obj.__dict__[self.name] = value  # a non-data descriptor: later reads find the value first
+        obj._column_bytes[self.name] = approx_bytes(value)
+        return value
+
+
+def _repeated_pylist(col: pa.Array | pa.ChunkedArray) -> list[Any]:
+    """``col.to_pylist()``, each distinct value converted once: a tenant's turns share a few
+    session times, and Arrow makes a datetime in ~3 us."""
+    if len(col) == 0:
+        return []
+    enc = pc.dictionary_encode(col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col)
+    values = enc.dictionary.to_pylist()
+    return [None if i is None else values[i] for i in enc.indices.to_pylist()]
+
+
 class TenantIndex:
     """One tenant's retrieval view over a pinned store version."""
 
+    counted_apart = True  # a value that refers to its tenant view does not count the view
     def __init__(self, reader: StoreReader, tenant: str, embedder: QueryEmbedder | None = None):
         if not reader.has_tenant(tenant):
             raise KeyError(f"unknown tenant {tenant!r} in store {reader.path} "
@@ -188,14 +160,13 @@ class TenantIndex:
         self._building: dict[Hashable, threading.Lock] = {}
         self._memo_guard = threading.Lock()
         self._sizes: dict[Hashable, int] = {}  # bytes of each memoized value
+        self._column_bytes: dict[str, int] = {}  # bytes of each node column made into Python objects
         start = time.perf_counter()
         self._load_nodes()
         self._load_turns()
         self.load_s = time.perf_counter() - start  # what opening the tenant took
-        self._base_bytes = approx_bytes([self.node_ids, self.kinds, self.texts, self._time_column, self.session_ids,
-                                         self.provenance, self.attributes, self.importance,
-                                         self.__dict__.get("embeddings"), self.row_of, self.turns, self.turn_order,
-                                         self.turn_by_source])
+        self._base_bytes = approx_bytes([None if self.view_used else self._nodes, self.__dict__.get("embeddings"),
+                                         self.turns, self.turn_order])
 
     @property
     def nbytes(self) -> int:
@@ -205,7 +176,8 @@ class TenantIndex:
         if "graph" in self.__dict__ and "_graph_bytes" not in self.__dict__:
             self._graph_bytes = approx_bytes(self.__dict__["graph"])
         memo = sum(list(self._sizes.values()))  # a copy: strategies may memoize meanwhile
-        return (self._base_bytes + memo + (len(data) if data is not None else 0)
+        columns = sum(list(self._column_bytes.values()))
+        return (self._base_bytes + memo + columns + (len(data) if data is not None else 0)
                 + self.__dict__.get("_graph_bytes", 0) + self.__dict__.get("_embedding_bytes", 0))
 
     def rebound(self, reader: StoreReader) -> "TenantIndex":
@@ -214,6 +186,7 @@ class TenantIndex:
         the other version's tables. Queries running on this view keep its version."""
         twin = object.__new__(TenantIndex)
         twin.__dict__.update(self.__dict__)
+        twin._column_bytes = dict(self._column_bytes)
         twin.reader = reader
         return twin
 
@@ -251,25 +224,49 @@ class TenantIndex:
             log.debug("tenant %s: nodes read from Lance (%s)", self.tenant, exc)
             tbl = self.reader.nodes(self.tenant, columns=NODE_COLUMNS)
             self.view_used = False
-        self.node_ids: list[str] = tbl.column("node_id").to_pylist()
-        self.kinds = np.asarray(tbl.column("kind").to_pylist(), dtype=object)
-        self.texts: list[str] = tbl.column("text").to_pylist()
-        self._time_column = tbl.column("time")  # made into datetimes when a strategy asks (self.times)
-        self.session_ids: list[str | None] = tbl.column("session_id").to_pylist()
-        # tuples: once a collection has seen them, the garbage collector no longer tracks them
-        self.provenance: list[tuple[str, ...]] = [tuple(p) if p else () for p in tbl.column("provenance").to_pylist()]
-        self.attributes: list[str | None] = tbl.column("attributes").to_pylist()
-        self.importance = np.nan_to_num(
-            np.asarray(tbl.column("importance").to_numpy(zero_copy_only=False), dtype=np.float32))
-        self.row_of: dict[str, int] = {nid: i for i, nid in enumerate(self.node_ids)}
         if "embedding" in tbl.schema.names:
             self.embeddings = _embedding_matrix(tbl.column("embedding"), self.reader.dim)
+            tbl = tbl.drop_columns(["embedding"])
+        self._nodes = tbl  # mapped from the view: its columns become Python objects when first read
 
-    @cached_property
+    @_column
+    def node_ids(self) -> list[str]:
+        return self._nodes.column("node_id").to_pylist()
+
+    @_column
+    def kinds(self) -> np.ndarray:
+        return np.asarray(self._nodes.column("kind").to_pylist(), dtype=object)
+
+    @_column
+    def texts(self) -> list[str]:
+        return self._nodes.column("text").to_pylist()
+
+    @_column
+    def session_ids(self) -> list[str | None]:
+        return self._nodes.column("session_id").to_pylist()
+
+    @_column
+    def provenance(self) -> list[tuple[str, ...]]:
+        # tuples: once a collection has seen them, the garbage collector no longer tracks them
+        return [tuple(p) if p else () for p in self._nodes.column("provenance").to_pylist()]
+
+    @_column
+    def attributes(self) -> list[str | None]:
+        return self._nodes.column("attributes").to_pylist()
+
+    @_column
+    def importance(self) -> np.ndarray:
+        return np.nan_to_num(np.asarray(self._nodes.column("importance").to_numpy(zero_copy_only=False),
+                                        dtype=np.float32))
+
+    @_column
+    def row_of(self) -> dict[str, int]:
+        return {nid: i for i, nid in enumerate(self.node_ids)}
+
+    @_column
     def times(self) -> list[datetime | None]:
-        """Each node's time (None when it has none), made on first use: ``auto`` reads the turns'
-        times only, and datetimes cost a LoCoMo tenant's 2,000 nodes 4 ms."""
-        return self._time_column.to_pylist()
+        """Each node's time (None when it has none): datetimes cost a LoCoMo tenant's 2,000 nodes 4 ms."""
+        return _repeated_pylist(self._nodes.column("time"))
 
     @cached_property
     def embeddings(self) -> np.ndarray:
@@ -292,13 +289,17 @@ class TenantIndex:
         except ViewError:
             tbl = self.reader.table("turns", self.tenant, columns=TURN_COLUMNS)
             tbl = tbl.sort_by([("session_index", "ascending"), ("turn_index", "ascending")])
-        cols = {c: tbl.column(c).to_pylist() for c in ("node_id", "turn_id", "session_id", "session_time",
-                                                       "text", "speaker", "role")}
+        cols = {c: tbl.column(c).to_pylist() for c in ("node_id", "turn_id", "session_id", "text", "speaker", "role")}
+        cols["session_time"] = _repeated_pylist(tbl.column("session_time"))
         infos = map(TurnInfo._make, zip(cols["node_id"], cols["turn_id"], cols["session_id"], cols["session_time"],
                                         cols["text"], cols["speaker"], cols["role"]))
         self.turns: dict[str, TurnInfo] = dict(zip(cols["node_id"], infos))
         self.turn_order: list[str] = cols["node_id"]  # turns in conversation order
-        self.turn_by_source: dict[str, str] = dict(zip(cols["turn_id"], cols["node_id"]))
+
+    @_column
+    def turn_by_source(self) -> dict[str, str]:
+        """Source turn id -> turn node id."""
+        return {info.turn_id: node for node, info in self.turns.items()}
 
     # -- lookups ------------------------------------------------------------------------
     @property
@@ -307,7 +308,7 @@ class TenantIndex:
 
     @property
     def n_nodes(self) -> int:
-        return len(self.node_ids)
+        return self._nodes.num_rows
 
     def rows_of_kind(self, kinds: Iterable[str] | None) -> np.ndarray:
         """Row indexes of nodes whose kind is in ``kinds`` (all rows for None)."""
