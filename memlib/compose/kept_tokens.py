@@ -20,13 +20,69 @@ TOKEN_DIM = 384
 
 @dataclass
 class KeptTokens:
-    """Per turn (in the order asked for) its token count; per token its WordPiece id, int8 row and
-    scale; the float16 vectors joined when ``vectors()`` is called."""
-    counts: np.ndarray                   # (turns,) int64
-    token_ids: np.ndarray                # (tokens,) int32
-    int8: np.ndarray                     # (tokens, 384) int8
-    scales: np.ndarray                   # (tokens,) float32
-    vectors: Callable[[], np.ndarray]    # -> (tokens, 384) float16
+    """Per turn (in the order asked for) its token count; per token its WordPiece id and scale; the
+    int8 rows and the float16 vectors joined when ``int8_rows()`` / ``vectors()`` is called, and
+    ``int8t()`` the int8 rows transposed as the kernel multiplies them, joined from the blocks'
+    transposed sessions (None for blocks kept without them: the caller transposes the rows)."""
+    counts: np.ndarray                          # (turns,) int64
+    token_ids: np.ndarray                       # (tokens,) int32
+    int8_rows: Callable[[], np.ndarray]         # -> (tokens, 384) int8
+    scales: np.ndarray                          # (tokens,) float32
+    vectors: Callable[[], np.ndarray]           # -> (tokens, 384) float16
+    int8t: Callable[[], np.ndarray] | None = None  # -> (384, tokens) int8
+
+    @property
+    def int8(self) -> np.ndarray:
+        return self.int8_rows()
+
+
+# a block's int8 rows, transposed session by session (one row per session): the layout the int8
+# kernel multiplies. A cold tenant's matrix is then a copy of each of its sessions' columns, where
+# transposing its joined rows cost a LoCoMo tenant 3.5 of a cold query's ms
+# (docs/decisions/0028-tenant-views.md)
+INT8T = pa.schema([pa.field("session_key", pa.string(), nullable=False),
+                   pa.field("tokens", pa.int64(), nullable=False),
+                   pa.field("int8t", pa.binary(), nullable=False)])
+
+
+def transposed_sessions(table: pa.Table) -> pa.Table | None:
+    """The :data:`INT8T` table of a block's turn vectors ``table`` (a session's turns consecutive
+    rows); None when it has no int8 rows or a session's rows are not consecutive."""
+    c = _columns(table.combine_chunks()) if table.num_rows else None
+    if c is None:
+        return None
+    keys = table.column("session_key").to_pylist()
+    cuts = [0] + [i for i in range(1, len(keys)) if keys[i] != keys[i - 1]] + [len(keys)]
+    if len({keys[a] for a in cuts[:-1]}) != len(cuts) - 1:
+        return None
+    tok_off = c["token_ids"][0]
+    int8_off, int8_data = c["token_int8"]
+    out_keys, out_tokens, blobs = [], [], []
+    for a, b in zip(cuts[:-1], cuts[1:]):
+        rows = int8_data[int8_off[a]:int8_off[b]].view(np.int8).reshape(-1, TOKEN_DIM)
+        if len(rows) != tok_off[b] - tok_off[a]:
+            return None
+        out_keys.append(keys[a])
+        out_tokens.append(len(rows))
+        blobs.append(np.ascontiguousarray(rows.T).tobytes())
+    return pa.table([pa.array(out_keys, pa.string()), pa.array(out_tokens, pa.int64()), pa.array(blobs, pa.binary())],
+                    schema=INT8T)
+
+
+def _session_columns(t8: pa.Table | None) -> dict[str, np.ndarray] | None:
+    """Session key -> its (384, tokens) transposed int8 rows, views of the mapped file; None when
+    the block has none or they do not read back whole."""
+    if t8 is None or t8.schema.names != INT8T.names or t8.column("int8t").num_chunks > 1:
+        return None
+    t8 = t8.combine_chunks()
+    if t8.num_rows == 0:
+        return {}
+    offsets, data = _binary(t8.column("int8t").chunk(0))
+    tokens = t8.column("tokens").to_numpy()
+    if np.any(np.diff(offsets) != tokens * TOKEN_DIM):
+        return None
+    return {k: data[offsets[i]:offsets[i + 1]].view(np.int8).reshape(TOKEN_DIM, -1)
+            for i, k in enumerate(t8.column("session_key").to_pylist())}
 
 
 def _binary(chunk: pa.Array) -> tuple[np.ndarray, np.ndarray]:
@@ -52,13 +108,15 @@ def _columns(table: pa.Table) -> dict[str, tuple[np.ndarray, np.ndarray]] | None
     return out
 
 
-def join(blocks: Sequence[tuple[pa.Table, np.ndarray]], turn_ids: Sequence[str]) -> KeptTokens | None:
-    """The token arrays of ``turn_ids`` from ``blocks`` (each block's mapped turn vectors and the rows
-    to take from it); None when those rows are not exactly these turns, or a block cannot be read
-    by runs (the caller reads turn by turn)."""
+def join(blocks: Sequence[tuple], turn_ids: Sequence[str]) -> KeptTokens | None:
+    """The token arrays of ``turn_ids`` from ``blocks`` (each block's mapped turn vectors, the rows
+    to take from it, and optionally its :data:`INT8T` table); None when those rows are not exactly
+    these turns, or a block cannot be read by runs (the caller reads turn by turn)."""
     where = {t: i for i, t in enumerate(turn_ids)}
     cols, block_of, row_of, pos_of = [], [], [], []
-    for b, (table, rows) in enumerate(blocks):
+    tables = [b[0] for b in blocks]
+    sessions_t = [_session_columns(b[2]) if len(b) > 2 else None for b in blocks]
+    for b, (table, rows, *_) in enumerate(blocks):
         c = _columns(table)
         if c is None:
             return None
@@ -102,10 +160,44 @@ def join(blocks: Sequence[tuple[pa.Table, np.ndarray]], turn_ids: Sequence[str])
     if sum(len(x) for x in int8) != n or sum(len(x) for x in scales) != n or sum(len(x) for x in f16) != n:
         return None  # rows that do not match their token ids: read turn by turn
 
-    def vectors() -> np.ndarray:
-        return np.concatenate(f16) if f16 else np.zeros((0, TOKEN_DIM), np.float16)
-
     join_ = (lambda parts, empty: np.concatenate(parts) if parts else empty)  # noqa: E731
+    parts_t = _transposed_parts(runs, tables, sessions_t, cols)
+    int8t = None if parts_t is None else (lambda: _hstack(parts_t, n))
     return KeptTokens(counts.astype(np.int64), join_(ids, np.zeros(0, np.int32)),
-                      join_(int8, np.zeros((0, TOKEN_DIM), np.int8)), join_(scales, np.zeros(0, np.float32)),
-                      vectors)
+                      lambda: join_(int8, np.zeros((0, TOKEN_DIM), np.int8)), join_(scales, np.zeros(0, np.float32)),
+                      lambda: join_(f16, np.zeros((0, TOKEN_DIM), np.float16)), int8t)
+
+
+def _transposed_parts(runs: list[tuple[int, int, int]], tables: Sequence[pa.Table],
+                      sessions_t: Sequence[dict[str, np.ndarray] | None],
+                      cols: Sequence[dict[str, tuple[np.ndarray, np.ndarray]]]) -> list[np.ndarray] | None:
+    """The transposed sessions that make up ``runs``, in order: each run is cut where its session
+    changes, and each piece must hold all of its session's tokens; None when any does not (a
+    block kept without transposed sessions, a session only partly asked for)."""
+    parts = []
+    for b, r0, r1 in runs:
+        by_key = sessions_t[b]
+        if by_key is None:
+            return None
+        keys = tables[b].column("session_key").slice(r0, r1 - r0).to_pylist()
+        tok_off = cols[b]["token_ids"][0]
+        start = r0
+        for i in range(1, len(keys) + 1):
+            if i < len(keys) and keys[i] == keys[i - 1]:
+                continue
+            part = by_key.get(keys[i - 1])
+            if part is None or part.shape[1] != tok_off[r0 + i] - tok_off[start]:
+                return None
+            parts.append(part)
+            start = r0 + i
+    return parts
+
+
+def _hstack(parts: Sequence[np.ndarray], n: int) -> np.ndarray:
+    """The (384, n) int8 matrix of ``parts`` side by side: a copy per part of its contiguous columns."""
+    out = np.empty((TOKEN_DIM, n), np.int8)
+    at = 0
+    for part in parts:
+        out[:, at:at + part.shape[1]] = part
+        at += part.shape[1]
+    return out

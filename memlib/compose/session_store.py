@@ -5,6 +5,8 @@ outputs of another configuration)::
 
     cache/sessions/<build_key>/blocks/<block_id>/<table>.parquet   SESSION_TABLES
     cache/sessions/<build_key>/blocks/<block_id>/turn_vectors.arrow  turn vectors (Arrow IPC file)
+    cache/sessions/<build_key>/blocks/<block_id>/token_int8t.arrow   their int8 rows, transposed per
+                                                                     session (memlib/compose/kept_tokens.py)
     cache/sessions/<build_key>/index/<block_id>.parquet            session_key, tenant_id, turns
 
 A block holds whole sessions of one or more tenants; every row carries its ``session_key``.
@@ -29,6 +31,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from memlib import schema
+from memlib.compose.kept_tokens import transposed_sessions
 from memlib.compose.sessions import SESSION_TABLES, SessionOutput, keyed_schema
 from memlib.compose.vectors import TurnVectors
 from memlib.io.files import replace_arrow, replace_parquet
@@ -40,6 +43,7 @@ READ_THREADS = 4  # blocks read at once by SessionStore.read
 BLOCK_CACHE = 8
 MAPPED_BLOCKS = 1024
 VECTORS = "turn_vectors"
+INT8T = "token_int8t"
 # the turn vectors (token vectors included: most of a kept session's bytes) are an uncompressed
 # Arrow IPC file, memory-mapped when read: a tenant's sessions are read back without decoding or
 # copying them. Parquet (uncompressed float16 column) took 3.4-4.7 s to read the 669 MB of a
@@ -77,6 +81,28 @@ def _vectors_path(bdir: Path) -> Path:
     return bdir / f"{VECTORS}.arrow"
 
 
+def _int8t_path(bdir: Path) -> Path:
+    return bdir / f"{INT8T}.arrow"
+
+
+def _write_int8t(vectors: pa.Table, bdir: Path) -> None:
+    """The block's transposed sessions, from its turn vectors (none for vectors without int8 rows)."""
+    table = transposed_sessions(vectors)
+    if table is not None:
+        _write(table, _int8t_path(bdir))
+    else:
+        _int8t_path(bdir).unlink(missing_ok=True)
+
+
+def _read_int8t(bdir: Path) -> pa.Table | None:
+    """A block's transposed sessions, mapped; None when it has none or they cannot be read (the
+    reader transposes the rows instead)."""
+    try:
+        return _read_vectors(_int8t_path(bdir))
+    except (OSError, pa.ArrowException):
+        return None
+
+
 def _read_vectors(path: Path) -> pa.Table:
     """A block's turn vectors, memory-mapped (no copy: the table's buffers are the file's pages)."""
     return pa.ipc.open_file(pa.memory_map(str(path))).read_all()
@@ -99,6 +125,7 @@ class SessionStore:
         self._read: dict[str, tuple[tuple[int, int, int], pa.Table]] = {}
         self._blocks: OrderedDict[tuple, tuple[dict[str, pa.Table], pa.Table]] = OrderedDict()  # see _decoded
         self._vectors: OrderedDict[tuple, pa.Table] = OrderedDict()  # see _mapped
+        self._int8t: OrderedDict[tuple, tuple] = OrderedDict()  # see _mapped_t
         self._lock = threading.Lock()
 
     # ---- writing -------------------------------------------------------------------------------
@@ -107,7 +134,9 @@ class SessionStore:
         bdir = self.root / "blocks" / block
         for name in SESSION_TABLES:
             _write(schema.conform(output.table(name), keyed_schema(name), name=name), bdir / f"{name}.parquet")
-        _write(schema.conform(vectors, schema.turn_vectors_schema(self.dim), name=VECTORS), _vectors_path(bdir))
+        vectors = schema.conform(vectors, schema.turn_vectors_schema(self.dim), name=VECTORS)
+        _write(vectors, _vectors_path(bdir))
+        _write_int8t(vectors, bdir)
         _write(schema.conform(index, INDEX, name="session_index"), self.root / "index" / f"{block}.parquet")
         self._index = None
 
@@ -249,16 +278,21 @@ class SessionStore:
         return TurnVectors.concat([self._vectors_in(self._mapped(b), w, whole)
                                    for b, w, whole in self._blocks_of(keys)], self.dim)
 
-    def vector_rows(self, keys: Iterable[str]) -> list[tuple[pa.Table, np.ndarray]]:
+    def vector_rows(self, keys: Iterable[str], transposed: bool = False) -> list[tuple]:
         """For each block holding sessions ``keys`` (all must be kept): its mapped turn vectors and
-        the positions of those sessions' rows in it (memlib/compose/kept_tokens.py joins them)."""
+        the positions of those sessions' rows in it (memlib/compose/kept_tokens.py joins them);
+        with ``transposed``, also its mapped transposed sessions (None for a block without)."""
         out = []
         for bdir, wanted, whole in self._blocks_of(keys):
             t = self._mapped(bdir)
             rows = (np.arange(t.num_rows) if whole else
                     np.flatnonzero(pc.is_in(t.column("session_key"), value_set=wanted).to_numpy(zero_copy_only=False)))
-            out.append((t, rows))
+            out.append((t, rows, self._mapped_t(bdir)) if transposed else (t, rows))
         return out
+
+    def _mapped_t(self, bdir: Path) -> pa.Table | None:
+        """A block's mapped transposed sessions (or None), kept like its turn vectors."""
+        return self._cached(self._int8t, MAPPED_BLOCKS, bdir, lambda: (_read_int8t(bdir),))[0]
 
     def _mapped(self, bdir: Path) -> pa.Table:
         """A block's mapped turn vectors, opened once while among the last :data:`MAPPED_BLOCKS`
@@ -326,8 +360,9 @@ class SessionStore:
             path = bdir / f"{name}.parquet"
             _write(pq.read_table(path, filters=flt), path)
         vectors = _read_vectors(_vectors_path(bdir))
-        _write(vectors.filter(pc.is_in(vectors.column("session_key"), value_set=pa.array(sorted(keep), pa.string()))),
-               _vectors_path(bdir))
+        vectors = vectors.filter(pc.is_in(vectors.column("session_key"), value_set=pa.array(sorted(keep), pa.string())))
+        _write(vectors, _vectors_path(bdir))
+        _write_int8t(vectors, bdir)
         ipath = self.root / "index" / f"{block}.parquet"
         _write(pq.read_table(ipath, filters=flt), ipath)
 

@@ -71,9 +71,15 @@ class TokenMatrix:
         if self.quantized is None:
             self.int8_from = "quantized"
             return Int8Similarity(self.vectors)
-        v8, scale = (p if isinstance(p, np.ndarray) else np.concatenate(p) for p in self.quantized)
+        v8, scale, *rest = self.quantized
+        scale = scale if isinstance(scale, np.ndarray) else np.concatenate(scale)
+        if rest and rest[0] is not None:  # the kept sessions' transposed rows, joined
+            v8t = rest[0]()
+        else:
+            v8 = v8() if callable(v8) else v8 if isinstance(v8, np.ndarray) else np.concatenate(v8)
+            v8t = transposed(v8)
         self.quantized, self.int8_from = None, "kept"  # the kernel holds its own (transposed) copy
-        return Int8Similarity(quantized=(scale, transposed(v8)))
+        return Int8Similarity(quantized=(scale, v8t))
 
     @cached_property
     def float32(self) -> np.ndarray:
@@ -160,4 +166,4 @@ def matrix_from_kept(turn_ids: Sequence[str], kept: Any, vocab_size: int | None 
         vocab_size = minilm_vocab_size()
     owner = np.repeat(np.arange(len(turn_ids), dtype=np.int32), kept.counts)
     idf = token_idf(owner, kept.token_ids.astype(np.int64), len(turn_ids), vocab_size)
-    return TokenMatrix(tuple(turn_ids), owner, kept.vectors, idf, (kept.int8, kept.scales), kept.int8.shape[1])
+    return TokenMatrix(tuple(turn_ids), owner, kept.vectors, idf, (kept.int8_rows, kept.scales, kept.int8t), 384)

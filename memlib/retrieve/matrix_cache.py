@@ -223,7 +223,7 @@ def _from_sessions(ref: dict, turn_ids: list[str], store: Path) -> TokenMatrix |
 
     try:
         joined = _kept(store, ref["session_build_key"],
-                       lambda k: kept_tokens.join(k.vector_rows(ref["sessions"]), turn_ids))
+                       lambda k: kept_tokens.join(k.vector_rows(ref["sessions"], transposed=True), turn_ids))
         if joined is not None:
             return matrix_from_kept(turn_ids, joined)
         tv = _kept(store, ref["session_build_key"], lambda k: k.read_vectors(ref["sessions"]))

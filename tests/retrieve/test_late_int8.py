@@ -8,6 +8,8 @@ of the same quantization, which holds whatever instruction set onnxruntime picks
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute  # noqa: F401 - pa.compute
 import pytest
 
 from memlib.embed.minilm_backend import model_path
@@ -307,8 +309,78 @@ def test_a_matrix_joined_by_runs_is_the_one_joined_turn_by_turn(sample_store):
                                         quantized=(pick(tv.token_int8), pick(tv.token_scales)))
             assert np.array_equal(a.owner, b.owner) and np.array_equal(a.idf, b.idf)
             assert np.array_equal(a.vectors, b.vectors)
-            assert np.array_equal(a.quantized[0], np.concatenate(b.quantized[0]))
+            assert np.array_equal(joined.int8, np.concatenate(b.quantized[0]))
             assert np.array_equal(a.quantized[1], np.concatenate(b.quantized[1]))
+            q = np.random.default_rng(1).normal(size=(4, 384)).astype(np.float32)
+            np.testing.assert_array_equal(a.int8(q), b.int8(q))
         old = [(t.drop_columns(["token_int8", "token_scales"]), rows) for t, rows in store.vector_rows(ref["sessions"])]
         assert kept_tokens.join(old, list(index.turn_order)) is None
         assert kept_tokens.join(store.vector_rows(ref["sessions"]), list(index.turn_order)[:-1]) is None
+
+
+def test_transposed_sessions_join_into_the_kernels_layout(sample_store, tmp_path):
+    """The build keeps each block's int8 rows transposed per session; a cold tenant's kernel matrix
+    is its sessions' columns side by side, equal to transposing its joined rows. A block without
+    them (kept before), a damaged file, or a session asked for in part falls back to transposing."""
+    import shutil
+
+    from memlib.compose import kept_tokens, session_store
+    from memlib.retrieve.tenant_cache import TenantCache
+
+    cache = TenantCache(sample_store)
+    checked = 0
+    for tenant in cache.tenants():
+        index = cache.get(tenant)
+        ref = matrix_cache._view_reference(index.reader, tenant)[0]
+        store = matrix_cache._kept(index.reader.path, ref["session_build_key"], lambda k: k)
+        turn_ids = list(index.turn_order)
+        blocks = store.vector_rows(ref["sessions"], transposed=True)
+        assert all(b[2] is not None for b in blocks)  # written by the build
+        joined = kept_tokens.join(blocks, turn_ids)
+        assert joined.int8t is not None
+        np.testing.assert_array_equal(joined.int8t(), int8_maxsim.transposed(joined.int8))
+        matrix = late.matrix_from_kept(turn_ids, joined)
+        q = np.random.default_rng(2).normal(size=(3, 384)).astype(np.float32)
+        np.testing.assert_array_equal(matrix.int8(q), int8_maxsim.Int8Similarity(matrix.vectors)(q))
+        # without them, or with none of these sessions: the rows are transposed instead, same matrix
+        for t8 in (None, blocks[0][2].slice(0, 0)):
+            alt = kept_tokens.join([(blocks[0][0], blocks[0][1], t8)] + list(blocks[1:]), turn_ids)
+            assert alt.int8t is None
+            np.testing.assert_array_equal(alt.int8, joined.int8)
+        # a file cut short is not read
+        path = session_store._int8t_path(next((store.root / "blocks").iterdir()))
+        damaged = tmp_path / tenant
+        damaged.mkdir()
+        session_store._int8t_path(damaged).write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+        assert session_store._read_int8t(damaged) is None
+        # a session asked for in part: its columns are not whole, so the rows are transposed
+        part = kept_tokens.join(blocks, turn_ids[:-1])
+        assert part is None or part.int8t is None
+        checked += 1
+    assert checked
+
+
+def test_forgetting_rewrites_the_transposed_sessions_too(tmp_path):
+    """A block rewritten without a forgotten session keeps nothing of it in its transposed rows."""
+    from memlib.compose import kept_tokens, session_store
+    from memlib.compose.vectors import TurnVectors
+
+    rng = np.random.default_rng(4)
+    counts = (3, 2, 4)
+    tv = TurnVectors(["a", "b", "c"], np.zeros((3, 8), np.float32), [np.arange(n, dtype=np.int32) for n in counts],
+                     [rng.normal(size=(n, 384)).astype(np.float16) for n in counts])
+    table = tv.table(["s1", "s1", "s2"], ["t", "t", "t"], 8)
+    t8 = kept_tokens.transposed_sessions(table)
+    assert t8.column("session_key").to_pylist() == ["s1", "s2"] and t8.column("tokens").to_pylist() == [5, 4]
+    _, v8 = int8_maxsim.quantize_rows(np.concatenate(tv.token_vectors))
+    first = np.frombuffer(t8.column("int8t")[0].as_py(), np.int8).reshape(384, -1)
+    np.testing.assert_array_equal(first, v8[:5].T)
+    # a session whose rows are not consecutive has no transposed layout
+    assert kept_tokens.transposed_sessions(tv.table(["s1", "s2", "s1"], ["t"] * 3, 8)) is None
+    bdir = tmp_path / "blocks" / "b"
+    bdir.mkdir(parents=True)
+    session_store._write_int8t(table, bdir)
+    kept = session_store._read_int8t(bdir)
+    assert kept.column("session_key").to_pylist() == ["s1", "s2"]
+    session_store._write_int8t(table.filter(pa.compute.equal(table.column("session_key"), "s2")), bdir)
+    assert session_store._read_int8t(bdir).column("session_key").to_pylist() == ["s2"]
