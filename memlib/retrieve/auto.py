@@ -70,8 +70,11 @@ def _query(index, query: str, p: dict[str, Any], model_cache: str | None):
     encoder = token_encoder.get_encoder(p.get("threads"), p.get("encoder", token_model.DEFAULT_MODEL), model_cache)
     cache_dir = p.get("cache_dir") or (matrix_cache.default_cache_dir(index) if p.get("disk_cache", True) else None)
     limit = int(p.get("first_stage_turns", 0))
+    # the query first: on a cold tenant, joining its matrix pushes the encoder's weights out of the
+    # CPU's caches, and the kernel then reads the matrix just written
+    encoded = encoder.encode([query])[0]
     matrix = matrix_cache.tenant_matrix(index, encoder, cache_dir, prepack_max_turns=limit if limit > 0 else None)
-    q_ids, q_vecs = late.content_query_tokens(matrix, *encoder.encode([query])[0], float(p.get("query_max_df", 1.0)))
+    q_ids, q_vecs = late.content_query_tokens(matrix, *encoded, float(p.get("query_max_df", 1.0)))
     return encoder, matrix, q_ids, q_vecs
 
 

@@ -30,10 +30,10 @@ off).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 
 import numpy as np
 
+from memlib.lazy import cached_property
 from memlib.retrieve import jit_kernels
 from memlib.retrieve.int8_maxsim import Int8Similarity, one_thread_session, quantize_rows
 from memlib.retrieve.late import TokenMatrix

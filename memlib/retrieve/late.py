@@ -10,11 +10,11 @@ matrix cache in memory and on disk (:mod:`memlib.retrieve.matrix_cache`).
 """
 from __future__ import annotations
 
-from functools import cached_property
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
+from memlib.lazy import cached_property
 from memlib.retrieve.int8_maxsim import INT8_MAX_VALUES, Int8Similarity, transposed
 
 if TYPE_CHECKING:

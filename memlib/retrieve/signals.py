@@ -3,9 +3,10 @@ adjacent-turn context, and turn votes from other node kinds through provenance."
 from __future__ import annotations
 
 import re
-from functools import cached_property
 
 import numpy as np
+
+from memlib.lazy import cached_property
 
 
 def zscore(x: np.ndarray) -> np.ndarray:
@@ -103,9 +104,8 @@ class TurnFrame:
         """Per speaker name (first word, lower case): the session codes it speaks in."""
         if self.speaker.size == 0:
             return {}
-        pairs = np.unique(np.stack([self.speaker.astype(str), self.session.astype(str)]), axis=1)
         out: dict[str, list[int]] = {}
-        for name, sess in zip(pairs[0], pairs[1]):
+        for name, sess in sorted(set(zip(self.speaker.tolist(), self.session.tolist()))):
             if name:
                 out.setdefault(name, []).append(int(sess))
         return {k: np.asarray(v, dtype=np.int64) for k, v in out.items()}

@@ -15,7 +15,6 @@ import threading
 import time
 from collections import OrderedDict
 from datetime import datetime
-from functools import cached_property
 from typing import Any, Callable, Hashable, Iterable, NamedTuple, Protocol, Sequence, TypeVar
 
 import numpy as np
@@ -24,6 +23,7 @@ import pyarrow.compute as pc
 
 from memlib.io.store import StoreReader, sql_str
 from memlib.io.views import VIEW_NODES, VIEW_TURNS, ViewError
+from memlib.lazy import cached_property
 from memlib.retrieve.sizes import approx_bytes
 
 log = logging.getLogger("memlib.serve")
@@ -112,25 +112,17 @@ def _embedding_matrix(col: pa.ChunkedArray, dim: int) -> np.ndarray:
     return mat / np.maximum(norms, 1e-12)
 
 
-class _column:  # noqa: N801 - used as a decorator, like cached_property
+class _column(cached_property):  # noqa: N801 - used as a decorator, like cached_property
     """A lazily made attribute of :class:`TenantIndex` (a node column as Python objects, a map
     derived from one): computed on first read, then kept and its bytes counted in
     :attr:`TenantIndex.nbytes`. A cold ``auto`` query reads few of them, and making every column
-    took a LoCoMo tenant's open 4 ms (docs/decisions/0028-tenant-views.md). No lock: two threads
-    reading one at once both compute the same value."""
-
-    def __init__(self, func: Callable[[Any], Any]):
-        self.func, self.name, self.__doc__ = func, func.__name__, func.__doc__
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
+    took a LoCoMo tenant's open 4 ms (docs/decisions/0028-tenant-views.md)."""
 
     def __get__(self, obj: Any, owner: type | None = None) -> Any:
         if obj is None:
             return self
-        value = self.func(obj)
-        obj.__dict__[self.name] = value  # a non-data descriptor: later reads find the value first
-        obj._column_bytes[self.name] = approx_bytes(value)
+        value = super().__get__(obj, owner)
+        obj._column_bytes[self.attrname] = approx_bytes(value)
         return value
 
 

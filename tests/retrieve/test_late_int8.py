@@ -322,7 +322,6 @@ def test_transposed_sessions_join_into_the_kernels_layout(sample_store, tmp_path
     """The build keeps each block's int8 rows transposed per session; a cold tenant's kernel matrix
     is its sessions' columns side by side, equal to transposing its joined rows. A block without
     them (kept before), a damaged file, or a session asked for in part falls back to transposing."""
-    import shutil
 
     from memlib.compose import kept_tokens, session_store
     from memlib.retrieve.tenant_cache import TenantCache
