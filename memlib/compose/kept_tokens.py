@@ -11,9 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+
+from memlib.io.files import replace_arrow
 
 TOKEN_DIM = 384
 
@@ -67,6 +70,31 @@ def transposed_sessions(table: pa.Table) -> pa.Table | None:
         blobs.append(np.ascontiguousarray(rows.T).tobytes())
     return pa.table([pa.array(out_keys, pa.string()), pa.array(out_tokens, pa.int64()), pa.array(blobs, pa.binary())],
                     schema=INT8T)
+
+
+INT8T_FILE = "token_int8t.arrow"  # beside a kept block's turn_vectors.arrow
+
+
+def int8t_path(bdir: Path) -> Path:
+    return bdir / INT8T_FILE
+
+
+def write_int8t(vectors: pa.Table, bdir: Path) -> None:
+    """A kept block's transposed sessions, from its turn vectors (none for vectors without int8 rows)."""
+    table = transposed_sessions(vectors)
+    if table is not None:
+        replace_arrow(table, int8t_path(bdir))
+    else:
+        int8t_path(bdir).unlink(missing_ok=True)
+
+
+def read_int8t(bdir: Path) -> pa.Table | None:
+    """A kept block's transposed sessions, mapped; None when it has none or they cannot be read (the
+    reader transposes the rows instead)."""
+    try:
+        return pa.ipc.open_file(pa.memory_map(str(int8t_path(bdir)))).read_all()
+    except (OSError, pa.ArrowException):
+        return None
 
 
 def _session_columns(t8: pa.Table | None) -> dict[str, np.ndarray] | None:

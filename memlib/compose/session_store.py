@@ -18,6 +18,7 @@ itself with the same content.
 from __future__ import annotations
 
 import hashlib
+import logging
 import shutil
 import threading
 from collections import OrderedDict
@@ -31,11 +32,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from memlib import schema
-from memlib.compose.kept_tokens import transposed_sessions
+from memlib.compose.kept_tokens import read_int8t as _read_int8t
+from memlib.compose.kept_tokens import write_int8t as _write_int8t
 from memlib.compose.sessions import SESSION_TABLES, SessionOutput, keyed_schema
 from memlib.compose.vectors import TurnVectors
 from memlib.io.files import replace_arrow, replace_parquet
 
+log = logging.getLogger("memlib.compose")
 SESSIONS_SUBDIR = Path("cache") / "sessions"
 READ_THREADS = 4  # blocks read at once by SessionStore.read
 # decoded blocks a SessionStore keeps: small tenants built one after another share blocks (a
@@ -43,7 +46,6 @@ READ_THREADS = 4  # blocks read at once by SessionStore.read
 BLOCK_CACHE = 8
 MAPPED_BLOCKS = 1024
 VECTORS = "turn_vectors"
-INT8T = "token_int8t"
 # the turn vectors (token vectors included: most of a kept session's bytes) are an uncompressed
 # Arrow IPC file, memory-mapped when read: a tenant's sessions are read back without decoding or
 # copying them. Parquet (uncompressed float16 column) took 3.4-4.7 s to read the 669 MB of a
@@ -79,28 +81,6 @@ def _write(table: pa.Table, path: Path) -> None:
 
 def _vectors_path(bdir: Path) -> Path:
     return bdir / f"{VECTORS}.arrow"
-
-
-def _int8t_path(bdir: Path) -> Path:
-    return bdir / f"{INT8T}.arrow"
-
-
-def _write_int8t(vectors: pa.Table, bdir: Path) -> None:
-    """The block's transposed sessions, from its turn vectors (none for vectors without int8 rows)."""
-    table = transposed_sessions(vectors)
-    if table is not None:
-        _write(table, _int8t_path(bdir))
-    else:
-        _int8t_path(bdir).unlink(missing_ok=True)
-
-
-def _read_int8t(bdir: Path) -> pa.Table | None:
-    """A block's transposed sessions, mapped; None when it has none or they cannot be read (the
-    reader transposes the rows instead)."""
-    try:
-        return _read_vectors(_int8t_path(bdir))
-    except (OSError, pa.ArrowException):
-        return None
 
 
 def _read_vectors(path: Path) -> pa.Table:
@@ -334,6 +314,36 @@ class SessionStore:
             return TurnVectors.from_table(t)
         keep = pc.is_in(t.column("session_key"), value_set=wanted).to_numpy(zero_copy_only=False)
         return TurnVectors.from_table(t, rows=np.flatnonzero(keep))  # views of those rows, no copy
+
+    # ---- upgrading -------------------------------------------------------------------------------
+    def upgrade(self) -> dict[str, int]:
+        """Give every kept block what blocks kept by older versions lack: its turns' int8 rows (the
+        kernel's quantization of their float16 vectors, row by row: what the embed pass writes) and
+        its transposed sessions. Only blocks missing them are rewritten; a block that cannot be
+        read is left as it is (readers fall back as before). Each block's index file is rewritten
+        last, so readers map the new files."""
+        done = skipped = 0
+        for b in sorted(set(self.index().column("block").to_pylist())):
+            bdir = self.root / "blocks" / b
+            try:
+                vectors = _read_vectors(_vectors_path(bdir))
+                has_int8 = "token_int8" in vectors.column_names and vectors.column("token_int8").null_count == 0
+                if has_int8 and _read_int8t(bdir) is not None:
+                    continue
+                if not has_int8 and vectors.column("token_ids").null_count == 0:
+                    vectors = TurnVectors.from_table(vectors).table(
+                        vectors.column("session_key").to_pylist(), vectors.column("tenant_id").to_pylist(),
+                        vectors.schema.field("vector").type.list_size)
+                    _write(vectors, _vectors_path(bdir))
+                _write_int8t(vectors, bdir)
+                ipath = self.root / "index" / f"{b}.parquet"
+                _write(pq.read_table(ipath), ipath)  # a new signature: cached maps of the block are dropped
+                done += 1
+            except (OSError, pa.ArrowException, ValueError) as exc:
+                log.warning("kept block %s not upgraded (%s)", b, str(exc)[:160])
+                skipped += 1
+        self._index = None
+        return {"session_blocks_upgraded": done, "session_blocks_not_upgraded": skipped}
 
     # ---- forgetting ------------------------------------------------------------------------------
     def retain(self, live: set[str], *, rewrite: bool = False) -> dict[str, int]:

@@ -323,7 +323,7 @@ def test_transposed_sessions_join_into_the_kernels_layout(sample_store, tmp_path
     is its sessions' columns side by side, equal to transposing its joined rows. A block without
     them (kept before), a damaged file, or a session asked for in part falls back to transposing."""
 
-    from memlib.compose import kept_tokens, session_store
+    from memlib.compose import kept_tokens
     from memlib.retrieve.tenant_cache import TenantCache
 
     cache = TenantCache(sample_store)
@@ -347,11 +347,11 @@ def test_transposed_sessions_join_into_the_kernels_layout(sample_store, tmp_path
             assert alt.int8t is None
             np.testing.assert_array_equal(alt.int8, joined.int8)
         # a file cut short is not read
-        path = session_store._int8t_path(next((store.root / "blocks").iterdir()))
+        path = kept_tokens.int8t_path(next((store.root / "blocks").iterdir()))
         damaged = tmp_path / tenant
         damaged.mkdir()
-        session_store._int8t_path(damaged).write_bytes(path.read_bytes()[: path.stat().st_size // 2])
-        assert session_store._read_int8t(damaged) is None
+        kept_tokens.int8t_path(damaged).write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+        assert kept_tokens.read_int8t(damaged) is None
         # a session asked for in part: its columns are not whole, so the rows are transposed
         part = kept_tokens.join(blocks, turn_ids[:-1])
         assert part is None or part.int8t is None
@@ -361,7 +361,7 @@ def test_transposed_sessions_join_into_the_kernels_layout(sample_store, tmp_path
 
 def test_forgetting_rewrites_the_transposed_sessions_too(tmp_path):
     """A block rewritten without a forgotten session keeps nothing of it in its transposed rows."""
-    from memlib.compose import kept_tokens, session_store
+    from memlib.compose import kept_tokens
     from memlib.compose.vectors import TurnVectors
 
     rng = np.random.default_rng(4)
@@ -378,8 +378,40 @@ def test_forgetting_rewrites_the_transposed_sessions_too(tmp_path):
     assert kept_tokens.transposed_sessions(tv.table(["s1", "s2", "s1"], ["t"] * 3, 8)) is None
     bdir = tmp_path / "blocks" / "b"
     bdir.mkdir(parents=True)
-    session_store._write_int8t(table, bdir)
-    kept = session_store._read_int8t(bdir)
+    kept_tokens.write_int8t(table, bdir)
+    kept = kept_tokens.read_int8t(bdir)
     assert kept.column("session_key").to_pylist() == ["s1", "s2"]
-    session_store._write_int8t(table.filter(pa.compute.equal(table.column("session_key"), "s2")), bdir)
-    assert session_store._read_int8t(bdir).column("session_key").to_pylist() == ["s2"]
+    kept_tokens.write_int8t(table.filter(pa.compute.equal(table.column("session_key"), "s2")), bdir)
+    assert kept_tokens.read_int8t(bdir).column("session_key").to_pylist() == ["s2"]
+
+
+def test_upgrading_blocks_kept_before_int8_rows_gives_what_a_build_writes(sample_store, tmp_path):
+    """A store whose blocks were kept before int8 rows and transposed sessions existed gets them
+    from SessionStore.upgrade: the same tables the embed pass writes, and nothing else changes."""
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    from memlib.compose import kept_tokens, session_store
+
+    src = next((sample_store / session_store.SESSIONS_SUBDIR).iterdir())
+    root = tmp_path / "store"
+    shutil.copytree(src, root / session_store.SESSIONS_SUBDIR / src.name)
+    blocks = sorted((root / session_store.SESSIONS_SUBDIR / src.name / "blocks").iterdir())
+    before = {b.name: (session_store._read_vectors(session_store._vectors_path(b)), kept_tokens.read_int8t(b))
+              for b in blocks}
+    for b in blocks:  # as an older version kept them
+        path = session_store._vectors_path(b)
+        old = session_store._read_vectors(path).drop_columns(["token_int8", "token_scales"])
+        old = old.append_column("token_int8", pa.nulls(old.num_rows, pa.binary()))
+        old = old.append_column("token_scales", pa.nulls(old.num_rows, pa.binary()))
+        session_store.replace_arrow(old, path)
+        kept_tokens.int8t_path(b).unlink()
+    kept = session_store.SessionStore(root, src.name)
+    assert kept.upgrade() == {"session_blocks_upgraded": len(blocks), "session_blocks_not_upgraded": 0}
+    for b in blocks:
+        vectors, t8 = before[b.name]
+        assert session_store._read_vectors(session_store._vectors_path(b)).equals(vectors)
+        assert kept_tokens.read_int8t(b).equals(t8)
+        assert pq.read_table(root / session_store.SESSIONS_SUBDIR / src.name / "index" / f"{b.name}.parquet").num_rows
+    assert kept.upgrade() == {"session_blocks_upgraded": 0, "session_blocks_not_upgraded": 0}
