@@ -79,13 +79,18 @@ def int8t_path(bdir: Path) -> Path:
     return bdir / INT8T_FILE
 
 
-def write_int8t(vectors: pa.Table, bdir: Path) -> None:
-    """A kept block's transposed sessions, from its turn vectors (none for vectors without int8 rows)."""
+def write_int8t(vectors: pa.Table, bdir: Path) -> pa.Table:
+    """Write a kept block's transposed sessions from its turn vectors; returns the turn vectors to
+    keep beside them: without their per-turn int8 rows (the same bytes, transposed: a quarter of
+    a kept session's size), or as they are when they cannot be transposed (no int8 rows, a
+    session's rows not consecutive)."""
     table = transposed_sessions(vectors)
-    if table is not None:
-        replace_arrow(table, int8t_path(bdir))
-    else:
+    if table is None:
         int8t_path(bdir).unlink(missing_ok=True)
+        return vectors
+    replace_arrow(table, int8t_path(bdir))
+    at = vectors.schema.get_field_index("token_int8")
+    return vectors.set_column(at, vectors.schema.field(at), pa.nulls(vectors.num_rows, pa.binary()))
 
 
 def read_int8t(bdir: Path) -> pa.Table | None:
@@ -122,9 +127,10 @@ def _binary(chunk: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _columns(table: pa.Table) -> dict[str, tuple[np.ndarray, np.ndarray]] | None:
-    """The block's token columns as (offsets, values) pairs; None when it cannot be read by runs
-    (several chunks, nulls, or no int8 rows: a block kept before they were)."""
-    names = ("token_ids", "token_vectors", "token_int8", "token_scales")
+    """The block's token columns as (offsets, values) pairs, ``token_int8`` only when the block
+    keeps its rows that way (blocks with transposed sessions do not); None when it cannot be read
+    by runs (several chunks, nulls, or no scales: a block kept before int8 rows were)."""
+    names = ("token_ids", "token_vectors", "token_scales")
     if any(n not in table.column_names for n in names):
         return None
     cols = {n: table.column(n) for n in names}
@@ -133,6 +139,9 @@ def _columns(table: pa.Table) -> dict[str, tuple[np.ndarray, np.ndarray]] | None
     ids = cols["token_ids"].chunk(0)
     out = {"token_ids": (ids.offsets.to_numpy().astype(np.int64), ids.values.to_numpy(zero_copy_only=False))}
     out.update((n, _binary(cols[n].chunk(0))) for n in names[1:])
+    rows = table.column("token_int8") if "token_int8" in table.column_names else None
+    if rows is not None and rows.num_chunks == 1 and rows.null_count == 0:
+        out["token_int8"] = _binary(rows.chunk(0))
     return out
 
 
@@ -180,20 +189,25 @@ def join(blocks: Sequence[tuple], turn_ids: Sequence[str]) -> KeptTokens | None:
         else np.zeros(0, np.int64)
     try:
         ids = slices("token_ids", np.int32, 0)
-        int8, scales, f16 = slices("token_int8", np.int8, TOKEN_DIM), slices("token_scales", np.float32, 0), \
-            slices("token_vectors", np.float16, TOKEN_DIM)
+        scales, f16 = slices("token_scales", np.float32, 0), slices("token_vectors", np.float16, TOKEN_DIM)
+        int8 = slices("token_int8", np.int8, TOKEN_DIM) if all("token_int8" in c for c in cols) else None
     except ValueError:  # bytes that are not whole rows
         return None
     n = int(counts.sum())
-    if sum(len(x) for x in int8) != n or sum(len(x) for x in scales) != n or sum(len(x) for x in f16) != n:
+    if sum(len(x) for x in scales) != n or sum(len(x) for x in f16) != n or \
+            (int8 is not None and sum(len(x) for x in int8) != n):
         return None  # rows that do not match their token ids: read turn by turn
+    parts_t = _transposed_parts(runs, tables, sessions_t, cols)
+    if parts_t is None and int8 is None:
+        return None  # neither layout of the int8 rows for every run: read turn by turn
 
     join_ = (lambda parts, empty: np.concatenate(parts) if parts else empty)  # noqa: E731
-    parts_t = _transposed_parts(runs, tables, sessions_t, cols)
     int8t = None if parts_t is None else (lambda: _hstack(parts_t, n))
-    return KeptTokens(counts.astype(np.int64), join_(ids, np.zeros(0, np.int32)),
-                      lambda: join_(int8, np.zeros((0, TOKEN_DIM), np.int8)), join_(scales, np.zeros(0, np.float32)),
-                      lambda: join_(f16, np.zeros((0, TOKEN_DIM), np.float16)), int8t)
+    int8_rows = ((lambda: join_(int8, np.zeros((0, TOKEN_DIM), np.int8))) if int8 is not None
+                 else (lambda: np.ascontiguousarray(int8t().T)))
+    return KeptTokens(counts.astype(np.int64), join_(ids, np.zeros(0, np.int32)), int8_rows,
+                      join_(scales, np.zeros(0, np.float32)), lambda: join_(f16, np.zeros((0, TOKEN_DIM), np.float16)),
+                      int8t)
 
 
 def _transposed_parts(runs: list[tuple[int, int, int]], tables: Sequence[pa.Table],

@@ -6,7 +6,8 @@ outputs of another configuration)::
     cache/sessions/<build_key>/blocks/<block_id>/<table>.parquet   SESSION_TABLES
     cache/sessions/<build_key>/blocks/<block_id>/turn_vectors.arrow  turn vectors (Arrow IPC file)
     cache/sessions/<build_key>/blocks/<block_id>/token_int8t.arrow   their int8 rows, transposed per
-                                                                     session (memlib/compose/kept_tokens.py)
+                                                                     session (memlib/compose/kept_tokens.py);
+                                                                     the turn vectors then keep only scales
     cache/sessions/<build_key>/index/<block_id>.parquet            session_key, tenant_id, turns
 
 A block holds whole sessions of one or more tenants; every row carries its ``session_key``.
@@ -83,6 +84,16 @@ def _vectors_path(bdir: Path) -> Path:
     return bdir / f"{VECTORS}.arrow"
 
 
+def _with_int8_rows(vectors: pa.Table) -> pa.Table:
+    """``vectors`` with each turn's int8 rows and scales (the kernel's quantization of its float16
+    vectors, row by row: what the embed pass computes) when it lacks them."""
+    if "token_int8" in vectors.column_names and vectors.column("token_int8").null_count == 0:
+        return vectors
+    return TurnVectors.from_table(vectors).table(vectors.column("session_key").to_pylist(),
+                                                 vectors.column("tenant_id").to_pylist(),
+                                                 vectors.schema.field("vector").type.list_size)
+
+
 def _read_vectors(path: Path) -> pa.Table:
     """A block's turn vectors, memory-mapped (no copy: the table's buffers are the file's pages)."""
     return pa.ipc.open_file(pa.memory_map(str(path))).read_all()
@@ -115,8 +126,7 @@ class SessionStore:
         for name in SESSION_TABLES:
             _write(schema.conform(output.table(name), keyed_schema(name), name=name), bdir / f"{name}.parquet")
         vectors = schema.conform(vectors, schema.turn_vectors_schema(self.dim), name=VECTORS)
-        _write(vectors, _vectors_path(bdir))
-        _write_int8t(vectors, bdir)
+        _write(_write_int8t(vectors, bdir), _vectors_path(bdir))
         _write(schema.conform(index, INDEX, name="session_index"), self.root / "index" / f"{block}.parquet")
         self._index = None
 
@@ -317,25 +327,20 @@ class SessionStore:
 
     # ---- upgrading -------------------------------------------------------------------------------
     def upgrade(self) -> dict[str, int]:
-        """Give every kept block what blocks kept by older versions lack: its turns' int8 rows (the
-        kernel's quantization of their float16 vectors, row by row: what the embed pass writes) and
-        its transposed sessions. Only blocks missing them are rewritten; a block that cannot be
-        read is left as it is (readers fall back as before). Each block's index file is rewritten
-        last, so readers map the new files."""
+        """Give every kept block written by an older version its transposed sessions (from its
+        turns' int8 rows, or the kernel's quantization of their float16 vectors when it kept none:
+        what the embed pass computes), and drop its per-turn int8 rows: the layout a build writes
+        now. Only blocks without transposed sessions are rewritten; a block that cannot be read is
+        left as it is (readers fall back as before). Each block's index file is rewritten last,
+        so readers map the new files."""
         done = skipped = 0
         for b in sorted(set(self.index().column("block").to_pylist())):
             bdir = self.root / "blocks" / b
             try:
                 vectors = _read_vectors(_vectors_path(bdir))
-                has_int8 = "token_int8" in vectors.column_names and vectors.column("token_int8").null_count == 0
-                if has_int8 and _read_int8t(bdir) is not None:
-                    continue
-                if not has_int8 and vectors.column("token_ids").null_count == 0:
-                    vectors = TurnVectors.from_table(vectors).table(
-                        vectors.column("session_key").to_pylist(), vectors.column("tenant_id").to_pylist(),
-                        vectors.schema.field("vector").type.list_size)
-                    _write(vectors, _vectors_path(bdir))
-                _write_int8t(vectors, bdir)
+                if _read_int8t(bdir) is not None or vectors.column("token_ids").null_count:
+                    continue  # upgraded already, or no token vectors to quantize
+                _write(_write_int8t(_with_int8_rows(vectors), bdir), _vectors_path(bdir))
                 ipath = self.root / "index" / f"{b}.parquet"
                 _write(pq.read_table(ipath), ipath)  # a new signature: cached maps of the block are dropped
                 done += 1
@@ -371,8 +376,7 @@ class SessionStore:
             _write(pq.read_table(path, filters=flt), path)
         vectors = _read_vectors(_vectors_path(bdir))
         vectors = vectors.filter(pc.is_in(vectors.column("session_key"), value_set=pa.array(sorted(keep), pa.string())))
-        _write(vectors, _vectors_path(bdir))
-        _write_int8t(vectors, bdir)
+        _write(_write_int8t(_with_int8_rows(vectors), bdir), _vectors_path(bdir))
         ipath = self.root / "index" / f"{block}.parquet"
         _write(pq.read_table(ipath, filters=flt), ipath)
 

@@ -299,23 +299,32 @@ def test_a_matrix_joined_by_runs_is_the_one_joined_turn_by_turn(sample_store):
         shuffled = list(index.turn_order)
         rng.shuffle(shuffled)
         for turn_ids in (list(index.turn_order), shuffled):
-            joined = kept_tokens.join(store.vector_rows(ref["sessions"]), turn_ids)
-            assert joined is not None
-            a = late.matrix_from_kept(turn_ids, joined)
+            joined = kept_tokens.join(store.vector_rows(ref["sessions"], transposed=True), turn_ids)
+            if turn_ids is shuffled:  # sessions cut apart: no layout of the int8 rows fits, read turn by turn
+                assert joined is None
+                a = matrix_cache._from_sessions(ref, turn_ids, index.reader.path)
+            else:
+                a = late.matrix_from_kept(turn_ids, joined)
+                assert np.array_equal(joined.int8, np.concatenate(tv_quantized(store, ref)[0]))
             tv = store.read_vectors(ref["sessions"])
             order = [tv.node_ids.index(t) for t in turn_ids]
             pick = lambda items, order=order: [items[i] for i in order]  # noqa: E731
+            v8, scales = tv.quantized()  # the kept blocks keep their int8 rows transposed, not per turn
             b = late.matrix_from_tokens(turn_ids, pick(tv.token_ids), pick(tv.token_vectors),
-                                        quantized=(pick(tv.token_int8), pick(tv.token_scales)))
+                                        quantized=(pick(v8), pick(scales)))
             assert np.array_equal(a.owner, b.owner) and np.array_equal(a.idf, b.idf)
             assert np.array_equal(a.vectors, b.vectors)
-            assert np.array_equal(joined.int8, np.concatenate(b.quantized[0]))
-            assert np.array_equal(a.quantized[1], np.concatenate(b.quantized[1]))
             q = np.random.default_rng(1).normal(size=(4, 384)).astype(np.float32)
             np.testing.assert_array_equal(a.int8(q), b.int8(q))
         old = [(t.drop_columns(["token_int8", "token_scales"]), rows) for t, rows in store.vector_rows(ref["sessions"])]
         assert kept_tokens.join(old, list(index.turn_order)) is None
-        assert kept_tokens.join(store.vector_rows(ref["sessions"]), list(index.turn_order)[:-1]) is None
+        blocks = store.vector_rows(ref["sessions"], transposed=True)
+        assert kept_tokens.join(blocks, list(index.turn_order)[:-1]) is None
+
+
+def tv_quantized(store, ref):
+    """The int8 rows and scales of a reference's turns, quantized from their float16 vectors."""
+    return store.read_vectors(ref["sessions"]).quantized()
 
 
 def test_transposed_sessions_join_into_the_kernels_layout(sample_store, tmp_path):
@@ -323,7 +332,7 @@ def test_transposed_sessions_join_into_the_kernels_layout(sample_store, tmp_path
     is its sessions' columns side by side, equal to transposing its joined rows. A block without
     them (kept before), a damaged file, or a session asked for in part falls back to transposing."""
 
-    from memlib.compose import kept_tokens
+    from memlib.compose import kept_tokens, session_store
     from memlib.retrieve.tenant_cache import TenantCache
 
     cache = TenantCache(sample_store)
@@ -341,11 +350,15 @@ def test_transposed_sessions_join_into_the_kernels_layout(sample_store, tmp_path
         matrix = late.matrix_from_kept(turn_ids, joined)
         q = np.random.default_rng(2).normal(size=(3, 384)).astype(np.float32)
         np.testing.assert_array_equal(matrix.int8(q), int8_maxsim.Int8Similarity(matrix.vectors)(q))
-        # without them, or with none of these sessions: the rows are transposed instead, same matrix
+        # without them, or with none of these sessions: the turns are read one by one instead
         for t8 in (None, blocks[0][2].slice(0, 0)):
-            alt = kept_tokens.join([(blocks[0][0], blocks[0][1], t8)] + list(blocks[1:]), turn_ids)
-            assert alt.int8t is None
-            np.testing.assert_array_equal(alt.int8, joined.int8)
+            assert kept_tokens.join([(blocks[0][0], blocks[0][1], t8)] + list(blocks[1:]), turn_ids) is None
+        # a block of an older version keeps its int8 rows per turn: they are transposed
+        with_rows = [(session_store._with_int8_rows(b[0]), b[1], None) for b in blocks]
+        alt = kept_tokens.join(with_rows, turn_ids)
+        assert alt.int8t is None
+        np.testing.assert_array_equal(alt.int8, joined.int8)
+        np.testing.assert_array_equal(late.matrix_from_kept(turn_ids, alt).int8(q), matrix.int8(q))
         # a file cut short is not read
         path = kept_tokens.int8t_path(next((store.root / "blocks").iterdir()))
         damaged = tmp_path / tenant
@@ -353,8 +366,7 @@ def test_transposed_sessions_join_into_the_kernels_layout(sample_store, tmp_path
         kept_tokens.int8t_path(damaged).write_bytes(path.read_bytes()[: path.stat().st_size // 2])
         assert kept_tokens.read_int8t(damaged) is None
         # a session asked for in part: its columns are not whole, so the rows are transposed
-        part = kept_tokens.join(blocks, turn_ids[:-1])
-        assert part is None or part.int8t is None
+        assert kept_tokens.join(blocks, turn_ids[:-1]) is None
         checked += 1
     assert checked
 
@@ -385,33 +397,36 @@ def test_forgetting_rewrites_the_transposed_sessions_too(tmp_path):
     assert kept_tokens.read_int8t(bdir).column("session_key").to_pylist() == ["s2"]
 
 
-def test_upgrading_blocks_kept_before_int8_rows_gives_what_a_build_writes(sample_store, tmp_path):
-    """A store whose blocks were kept before int8 rows and transposed sessions existed gets them
-    from SessionStore.upgrade: the same tables the embed pass writes, and nothing else changes."""
+def test_upgrading_blocks_kept_by_older_versions_gives_what_a_build_writes(sample_store, tmp_path):
+    """Blocks kept before int8 rows existed, or with per-turn int8 rows and no transposed sessions,
+    are brought to the layout a build writes now by SessionStore.upgrade: transposed sessions, no
+    per-turn int8 rows, every other byte the same."""
     import shutil
-
-    import pyarrow.parquet as pq
 
     from memlib.compose import kept_tokens, session_store
 
     src = next((sample_store / session_store.SESSIONS_SUBDIR).iterdir())
-    root = tmp_path / "store"
-    shutil.copytree(src, root / session_store.SESSIONS_SUBDIR / src.name)
-    blocks = sorted((root / session_store.SESSIONS_SUBDIR / src.name / "blocks").iterdir())
-    before = {b.name: (session_store._read_vectors(session_store._vectors_path(b)), kept_tokens.read_int8t(b))
-              for b in blocks}
-    for b in blocks:  # as an older version kept them
-        path = session_store._vectors_path(b)
-        old = session_store._read_vectors(path).drop_columns(["token_int8", "token_scales"])
-        old = old.append_column("token_int8", pa.nulls(old.num_rows, pa.binary()))
-        old = old.append_column("token_scales", pa.nulls(old.num_rows, pa.binary()))
-        session_store.replace_arrow(old, path)
-        kept_tokens.int8t_path(b).unlink()
-    kept = session_store.SessionStore(root, src.name)
-    assert kept.upgrade() == {"session_blocks_upgraded": len(blocks), "session_blocks_not_upgraded": 0}
-    for b in blocks:
-        vectors, t8 = before[b.name]
-        assert session_store._read_vectors(session_store._vectors_path(b)).equals(vectors)
-        assert kept_tokens.read_int8t(b).equals(t8)
-        assert pq.read_table(root / session_store.SESSIONS_SUBDIR / src.name / "index" / f"{b.name}.parquet").num_rows
-    assert kept.upgrade() == {"session_blocks_upgraded": 0, "session_blocks_not_upgraded": 0}
+    blocks_of = lambda root: sorted((root / session_store.SESSIONS_SUBDIR / src.name / "blocks").iterdir())  # noqa: E731
+    now = {b.name: (session_store._read_vectors(session_store._vectors_path(b)), kept_tokens.read_int8t(b))
+           for b in blocks_of(sample_store)}
+    assert all(v.column("token_int8").null_count == v.num_rows and t8 is not None for v, t8 in now.values())
+    for kept_rows in (False, True):
+        root = tmp_path / f"store-{kept_rows}"
+        shutil.copytree(src, root / session_store.SESSIONS_SUBDIR / src.name)
+        for b in blocks_of(root):  # as an older version kept them
+            path = session_store._vectors_path(b)
+            old = session_store._read_vectors(path)
+            if kept_rows:
+                old = session_store._with_int8_rows(old)
+            else:
+                at = old.schema.get_field_index("token_scales")
+                old = old.set_column(at, old.schema.field(at), pa.nulls(old.num_rows, pa.binary()))
+            session_store.replace_arrow(old, path)
+            kept_tokens.int8t_path(b).unlink()
+        kept = session_store.SessionStore(root, src.name)
+        assert kept.upgrade() == {"session_blocks_upgraded": len(now), "session_blocks_not_upgraded": 0}
+        for b in blocks_of(root):
+            vectors, t8 = now[b.name]
+            assert session_store._read_vectors(session_store._vectors_path(b)).equals(vectors)
+            assert kept_tokens.read_int8t(b).equals(t8)
+        assert kept.upgrade() == {"session_blocks_upgraded": 0, "session_blocks_not_upgraded": 0}
