@@ -265,6 +265,8 @@ class TenantIndex:
         """(nodes, dim) L2-normalized node embeddings in node order (null rows zero), read from the
         pinned Lance table on first use and then kept (counted in :attr:`nbytes` from then on)."""
         with self._lock:
+            if "embeddings" in self.__dict__:  # read by another thread meanwhile
+                return self.__dict__["embeddings"]
             tbl = self.reader.nodes(self.tenant, columns=["node_id", "embedding"])
             if tbl.num_rows != self.n_nodes:
                 raise RuntimeError(f"tenant {self.tenant!r}: Lance holds {tbl.num_rows} nodes, its view "
@@ -354,6 +356,8 @@ class TenantIndex:
     def graph(self) -> Any:
         """The tenant graph via memlib.graph.load (loaded on first use, then kept)."""
         with self._lock:
+            if "graph" in self.__dict__:  # loaded by another thread meanwhile
+                return self.__dict__["graph"]
             from memlib.graph.build import load
 
             if self.graph_data is None:
