@@ -256,7 +256,7 @@ def _session_stats(plan: SessionPlan, blocks: list[dict[str, Any]], pass_s: floa
 @dataclass
 class Prepared:
     """What the driver does before the dataset starts (no Ray needed): the session build key and
-    the pending sessions packed into block files. :func:`jobs.nightly.run_incremental` prepares
+    the pending sessions packed into block files. :func:`jobs.builder.driver.run_build` prepares
     while Ray starts."""
     key: str
     work: Path

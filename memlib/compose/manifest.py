@@ -31,7 +31,7 @@ def git_sha(repo: Path = REPO) -> str | None:
 
 
 # per-tenant counts a version keeps besides the manifest's totals (STORE/versions/vN/tenant_counts.parquet,
-# memlib.io.store): a run that carries a tenant takes them from there (jobs/store_counts.py)
+# memlib.io.store): a run that carries a tenant takes them from there (jobs/builder/counts.py)
 TENANT_COUNTS = ("nodes_by_kind", "edges_by_kind", "questions")
 
 

@@ -6,7 +6,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from jobs.nightly_plan import build_key
+from jobs.builder.plan import build_key
 from memlib import schema
 from memlib.compose import steps
 from memlib.compose.state import BuildState

@@ -15,8 +15,8 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from jobs.nightly_plan import ForgetList, Plan
-from jobs.resumable import DONE_DIR
+from jobs.builder.plan import ForgetList, Plan
+from jobs.builder.resume import DONE_DIR
 from memlib.io.errors import InputError
 from memlib.io.store import StoreError, StoreReader, StoreWriter
 from pipelines.shard import TenantShard, staged_rows

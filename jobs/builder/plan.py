@@ -1,6 +1,6 @@
 """Planning of an incremental (nightly) build: what to rebuild, carry over, forget or report failed.
 
-No Ray here; :mod:`jobs.nightly` executes the plan. A tenant is rebuilt when its input hash
+No Ray here; :mod:`jobs.builder.driver` executes the plan. A tenant is rebuilt when its input hash
 changed, when the build key changed (config sections that affect the output, prompt hashes,
 recipe), or when it failed last time; otherwise it is carried over untouched (Parquet files
 hard-linked, Lance rows left in place, no embedding or LLM work).
