@@ -41,6 +41,7 @@ from memlib.compose.recipe import get_recipe
 from memlib.compose.session_store import SessionStore
 from memlib.config import MemlibConfig
 from memlib.io.files import atomic_write_json
+from pipelines.context import BuildContext
 
 
 class RowKind(str, Enum):
@@ -135,12 +136,12 @@ def turn_nodes_op(batch: pa.Table, cfg: MemlibConfig) -> pa.Table:
 class EmbedOp:
     """The embed operator: loads the model once per actor, encodes every turn text of a block."""
 
-    def __init__(self, cfg: MemlibConfig, threads: int | None):
+    def __init__(self, ctx: BuildContext | MemlibConfig, threads: int | None = None):
         import ray
 
         from memlib.compose.vectors import TurnEncoder
 
-        self.encoder = TurnEncoder(cfg, threads=threads)
+        self.encoder = TurnEncoder(BuildContext.of(ctx).cfg, threads=threads)
         self.encoder.encode(["warm-up"], ["a first run sizes the model's buffers"])  # not on the first block
         self.gpu_ids = [str(g) for g in ray.get_gpu_ids()]
 
@@ -168,12 +169,14 @@ class EmbedOp:
 class SessionLocalOp:
     """Session-local stages of every session of a block; writes the block's kept outputs."""
 
-    def __init__(self, cfg: MemlibConfig, recipe: str, store: str, build_key: str):
+    def __init__(self, ctx: BuildContext | MemlibConfig, *fields: str):
+        """``ctx``: the run's context, or a config followed by a recipe, a store and a session key."""
         from memlib.compose.sessions import own_encoder, prepare
 
-        self.cfg = cfg
-        self.plan = get_recipe(recipe)
-        self.store = SessionStore(store, build_key, cfg.embed.dim)
+        ctx = BuildContext.of(ctx, *fields)
+        self.cfg = cfg = ctx.cfg
+        self.plan = get_recipe(ctx.recipe)
+        self.store = SessionStore(ctx.store, ctx.session_key, cfg.embed.dim)
         self.nlp = prepare(cfg, self.plan)  # spaCy and the steps' modules, loaded while the embed pass runs
         self.own = own_encoder(cfg, self.plan)  # fact drafts' own vectors (default embedder), model loaded now
         if self.own is not None:
