@@ -31,20 +31,10 @@ from memlib.compose.sessions import session_keys, sort_turns
 from memlib.config import MemlibConfig
 from memlib.io.files import replace_parquet
 from pipelines.context import BuildContext
-from pipelines.operators import (
-    BATCH_FORMAT,
-    KEY_COLUMN,
-    ROW_SCHEMA,
-    RUNTIME_ENV,
-    SESSION_ACTOR_CPUS,
-    EmbedOp,
-    RowKind,
-    SessionLocalOp,
-    block_item,
-    turn_nodes_op,
-)
+from pipelines.operators import OPERATORS, RUNTIME_ENV, SessionLocalOp, TenantOp, block_item
+from pipelines.rows import BATCH_FORMAT, KEY_COLUMN, ROW_SCHEMA, Operator, RowKind
 from pipelines.shard import TenantShard, tenant_runs
-from pipelines.tenant_op import TENANT_ACTOR_CPUS, TenantOp, pack_tenants, tenant_item
+from pipelines.tenant_op import pack_tenants, tenant_item
 
 
 @dataclass
@@ -168,8 +158,8 @@ def resources(cfg: MemlibConfig, total_cpus: float, n_blocks: int, n_tenants: in
     by_work = max(by_work, -(-n_tenants // r.tenant_actor_tenants))
     rows = n_tenants if tenant_rows is None else tenant_rows
     tenant_actors = max(1, min(int(total_cpus), rows, by_work))
-    taken = session_actors * SESSION_ACTOR_CPUS + tenant_actors * TENANT_ACTOR_CPUS
-    free = max(SESSION_ACTOR_CPUS, total_cpus - taken)
+    taken = session_actors * SessionLocalOp.num_cpus + tenant_actors * TenantOp.num_cpus
+    free = max(SessionLocalOp.num_cpus, total_cpus - taken)
     actors = r.embed_actors or max(1, int(round(total_cpus / r.embed_cpus)))
     actors = max(1, min(actors, max(1, n_blocks)))
     cpus = round(min(r.embed_cpus, free / actors), 3)
@@ -178,11 +168,10 @@ def resources(cfg: MemlibConfig, total_cpus: float, n_blocks: int, n_tenants: in
 
 
 def build_dataset(ctx: BuildContext, plan: SessionPlan, shards: list[TenantShard]) -> ray.data.Dataset:
-    """The build's one dataset: block rows, then tenant rows (largest first), four operators.
+    """The build's one dataset: tenant rows (largest first), then block rows, through the operators
+    of :data:`pipelines.operators.OPERATORS` in turn, each as its class declares.
     When ``ctx.worker_env_inherited``, the workers already have :data:`~pipelines.operators.WORKER_ENV`
     (a local instance started with it), so the operators ask for no runtime environment."""
-    from pipelines.llm_actors import llm_steps, shared_limiter
-
     cfg, work = ctx.cfg, ctx.work_dir
     # small tenants travel together: one row of the tenant operator per large tenant or per batch
     packed = pack_tenants(shards, cfg.ray.tenant_batch_turns)
@@ -203,26 +192,28 @@ def build_dataset(ctx: BuildContext, plan: SessionPlan, shards: list[TenantShard
     # block for it, on workers that must first import ray.data: 2.1 s of a nightly run's start)
     ds = ray.data.from_blocks([table.slice(i, 1) for i in range(table.num_rows)])
     env = {} if ctx.worker_env_inherited else {"runtime_env": RUNTIME_ENV}
-    common = {"batch_size": 1, "batch_format": BATCH_FORMAT, **env}
-    gpus = {"num_gpus": res.embed_gpus} if res.embed_gpus else {}
-    # the same resources as the embed operator, so Ray Data fuses the two: turn_nodes runs in the
-    # embed actors (a few ms per block) instead of starting a task worker of its own
-    ds = ds.map_batches(turn_nodes_op, num_cpus=res.embed_cpus, **gpus, fn_kwargs={"cfg": cfg}, **common)
     # few blocks (a nightly run): one in flight per actor, so a block goes to an idle actor, not
     # into the queue of the first actor up (Ray Data's default of 4 in flight gave that actor both
     # blocks of a 1 % nightly run at 10,000 tenants: 25 s of embedding on one core while the other
     # idled). Many blocks keep the default: an actor's next block is queued when it finishes one.
-    flight = {"max_tasks_in_flight_per_actor": 1} if len(plan.blocks) <= FEW_BLOCKS_PER_ACTOR * res.embed_actors else {}
-    ds = ds.map_batches(EmbedOp, num_cpus=res.embed_cpus, **gpus, **common,
-                        compute=ray.data.ActorPoolStrategy(size=res.embed_actors, **flight),
-                        fn_constructor_kwargs={"ctx": ctx, "threads": res.embed_threads})
-    ds = ds.map_batches(SessionLocalOp, num_cpus=SESSION_ACTOR_CPUS, **common,
-                        compute=ray.data.ActorPoolStrategy(size=res.session_actors, **flight),
-                        fn_constructor_kwargs={"ctx": ctx})
-    limiter = shared_limiter(cfg) if llm_steps(cfg, ctx.recipe) else None
-    return ds.map_batches(TenantOp, num_cpus=TENANT_ACTOR_CPUS, **common,
-                          compute=ray.data.ActorPoolStrategy(size=res.tenant_actors, max_tasks_in_flight_per_actor=1),
-                          fn_constructor_kwargs={"ctx": ctx, "llm_limiter": limiter})
+    few = len(plan.blocks) <= FEW_BLOCKS_PER_ACTOR * res.embed_actors
+    for op in OPERATORS:
+        ds = ds.map_batches(op.udf(), batch_size=1, batch_format=BATCH_FORMAT, **env, **ray_options(op, ctx, res, few))
+    return ds
+
+
+def ray_options(op: type[Operator], ctx: BuildContext, res: Resources, few_blocks: bool) -> dict[str, Any]:
+    """Ray Data's options of an operator, from its declaration: its CPUs (the embed operator's share
+    when it declares none, so turn_nodes, declared so, is fused into the embed actors), its GPUs,
+    its actor pool and rows in flight per actor, and its arguments."""
+    out: dict[str, Any] = {"num_cpus": res.embed_cpus if op.num_cpus is None else op.num_cpus}
+    if op.uses_gpus and res.embed_gpus:
+        out["num_gpus"] = res.embed_gpus
+    if op.pool is None:
+        return {**out, "fn_kwargs": op.arguments(ctx, res)}
+    flight = {"max_tasks_in_flight_per_actor": 1} if op.one_in_flight or few_blocks else {}
+    return {**out, "compute": ray.data.ActorPoolStrategy(size=getattr(res, op.pool), **flight),
+            "fn_constructor_kwargs": op.arguments(ctx, res)}
 
 
 def _session_stats(plan: SessionPlan, blocks: list[dict[str, Any]], pass_s: float) -> dict[str, Any]:

@@ -24,10 +24,8 @@ from memlib.compose.sessions import session_keys, sort_turns
 from memlib.compose.vectors import own_pass
 from memlib.config import MemlibConfig
 from pipelines.context import BuildContext
-from pipelines.operators import FAILED_DIR, RowKind, batch_of, failure_reason, rows
+from pipelines.rows import FAILED_DIR, Operator, RowKind, batch_of, failure_reason, rows
 from pipelines.shard import StagedFiles, TenantShard
-
-TENANT_ACTOR_CPUS = 0.25
 
 
 class SessionPassError(RuntimeError):
@@ -93,8 +91,21 @@ def pack_tenants(shards: list[TenantShard], batch_turns: int) -> list[list[Tenan
     return rows
 
 
-class TenantOp:
+class TenantOp(Operator):
     """Tenant-level stages of one tenant from its kept session outputs; writes its staged tables."""
+    kind = RowKind.TENANT
+    reads = ("item",)            # the row's tenants: their shards and the blocks they wait for
+    writes = ("summary",)        # one summary per tenant; its tables are written as one part
+    num_cpus = 0.25
+    pool = "tenant_actors"
+    one_in_flight = True         # a row is seconds of work: it goes to an idle actor
+
+    @classmethod
+    def arguments(cls, ctx: BuildContext, res: Any) -> dict[str, Any]:
+        """The run's context, and the LLM rate limiter all tenant actors share (an LLM recipe only)."""
+        from pipelines.llm_actors import llm_steps, shared_limiter
+
+        return {"ctx": ctx, "llm_limiter": shared_limiter(ctx.cfg) if llm_steps(ctx.cfg, ctx.recipe) else None}
 
     def __init__(self, ctx: BuildContext | MemlibConfig, *fields: str, llm_limiter: Any = None):
         """``ctx``: the run's context, or a config followed by a recipe, a store and a session key."""
