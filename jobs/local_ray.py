@@ -252,6 +252,12 @@ def stop_local() -> bool:
     return True
 
 
+def release_ray() -> None:
+    """Shut down the Ray instance this process started or joined (e.g. before Serve starts its own)."""
+    if ray.is_initialized():
+        ray.shutdown()
+
+
 LOCAL_RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0"}
 
 

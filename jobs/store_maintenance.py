@@ -10,8 +10,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from jobs.builder.lock import locked
 from jobs.purge import purge_caches
-from jobs.store_lock import locked
 from memlib import schema
 from memlib.io.errors import InputError
 from memlib.io.lance_tables import LanceTables

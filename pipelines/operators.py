@@ -1,19 +1,18 @@
-"""The staged build's session operators on Ray Data, and the row every operator passes on.
+"""The operators of the build's one Ray Data dataset, in the order rows pass them (:data:`OPERATORS`).
 
-One dataset runs the whole build (:mod:`pipelines.staged_build`). Its rows are of two kinds:
-a *block* (whole sessions of one or more tenants, at most ``ray.block_turns`` turns) and a
-*tenant* (one tenant's shard, built once its sessions are kept). Every row has the columns of
-:data:`ROW`; each operator reads and writes only its declared columns and passes the other
-kind of row on untouched:
+Each operator class declares the kind of row it works on, the columns it reads and writes, and its
+resources (:class:`pipelines.rows.Operator`); :func:`pipelines.staged_build.build_dataset`
+assembles the dataset from these declarations. The block operators are here, the tenant operator
+in :mod:`pipelines.tenant_op`:
 
-==================  ======  ==============================  =====================  ========================
-operator            kind    reads                           writes                 runs on
-==================  ======  ==============================  =====================  ========================
-``turn_nodes``      block   item (block file)               turns (+ node text)    the embed actors (fused)
-``embed``           block   turns                           vectors (TURN_VECTORS)  actors: ray.embed_*
-``session_local``   block   turns, vectors                  summary (outputs kept)  actors (spaCy)
-``tenant``          tenant  item (shard, its blocks)        summary (tables)       actors (pipelines.tenant_op)
-==================  ======  ==============================  =====================  ========================
+==================  ======  ==========================================  ========================
+operator            kind    what it does                                runs on
+==================  ======  ==========================================  ========================
+``turn_nodes``      block   reads the block file, adds node texts        the embed actors (fused)
+``embed``           block   encodes the turns (TURN_VECTORS)             actors: ray.embed_*
+``session_local``   block   session-local stages; keeps the outputs      actors (spaCy)
+``tenant``          tenant  a tenant's stages, its tables                actors (pipelines.tenant_op)
+==================  ======  ==========================================  ========================
 
 ``turn_nodes`` asks for the embed operator's resources, so Ray Data fuses the two and runs it
 in the embed actors (a few milliseconds per block, no worker of its own to start). The embed
@@ -29,7 +28,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -41,50 +39,28 @@ from memlib.compose.recipe import get_recipe
 from memlib.compose.session_store import SessionStore
 from memlib.config import MemlibConfig
 from memlib.io.files import atomic_write_json
+from pipelines.context import BuildContext
+from pipelines.rows import (
+    BATCH_FORMAT,
+    FAILED_DIR,
+    KEY_COLUMN,
+    ROW,
+    ROW_SCHEMA,
+    TEXT_COLUMN,
+    Operator,
+    RowKind,
+    batch_of,
+    failure_reason,
+    from_ipc,
+    rows,
+    to_ipc,
+)
+from pipelines.tenant_op import TenantOp
 
-
-class RowKind(str, Enum):
-    BLOCK = "block"
-    TENANT = "tenant"
-
-
-# every row of the build's dataset has these columns (None where a row has nothing yet)
-ROW = ("kind", "item", "turns", "vectors", "summary")
-# what each operator reads and writes, for its own kind of row (tests/pipeline/test_pipeline_stages.py)
-TURN_NODES_IO = (("item",), ("turns",))
-EMBED_IO = (("turns",), ("vectors",))
-SESSION_LOCAL_IO = (("turns", "vectors"), ("summary",))
-TENANT_IO = (("item",), ("summary",))
-
-TEXT_COLUMN = "_text"
-KEY_COLUMN = "session_key"
-FAILED_DIR = "failed"
-SESSION_ACTOR_CPUS = 0.25
 # the build's actors share the node's cores with each other: the libraries that would start a
 # thread pool per process (polars, HF tokenizers / rayon) run on the actor's own thread
 WORKER_ENV = {"POLARS_MAX_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "RAYON_NUM_THREADS": "1"}
 RUNTIME_ENV = {"env_vars": WORKER_ENV}
-
-
-def to_ipc(table: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as w:
-        w.write_table(table)
-    return sink.getvalue().to_pybytes()
-
-
-def from_ipc(data: bytes) -> pa.Table:
-    return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
-
-
-def failure_reason(exc: BaseException) -> str:
-    """One line: the exception and the innermost frame of memlib code that raised it."""
-    import traceback
-
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "/memlib/" in f.filename
-              or "/pipelines/" in f.filename]
-    where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
-    return f"{type(exc).__name__}: {str(exc)[:300]}{where}".replace("\n", " ")
 
 
 def block_item(path: str | Path) -> str:
@@ -99,21 +75,6 @@ def mark_failed(item: dict[str, Any], stage: str, exc: BaseException) -> str:
     atomic_write_json(marker, {"block_id": item["block_id"], "error": reason}, durable=False, indent=None)
     return json.dumps({"block_id": item["block_id"], "error": reason})
 
-
-ROW_SCHEMA = pa.schema([("kind", pa.string()), ("item", pa.string()), ("turns", pa.large_binary()),
-                        ("vectors", pa.large_binary()), ("summary", pa.string())])
-BATCH_FORMAT = "pyarrow"  # operators get and return Arrow tables of ROW_SCHEMA (nulls stay nulls)
-
-
-def rows(batch: pa.Table) -> list[dict[str, Any]]:
-    return batch.select(list(ROW)).to_pylist()
-
-
-def batch_of(items: list[dict[str, Any]]) -> pa.Table:
-    return pa.Table.from_pylist([{c: r.get(c) for c in ROW} for r in items], schema=ROW_SCHEMA)
-
-
-# ---- operators -------------------------------------------------------------------------------
 
 def turn_nodes_op(batch: pa.Table, cfg: MemlibConfig) -> pa.Table:
     """Read a block file; add each turn's node text (what the encoder sees)."""
@@ -132,15 +93,41 @@ def turn_nodes_op(batch: pa.Table, cfg: MemlibConfig) -> pa.Table:
     return batch_of(out)
 
 
-class EmbedOp:
-    """The embed operator: loads the model once per actor, encodes every turn text of a block."""
+class TurnNodesOp(Operator):
+    """The turn_nodes operator: :func:`turn_nodes_op` as Ray tasks, with the embed operator's
+    resources, so Ray Data fuses it into the embed actors."""
+    kind = RowKind.BLOCK
+    reads = ("item",)            # the block file
+    writes = ("turns",)          # its turns, with each turn's node text
+    uses_gpus = True
 
-    def __init__(self, cfg: MemlibConfig, threads: int | None):
+    @classmethod
+    def udf(cls) -> Any:
+        return turn_nodes_op
+
+    @classmethod
+    def arguments(cls, ctx: BuildContext, res: Any) -> dict[str, Any]:
+        return {"cfg": ctx.cfg}
+
+
+class EmbedOp(Operator):
+    """The embed operator: loads the model once per actor, encodes every turn text of a block."""
+    kind = RowKind.BLOCK
+    reads = ("turns",)
+    writes = ("vectors",)        # TURN_VECTORS, with the pass's figures as metadata
+    uses_gpus = True
+    pool = "embed_actors"
+
+    @classmethod
+    def arguments(cls, ctx: BuildContext, res: Any) -> dict[str, Any]:
+        return {"ctx": ctx, "threads": res.embed_threads}
+
+    def __init__(self, ctx: BuildContext | MemlibConfig, threads: int | None = None):
         import ray
 
         from memlib.compose.vectors import TurnEncoder
 
-        self.encoder = TurnEncoder(cfg, threads=threads)
+        self.encoder = TurnEncoder(BuildContext.of(ctx).cfg, threads=threads)
         self.encoder.encode(["warm-up"], ["a first run sizes the model's buffers"])  # not on the first block
         self.gpu_ids = [str(g) for g in ray.get_gpu_ids()]
 
@@ -165,15 +152,22 @@ class EmbedOp:
         return to_ipc(table.replace_schema_metadata({"memlib": json.dumps(meta)}))
 
 
-class SessionLocalOp:
+class SessionLocalOp(Operator):
     """Session-local stages of every session of a block; writes the block's kept outputs."""
+    kind = RowKind.BLOCK
+    reads = ("turns", "vectors")
+    writes = ("summary",)        # the block's figures; its outputs are kept on disk (SessionStore)
+    num_cpus = 0.25
+    pool = "session_actors"
 
-    def __init__(self, cfg: MemlibConfig, recipe: str, store: str, build_key: str):
+    def __init__(self, ctx: BuildContext | MemlibConfig, *fields: str):
+        """``ctx``: the run's context, or a config followed by a recipe, a store and a session key."""
         from memlib.compose.sessions import own_encoder, prepare
 
-        self.cfg = cfg
-        self.plan = get_recipe(recipe)
-        self.store = SessionStore(store, build_key, cfg.embed.dim)
+        ctx = BuildContext.of(ctx, *fields)
+        self.cfg = cfg = ctx.cfg
+        self.plan = get_recipe(ctx.recipe)
+        self.store = SessionStore(ctx.store, ctx.session_key, cfg.embed.dim)
         self.nlp = prepare(cfg, self.plan)  # spaCy and the steps' modules, loaded while the embed pass runs
         self.own = own_encoder(cfg, self.plan)  # fact drafts' own vectors (default embedder), model loaded now
         if self.own is not None:
@@ -212,3 +206,13 @@ class SessionLocalOp:
         return {"block_id": bid, "sessions": index.num_rows, "turns": turns.num_rows, "kept_at": time.time(),
                 "session_local_s": round(time.perf_counter() - start, 4),
                 "session_local_cpu_s": round(time.process_time() - cpu, 4), **meta}
+
+
+# the operators in the order rows pass them
+OPERATORS: tuple[type[Operator], ...] = (TurnNodesOp, EmbedOp, SessionLocalOp, TenantOp)
+# what each reads and writes, by operator (tests/pipeline/test_pipeline_stages.py)
+TURN_NODES_IO, EMBED_IO, SESSION_LOCAL_IO, TENANT_IO = (op.io() for op in OPERATORS)
+
+__all__ = ["BATCH_FORMAT", "KEY_COLUMN", "OPERATORS", "ROW", "ROW_SCHEMA", "RUNTIME_ENV", "TEXT_COLUMN", "WORKER_ENV",
+           "EmbedOp", "RowKind", "SessionLocalOp", "TenantOp", "TurnNodesOp", "batch_of", "block_item", "from_ipc",
+           "mark_failed", "rows", "to_ipc", "turn_nodes_op"]

@@ -81,16 +81,23 @@ def _forget(result, keep_rows: RowFilter | None):
                         quarantine=keep_rows(result.quarantine))
 
 
-def shard_input(path: str | Path, fmt: str, cfg: MemlibConfig, writer: StoreWriter, *,
-                keep_rows: RowFilter | None = None, rebuild: Callable[[str], bool] | None = None,
-                quarantine_part: str = QUARANTINE_PART, merged: Staged | None = None) -> ShardResult:
-    """Stage the input's turns and questions, a batch of tenants to a file, and write the
-    quarantine; return the shards.
+@dataclass(frozen=True)
+class ShardOptions:
+    """How :func:`shard_input` stages an input file; the defaults stage every row of every tenant."""
+    keep_rows: RowFilter | None = None            # forgetting: drops deleted tenants/conversations from every table
+    rebuild: Callable[[str], bool] | None = None  # False: the tenant is carried over, so nothing of it is staged
+    quarantine_part: str = QUARANTINE_PART
+    # one dict for all files of a run: where each tenant was staged, so that a tenant found again
+    # in a later file is merged with what was staged (memlib.io.merge)
+    merged: Staged | None = None
 
-    Incremental builds pass ``keep_rows`` (forgetting: drops deleted tenants/conversations from
-    every table) and ``rebuild`` (False: the tenant is carried over, so nothing of it is staged).
-    ``merged`` (one dict for all files of a run) records where each tenant was staged: a tenant
-    found again in a later file is merged with what was staged (:mod:`memlib.io.merge`)."""
+
+def shard_input(path: str | Path, fmt: str, cfg: MemlibConfig, writer: StoreWriter, **options: Any) -> ShardResult:
+    """Stage the input's turns and questions, a batch of tenants to a file, and write the
+    quarantine; return the shards. ``options``: those of :class:`ShardOptions` (incremental builds
+    pass ``keep_rows`` and ``rebuild``)."""
+    opts = ShardOptions(**options)
+    keep_rows, rebuild, merged = opts.keep_rows, opts.rebuild, opts.merged
     shards: list[TenantShard] = []
     quarantine: list[pa.Table] = []
     seen: dict[str, int] = {}
@@ -110,7 +117,7 @@ def shard_input(path: str | Path, fmt: str, cfg: MemlibConfig, writer: StoreWrit
         quarantine += merge_quarantine
         shards += _stage_batch(writer, f"{prefix}-{i:05d}", batch, merged)
     q_all = pa.concat_tables(quarantine) if quarantine else schema.empty(schema.QUARANTINE)
-    writer.write_table("quarantine", quarantine_part, q_all)
+    writer.write_table("quarantine", opts.quarantine_part, q_all)
     return ShardResult(shards=shards, questions=n_questions, quarantine_by_reason=_reason_counts(q_all),
                        quarantined=q_all.num_rows, seen=seen)
 

@@ -12,7 +12,6 @@ per block, one per tenant.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import time
@@ -27,28 +26,15 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import ray
 
-from memlib.compose.session_store import VECTORS_FORMAT, SessionStore, block_id
-from memlib.compose.sessions import SESSION_TABLES, session_keys, sort_turns
+from memlib.compose.session_store import SessionStore, block_id
+from memlib.compose.sessions import session_keys, sort_turns
 from memlib.config import MemlibConfig
 from memlib.io.files import replace_parquet
-from pipelines.operators import (
-    BATCH_FORMAT,
-    KEY_COLUMN,
-    ROW_SCHEMA,
-    RUNTIME_ENV,
-    SESSION_ACTOR_CPUS,
-    EmbedOp,
-    RowKind,
-    SessionLocalOp,
-    block_item,
-    turn_nodes_op,
-)
+from pipelines.context import BuildContext
+from pipelines.operators import OPERATORS, RUNTIME_ENV, SessionLocalOp, TenantOp, block_item
+from pipelines.rows import BATCH_FORMAT, KEY_COLUMN, ROW_SCHEMA, Operator, RowKind
 from pipelines.shard import TenantShard, tenant_runs
-from pipelines.tenant_op import TENANT_ACTOR_CPUS, TenantOp, pack_tenants, tenant_item
-
-# how the embed pass runs the encoder (memlib.compose.vectors.one_by_one); part of the session
-# build key, so outputs kept by an earlier way of encoding are never reused
-EMBED_PASS = "one-by-one;passage=first-window"
+from pipelines.tenant_op import pack_tenants, tenant_item
 
 
 @dataclass
@@ -172,8 +158,8 @@ def resources(cfg: MemlibConfig, total_cpus: float, n_blocks: int, n_tenants: in
     by_work = max(by_work, -(-n_tenants // r.tenant_actor_tenants))
     rows = n_tenants if tenant_rows is None else tenant_rows
     tenant_actors = max(1, min(int(total_cpus), rows, by_work))
-    taken = session_actors * SESSION_ACTOR_CPUS + tenant_actors * TENANT_ACTOR_CPUS
-    free = max(SESSION_ACTOR_CPUS, total_cpus - taken)
+    taken = session_actors * SessionLocalOp.num_cpus + tenant_actors * TenantOp.num_cpus
+    free = max(SessionLocalOp.num_cpus, total_cpus - taken)
     actors = r.embed_actors or max(1, int(round(total_cpus / r.embed_cpus)))
     actors = max(1, min(actors, max(1, n_blocks)))
     cpus = round(min(r.embed_cpus, free / actors), 3)
@@ -181,17 +167,15 @@ def resources(cfg: MemlibConfig, total_cpus: float, n_blocks: int, n_tenants: in
     return Resources(actors, cpus, r.embed_gpus, threads, session_actors, tenant_actors)
 
 
-def build_dataset(plan: SessionPlan, shards: list[TenantShard], cfg: MemlibConfig, recipe: str, store: str,
-                  build_key: str, work: Path, total_cpus: float,
-                  worker_env_inherited: bool = False, reuse: bool = True) -> ray.data.Dataset:
-    """The build's one dataset: block rows, then tenant rows (largest first), four operators.
-    ``worker_env_inherited``: the workers already have :data:`~pipelines.operators.WORKER_ENV`
+def build_dataset(ctx: BuildContext, plan: SessionPlan, shards: list[TenantShard]) -> ray.data.Dataset:
+    """The build's one dataset: tenant rows (largest first), then block rows, through the operators
+    of :data:`pipelines.operators.OPERATORS` in turn, each as its class declares.
+    When ``ctx.worker_env_inherited``, the workers already have :data:`~pipelines.operators.WORKER_ENV`
     (a local instance started with it), so the operators ask for no runtime environment."""
-    from pipelines.llm_actors import llm_steps, shared_limiter
-
+    cfg, work = ctx.cfg, ctx.work_dir
     # small tenants travel together: one row of the tenant operator per large tenant or per batch
     packed = pack_tenants(shards, cfg.ray.tenant_batch_turns)
-    res = resources(cfg, total_cpus, len(plan.blocks), len(shards), sum(s.turns for s in shards), len(packed))
+    res = resources(cfg, ctx.cpus, len(plan.blocks), len(shards), sum(s.turns for s in shards), len(packed))
     # tenant rows first: they pass the session operators before any block occupies them, so a
     # tenant actor can read the tenant's sessions kept by earlier runs while this run's blocks
     # are computed
@@ -207,39 +191,29 @@ def build_dataset(plan: SessionPlan, shards: list[TenantShard], cfg: MemlibConfi
     # one row per block; from_blocks takes each block's metadata here (from_arrow runs a task per
     # block for it, on workers that must first import ray.data: 2.1 s of a nightly run's start)
     ds = ray.data.from_blocks([table.slice(i, 1) for i in range(table.num_rows)])
-    env = {} if worker_env_inherited else {"runtime_env": RUNTIME_ENV}
-    common = {"batch_size": 1, "batch_format": BATCH_FORMAT, **env}
-    gpus = {"num_gpus": res.embed_gpus} if res.embed_gpus else {}
-    # the same resources as the embed operator, so Ray Data fuses the two: turn_nodes runs in the
-    # embed actors (a few ms per block) instead of starting a task worker of its own
-    ds = ds.map_batches(turn_nodes_op, num_cpus=res.embed_cpus, **gpus, fn_kwargs={"cfg": cfg}, **common)
+    env = {} if ctx.worker_env_inherited else {"runtime_env": RUNTIME_ENV}
     # few blocks (a nightly run): one in flight per actor, so a block goes to an idle actor, not
     # into the queue of the first actor up (Ray Data's default of 4 in flight gave that actor both
     # blocks of a 1 % nightly run at 10,000 tenants: 25 s of embedding on one core while the other
     # idled). Many blocks keep the default: an actor's next block is queued when it finishes one.
-    flight = {"max_tasks_in_flight_per_actor": 1} if len(plan.blocks) <= FEW_BLOCKS_PER_ACTOR * res.embed_actors else {}
-    ds = ds.map_batches(EmbedOp, num_cpus=res.embed_cpus, **gpus, **common,
-                        compute=ray.data.ActorPoolStrategy(size=res.embed_actors, **flight),
-                        fn_constructor_kwargs={"cfg": cfg, "threads": res.embed_threads})
-    ds = ds.map_batches(SessionLocalOp, num_cpus=SESSION_ACTOR_CPUS, **common,
-                        compute=ray.data.ActorPoolStrategy(size=res.session_actors, **flight),
-                        fn_constructor_kwargs={"cfg": cfg, "recipe": recipe, "store": store, "build_key": build_key})
-    limiter = shared_limiter(cfg) if llm_steps(cfg, recipe) else None
-    return ds.map_batches(TenantOp, num_cpus=TENANT_ACTOR_CPUS, **common,
-                          compute=ray.data.ActorPoolStrategy(size=res.tenant_actors, max_tasks_in_flight_per_actor=1),
-                          fn_constructor_kwargs={"cfg": cfg, "recipe": recipe, "store": store,
-                                                 "build_key": build_key, "llm_limiter": limiter, "reuse": reuse})
+    few = len(plan.blocks) <= FEW_BLOCKS_PER_ACTOR * res.embed_actors
+    for op in OPERATORS:
+        ds = ds.map_batches(op.udf(), batch_size=1, batch_format=BATCH_FORMAT, **env, **ray_options(op, ctx, res, few))
+    return ds
 
 
-def session_build_key(cfg: MemlibConfig, key: str) -> str:
-    """The key session outputs are kept under: the build key plus what decides the embed pass's
-    token vectors (``auto``'s encoder, whether token matrices are kept, how texts are encoded)."""
-    from memlib.compose.vectors import auto_encoder_model
-
-    # the tables a session keeps and the vectors' file format: outputs of another layout are never read
-    kept = f"{','.join(SESSION_TABLES)};vectors={VECTORS_FORMAT}"
-    extra = f"{auto_encoder_model(cfg)}|{cfg.retrieve.precompute_token_matrices}|{EMBED_PASS}|{kept}"
-    return f"{key}-{hashlib.sha256(extra.encode()).hexdigest()[:8]}"
+def ray_options(op: type[Operator], ctx: BuildContext, res: Resources, few_blocks: bool) -> dict[str, Any]:
+    """Ray Data's options of an operator, from its declaration: its CPUs (the embed operator's share
+    when it declares none, so turn_nodes, declared so, is fused into the embed actors), its GPUs,
+    its actor pool and rows in flight per actor, and its arguments."""
+    out: dict[str, Any] = {"num_cpus": res.embed_cpus if op.num_cpus is None else op.num_cpus}
+    if op.uses_gpus and res.embed_gpus:
+        out["num_gpus"] = res.embed_gpus
+    if op.pool is None:
+        return {**out, "fn_kwargs": op.arguments(ctx, res)}
+    flight = {"max_tasks_in_flight_per_actor": 1} if op.one_in_flight or few_blocks else {}
+    return {**out, "compute": ray.data.ActorPoolStrategy(size=getattr(res, op.pool), **flight),
+            "fn_constructor_kwargs": op.arguments(ctx, res)}
 
 
 def _session_stats(plan: SessionPlan, blocks: list[dict[str, Any]], pass_s: float) -> dict[str, Any]:
@@ -253,37 +227,24 @@ def _session_stats(plan: SessionPlan, blocks: list[dict[str, Any]], pass_s: floa
             "embed_gpus": sorted({g for b in done for g in b.get("embed_gpus", [])})}
 
 
-@dataclass
-class Prepared:
-    """What the driver does before the dataset starts (no Ray needed): the session build key and
-    the pending sessions packed into block files. :func:`jobs.nightly.run_incremental` prepares
-    while Ray starts."""
-    key: str
-    work: Path
-    plan: SessionPlan
+def prepare_staged(shards: list[TenantShard], ctx: BuildContext) -> SessionPlan:
+    """What the driver does before the dataset starts (no Ray needed): the pending sessions of
+    ``shards`` packed into block files. :func:`jobs.builder.driver.run_build` prepares while Ray starts."""
+    store = SessionStore(ctx.store, ctx.session_key, ctx.cfg.embed.dim)
+    return plan_sessions(shards, store, ctx.session_key, ctx.work_dir / "blocks", ctx.cfg.ray.block_turns,
+                         ctx.reuse)
 
 
-def prepare_staged(shards: list[TenantShard], cfg: MemlibConfig, *, store: str | Path, build_key: str,
-                   reuse: bool = True) -> Prepared:
-    key = session_build_key(cfg, build_key)
-    work = Path(shards[0].turns_path).parent.parent / "_work"
-    plan = plan_sessions(shards, SessionStore(str(store), key, cfg.embed.dim), key, work / "blocks",
-                         cfg.ray.block_turns, reuse)
-    return Prepared(key, work, plan)
-
-
-def run_staged(shards: list[TenantShard], cfg: MemlibConfig, recipe: str, *, store: str | Path, build_key: str,
-               total_cpus: float, reuse: bool = True, stats: dict[str, Any] | None = None,
-               worker_env_inherited: bool = False, prepared: Prepared | None = None) -> Iterator[dict[str, Any]]:
+def run_staged(shards: list[TenantShard], ctx: BuildContext, *, stats: dict[str, Any] | None = None,
+               plan: SessionPlan | None = None) -> Iterator[dict[str, Any]]:
     """The staged build of ``shards``; yields one summary per tenant as it finishes (an ``error``
     key when it failed). ``stats`` receives the session operators' figures once all are done.
-    ``prepared``: :func:`prepare_staged` of the same arguments, done already."""
+    ``plan``: :func:`prepare_staged` of the same shards, done already."""
     if not shards:
         return
-    store = str(store)
-    prepared = prepared or prepare_staged(shards, cfg, store=store, build_key=build_key, reuse=reuse)
-    key, work, plan, start = prepared.key, prepared.work, prepared.plan, time.time()
-    ds = build_dataset(plan, shards, cfg, recipe, store, key, work, total_cpus, worker_env_inherited, reuse)
+    plan = plan or prepare_staged(shards, ctx)
+    start = time.time()
+    ds = build_dataset(ctx, plan, shards)
     blocks: list[dict[str, Any]] = []
     for row in ds.iter_rows():
         summary = json.loads(row["summary"])
@@ -291,7 +252,7 @@ def run_staged(shards: list[TenantShard], cfg: MemlibConfig, recipe: str, *, sto
             blocks.append(summary)
         else:  # a tenant row: the summary of each of its tenants
             yield from summary
-    shutil.rmtree(work, ignore_errors=True)  # block files and failure markers (<version>/_work)
+    shutil.rmtree(ctx.work_dir, ignore_errors=True)  # block files and failure markers (<version>/_staged/_work)
     if stats is not None:  # session pass: from the dataset's start until the last block was kept
         kept = max([b.get("kept_at", start) for b in blocks] or [start])
-        stats.update(_session_stats(plan, blocks, kept - start), key=key)
+        stats.update(_session_stats(plan, blocks, kept - start), key=ctx.session_key)

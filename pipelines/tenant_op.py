@@ -23,10 +23,9 @@ from memlib.compose.session_store import SessionStore
 from memlib.compose.sessions import session_keys, sort_turns
 from memlib.compose.vectors import own_pass
 from memlib.config import MemlibConfig
-from pipelines.operators import FAILED_DIR, RowKind, batch_of, failure_reason, rows
+from pipelines.context import BuildContext
+from pipelines.rows import FAILED_DIR, Operator, RowKind, batch_of, failure_reason, rows
 from pipelines.shard import StagedFiles, TenantShard
-
-TENANT_ACTOR_CPUS = 0.25
 
 
 class SessionPassError(RuntimeError):
@@ -92,20 +91,35 @@ def pack_tenants(shards: list[TenantShard], batch_turns: int) -> list[list[Tenan
     return rows
 
 
-class TenantOp:
+class TenantOp(Operator):
     """Tenant-level stages of one tenant from its kept session outputs; writes its staged tables."""
+    kind = RowKind.TENANT
+    reads = ("item",)            # the row's tenants: their shards and the blocks they wait for
+    writes = ("summary",)        # one summary per tenant; its tables are written as one part
+    num_cpus = 0.25
+    pool = "tenant_actors"
+    one_in_flight = True         # a row is seconds of work: it goes to an idle actor
 
-    def __init__(self, cfg: MemlibConfig, recipe: str, store: str, build_key: str, llm_limiter: Any = None,
-                 reuse: bool = True):
+    @classmethod
+    def arguments(cls, ctx: BuildContext, res: Any) -> dict[str, Any]:
+        """The run's context, and the LLM rate limiter all tenant actors share (an LLM recipe only)."""
+        from pipelines.llm_actors import llm_steps, shared_limiter
+
+        return {"ctx": ctx, "llm_limiter": shared_limiter(ctx.cfg) if llm_steps(ctx.cfg, ctx.recipe) else None}
+
+    def __init__(self, ctx: BuildContext | MemlibConfig, *fields: str, llm_limiter: Any = None):
+        """``ctx``: the run's context, or a config followed by a recipe, a store and a session key."""
         from memlib.compose.reference import prepare_tenant_steps
         from memlib.graph import tenant  # noqa: F401 - graph-tool's import, not on the first tenant
 
-        prepare_tenant_steps(cfg, recipe)  # while the first tenant's sessions are still computed
+        ctx = BuildContext.of(ctx, *fields)
+        cfg = ctx.cfg
+        prepare_tenant_steps(cfg, ctx.recipe)  # while the first tenant's sessions are still computed
         self.cfg = cfg
-        self.recipe = recipe
-        self.store_dir = store
-        self.sessions = SessionStore(store, build_key, cfg.embed.dim)
-        self.build_key = build_key
+        self.recipe = ctx.recipe
+        self.store_dir = ctx.store
+        self.sessions = SessionStore(ctx.store, ctx.session_key, cfg.embed.dim)
+        self.session_key = ctx.session_key
         self.staged = StagedFiles()
         self._published: dict | None = None
         self._published_reader: Any = None  # a StoreReader of it
@@ -113,7 +127,7 @@ class TenantOp:
         self.extras: dict[str, Any] | None = None
         self.llm_limiter = llm_limiter
         # start from the tenant's published build when this run only appended turns
-        self.reuse = reuse and cfg.ray.reuse_tenant_build
+        self.reuse = ctx.reuse and cfg.ray.reuse_tenant_build
         self._encoder_tag: str | None = None
         # derived kinds embedded by their own text: with another backend than minilm-tokens their
         # vectors, loaded at the first tenant that has such nodes; with minilm-tokens only facts
@@ -214,20 +228,20 @@ class TenantOp:
         ``kept``: the blocks holding its sessions kept by earlier runs, when the driver named them."""
         import ray
 
-        from memlib.compose.reference import tenant_steps
+        from memlib.compose.reference import StepTools, TenantSessions, tenant_steps
         from pipelines.llm_actors import call_summary, drain_llm_calls
 
         start, cpu = time.perf_counter(), time.process_time()
         turns = sort_turns(self.staged.rows(shard.turns_path, shard.tenant_id))
         if order is None:
-            order = list(dict.fromkeys(session_keys(turns, self.build_key).to_pylist()))
+            order = list(dict.fromkeys(session_keys(turns, self.session_key).to_pylist()))
         previous, unreadable = self._previous(shard.tenant_id)  # read while this run's blocks are computed
         parts, vectors, waited = self.read_sessions(order, blocks, work, pending, kept)
         start += waited  # the tenant's own seconds: reading (its turns too) and its stages, not the wait
         read_s = time.perf_counter() - start
         extras = self._extras()
-        out = tenant_steps(turns, parts, vectors, self.cfg, order, self.recipe, nlp=self.nlp, extras=extras,
-                           previous=previous, own_pass=self.own_pass)
+        out = tenant_steps(TenantSessions(turns, parts, vectors, order, previous), self.cfg, self.recipe,
+                           StepTools(self.nlp, extras, self.own_pass))
         nodes, graph = self._graph(out)
         tables = {"nodes": nodes, "edges": out.edges, "segments": out.segments, "turns": turns,
                   "node_fallbacks": out.fallbacks, "token_sums": out.token_sums, "graphs": {shard.tenant_id: graph},
@@ -265,7 +279,7 @@ class TenantOp:
                 self._published = read_manifest(self.store_dir) or {}
                 # its Lance tables opened once for all the actor's tenants
                 self._published_reader = StoreReader(self.store_dir, self._published) if self._published else None
-            return load_previous(self.store_dir, tenant, self.build_key, self._published,
+            return load_previous(self.store_dir, tenant, self.session_key, self._published,
                                  reader=self._published_reader), None
         except Exception as exc:  # noqa: BLE001 - a damaged published build never fails the tenant
             return None, reuse_failure(exc)
@@ -291,5 +305,5 @@ class TenantOp:
         texts = [node_text[t] for t in out.matrix_turns]
         if self._encoder_tag is None:  # the derived model's digest: hashed once per actor
             self._encoder_tag = token_model.model_file(auto_encoder_model(self.cfg), self.cfg.embed.model_cache)[1]
-        return matrix_cache.reference_row(shard.tenant_id, out.matrix_turns, texts, self._encoder_tag, self.build_key,
+        return matrix_cache.reference_row(shard.tenant_id, out.matrix_turns, texts, self._encoder_tag, self.session_key,
                                           sessions)

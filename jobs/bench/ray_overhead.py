@@ -110,14 +110,13 @@ def measure_fresh(num_cpus: int, actors: dict[str, Any], rows: int, minimal: boo
 
 def ray_overhead(cfg, num_cpus: int, blocks: int, tenants: int, turns: int) -> dict[str, Any]:
     """Wall and CPU seconds of the build's operator graph and of the minimal pipeline, empty."""
-    from pipelines.operators import SESSION_ACTOR_CPUS
+    from pipelines.operators import SessionLocalOp, TenantOp
     from pipelines.staged_build import resources
-    from pipelines.tenant_op import TENANT_ACTOR_CPUS
 
     res = resources(cfg, num_cpus, blocks, tenants, turns)
     actors = {"embed_actors": res.embed_actors, "embed_cpus": res.embed_cpus,
-              "session_actors": res.session_actors, "session_cpus": SESSION_ACTOR_CPUS,
-              "tenant_actors": res.tenant_actors, "tenant_cpus": TENANT_ACTOR_CPUS}
+              "session_actors": res.session_actors, "session_cpus": SessionLocalOp.num_cpus,
+              "tenant_actors": res.tenant_actors, "tenant_cpus": TenantOp.num_cpus}
     rows = max(1, blocks + tenants)
     graph = measure_fresh(num_cpus, actors, rows, minimal=False)
     smallest = measure_fresh(num_cpus, actors, rows, minimal=True)

@@ -1,7 +1,9 @@
 """The ``memlib`` command line. Each ``cmd_*.py`` module in this package registers its
-commands with :func:`register`; this module only assembles them."""
+commands with :func:`register`; this module only assembles them, and runs them in-process
+(:func:`run`; ``python -m jobs.nightly`` is ``memlib build --incremental``)."""
 from __future__ import annotations
 
+import argparse
 import importlib
 import pkgutil
 
@@ -31,3 +33,32 @@ _load_commands()
 
 def main() -> None:
     app()
+
+
+def run(args: list[str], prog_name: str = "memlib") -> int:
+    """Run ``memlib ARGS`` in this process; returns its exit code."""
+    try:
+        app(args=list(args), prog_name=prog_name)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    return 0
+
+
+class CommandParser:
+    """A command's own options, read as the command reads them (no second parser to keep in step)."""
+
+    def __init__(self, command: str, *fixed: str):
+        self.command, self.fixed = command, fixed
+
+    def parse_args(self, argv: list[str]) -> argparse.Namespace:
+        """The options of ``memlib COMMAND FIXED... ARGV`` as written (the others: their defaults);
+        a line the command would refuse raises click's usage error."""
+        cmd = typer.main.get_command(app).commands[self.command]
+        args = [*self.fixed, *argv]
+        ctx = cmd.make_context(self.command, list(args))
+        given, _, _ = cmd.make_parser(ctx).parse_args(list(args))
+        return argparse.Namespace(**{**ctx.params, **given})
+
+
+def command_parser(command: str, *fixed: str) -> CommandParser:
+    return CommandParser(command, *fixed)

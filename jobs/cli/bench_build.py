@@ -46,7 +46,7 @@ def register(bench_app: typer.Typer) -> None:
 
         export_local_ray_env()
         cfg = get_config(config, set_)
-        from jobs.build import run_build
+        from jobs.builder import run_build
 
         with tempfile.TemporaryDirectory(prefix="memlib-bench-") as tmp:
             store = Path(tmp) / "store"

@@ -127,8 +127,8 @@ def register(bench_app: typer.Typer) -> None:
         export_local_ray_env()
         cfg = get_config(config, set_)
         from jobs.bench.measure import build_args, timed_build
-        from jobs.build import init_ray, run_build
-        from jobs.nightly import run_incremental
+        from jobs.builder import run_build
+        from jobs.local_ray import init_ray
 
         with tempfile.TemporaryDirectory(prefix="memlib-bench-") as tmp:
             work = workdir or Path(tmp)
@@ -155,7 +155,7 @@ def register(bench_app: typer.Typer) -> None:
                 run_build(cfg, input, "longmemeval", store, num_cpus=num_cpus)
                 full_s = time.perf_counter() - start
                 start = time.perf_counter()
-                m = run_incremental(cfg, new_input, "longmemeval", store, num_cpus=num_cpus)
+                m = run_build(cfg, new_input, "longmemeval", store, full=False, num_cpus=num_cpus)
                 nightly_s = time.perf_counter() - start
             if not submit_to:
                 run_build(cfg, new_input, "longmemeval", full, num_cpus=num_cpus)

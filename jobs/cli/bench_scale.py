@@ -105,7 +105,7 @@ def http_latency(store: Path, cfg, tenant: str, queries: list[str], strategy: st
     """p50/p95 of ``POST /search`` through the real service (Ray Serve HTTP proxy, memlib.client),
     one request at a time, after one warm-up request (tenant load)."""
     from jobs import serve as serve_job
-    from jobs.nightly import release_ray
+    from jobs.local_ray import release_ray
     from memlib.client import MemlibClient
     from memlib.serve.auth import hash_token, new_token
 
@@ -144,7 +144,7 @@ def tenant_speedup(corpus: Path, workdir: Path, num_cpus: Optional[int], config:
     on one core (affinity: every Ray process shares that core; ``--num-cpus 1``) and on every
     core of the run. ``tenant_speedup`` = one-core wall / all-core wall, same run: the staged
     build spreads one tenant's sessions over all embed and session-local actors."""
-    from jobs.nightly import release_ray
+    from jobs.local_ray import release_ray
 
     release_ray()
     cores = sorted(os.sched_getaffinity(0))
@@ -161,7 +161,7 @@ def tenant_speedup(corpus: Path, workdir: Path, num_cpus: Optional[int], config:
 def built_store(cfg, corpus: Path, store: Path, turns: int, num_cpus: Optional[int]) -> tuple[dict, float | None]:
     """(manifest, build seconds) of ``store``: built from ``corpus`` unless it already holds a
     published build of the same number of turns (then reused: build seconds None)."""
-    from jobs.build import run_build
+    from jobs.builder import run_build
 
     if (store / "manifest.json").exists():
         manifest = json.loads((store / "manifest.json").read_text())
@@ -235,7 +235,7 @@ def run_scale(cfg, data: Path, workdir: Path, *, conversation: str, sessions: in
               config: Optional[Path] = None, sets: Optional[list[str]] = None, store: Optional[Path] = None,
               alone_store: Optional[Path] = None, also: Optional[list[Path]] = None) -> dict:
     from jobs.bench.measure import RssSampler
-    from jobs.nightly import allow_long_tenants
+    from jobs.builder.tenants import allow_long_tenants
 
     allow_long_tenants()  # the haystack tenant builds for longer than Ray Data's default 1800 s
     counts, evaluated = _compose(data, workdir, conversation, sessions, tenants, seed)

@@ -221,20 +221,15 @@ def register(app: typer.Typer) -> None:
             return
         import signal
 
-        from jobs.build import run_build
+        from jobs.builder import run_build
         try:
             previous = signal.signal(signal.SIGTERM, _raise_interrupted)
         except ValueError:  # not the main thread (memlib's CLI called from a program's thread): left as it is
             previous = None
         try:
-            if incremental or delete is not None:
-                from jobs.nightly import run_incremental
-                manifest = run_incremental(cfg, input, format, out, address=address or cfg.ray.address,
-                                           num_cpus=num_cpus or cfg.ray.num_cpus, recipe=recipe,
-                                           delete=delete, progress=_progress)
-            else:
-                manifest = run_build(cfg, input, format, out, address=address or cfg.ray.address,
-                                     num_cpus=num_cpus or cfg.ray.num_cpus, recipe=recipe, progress=_progress)
+            manifest = run_build(cfg, input, format, out, full=not (incremental or delete is not None),
+                                 address=address or cfg.ray.address, num_cpus=num_cpus or cfg.ray.num_cpus,
+                                 recipe=recipe, delete=delete, progress=_progress)
         except (InputError, UnknownRecipeError, StoreError) as exc:
             fail(str(exc).strip("'\""))
         except OSError as exc:  # the file system refused (read-only, full, permissions): one line, not a traceback

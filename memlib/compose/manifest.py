@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import subprocess
 from collections import Counter
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -31,7 +32,7 @@ def git_sha(repo: Path = REPO) -> str | None:
 
 
 # per-tenant counts a version keeps besides the manifest's totals (STORE/versions/vN/tenant_counts.parquet,
-# memlib.io.store): a run that carries a tenant takes them from there (jobs/store_counts.py)
+# memlib.io.store): a run that carries a tenant takes them from there (jobs/builder/counts.py)
 TENANT_COUNTS = ("nodes_by_kind", "edges_by_kind", "questions")
 
 
@@ -42,19 +43,29 @@ def sum_counts(summaries: list[dict[str, Any]], key: str) -> dict[str, int]:
     return dict(sorted(total.items()))
 
 
-def build_manifest(*, cfg: MemlibConfig, recipe: str, input_path: str, fmt: str,
-                   fingerprints: dict[str, str], summaries: list[dict[str, Any]], questions: int,
-                   quarantine_by_reason: dict[str, int], timings: dict[str, float],
-                   graph: dict[str, Any]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class VersionFacts:
+    """What a version was built from and what its run measured, besides its tenants' summaries."""
+    input_path: str
+    fmt: str
+    fingerprints: dict[str, str]
+    questions: int
+    quarantine_by_reason: dict[str, int]
+    timings: dict[str, float]
+    graph: dict[str, Any]
+
+
+def build_manifest(cfg: MemlibConfig, recipe: str, summaries: list[dict[str, Any]],
+                   facts: VersionFacts) -> dict[str, Any]:
     by_tenant = {s["tenant_id"]: s for s in summaries}
     return {
         "created_at": datetime.now(timezone.utc).isoformat(),
         "memlib_version": memlib_version(),
         "git_sha": git_sha(),
         "recipe": recipe,
-        "input": {"path": str(input_path), "format": fmt},
+        "input": {"path": str(facts.input_path), "format": facts.fmt},
         "config": cfg.snapshot(),
-        "tenants": {t: {"input_hash": fingerprints.get(t), "turns": s["turns"], "nodes": s["nodes"],
+        "tenants": {t: {"input_hash": facts.fingerprints.get(t), "turns": s["turns"], "nodes": s["nodes"],
                         "edges": s["edges"], "segments": s["segments"],
                         # what the store-wide counts sum, so that a nightly run adds up what it
                         # rebuilt and what it carried instead of reading every part back
@@ -67,16 +78,16 @@ def build_manifest(*, cfg: MemlibConfig, recipe: str, input_path: str, fmt: str,
             "nodes": sum(s["nodes"] for s in summaries),
             "edges": sum(s["edges"] for s in summaries),
             "segments": sum(s["segments"] for s in summaries),
-            "questions": questions,
-            "quarantine": sum(quarantine_by_reason.values()),
+            "questions": facts.questions,
+            "quarantine": sum(facts.quarantine_by_reason.values()),
         },
         "nodes_by_kind": sum_counts(summaries, "nodes_by_kind"),
         "edges_by_kind": sum_counts(summaries, "edges_by_kind"),
         "dropped_edges_by_kind": sum_counts(summaries, "dropped_by_kind"),
-        "quarantine_by_reason": quarantine_by_reason,
-        "stage_timings_s": timings,
+        "quarantine_by_reason": facts.quarantine_by_reason,
+        "stage_timings_s": facts.timings,
         "tenant_stage_timings_s": {k: round(v, 3) for k, v in _sum_timings(summaries).items()},
-        "graph": graph,
+        "graph": facts.graph,
         "llm_calls": sum_counts(summaries, "llm"),  # calls, ok/cached/error, tokens (empty: no LLM stage)
     }
 

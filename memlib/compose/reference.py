@@ -115,17 +115,37 @@ def matrix_turns(turns: pa.Table, vectors: TurnVectors) -> list[str] | None:
     return turns.sort_by([("session_index", "ascending"), ("turn_index", "ascending")]).column("node_id").to_pylist()
 
 
-def tenant_steps(turns: pa.Table, parts: SessionOutput, vectors: TurnVectors, cfg: MemlibConfig,
-                 session_order: Sequence[str], recipe: str | Sequence[Step] = DEFAULT_RECIPE,
-                 nlp: Any = None, extras: dict[str, Any] | None = None, previous: Any = None,
-                 own_pass: Any = None) -> TenantOutput:
-    """The tenant-level half: every session's outputs (``parts``, any order) and turn vectors of
-    one tenant -> its memory. ``session_order``: the tenant's session keys in session order.
-    ``previous``: the tenant's published build under the same build key
-    (:func:`memlib.compose.reuse.load_previous`), whose unchanged parts are reused when this run
-    only appended turns; the output is the same either way. ``own_pass``: the encoder of the
-    derived kinds embedded by their own text (:func:`memlib.compose.vectors.own_pass`; None: no
-    node gets a vector of its own text)."""
+@dataclass
+class TenantSessions:
+    """A tenant's input to its tenant-level steps: its turns, every session's outputs (``parts``,
+    any order) and turn vectors, its session keys in session order, and its published build under
+    the same build key (:func:`memlib.compose.reuse.load_previous`), whose unchanged parts are
+    reused when this run only appended turns (the output is the same either way)."""
+    turns: pa.Table
+    parts: SessionOutput
+    vectors: TurnVectors
+    order: Sequence[str]
+    previous: Any = None
+
+
+@dataclass
+class StepTools:
+    """What a worker loads once for all its tenants: spaCy (``nlp``), what reaches every
+    extractor's ``ExtractionContext.extras`` (e.g. ``pipelines.llm_actors.llm_extras``), and the
+    encoder of the derived kinds embedded by their own text (``own_pass``:
+    :func:`memlib.compose.vectors.own_pass`; None: no node gets a vector of its own text)."""
+    nlp: Any = None
+    extras: dict[str, Any] | None = None
+    own_pass: Any = None
+
+
+def tenant_steps(tenant: TenantSessions, cfg: MemlibConfig, recipe: str | Sequence[Step] = DEFAULT_RECIPE,
+                 tools: StepTools | None = None) -> TenantOutput:
+    """The tenant-level half: every session's outputs and turn vectors of one tenant -> its memory."""
+    tools = tools or StepTools()
+    turns, parts, vectors, session_order, previous = (tenant.turns, tenant.parts, tenant.vectors, tenant.order,
+                                                      tenant.previous)
+    nlp, extras, own_pass = tools.nlp, tools.extras, tools.own_pass
     turns = sort_turns(schema.conform(turns, schema.TURNS, name="turns"))
     tenants = set(turns.column("tenant_id").unique().to_pylist())
     if len(tenants) != 1:
@@ -199,32 +219,32 @@ def embed_turns(turns: pa.Table, keys: pa.Array, cfg: MemlibConfig, encoder: Tur
     return encoder.encode(turns.column("node_id").to_pylist(), turn_texts(turns, cfg).to_pylist())
 
 
-def process_tenant(turns: pa.Table, cfg: MemlibConfig, encoder: TurnEncoder, nlp: Any = None,
-                   recipe: str | Sequence[Step] = DEFAULT_RECIPE, build_key: str = "",
-                   extras: dict[str, Any] | None = None, previous: Any = None) -> TenantOutput:
+def process_tenant(turns: pa.Table, cfg: MemlibConfig, encoder: TurnEncoder, *,
+                   recipe: str | Sequence[Step] = DEFAULT_RECIPE, previous: Any = None,
+                   tools: StepTools | None = None) -> TenantOutput:
     """Build one tenant's memory from its ``schema.TURNS`` rows, in one process: every session
     through the session-local stages, then the tenant-level stages.
 
-    ``extras`` reaches every extractor's ``ExtractionContext.extras`` (the caller builds it
-    once per worker, e.g. ``pipelines.llm_actors.llm_extras``); ``previous``: as in
-    :func:`tenant_steps`."""
+    ``tools``: spaCy and the extractors' extras, loaded once per worker (its ``own_pass`` is made
+    here, from ``encoder``); ``previous``: as in :class:`TenantSessions`. Session keys are made
+    under an empty build key: this build keeps no session outputs, its keys only order the sessions."""
+    tools = tools or StepTools()
     turns = sort_turns(schema.conform(turns, schema.TURNS, name="turns"))
     plan = get_recipe(recipe) if isinstance(recipe, str) else tuple(recipe)
     timer = WallTimer()
-    parts, vecs, order = [], [], []
+    parts, vecs, order, nlp = [], [], [], tools.nlp
     own = own_encoder(cfg, plan, encoder)
     for session in split_sessions(turns):
-        key = session_keys(session, build_key)[0].as_py()
+        key = session_keys(session, "")[0].as_py()
         with timer.span(Step.EMBED_TURNS):
-            tv = embed_turns(session, session_keys(session, build_key), cfg, encoder)
+            tv = embed_turns(session, session_keys(session, ""), cfg, encoder)
         with timer.span("session_local"):
             out, nlp = session_local(session, tv.vectors, key, cfg, plan, nlp, own)
         parts.append(out)
         vecs.append(tv)
         order.append(key)
     merged = TurnVectors.concat(vecs, cfg.embed.dim)
-    out = tenant_steps(turns, SessionOutput.concat(parts), merged, cfg, order, plan, nlp=nlp, extras=extras,
-                       previous=previous,
-                       own_pass=make_own_pass(cfg, encoder if blends(cfg) else encoder.passages))
+    out = tenant_steps(TenantSessions(turns, SessionOutput.concat(parts), merged, order, previous), cfg, plan,
+                       StepTools(nlp, tools.extras, make_own_pass(cfg, encoder if blends(cfg) else encoder.passages)))
     out.timings = {**timer.rounded(), **out.timings}
     return out

@@ -48,11 +48,8 @@ BLOCK_CACHE = 8
 MAPPED_BLOCKS = 1024
 VECTORS = "turn_vectors"
 # the turn vectors (token vectors included: most of a kept session's bytes) are an uncompressed
-# Arrow IPC file, memory-mapped when read: a tenant's sessions are read back without decoding or
-# copying them. Parquet (uncompressed float16 column) took 3.4-4.7 s to read the 669 MB of a
-# 500-session LongMemEval tenant; the IPC files map in 0.01 s, and the node-vector pooling then
-# reads only the rows it weighs. Part of the session build key (pipelines/staged_build.py).
-VECTORS_FORMAT = "arrow-ipc"
+# Arrow IPC file, memory-mapped when read; the session build key names that format
+# (memlib.compose.keys VECTORS_FORMAT, where the measurement is)
 INDEX = pa.schema([
     pa.field("session_key", pa.string(), nullable=False),
     pa.field("tenant_id", pa.string(), nullable=False),

@@ -147,7 +147,7 @@ class StoreReader:
     def tenant_counts(self) -> dict[str, dict[str, Any]]:
         """Tenant -> {"nodes_by_kind", "edges_by_kind", "questions"} of this version; empty for a
         version written before the file existed, or whose file is damaged (then the counts are
-        taken from the rows: jobs/store_counts.py)."""
+        taken from the rows: jobs/builder/counts.py)."""
         path = self.version_dir / TENANT_COUNTS_FILE
         try:
             t = pq.read_table(path, schema=TENANT_COUNTS_SCHEMA)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from jobs.nightly_plan import build_key
+from memlib.compose.keys import build_key
 from memlib.config import ConfigError, MemlibConfig, load_config
 from memlib.llm.models import Task
 from memlib.llm.prompts import DEFAULT_DIR
@@ -54,7 +54,7 @@ def test_every_prompt_file_belongs_to_a_task():
 def test_the_build_format_is_part_of_the_build_key(monkeypatch):
     """A code change that changes what a build writes raises BUILD_FORMAT: carried-over tenants
     would otherwise keep output of the old code (same input, same config)."""
-    from jobs import nightly_plan
+    from memlib.compose import keys as nightly_plan
 
     before = _key()
     monkeypatch.setattr(nightly_plan, "BUILD_FORMAT", nightly_plan.BUILD_FORMAT + 1)

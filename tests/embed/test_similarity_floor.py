@@ -6,9 +6,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from jobs.nightly_plan import build_key
 from memlib import schema
 from memlib.compose import steps
+from memlib.compose.keys import build_key
 from memlib.compose.state import BuildState
 from memlib.config import MemlibConfig
 from memlib.embed import config_for

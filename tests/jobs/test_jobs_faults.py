@@ -95,7 +95,7 @@ def _crash_after_first_tenant(event: str, info: dict) -> None:
 
 
 def test_jobs_fault_driver_interrupted_then_resume_in_process(base_store, tmp_path):
-    from jobs.nightly import DONE_DIR, run_incremental
+    from jobs.builder import DONE_DIR, run_incremental
     from memlib.config import MemlibConfig
 
     inp = write_jsonl(tmp_path / "in.jsonl", ALL)

@@ -284,12 +284,12 @@ def test_a_failed_tenant_holding_a_forgotten_conversation_is_removed_whole(store
 def test_an_input_whose_every_record_lacks_a_field_stops_before_ray(tmp_path, monkeypatch):
     """Issue 39, item 8. Before: a JSONL export with `content` instead of `text` started Ray, ran ~30 s
     and published a version with 0 tenants (exit 0)."""
-    import jobs.nightly
+    import jobs.builder.driver
 
     def no_ray(*args, **kwargs):
         raise AssertionError("Ray was started")
 
-    monkeypatch.setattr(jobs.nightly, "init_ray", no_ray)
+    monkeypatch.setattr(jobs.builder.driver, "init_ray", no_ray)
     inp = tmp_path / "export.jsonl"
     recs = [json.loads(line) for line in tenant_lines("dora") + tenant_lines("emil")]
     inp.write_text("".join(json.dumps({("content" if k == "text" else k): v for k, v in r.items()}) + "\n"

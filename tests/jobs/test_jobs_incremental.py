@@ -141,7 +141,7 @@ def test_jobs_incremental_counts_sum_tenants_and_equal_the_rows(history):
 def test_jobs_incremental_counts_of_an_older_store_come_from_its_rows(history):
     """A store written before per-tenant counts: its tenants are counted from their rows once
     (the next run's manifest keeps the counts)."""
-    from jobs.store_counts import store_counts
+    from jobs.builder.counts import store_counts
     from memlib.io.store import StoreReader
 
     m = history["manifests"]["v000002"]
@@ -198,7 +198,7 @@ def _store_bytes_contain(store: Path, needle: bytes) -> bool:
 def test_jobs_forget_list_parse_and_filter():
     import pyarrow as pa
 
-    from jobs.nightly_plan import ForgetList
+    from jobs.builder.plan import ForgetList
 
     f = ForgetList.parse("gus\n# comment\ndora/dora-b  \n\n")
     assert f.tenants == {"gus"} and f.conversations == {("dora", "dora-b")}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.nightly_plan import ForgetList
+from jobs.builder.plan import ForgetList
 from memlib.io.errors import InputError
 from tests.jobs.conftest import run_cli, write_jsonl
 
@@ -68,7 +68,7 @@ def test_corrupt_manifest_is_a_one_line_error(tmp_path):
 
 
 def test_a_second_build_on_a_store_being_written_is_refused(tmp_path):
-    from jobs.store_lock import StoreBusy, store_lock
+    from jobs.builder.lock import StoreBusy, store_lock
 
     store = _store(tmp_path)
     inp = write_jsonl(tmp_path / "in.jsonl", ["gus"])

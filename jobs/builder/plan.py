@@ -1,14 +1,14 @@
-"""Planning of an incremental (nightly) build: what to rebuild, carry over, forget or report failed.
+"""Planning of a build: what to rebuild, carry over, resume, forget or report failed.
 
-No Ray here; :mod:`jobs.nightly` executes the plan. A tenant is rebuilt when its input hash
-changed, when the build key changed (config sections that affect the output, prompt hashes,
-recipe), or when it failed last time; otherwise it is carried over untouched (Parquet files
-hard-linked, Lance rows left in place, no embedding or LLM work).
+No Ray here; :mod:`jobs.builder.driver` executes the plan. A tenant is rebuilt when its input
+hash changed, when the build key changed (:func:`memlib.compose.keys.build_key`: config sections
+that affect the output, prompt hashes, recipe), or when it failed last time; otherwise it is
+carried over untouched (Parquet files hard-linked, Lance rows left in place, no embedding or LLM
+work).
 """
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -17,9 +17,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from memlib.compose.vectors import own_pass_kinds
 from memlib.config import MemlibConfig
-from memlib.embed.space import similarity_floor
 from memlib.io.errors import InputError
 from memlib.io.readers import input_fingerprints
 from memlib.io.validate import validate_tenant_id
@@ -30,43 +28,6 @@ class TenantStatus(str, Enum):
     RESUMED = "resumed"      # finished by an interrupted run of this version, not recomputed
     CARRIED = "carried"      # unchanged, carried over from the published version
     FAILED = "failed"        # this run failed; the previous published data (if any) is kept
-
-
-def prompt_versions(cfg: MemlibConfig) -> dict[str, str]:
-    """Prompt hashes of every LLM task (empty when the prompts cannot be loaded)."""
-    from memlib.llm.prompts import DEFAULT_DIR, PromptError, load_prompts, prompt_hashes
-
-    try:
-        return prompt_hashes(load_prompts(Path(cfg.llm.prompts_dir) if cfg.llm.prompts_dir else DEFAULT_DIR))
-    except (PromptError, OSError):
-        return {}
-
-
-# What a build writes for the same input and config: raised whenever the code changes a built
-# tenant's output, so the next incremental run rebuilds every tenant instead of carrying over
-# tenants built the old way. 2: derived node vectors pooled over their text's token positions
-# (docs/decisions/0008-span-pooled-derived-vectors.md), clue keyphrases drafted per session. 3: SIMILAR
-# cosines computed per pair, the same whatever the tenant's size (memlib.text.clues.exact_cosines;
-# docs/decisions/0014-tenant-reuse.md). 4: the tenant means of fallback ids from exact per-id sums,
-# kept with each node's local sum (memlib.compose.span_pool IdSums, Fallback; same decision). 5: a
-# weekday said of a habit ("every Sunday", "on Saturday mornings") is no longer resolved to one date
-# in facts and events (memlib.text.dates). 6: a fact's vector is its pooled vector plus its own
-# text's, normalized (memlib.compose.vectors BLEND_KINDS; docs/decisions/0009-fact-own-text.md).
-BUILD_FORMAT = 6
-
-
-def build_key(cfg: MemlibConfig, recipe: str, prompts: dict[str, str] | None = None) -> str:
-    """Hash of everything besides the input that decides a tenant's output (:data:`BUILD_FORMAT`,
-    the recipe, the prompts, the config sections that change output)."""
-    parts: dict[str, Any] = {"format": BUILD_FORMAT, "recipe": recipe,
-                             "prompts": prompts if prompts is not None else prompt_versions(cfg)}
-    parts.update(cfg.output_snapshot())  # fields marked config.RUNTIME and post-build sections left out
-    parts["own_pass_kinds"] = list(own_pass_kinds(cfg))  # embedded by their own text (summed, or alone)
-    floor = similarity_floor(cfg.embed)
-    if floor:  # likewise: only a backend whose cosine thresholds are moved
-        parts["similarity_floor"] = floor
-    blob = json.dumps(parts, sort_keys=True, default=str).encode("utf-8")
-    return hashlib.sha256(blob).hexdigest()[:16]
 
 
 @dataclass
@@ -149,6 +110,8 @@ def effective_hash(input_hash: str, forget: ForgetList, tenant: str) -> str:
 
 @dataclass
 class Plan:
+    """Every tenant's fate in this run, and the one ledger of its outcomes: a failure is recorded
+    with :meth:`fail`, a failed tenant turned into a removed one with :meth:`remove`."""
     build: list[str] = field(default_factory=list)
     carry: list[str] = field(default_factory=list)
     resume: dict[str, dict[str, Any]] = field(default_factory=dict)   # tenant -> its completion marker
@@ -158,6 +121,17 @@ class Plan:
     sources: dict[str, Any] = field(default_factory=dict)              # tenant -> input file name(s)
     missing: list[str] = field(default_factory=list)                   # absent from the input, kept (carried)
     removed: dict[str, str] = field(default_factory=dict)              # tenant -> why it was removed, not kept
+
+    def fail(self, tenant: str, reason: str) -> None:
+        """``tenant`` failed in this run (its published data, if any, is kept), for ``reason``."""
+        self.failed[tenant] = reason
+
+    def remove(self, tenant: str, why: str) -> None:
+        """A failed tenant whose published data cannot be kept is removed instead: deleted from the
+        version, with ``why`` and its failure as the reason."""
+        reason = self.failed.pop(tenant)
+        self.gone.append(tenant)
+        self.removed[tenant] = f"{why} ({reason}): removed, not kept"
 
     def to_json(self) -> dict[str, Any]:
         out = {"built": sorted(t for t in self.build if t not in self.failed), "carried": sorted(self.carry),
@@ -189,7 +163,7 @@ def make_plan(base: dict[str, Any] | None, hashes: dict[str, str], sources: dict
     for tenant, old in sorted(prev.items()):
         bad = [s for s in source_names(old.get("source")) if s in failed_sources]
         if bad:  # read from a file that failed now: its data is incomplete, keep the published one
-            plan.failed[tenant] = f"input file {bad[0]} unreadable: {failed_sources[bad[0]]}"
+            plan.fail(tenant, f"input file {bad[0]} unreadable: {failed_sources[bad[0]]}")
             plan.build = [t for t in plan.build if t != tenant]
             plan.carry = [t for t in plan.carry if t != tenant]
             plan.resume.pop(tenant, None)

@@ -1,5 +1,5 @@
 """A store version directory that survives an interrupted build: its tenants' completion markers
-and outputs are kept, so the next run resumes instead of rebuilding them (jobs/nightly.py)."""
+and outputs are kept, so the next run resumes instead of rebuilding them (jobs/builder/driver.py)."""
 from __future__ import annotations
 
 import json

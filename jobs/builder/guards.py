@@ -15,8 +15,8 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from jobs.nightly_plan import ForgetList, Plan
-from jobs.resumable import DONE_DIR
+from jobs.builder.plan import ForgetList, Plan
+from jobs.builder.resume import DONE_DIR
 from memlib.io.errors import InputError
 from memlib.io.store import StoreError, StoreReader, StoreWriter
 from pipelines.shard import TenantShard, staged_rows
@@ -54,9 +54,9 @@ def keep_against_quarantine(writer: StoreWriter, plan: Plan, forget: ForgetList,
         new = set(staged_rows(by_id[tenant].turns_path, tenant, ["node_id"]).column("node_id").to_pylist())
         lost = len(published - new)
         if lost:
-            plan.failed[tenant] = (f"{n} of its records were quarantined, and a rebuild without them would drop {lost} "
-                                   f"of its {len(published)} published turns: kept as published (fix the records the "
-                                   f"quarantine table names, or forget conversations with --delete)")
+            plan.fail(tenant, f"{n} of its records were quarantined, and a rebuild without them would drop {lost} "
+                              f"of its {len(published)} published turns: kept as published (fix the records the "
+                              f"quarantine table names, or forget conversations with --delete)")
 
 
 def remove_unkeepable(writer: StoreWriter, plan: Plan, forget: ForgetList, failed: list[str]) -> None:
@@ -72,10 +72,8 @@ def remove_unkeepable(writer: StoreWriter, plan: Plan, forget: ForgetList, faile
         held_forgotten = sorted(held & set(convs))
         if not held_forgotten:
             continue
-        reason = plan.failed.pop(tenant)
-        plan.gone.append(tenant)
-        plan.removed[tenant] = (f"its published version holds forgotten conversation(s) {', '.join(held_forgotten)} "
-                                f"and it could not be rebuilt without them ({reason}): removed, not kept")
+        plan.remove(tenant, f"its published version holds forgotten conversation(s) {', '.join(held_forgotten)} "
+                            f"and it could not be rebuilt without them")
 
 
 def drop_partitions(writer: StoreWriter, tenants: list[str]) -> None:
@@ -99,8 +97,8 @@ def rebuild_damaged(plan: Plan, published: StoreReader | None) -> None:
         plan.carry.remove(tenant)
         if tenant in plan.missing:  # kept from an earlier input: nothing here to rebuild it from
             plan.missing.remove(tenant)
-            plan.failed[tenant] = (f"its published files are gone ({', '.join(gone[:3])}) and the input does not "
-                                   f"hold it: build it again from an input that does")
+            plan.fail(tenant, f"its published files are gone ({', '.join(gone[:3])}) and the input does not "
+                              f"hold it: build it again from an input that does")
         else:
             plan.build.append(tenant)
     plan.build.sort()

@@ -1,0 +1,151 @@
+"""The memory build's one driver: ``memlib build`` (``full``) and ``memlib build --incremental``.
+
+read -> plan (:mod:`jobs.builder.plan`) -> shard by tenant -> one Ray Data dataset of session
+blocks and tenants (:mod:`jobs.builder.tenants`, pipelines/staged_build.py) -> Lance/Parquet ->
+indexes -> manifest -> publish. Local Ray by default; ``address`` or the RAY_ADDRESS environment
+variable (read in jobs/local_ray.py, never in memlib/) targets a cluster.
+
+Incremental: only tenants whose input hash or build key changed are rebuilt; unchanged tenants
+are carried over (hard links, Lance rows untouched); forgotten tenants and conversations
+(``--delete FILE``, persisted in the manifest) disappear from every table of the next version.
+A tenant missing from the input is kept, unless ``nightly.input_is_complete`` (then within
+``nightly.max_removed_share``); an unusable input publishes nothing. A tenant whose build fails,
+or whose input file cannot be read, keeps its previous published data and is listed as failed.
+Every finished tenant leaves a completion marker in the unpublished version directory, so a
+rerun after a driver crash resumes from the finished tenants (:mod:`jobs.builder.resume`).
+"""
+from __future__ import annotations
+
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from jobs.builder.guards import discard_if_refused, rebuild_damaged
+from jobs.builder.lock import locked
+from jobs.builder.plan import ForgetList, TenantStatus, check_readable, fingerprint_sources, make_plan, settle_missing
+from jobs.builder.publish import publish
+from jobs.builder.resume import ResumableWriter
+from jobs.builder.run import BuildOptions, Built, Progress, Run, Sharded
+from jobs.builder.tenants import build_tenants, shard_and_prepare
+from jobs.local_ray import init_ray
+from memlib.compose.keys import build_key, session_build_key
+from memlib.compose.recipe import Phase, get_recipe
+from memlib.config import MemlibConfig
+from memlib.embed.space import kept_space, space_change
+from memlib.io.readers import input_sources
+from memlib.io.remote import staged_input
+from memlib.io.store import StoreError, read_manifest
+from pipelines.context import BuildContext
+
+
+def run_config(cfg: MemlibConfig, base: dict[str, Any] | None, out: str, progress: Progress) -> MemlibConfig:
+    """The config a run builds with: ``cfg``, with the store's embedder when ``cfg`` names none (a
+    store's embedder is never switched by omission)."""
+    kept = kept_space(cfg.embed, base)
+    if kept is None:
+        return cfg
+    progress("embed", {"backend": kept.backend, "store": out})
+    return cfg.model_copy(update={"embed": kept})
+
+
+def start_run(cfg: MemlibConfig, source: tuple[Any, str], out: str | Path, full: bool,
+              options: BuildOptions) -> Run:
+    """The run's context, made once: its config, keys, store layout and reuse rule."""
+    started = time.perf_counter()
+    base = read_manifest(out)
+    run_cfg = run_config(cfg, base, str(out), options.progress)
+    new_space = space_change(base, run_cfg.embed, str(out))
+    forget = ForgetList.load(options.delete, (base or {}).get("forgotten"))
+    writer = ResumableWriter(out, dim=run_cfg.embed.dim)
+    key = build_key(run_cfg, options.recipe)
+    ctx = BuildContext(run_cfg, options.recipe, str(writer.path), session_build_key(run_cfg, key), key,
+                       reuse=not full, version_dir=str(writer.version_dir))
+    return Run(ctx, writer, base, forget, source, str(out), full, new_space, options.progress, started=started)
+
+
+def plan_and_shard(run: Run, options: BuildOptions) -> Sharded:
+    """Read and plan (an unusable input, or a deletion above the allowed share, publishes nothing),
+    then shard the input while Ray starts (a run with nothing to build never starts it)."""
+    cfg, writer, full, (input_path, fmt) = run.ctx.cfg, run.writer, run.full, run.source
+    with (discard_if_refused(writer), run.timer.span(Phase.READ),
+          staged_input(input_path, cfg.io.staging_dir) as local_input):
+        sources = input_sources(local_input, fmt)
+        read = fingerprint_sources(sources, fmt, cfg, run.forget)
+        check_readable(input_path, sources, read, full=full)  # an unusable input publishes nothing
+        run.plan = plan = make_plan(None if full else run.base, read.hashes, read.sources, run.ctx.build_key,
+                                    {} if full else writer.done_markers(), read.failed)
+        settle_missing(plan, run.base, run.forget.tenants, complete=full or cfg.nightly.input_is_complete,
+                       max_share=cfg.nightly.max_removed_share)
+        rebuild_damaged(plan, writer.base)
+        if run.new_space and plan.carry:  # every tenant of the input is rebuilt (new build key); these would not be
+            raise StoreError(f"{run.new_space}; {len(plan.carry)} published tenant(s) missing from the input "
+                             f"({', '.join(plan.carry[:5])}) would keep the old model's vectors, and a store cannot "
+                             f"mix the vectors of two models. To switch, rebuild the store whole (`memlib build` "
+                             f"without --incremental)")
+        # Ray starts (seconds of its processes coming up) while the input is sharded and the
+        # pending sessions are packed into blocks; a run with nothing to build never starts it
+        with ThreadPoolExecutor(1, thread_name_prefix="memlib-shard") as reader:
+            pending = reader.submit(shard_and_prepare, run, sources, read.failed)
+            target = None
+            if plan.build:
+                with run.timer.span(Phase.RAY_START):
+                    target = init_ray(options.address, options.num_cpus, token_auth=cfg.ray.local_token_auth)
+            sharded = pending.result()
+    if target is not None:
+        run.ctx = run.ctx.on_ray(target.cpus, target.worker_env_inherited)
+    return sharded
+
+
+def tenants_phase(run: Run, sharded: Sharded) -> Built:
+    """Build the tenants on Ray while Lance is restored for the write (once the first tenant is done)."""
+    writer, plan = run.writer, run.plan
+    session_stats: dict[str, Any] = {}
+    # Lance is first needed when the tenants are written: its restore (and lancedb's import, 1.3-2.4
+    # CPU-s) runs while the tenant stages do, once the first tenant is done: not while the actors
+    # start and load their models, nor before Ray's processes are started (lancedb warns about forks)
+    with ThreadPoolExecutor(1, thread_name_prefix="memlib-lance") as background:
+        lance_restored: list[Future] = []
+
+        def restore_once() -> None:
+            if not lance_restored:
+                lance_restored.append(background.submit(writer.start_new_space) if run.new_space else
+                                      background.submit(writer.restore_published, run.base))
+
+        with run.timer.span(Phase.TENANTS):
+            summaries = build_tenants(run, sharded, session_stats, tenant_done=restore_once)
+        lance_restored[0].result()
+    summaries += [{**m["summary"], "status": TenantStatus.RESUMED.value} for m in plan.resume.values()]
+    done = {s["tenant_id"] for s in summaries}
+    ok_shards = [s for s in sharded.shards if s.tenant_id in done]
+    graph = {"status": "built", "tenants": len(ok_shards), "where": "tenant stage"}
+    return Built(summaries, sharded.quarantine, session_stats, graph)
+
+
+@locked("out")
+def run_build(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: str | Path, *, full: bool = True,
+              **options: Any) -> dict[str, Any]:
+    """Build the next store version and publish it; returns the manifest. ``options``: those of
+    :class:`~jobs.builder.run.BuildOptions` (address, num_cpus, recipe, delete, progress).
+
+    ``full`` (default, ``memlib build``): every tenant of the input is rebuilt from scratch (no
+    carry-over, no kept session outputs reused); the published version holds exactly the input's
+    tenants (removing published ones only within ``nightly.max_removed_share``). A full build is
+    this run against an empty store. Incremental (``full=False``, ``memlib build --incremental``):
+    unchanged tenants are carried over, and a changed tenant recomputes only its new or changed
+    sessions before its tenant-level stages."""
+    opts = BuildOptions(**options)
+    get_recipe(opts.recipe)
+    pl.thread_pool_size()  # polars sizes its pool now: Ray's start sets POLARS_MAX_THREADS=1 for a moment
+    run = start_run(cfg, (input_path, str(fmt)), out, full, opts)
+    sharded = plan_and_shard(run, opts)
+    opts.progress("plan", run.plan.to_json())
+    return publish(run, tenants_phase(run, sharded))
+
+
+def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: str | Path,
+                    **options: Any) -> dict[str, Any]:
+    """:func:`run_build` with ``full=False``: ``memlib build --incremental``."""
+    return run_build(cfg, input_path, fmt, out, full=False, **options)
