@@ -81,7 +81,7 @@ def space_change(manifest: Mapping[str, Any] | None, cfg: EmbedConfig, store: st
     """How a build with ``cfg`` would change the vector space of the published store (None: it
     would not, or nothing is published). Vectors of two models cannot share a store: a build in
     another space rebuilds every tenant of its input into fresh Lance tables, and is refused when a
-    published tenant would be carried over or failed (jobs/nightly.py)."""
+    published tenant would be carried over or failed (jobs/builder/plan.py)."""
     old, new = built_space(manifest), space_of(cfg.model_dump(mode="json"))
     if old is None or old == new:
         return None
