@@ -60,5 +60,7 @@ def purge_sessions(store: Path, reader) -> dict[str, int]:
             turns = reader.table("turns", tenant)
             if turns.num_rows:
                 live.update(session_keys(turns, skey).to_pylist())
-        out.update(SessionStore(store, skey).retain(live, rewrite=True))
+        kept = SessionStore(store, skey)
+        out.update(kept.retain(live, rewrite=True))
+        out.update(kept.upgrade())  # blocks kept by older versions get the layout a build writes now
     return out

@@ -16,6 +16,7 @@ rerun after a driver crash resumes from the finished tenants (:mod:`jobs.builder
 """
 from __future__ import annotations
 
+import shutil
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -142,6 +143,11 @@ def run_build(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: str | Pa
     run = start_run(cfg, (input_path, str(fmt)), out, full, opts)
     sharded = plan_and_shard(run, opts)
     opts.progress("plan", run.plan.to_json())
+    if not full and run.plan.changes_nothing(run.base, run.forget):
+        # the input is the published one: no new version (a replica has nothing to reload)
+        shutil.rmtree(run.writer.version_dir, ignore_errors=True)
+        opts.progress("unchanged", {"version": run.base["version"], "store": run.out})
+        return run.base
     return publish(run, tenants_phase(run, sharded))
 
 

@@ -54,6 +54,9 @@ def history(base_store, tmp_path_factory):
     for t in ("dora", "emil", "fay"):
         write_jsonl(files / f"{t}.jsonl", [t], {"emil": " It was sunny."})
     out["results"]["v3"] = _build(files, store)
+    out["results"]["again"] = _build(files, store)  # the same files again: nothing to publish
+    out["after_again"] = (json.loads((store / "manifest.json").read_text())["version"],
+                          sorted(p.name for p in (store / "versions").iterdir()))
     write_jsonl(files / "emil.jsonl", ["emil"], {"emil": " It rained later."})
     (files / "fay.jsonl").write_bytes(b"\x00\x01 not json at all \xff\n" * 5)
     out["results"]["v4"] = _build(files, store)
@@ -111,6 +114,17 @@ def test_jobs_incremental_same_data_carries_everything(history):
     # nothing to build: the run never asks for Ray (a run that builds does, while it shards)
     assert "ray_start" not in history["manifests"]["v000003"]["stage_timings_s"]
     assert "ray_start" in history["manifests"]["v000002"]["stage_timings_s"]
+
+
+def test_jobs_incremental_unchanged_input_publishes_no_version(history):
+    """A run whose input is the published one (same files, hashes, forget list) exits 0 and
+    publishes nothing: the published version stays, and no version directory is left behind."""
+    res = history["results"]["again"]
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    assert "unchanged" in res.output and "no new version" in res.output
+    version, dirs = history["after_again"]
+    assert version == "v000003" and dirs[-1] == "v000003"
+    assert history["manifests"]["v000004"]["base_version"] == "v000003"  # the next run builds on v3
 
 
 def test_jobs_incremental_counts_sum_tenants_and_equal_the_rows(history):
