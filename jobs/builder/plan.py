@@ -135,16 +135,19 @@ class Plan:
 
     def changes_nothing(self, base: dict[str, Any] | None, forget: ForgetList) -> bool:
         """Whether publishing this plan would give the published version again: nothing built,
-        resumed, deleted, failed or missing, every published tenant carried from the same input
-        (hash and source) and the same forget list. Such a run publishes no new version."""
-        if not base or self.build or self.resume or self.gone or self.failed or self.removed or self.missing:
+        resumed, deleted or failed, every published tenant carried, from the same input (hash and
+        source) or kept while missing from it (a nightly input of only the day's tenants), and
+        the same forget list. Such a run publishes no new version."""
+        if not base or self.build or self.resume or self.gone or self.failed or self.removed:
             return False
         published = base.get("tenants", {})
         same_forget = forget.to_json() == ForgetList.load(None, base.get("forgotten")).to_json()
         if set(self.carry) != set(published) or not same_forget:
             return False
-        return all(self.hashes.get(t) == e.get("input_hash") and self.sources.get(t) == e.get("source")
-                   and e.get("status") != TenantStatus.FAILED.value for t, e in published.items())
+        missing = set(self.missing)
+        return all(e.get("status") != TenantStatus.FAILED.value and (t in missing or (
+            self.hashes.get(t) == e.get("input_hash") and self.sources.get(t) == e.get("source")))
+            for t, e in published.items())
 
     def to_json(self) -> dict[str, Any]:
         out = {"built": sorted(t for t in self.build if t not in self.failed), "carried": sorted(self.carry),
