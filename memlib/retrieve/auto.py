@@ -66,13 +66,17 @@ from memlib.retrieve.registry import register
 from memlib.retrieve.signals import turn_frame, zscore
 
 
+def _encoder(p: dict[str, Any], model_cache: str | None):
+    return token_encoder.get_encoder(p.get("threads"), p.get("encoder", token_model.DEFAULT_MODEL), model_cache)
+
+
 def _query(index, query: str, p: dict[str, Any], model_cache: str | None):
-    encoder = token_encoder.get_encoder(p.get("threads"), p.get("encoder", token_model.DEFAULT_MODEL), model_cache)
+    encoder = _encoder(p, model_cache)
     cache_dir = p.get("cache_dir") or (matrix_cache.default_cache_dir(index) if p.get("disk_cache", True) else None)
     limit = int(p.get("first_stage_turns", 0))
     # the query first: on a cold tenant, joining its matrix pushes the encoder's weights out of the
     # CPU's caches, and the kernel then reads the matrix just written
-    encoded = encoder.encode([query])[0]
+    encoded = encoder.encode_query(query)
     matrix = matrix_cache.tenant_matrix(index, encoder, cache_dir, prepack_max_turns=limit if limit > 0 else None)
     q_ids, q_vecs = late.content_query_tokens(matrix, *encoded, float(p.get("query_max_df", 1.0)))
     return encoder, matrix, q_ids, q_vecs
@@ -155,6 +159,10 @@ class Auto(StrategyBase):
     def __init__(self, params: dict[str, Any] | None = None, cfg: Any | None = None):
         super().__init__(params)
         self.model_cache = cfg.embed.model_cache if cfg is not None else None
+
+    def prefetch(self, query: str) -> None:
+        """Encode ``query`` ahead of its search (a service does while a cold tenant opens)."""
+        _encoder(self.params, self.model_cache).encode_ahead(query)
 
     def search(self, tenant, query: str, k: int, **params: Any) -> list[RetrievedNode]:
         p = self.call_params(params)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 import threading
+from collections import OrderedDict
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Sequence
 
@@ -15,6 +17,7 @@ from memlib.retrieve import token_windows
 from memlib.retrieve.token_model import DEFAULT_MODEL, WINDOWED, model_file
 
 MAX_TOKENS = 128
+AHEAD_KEPT = 64
 _PUNCT = re.compile(r"^\W+$")
 _SPECIAL = frozenset({"[CLS]", "[SEP]", "[PAD]", "[UNK]", "[MASK]"})
 
@@ -40,6 +43,31 @@ class TokenEncoder:
         self._drop = np.zeros(self.vocab_size, dtype=bool)
         for tok, i in vocab.items():
             self._drop[i] = tok in _SPECIAL or bool(_PUNCT.match(tok))
+        self._ahead: OrderedDict[str, Future] = OrderedDict()  # queries encoded ahead (encode_ahead)
+        self._ahead_lock = threading.Lock()
+
+    def encode_ahead(self, query: str) -> None:
+        """Encode ``query`` now for a :meth:`encode_query` about to ask for it: a service encodes a
+        cold tenant's query while the tenant opens. Kept until asked for (the last
+        :data:`AHEAD_KEPT`)."""
+        fut: Future = Future()
+        with self._ahead_lock:
+            if query in self._ahead:
+                return
+            self._ahead[query] = fut
+            while len(self._ahead) > AHEAD_KEPT:
+                self._ahead.popitem(last=False)
+        try:
+            fut.set_result(self.encode([query])[0])
+        except Exception as exc:  # noqa: BLE001 - raised to the one who asks
+            fut.set_exception(exc)
+
+    def encode_query(self, query: str) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`encode` of one query, taken from :meth:`encode_ahead` when it was (or is being)
+        encoded ahead: the same arrays."""
+        with self._ahead_lock:
+            fut = self._ahead.pop(query, None)
+        return fut.result() if fut is not None else self.encode([query])[0]
 
     def encode(self, texts: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per text: (token ids, (n_tokens, dim) unit vectors), content tokens only."""

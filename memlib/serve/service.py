@@ -14,6 +14,7 @@ import re
 import threading
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from memlib.config import MemlibConfig
@@ -90,6 +91,7 @@ class SearchService:
         self._strategies: dict[str, Strategy] = {}
         self.broken: dict[str, str] = {}  # tenant -> why it cannot be served (this store version)
         self._lock = threading.Lock()
+        self._ahead = ThreadPoolExecutor(1, thread_name_prefix="memlib-ahead")  # see search
         self.poller = VersionPoller(self.refresh, cfg.serve.poll_interval_s)
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -169,6 +171,7 @@ class SearchService:
 
     def stop(self) -> None:
         self.poller.stop()
+        self._ahead.shutdown(wait=False)
         self.save_hot_tenants()
         if getattr(self, "_frozen", False):
             gc.unfreeze()  # collectable again (at the latest when the process ends)
@@ -257,12 +260,18 @@ class SearchService:
         return principal, req
 
     def search(self, req: SearchRequest) -> SearchResponse:
-        """Answer a validated, authorized request from one pinned store version."""
+        """Answer a validated, authorized request from one pinned store version. A cold tenant's
+        query is encoded (by strategies that encode it) on another thread while the tenant opens."""
         t0 = time.perf_counter()
+        strategy = self.strategy(req.strategy)
+        if req.tenant not in self.cache and hasattr(strategy, "prefetch") and self.cache.has_tenant(req.tenant):
+            try:
+                self._ahead.submit(strategy.prefetch, req.query)
+            except RuntimeError:  # stopping: the search encodes its own query
+                pass
         idx = self.index(req.tenant)
         with self._lock:
             self.asked[req.tenant] += 1
-        strategy = self.strategy(req.strategy)
         try:
             result = run_search(idx, strategy, req.query, req.k)
         except Exception as exc:

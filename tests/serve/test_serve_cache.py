@@ -190,3 +190,44 @@ def test_many_tenant_load_in_process(store, embedder):
     s = out["strategies"]["bm25"]
     assert s["requests"] == 200 and out["errors"] == 0 and s["p50_ms"] > 0
     assert 0 < s["cold_requests"] < 200 and 0 < out["hit_rate"] < 1 and out["evictions"] > 0
+
+
+def test_a_cold_tenants_query_is_encoded_while_it_opens(store, embedder):
+    """A search for a cold tenant has its query encoded on another thread while the tenant opens;
+    the search takes that encoding (same arrays as encoding it itself) and leaves none behind."""
+    from memlib.retrieve import token_encoder
+    from memlib.serve.models import SearchRequest
+    from memlib.serve.service import SearchService
+
+    enc = token_encoder.get_encoder(1)
+    query = "what did alice cook for the party"
+    ids, vecs = enc.encode([query])[0]
+    enc.encode_ahead(query)
+    got = enc.encode_query(query)
+    assert np.array_equal(got[0], ids) and np.array_equal(got[1], vecs) and query not in enc._ahead
+
+    svc = SearchService(store, serve_config(preload_tenants=0), embedder=embedder).start()
+    auto, seen = svc.strategy("auto"), []
+    ahead = auto.prefetch
+    auto.prefetch = lambda q: (seen.append(q), ahead(q))
+    try:
+        cold = svc.search(SearchRequest(tenant="alice", query=query, strategy="auto", k=3))
+        assert seen == [query] and query not in enc._ahead  # encoded ahead, then taken by the search
+        warm = svc.search(SearchRequest(tenant="alice", query=query, strategy="auto", k=3))
+        assert seen == [query]  # a loaded tenant's query is encoded by its search
+        assert [t.turn_id for t in cold.turns] == [t.turn_id for t in warm.turns]
+    finally:
+        svc.stop()
+
+    calls = []
+
+    def failing(texts):
+        calls.append(texts)
+        raise RuntimeError("encoder down")
+
+    broken = object.__new__(token_encoder.TokenEncoder)
+    broken.__dict__.update(enc.__dict__, _ahead=type(enc._ahead)(), encode=failing)
+    broken.encode_ahead("x")
+    with pytest.raises(RuntimeError, match="encoder down"):
+        broken.encode_query("x")  # the error reaches the one who asks
+    assert len(calls) == 1
