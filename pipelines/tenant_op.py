@@ -299,7 +299,8 @@ class TenantOp(Operator):
         """``auto``'s token matrix of the tenant: its ``matrix_refs`` row, a reference to the token
         vectors its ``sessions`` kept (memlib.retrieve.matrix_cache), keyed by its turns' texts."""
         from memlib.compose.vectors import auto_encoder_model
-        from memlib.retrieve import matrix_cache, token_model
+        from memlib.embed import token_model
+        from memlib.retrieve import matrix_cache
 
         node_text = dict(zip(out.nodes.column("node_id").to_pylist(), out.nodes.column("text").to_pylist()))
         texts = [node_text[t] for t in out.matrix_turns]

@@ -28,7 +28,7 @@ def _batches_in_length_order(encoder, texts: Sequence[str], size: int = 32) -> N
 
 
 def _init(model: str, model_cache: str | None) -> None:
-    from memlib.retrieve import token_encoder
+    from memlib.embed import token_encoder
 
     enc = token_encoder.TokenEncoder(1, model=model, model_cache=model_cache)
     enc.encode(["warm up the encoder", "and its kernels"])
@@ -49,7 +49,7 @@ def _ready(_: int) -> bool:
 
 
 def threads_pass(texts: Sequence[str], cores: int, model: str, model_cache: str | Path | None) -> float:
-    from memlib.retrieve import token_encoder
+    from memlib.embed import token_encoder
 
     enc = token_encoder.TokenEncoder(cores, model=model, model_cache=model_cache)
     enc.encode(list(texts[:8]) or ["warm up"])
@@ -76,7 +76,7 @@ def processes_pass(texts: Sequence[str], cores: int, model: str, model_cache: st
 def encoder_floor(texts: Sequence[str], cores: int, model: str | None = None,
                   model_cache: str | Path | None = None) -> dict[str, float]:
     """``{"floor_s", "floor_threads_s", "floor_processes_s"}`` for one pass over ``texts``."""
-    from memlib.retrieve import token_model
+    from memlib.embed import token_model
 
     model = model or token_model.DEFAULT_MODEL
     cores = max(1, cores)

@@ -102,7 +102,7 @@ def _pooled_backend(cfg: MemlibConfig) -> bool:
     """Whether the turn vectors are the mean of the kept token vectors (same encoder)."""
     from memlib.compose.vectors import auto_encoder_model
     from memlib.embed.registry import EmbedBackend, parse_backend
-    from memlib.retrieve.token_model import DEFAULT_MODEL
+    from memlib.embed.token_model import DEFAULT_MODEL
 
     return parse_backend(cfg.embed.backend) is EmbedBackend.MINILM_TOKENS and auto_encoder_model(cfg) == DEFAULT_MODEL
 

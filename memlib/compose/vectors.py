@@ -64,7 +64,7 @@ class TurnVectors:
         float16 vectors: one pass over all the turns' tokens)."""
         if self.token_int8 is not None and self.token_scales is not None:
             return self.token_int8, self.token_scales
-        from memlib.retrieve.int8_maxsim import quantize_rows
+        from memlib.embed.quantize import quantize_rows
 
         assert self.token_vectors is not None
         counts = [len(v) for v in self.token_vectors]
@@ -161,10 +161,9 @@ def binary_views(column: pa.ChunkedArray, dtype: Any, empty: bool = False,
 
 def auto_encoder_model(cfg: Any) -> str:
     """The token encoder ``auto`` is configured with (retrieve.params.auto.encoder)."""
-    from memlib.retrieve import token_model
-    from memlib.retrieve.registry import strategy_params
+    from memlib.embed import token_model
 
-    return str(strategy_params("auto", cfg).get("encoder", token_model.DEFAULT_MODEL))
+    return str(dict(cfg.retrieve.params.get("auto", {})).get("encoder", token_model.DEFAULT_MODEL))
 
 
 def one_by_one(encoder: Any, texts: Sequence[str]) -> tuple[list[Any], list[int]]:
@@ -195,8 +194,8 @@ class TurnEncoder:
     runs when ``retrieve.precompute_token_matrices`` is set."""
 
     def __init__(self, cfg: Any, threads: int | None = None):
+        from memlib.embed import token_encoder, token_model
         from memlib.embed.registry import EmbedBackend, get_embedder, parse_backend
-        from memlib.retrieve import token_encoder, token_model
 
         self.dim = int(cfg.embed.dim)
         backend = parse_backend(cfg.embed.backend)

@@ -37,6 +37,8 @@ import os
 import tempfile
 from pathlib import Path
 
+import numpy as np
+
 from memlib.embed.base import EmbedError
 
 # v2: 7-bit weights (reduce_range), exact on every x86-64 int8 kernel; v1 caches are not reused
@@ -106,3 +108,28 @@ def _derive(src: Path, out: Path) -> Path:
             raise EmbedError(f"cannot derive an int8 model from {src}: {exc}") from exc
         os.replace(quantized, out)
     return out
+
+
+# Rows of the tenant's token matrix are quantized to [-INT8_QMAX, INT8_QMAX] (7 bits): onnxruntime's
+# u8s8 kernels on CPUs without VNNI add two uint8 x int8 products in a saturating int16
+# (vpmaddubsw), and 2 * 255 * 64 = 32640 < 2**15 keeps that sum exact (2 * 255 * 127 did not).
+INT8_QMAX = 64
+
+
+def quantize_rows(vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(scale per row float32, int8 rows in [-INT8_QMAX, INT8_QMAX]) with ``row ~ scale * int8``.
+    Computed on float32 copies of bounded blocks: numpy's float16 arithmetic has no vector
+    kernels (a 15,000-token tenant took 78 ms in float16, against a few ms this way); the
+    values are the same, a float16's maximum being exact in float32."""
+    n, dim = vectors.shape
+    scale = np.empty(n, dtype=np.float32)
+    v8 = np.empty((n, dim), dtype=np.int8)
+    for start in range(0, n, 16_384):  # bounded float32 temporaries for big tenants
+        block = vectors[start:start + 16_384].astype(np.float32)
+        s = np.maximum(np.abs(block).max(axis=1), np.float32(1e-12)) / np.float32(INT8_QMAX)
+        scale[start:start + 16_384] = s
+        np.divide(block, s[:, None], out=block)
+        np.rint(block, out=block)
+        np.clip(block, -INT8_QMAX, INT8_QMAX, out=block)
+        v8[start:start + 16_384] = block
+    return scale, v8

@@ -1,7 +1,7 @@
 """``minilm-tokens``: passage and query vectors from ``auto``'s token encoder, in one pass.
 
 A text's vector is the L2-normalized mean of its content-token vectors from the int8
-all-MiniLM-L6-v2 token encoder that ``auto`` scores with (memlib/retrieve/token_encoder.py; texts over
+all-MiniLM-L6-v2 token encoder that ``auto`` scores with (memlib/embed/token_encoder.py; texts over
 128 tokens read by windows, every content token once; special and punctuation tokens dropped;
 the mean is over the text's first window). The build encodes every turn once and keeps both
 outputs of that pass: the token vectors (``auto``'s token matrix) and their first window's mean
@@ -48,7 +48,7 @@ class MiniLMTokensEmbedder(Embedder):
     def __init__(self, batch_size: int = 64, threads: int | None = None, model: str | None = None,
                  model_cache: str | Path | None = None) -> None:
         super().__init__(batch_size)
-        from memlib.retrieve import token_encoder, token_model
+        from memlib.embed import token_encoder, token_model
 
         self.encoder = token_encoder.get_encoder(threads, model or token_model.DEFAULT_MODEL, model_cache)
 
@@ -63,8 +63,8 @@ class ContentTokenizer:
     first window (the build matches derived node texts, most of them short, against turns)."""
 
     def __init__(self) -> None:
+        from memlib.embed import token_encoder
         from memlib.embed.minilm_backend import load_tokenizer
-        from memlib.retrieve import token_encoder
 
         self._tok = load_tokenizer(token_encoder.MAX_TOKENS)
         self._tok.no_padding()

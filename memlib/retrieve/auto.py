@@ -60,7 +60,8 @@ from typing import Any
 
 import numpy as np
 
-from memlib.retrieve import first_stage, kernels, late, matrix_cache, token_encoder, token_model
+from memlib.embed import token_encoder, token_model
+from memlib.retrieve import first_stage, kernels, late, matrix_cache
 from memlib.retrieve.base import RetrievedNode, StrategyBase
 from memlib.retrieve.registry import register
 from memlib.retrieve.signals import turn_frame, zscore

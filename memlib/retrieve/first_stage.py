@@ -5,7 +5,7 @@ MaxSim reads every token vector of the tenant for every query: linear in the ten
 ``first_stage_turns`` turns ``auto`` scores only the candidates this stage selects:
 
 * **Token postings.** Each row of the token matrix is a WordPiece id (the same ids the encoder
-  read, recomputed by :meth:`~memlib.retrieve.token_encoder.TokenEncoder.content_ids` without running
+  read, recomputed by :meth:`~memlib.embed.token_encoder.TokenEncoder.content_ids` without running
   the model); per id present in the tenant, the turns holding it (CSR) and the *centroid* of
   its vectors (their normalized mean).
 * **Query expansion.** Each query token is compared with the centroids (one small int8

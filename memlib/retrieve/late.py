@@ -3,8 +3,8 @@
 A turn is scored by ``sum_q idf(q) * max_t cos(q, t)`` over the query's content tokens ``q``
 and the turn's content tokens ``t`` (special and punctuation tokens dropped); ``idf`` is
 computed over the tenant's turns. A tenant's tokens are one :class:`TokenMatrix`. The parts
-around it live beside this module: which encoder (:mod:`memlib.retrieve.token_model`), the
-encoder (:mod:`memlib.retrieve.token_encoder`), the int8 similarity kernel
+around it live beside this module: which encoder (:mod:`memlib.embed.token_model`), the
+encoder (:mod:`memlib.embed.token_encoder`), the int8 similarity kernel
 (:mod:`memlib.retrieve.int8_maxsim`; ``exact=True`` keeps numpy float32) and the per-tenant
 matrix cache in memory and on disk (:mod:`memlib.retrieve.matrix_cache`).
 """
@@ -18,7 +18,7 @@ from memlib.lazy import cached_property
 from memlib.retrieve.int8_maxsim import INT8_MAX_VALUES, Int8Similarity, transposed
 
 if TYPE_CHECKING:
-    from memlib.retrieve.token_encoder import TokenEncoder
+    from memlib.embed.token_encoder import TokenEncoder
 
 
 class TokenMatrix:

@@ -35,10 +35,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from memlib import ids, schema
+from memlib.embed.token_encoder import MAX_TOKENS, TokenEncoder
 from memlib.io.files import atomic_write
 from memlib.io.store import LATE_CACHE_SUBDIR
 from memlib.retrieve.late import TokenMatrix, build_token_matrix
-from memlib.retrieve.token_encoder import MAX_TOKENS, TokenEncoder
 
 CACHE_FORMAT = 2
 log = logging.getLogger("memlib.retrieve")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from memlib.retrieve import auto, first_stage, late, matrix_cache, token_encoder, token_model
+from memlib.embed import token_encoder, token_model
+from memlib.retrieve import auto, first_stage, late, matrix_cache
 from memlib.retrieve.kernels import run_search
 from memlib.retrieve.registry import get_strategy
 from memlib.retrieve.signals import TurnFrame, turn_frame

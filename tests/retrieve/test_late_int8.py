@@ -12,9 +12,10 @@ import pyarrow as pa
 import pyarrow.compute  # noqa: F401 - pa.compute
 import pytest
 
+from memlib.embed import token_encoder, token_model
 from memlib.embed.minilm_backend import model_path
 from memlib.embed.quantize import WEIGHT_QMAX, derived_path, dynamic_int8
-from memlib.retrieve import int8_maxsim, late, matrix_cache, token_encoder, token_model
+from memlib.retrieve import int8_maxsim, late, matrix_cache
 
 TURNS = ["I adopted a kitten from the animal shelter on Saturday.",
          "We drove to the coast and watched the sunset over the ocean.",

@@ -129,7 +129,8 @@ def test_auto_token_matrix_disk_cache_is_keyed_by_content(sample_store, tmp_path
     view reads it instead of encoding; a corrupt file is re-encoded; a tenant's new matrix
     replaces its older files and leaves a tenant whose id merely extends this one alone. (The
     store's tenants have no matrix reference here, as when their kept sessions are gone.)"""
-    from memlib.retrieve import matrix_cache, token_encoder
+    from memlib.embed import token_encoder
+    from memlib.retrieve import matrix_cache
     from memlib.retrieve.tenant_cache import TenantCache
 
     sample_store = _without_references(sample_store, tmp_path / "store")

@@ -70,7 +70,8 @@ def test_views_hold_the_tables_rows_in_their_order(sample_store):
 def test_the_turns_view_keeps_the_token_matrix_reference(sample_store, monkeypatch):
     """auto's token-matrix reference travels with the tenant's turns view: a cold tenant reads it
     there, not from the matrix_refs table."""
-    from memlib.retrieve import matrix_cache, token_encoder
+    from memlib.embed import token_encoder
+    from memlib.retrieve import matrix_cache
 
     r = StoreReader(sample_store)
     for tenant in r.tenants():

@@ -1,10 +1,11 @@
-"""auto's token encoder reads long texts by windows (memlib/retrieve/token_windows.py)."""
+"""auto's token encoder reads long texts by windows (memlib/embed/token_windows.py)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from memlib.retrieve import late, matrix_cache, token_encoder, token_model, token_windows
+from memlib.embed import token_encoder, token_model, token_windows
+from memlib.retrieve import late, matrix_cache
 
 SHORT = ["I adopted a kitten from the animal shelter on Saturday.",
          "We drove to the coast and watched the sunset over the ocean.",

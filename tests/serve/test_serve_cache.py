@@ -195,7 +195,7 @@ def test_many_tenant_load_in_process(store, embedder):
 def test_a_cold_tenants_query_is_encoded_while_it_opens(store, embedder):
     """A search for a cold tenant has its query encoded on another thread while the tenant opens;
     the search takes that encoding (same arrays as encoding it itself) and leaves none behind."""
-    from memlib.retrieve import token_encoder
+    from memlib.embed import token_encoder
     from memlib.serve.models import SearchRequest
     from memlib.serve.service import SearchService
 

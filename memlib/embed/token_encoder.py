@@ -1,5 +1,5 @@
 """``auto``'s token encoder: content-token ids and L2-normalized token vectors of texts from the
-MiniLM ONNX model of :mod:`memlib.retrieve.token_model`; one encoder per (threads, model,
+MiniLM ONNX model of :mod:`memlib.embed.token_model`; one encoder per (threads, model,
 model cache) per process (:func:`get_encoder`)."""
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from typing import Sequence
 
 import numpy as np
 
+from memlib.embed import token_windows
 from memlib.embed.minilm_backend import load_session, load_tokenizer
-from memlib.retrieve import token_windows
-from memlib.retrieve.token_model import DEFAULT_MODEL, WINDOWED, model_file
+from memlib.embed.token_model import DEFAULT_MODEL, WINDOWED, model_file
 
 MAX_TOKENS = 128
 AHEAD_KEPT = 64
@@ -25,7 +25,7 @@ _SPECIAL = frozenset({"[CLS]", "[SEP]", "[PAD]", "[UNK]", "[MASK]"})
 class TokenEncoder:
     """Content-token vectors (L2-normalized float32) and token ids for texts; a ``-windows``
     encoder reads long texts by windows (every content token once, in text order; batches of
-    ``batch_size`` windows: see memlib/retrieve/token_windows.py)."""
+    ``batch_size`` windows: see memlib/embed/token_windows.py)."""
 
     def __init__(self, threads: int | None = 1, batch_size: int = 32, model: str = DEFAULT_MODEL,
                  model_cache: str | Path | None = None):

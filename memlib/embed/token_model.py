@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from memlib.embed import token_windows
 from memlib.embed.minilm_backend import model_path
 from memlib.embed.quantize import dynamic_int8, file_digest
-from memlib.retrieve import token_windows
 
-WINDOWED = "-windows"  # encoder names ending so read long texts by windows (memlib/retrieve/token_windows.py)
+WINDOWED = "-windows"  # encoder names ending so read long texts by windows (memlib/embed/token_windows.py)
 DEFAULT_MODEL = "minilm-int8-dynamic-windows"
 MODELS = ("minilm-int8-dynamic-windows", "minilm-int8-windows", "minilm-int8-dynamic", "minilm-int8")
 
@@ -21,7 +21,7 @@ def model_file(model: str, model_cache: str | Path | None = None) -> tuple[Path,
     is its dynamically quantized copy, derived once and cached (memlib/embed/quantize.py):
     about half the CPU per query (measured: docs/int8-kernels.md). The tag of the derived copy
     carries its digest, so token matrices encoded by another derivation are not reused. Both
-    read a text's first :data:`~memlib.retrieve.token_encoder.MAX_TOKENS` tokens; ``-windows``
+    read a text's first :data:`~memlib.embed.token_encoder.MAX_TOKENS` tokens; ``-windows``
     (default) reads it all by windows and its tag says so: matrices of the truncating encoder
     are never reused for it.
     ``model_cache`` is ``embed.model_cache`` (None: ~/.cache/memlib/models)."""
