@@ -123,9 +123,10 @@ def test_tenant_split_over_two_files_keeps_both_files_turns(ray_local, tmp_path)
     assert m["tenants"]["dora"]["turns"] == 16 and m["tenants"]["dora"]["source"] == ["day1.jsonl", "day2.jsonl"]
     q = r.table("quarantine").to_pylist()
     assert [(x["reason_code"], x["tenant_id"]) for x in q] == [("duplicate_turn_id", "dora")]
-    # unchanged files: everything carried; a new file naming dora again rebuilds dora only
+    # unchanged files: nothing to publish; a new file naming dora again rebuilds dora only
     res = _build(d, store)
-    assert res.exit_code == 0 and json.loads((store / "manifest.json").read_text())["incremental"]["built"] == []
+    assert res.exit_code == 0 and "unchanged" in res.output
+    assert json.loads((store / "manifest.json").read_text())["version"] == m["version"]
     (d / "day4.jsonl").write_text(json.dumps(dict(b[0], session_id="s9", turn_id="s9:1",
                                                   session_time="2023-03-01T10:00:00+00:00",
                                                   text="Back from the regatta.")) + "\n", encoding="utf-8")
@@ -145,8 +146,9 @@ def test_incremental_run_after_a_full_build_carries_every_tenant(ray_local, tmp_
     assert full["build_key"] and all(t["input_hash"] for t in full["tenants"].values())
     res = _build(inp, store)
     assert res.exit_code == 0, res.output + repr(res.exception)
-    inc = json.loads((store / "manifest.json").read_text())["incremental"]
-    assert inc["built"] == [] and inc["carried"] == ["emil", "gus"]
+    plan = next(line for line in res.output.splitlines() if line.startswith("plan:"))
+    assert "built 0" in plan and "carried 2" in plan and "unchanged" in res.output  # nothing to publish
+    assert json.loads((store / "manifest.json").read_text())["version"] == full["version"]
 
 
 SECRET_WORDS = ("nilla", "queen sacrifice", "obsidian trophy", "quetzalcoatl", "zugzwang", "pirc defence",
