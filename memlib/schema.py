@@ -288,6 +288,17 @@ TOKEN_SUMS = pa.schema([
     pa.field("sum", pa.binary()),  # int64 bytes, one per dimension
 ])
 
+# Per node: its global importance (memlib.graph.importance), apart from the Lance ``nodes`` rows.
+# Adding a session moves the PageRank and percentile ranks behind every node's importance, so a
+# row holding it would change for every node of a touched tenant; kept here, the Lance rows of
+# unchanged nodes stay as published and a nightly run rewrites only the rows that changed
+# (memlib.io.lance_delta). Stores written before it hold importance in the Lance rows.
+NODE_IMPORTANCE = pa.schema([
+    pa.field("tenant_id", pa.string(), nullable=False),
+    pa.field("node_id", pa.string(), nullable=False),
+    pa.field("importance", pa.float32()),
+])
+
 # Per tenant: ``auto``'s token matrix as a reference to the token vectors its sessions kept
 # (memlib.retrieve.matrix_cache): the content key of the turns and texts the matrix encodes, in
 # order, and the session build key and session keys whose kept vectors make it up.
@@ -309,6 +320,7 @@ TABLES: dict[str, pa.Schema] = {
     "node_fallbacks": NODE_FALLBACKS,
     "token_sums": TOKEN_SUMS,
     "matrix_refs": MATRIX_REFS,
+    "node_importance": NODE_IMPORTANCE,
 }
 
 

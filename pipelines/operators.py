@@ -205,14 +205,42 @@ class SessionLocalOp(Operator):
         self.store.write_block(bid, SessionOutput.concat(parts), vectors.replace_schema_metadata(None), index)
         return {"block_id": bid, "sessions": index.num_rows, "turns": turns.num_rows, "kept_at": time.time(),
                 "session_local_s": round(time.perf_counter() - start, 4),
-                "session_local_cpu_s": round(time.process_time() - cpu, 4), **meta}
+                "session_local_cpu_s": round(time.process_time() - cpu, 4), "session_local_pid": os.getpid(), **meta}
+
+
+class SessionPassOp(Operator):
+    """The embed and session-local operators in one actor, for a run with few blocks (a nightly
+    run): one actor process to start instead of two (each imports ``ray.data`` and memlib's
+    pipeline, 1.5-2 CPU-s), and with one encoder thread (the default) one model loaded instead of
+    two (a process's encoders are shared by their threads and model: token_encoder.get_encoder).
+    Many blocks keep them apart, so a block's spaCy work overlaps the next block's embedding. The
+    outputs are the same functions of the same inputs."""
+    kind = RowKind.BLOCK
+    reads = ("turns",)
+    writes = ("summary",)
+    uses_gpus = True
+    pool = "embed_actors"
+
+    @classmethod
+    def arguments(cls, ctx: BuildContext, res: Any) -> dict[str, Any]:
+        return EmbedOp.arguments(ctx, res)
+
+    def __init__(self, ctx: BuildContext | MemlibConfig, threads: int | None = None):
+        self.embed = EmbedOp(ctx, threads)
+        self.local = SessionLocalOp(ctx)
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        return self.local(self.embed(batch))
 
 
 # the operators in the order rows pass them
 OPERATORS: tuple[type[Operator], ...] = (TurnNodesOp, EmbedOp, SessionLocalOp, TenantOp)
+# the same with few blocks: embedding and the session-local stages in one actor
+FEW_BLOCK_OPERATORS: tuple[type[Operator], ...] = (TurnNodesOp, SessionPassOp, TenantOp)
 # what each reads and writes, by operator (tests/pipeline/test_pipeline_stages.py)
 TURN_NODES_IO, EMBED_IO, SESSION_LOCAL_IO, TENANT_IO = (op.io() for op in OPERATORS)
 
-__all__ = ["BATCH_FORMAT", "KEY_COLUMN", "OPERATORS", "ROW", "ROW_SCHEMA", "RUNTIME_ENV", "TEXT_COLUMN", "WORKER_ENV",
-           "EmbedOp", "RowKind", "SessionLocalOp", "TenantOp", "TurnNodesOp", "batch_of", "block_item", "from_ipc",
+__all__ = ["BATCH_FORMAT", "FEW_BLOCK_OPERATORS", "KEY_COLUMN", "OPERATORS", "ROW", "ROW_SCHEMA", "RUNTIME_ENV",
+           "TEXT_COLUMN", "WORKER_ENV", "EmbedOp", "RowKind", "SessionLocalOp", "SessionPassOp", "TenantOp",
+           "TurnNodesOp", "batch_of", "block_item", "from_ipc",
            "mark_failed", "rows", "to_ipc", "turn_nodes_op"]

@@ -31,7 +31,7 @@ from memlib.compose.sessions import session_keys, sort_turns
 from memlib.config import MemlibConfig
 from memlib.io.files import replace_parquet
 from pipelines.context import BuildContext
-from pipelines.operators import OPERATORS, RUNTIME_ENV, SessionLocalOp, TenantOp, block_item
+from pipelines.operators import FEW_BLOCK_OPERATORS, OPERATORS, RUNTIME_ENV, SessionLocalOp, TenantOp, block_item
 from pipelines.rows import BATCH_FORMAT, KEY_COLUMN, ROW_SCHEMA, Operator, RowKind
 from pipelines.shard import TenantShard, tenant_runs
 from pipelines.tenant_op import pack_tenants, tenant_item
@@ -197,7 +197,7 @@ def build_dataset(ctx: BuildContext, plan: SessionPlan, shards: list[TenantShard
     # blocks of a 1 % nightly run at 10,000 tenants: 25 s of embedding on one core while the other
     # idled). Many blocks keep the default: an actor's next block is queued when it finishes one.
     few = len(plan.blocks) <= FEW_BLOCKS_PER_ACTOR * res.embed_actors
-    for op in OPERATORS:
+    for op in FEW_BLOCK_OPERATORS if few else OPERATORS:
         ds = ds.map_batches(op.udf(), batch_size=1, batch_format=BATCH_FORMAT, **env, **ray_options(op, ctx, res, few))
     return ds
 
@@ -224,6 +224,8 @@ def _session_stats(plan: SessionPlan, blocks: list[dict[str, Any]], pass_s: floa
             "embed_s": total("embed_s"), "session_local_s": total("session_local_s"),
             "embed_cpu_s": total("embed_cpu_s"), "session_local_cpu_s": total("session_local_cpu_s"),
             "embed_actors": len({b.get("embed_pid") for b in done}),
+            # embedding and session-local stages in one process (SessionPassOp: few blocks)
+            "one_session_actor": bool(done) and all(b.get("embed_pid") == b.get("session_local_pid") for b in done),
             "embed_gpus": sorted({g for b in done for g in b.get("embed_gpus", [])})}
 
 

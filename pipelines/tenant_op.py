@@ -58,7 +58,8 @@ def write_part(version_dir: str | Path, built: list[dict[str, Any]]) -> tuple[st
     write_view(view_path(version_dir, VIEW_NODES, part), VIEW_NODES, {k: t["nodes"] for k, t in by_tenant.items()})
     write_view(view_path(version_dir, VIEW_TURNS, part), VIEW_TURNS, {k: t["turns"] for k, t in by_tenant.items()},
                refs)
-    nodes = pa.concat_tables([t["nodes"] for t in built], promote_options="permissive")
+    # the rows the driver writes to Lance: a tenant's changed rows, or all of them (lance_delta)
+    nodes = pa.concat_tables([t["lance_rows"] for t in built], promote_options="permissive")
     return part, str(replace_parquet(nodes, staged_path(version_dir, "nodes", part)))
 
 
@@ -229,6 +230,7 @@ class TenantOp(Operator):
         import ray
 
         from memlib.compose.reference import StepTools, TenantSessions, tenant_steps
+        from memlib.io.lance_delta import lance_delta
         from pipelines.llm_actors import call_summary, drain_llm_calls
 
         start, cpu = time.perf_counter(), time.process_time()
@@ -243,7 +245,10 @@ class TenantOp(Operator):
         out = tenant_steps(TenantSessions(turns, parts, vectors, order, previous), self.cfg, self.recipe,
                            StepTools(self.nlp, extras, self.own_pass))
         nodes, graph = self._graph(out)
-        tables = {"nodes": nodes, "edges": out.edges, "segments": out.segments, "turns": turns,
+        delta = lance_delta(nodes, previous.rows if previous is not None else None)
+        tables = {"nodes": nodes, "lance_rows": delta.rows,
+                  "node_importance": nodes.select(["tenant_id", "node_id", "importance"]), "edges": out.edges,
+                  "segments": out.segments, "turns": turns,
                   "node_fallbacks": out.fallbacks, "token_sums": out.token_sums, "graphs": {shard.tenant_id: graph},
                   "questions": (self.staged.rows(shard.questions_path, shard.tenant_id) if shard.questions_path
                                 else None)}
@@ -256,12 +261,16 @@ class TenantOp(Operator):
         llm = call_summary(calls)
         out.timings["read_sessions"] = round(read_s, 3)
         reused = out.reused or ({"appended_only": 0, "error": unreadable} if unreadable else {})
+        if delta.delete is not None:  # its published Lance rows that stay as they are
+            reused = {**reused, "lance_rows_kept": previous.rows.num_rows - len(delta.delete)}
         questions = tables["questions"].num_rows if tables["questions"] is not None else 0
         return {"tenant_id": shard.tenant_id, "turns": turns.num_rows, "sessions": len(order), "questions": questions,
                 "waited_s": round(waited, 3), "timings": out.timings, "seconds": round(time.perf_counter() - start, 3),
                 "cpu_s": round(time.process_time() - cpu, 3), "pid": os.getpid(),
                 "node_id": ray.get_runtime_context().get_node_id(), **out.counts(),
-                **({"llm": llm} if llm else {}), **({"reused": reused} if reused else {})}, tables
+                **({"llm": llm} if llm else {}), **({"reused": reused} if reused else {}),
+                # the published Lance rows to delete before its rows are added; absent: all of them
+                **({"lance_delete": delta.delete} if delta.delete is not None else {})}, tables
 
     def _previous(self, tenant: str) -> tuple[Any, str | None]:
         """The tenant's published build, when reuse is on and it was built under this run's key,

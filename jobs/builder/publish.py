@@ -32,7 +32,9 @@ class Layout:
 def write_lance(writer: StoreWriter, summaries: list[dict[str, Any]], layout: Layout, remove: list[str],
                 rows_per_commit: int) -> None:
     """Replace rebuilt tenants' nodes and delete removed tenants' in commits that follow rows (one
-    delete, then batches of ``rows_per_commit`` rows); carried tenants stay untouched. Each staged
+    delete, then batches of ``rows_per_commit`` rows); carried tenants stay untouched. A rebuilt
+    tenant whose summary has ``lance_delete`` replaces only its changed rows: those ids are
+    deleted and its staged rows (the changed and new ones) added (memlib.io.lance_delta). Each staged
     file holds one row's tenants (a part) and is read when its batch is written; only the tenants
     the version keeps in that part are taken (an interrupted run's part may hold a tenant rebuilt
     since)."""
@@ -46,7 +48,9 @@ def write_lance(writer: StoreWriter, summaries: list[dict[str, Any]], layout: La
             t = pq.read_table(path)
             yield t.filter(pc.is_in(t.column("tenant_id"), value_set=pa.array(tenants, pa.string())))
 
-    writer.write_tenants([s["tenant_id"] for s in summaries] + list(remove), tables(), rows_per_commit=rows_per_commit)
+    whole = [s["tenant_id"] for s in summaries if s.get("lance_delete") is None]
+    rows = {s["tenant_id"]: s["lance_delete"] for s in summaries if s.get("lance_delete") is not None}
+    writer.write_tenants(whole + list(remove), tables(), rows_per_commit=rows_per_commit, remove_rows=rows)
 
 
 def carried_summary(tenant: str, old: dict[str, Any], counts: dict[str, Any] | None) -> dict[str, Any]:

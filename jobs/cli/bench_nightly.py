@@ -49,14 +49,16 @@ def append_sessions(data: list[dict[str, Any]], touched: int) -> list[dict[str, 
 
 
 def store_snapshot(store: Path):
-    """Published nodes (ids, texts, vectors) and edges (with weights), sorted, for comparing two stores."""
+    """Published nodes (every column, importance included) and edges (with weights), sorted, for
+    comparing two stores."""
     import numpy as np
     import polars as pl
 
+    from memlib import schema
     from memlib.io.store import StoreReader
 
     r = StoreReader(store)
-    nodes = r.nodes(columns=["node_id", "tenant_id", "kind", "text", "provenance", "embedding"]).sort_by("node_id")
+    nodes = r.nodes(columns=[f.name for f in schema.NODES]).sort_by("node_id")
     emb = nodes.column("embedding").combine_chunks()
     vectors = emb.values.to_numpy(zero_copy_only=False).reshape(-1, emb.type.list_size)
     edges = pl.from_arrow(r.table("edges").select(["src", "dst", "kind", "relation", "weight"])).sort(

@@ -49,6 +49,7 @@ class PreviousTenant:
     fallbacks: dict[str, Fallback] | None = None  # node id -> its Fallback (schema.NODE_FALLBACKS)
     sums: IdSums | None = None  # the tenant's per-id sums (schema.TOKEN_SUMS)
     clue_inputs: dict[str, str] = field(default_factory=dict)  # clue id (before the merge) -> clue_key
+    rows: pa.Table | None = None  # its published Lance rows, every column but importance
 
     @classmethod
     def of(cls, nodes: pa.Table, edges: pa.Table, fallbacks: pa.Table | None = None,
@@ -91,11 +92,15 @@ def load_previous(store: str | Path, tenant: str, session_key: str,
             or tenant not in manifest.get("tenants", {})):
         return None
     reader = reader if reader is not None else StoreReader(store, manifest)
-    nodes = reader.nodes(tenant, columns=NODE_COLUMNS)
-    if nodes.num_rows == 0:
+    # every column of its Lance rows but importance: the run's Lance write compares them
+    # (memlib.io.lance_delta), and the reuse steps read NODE_COLUMNS of them
+    rows = reader.nodes(tenant, columns=[f.name for f in schema.NODES if f.name != "importance"])
+    if rows.num_rows == 0:
         return None
-    return PreviousTenant.of(nodes, reader.edges(tenant), reader.table("node_fallbacks", tenant),
-                             reader.table("token_sums", tenant))
+    previous = PreviousTenant.of(rows, reader.edges(tenant), reader.table("node_fallbacks", tenant),
+                                 reader.table("token_sums", tenant))
+    previous.rows = rows
+    return previous
 
 
 def clue_key(text: str | None, provenance: list[str] | None) -> str:

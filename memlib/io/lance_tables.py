@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 from memlib import schema
 
 NODES_TABLE = "nodes"
+DELETE_CLAUSES = 256  # clauses (a chunk of whole tenants, or one tenant's rows) OR-ed in one delete
 # Turn text alone, for lexical (BM25) search over turns: a full-text index over all node
 # kinds mixes short facts/triplets into the corpus statistics (average document length,
 # idf) and measurably hurts turn ranking (LoCoMo dev3 turn R@10: 49.1 mixed vs 63.5 here).
@@ -62,18 +63,25 @@ class LanceTables:
         return self.write_tenants(tenants, [] if nodes is None else [nodes])
 
     def write_tenants(self, remove: Iterable[str], parts: Iterable[pa.Table], *,
-                      rows_per_commit: int = 250_000, tenants_per_delete: int = 20_000) -> int:
+                      rows_per_commit: int = 250_000, tenants_per_delete: int = 20_000,
+                      remove_rows: Mapping[str, list[str]] | None = None) -> int:
         """Replace tenants' nodes in both Lance tables with a number of commits that follows rows,
         not tenants: one delete of every tenant in ``remove`` (the rebuilt and the removed ones, in
         chunks of ``tenants_per_delete``), then ``parts`` (each a tenant's nodes, or several
         tenants') added in batches of about ``rows_per_commit`` rows, one commit and one fragment
         per batch. Every commit rewrites a manifest listing every fragment, so commits per tenant
-        made a run quadratic in tenants. Readers pin the published version, so no partial state
-        is visible. Returns the nodes table version."""
+        made a run quadratic in tenants. ``remove_rows``: tenant -> node ids, rows of tenants
+        not in ``remove`` deleted one by one (a tenant whose other rows stay as published; its
+        part then holds only its changed and new rows). Readers pin the published version, so no
+        partial state is visible. Returns the nodes table version."""
         tbl, turn_tbl = self.open_nodes(), self.open_turn_text()
         remove = sorted(set(remove))
-        for i in range(0, len(remove), tenants_per_delete):
-            where = "tenant_id IN (" + ", ".join(sql_str(t) for t in remove[i:i + tenants_per_delete]) + ")"
+        clauses = ["tenant_id IN (" + ", ".join(sql_str(t) for t in remove[i:i + tenants_per_delete]) + ")"
+                   for i in range(0, len(remove), tenants_per_delete)]
+        clauses += [f"(tenant_id = {sql_str(t)} AND node_id IN ({', '.join(sql_str(n) for n in ids)}))"
+                    for t, ids in sorted((remove_rows or {}).items()) if ids and t not in remove]
+        for i in range(0, len(clauses), DELETE_CLAUSES):
+            where = " OR ".join(clauses[i:i + DELETE_CLAUSES])
             tbl.delete(where)
             turn_tbl.delete(where)
         node_schema = schema.nodes_schema(self.dim)

@@ -14,7 +14,8 @@ from memlib.io.views import VIEW_SUFFIX, VIEW_TABLES, ViewError, read_batches, v
 
 GRAPHS = "graphs"
 PART_KEY = "part"  # a tenant's entry in the manifest names its part
-TENANT_TABLES = ("turns", "segments", "edges", "questions", "llm_calls", "node_fallbacks", "token_sums", "matrix_refs")
+TENANT_TABLES = ("turns", "segments", "edges", "questions", "llm_calls", "node_fallbacks", "token_sums", "matrix_refs",
+                 "node_importance")
 
 
 @dataclass

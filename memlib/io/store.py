@@ -54,6 +54,7 @@ from memlib.io.files import (  # noqa: F401 - part_id: callers import it from he
     replace_part,
     safe_name,
 )
+from memlib.io.lance_delta import with_importance
 from memlib.io.lance_tables import (  # noqa: F401 - the store's Lance names, imported from here by callers
     NODES_TABLE,
     TURN_TEXT_SCHEMA,
@@ -277,9 +278,14 @@ class StoreReader:
         q = self.nodes_table().search()
         if filters:
             q = q.where(" AND ".join(filters))
+        wants_importance = columns is None or "importance" in columns
         if columns is not None:
-            q = q.select(list(columns))
-        return q.limit(None).to_arrow()
+            # the node id to find each row's importance by
+            q = q.select(list(dict.fromkeys([*columns, "node_id"])) if wants_importance else list(columns))
+        table = q.limit(None).to_arrow()
+        if wants_importance:
+            table = with_importance(table, self.table("node_importance", tenant, ["node_id", "importance"]))
+        return table if columns is None else table.select(list(columns))
 
     def edges(self, tenant: str | None = None) -> pa.Table:
         return self.table("edges", tenant)

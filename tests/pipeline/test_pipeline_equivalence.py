@@ -46,3 +46,26 @@ def test_ray_output_equals_single_process(built_store):
         assert ray_edges.equals(local_edges), tenant
         segs = pl.from_arrow(reader.table("segments", tenant)).sort("segment_id")
         assert segs.equals(pl.from_arrow(local.segments).sort("segment_id")), tenant
+
+
+def test_embed_and_session_local_apart_build_the_same_store(built_store, ray_local, tiny_input, tmp_path, monkeypatch):
+    """Few blocks run the embed and session-local stages in one actor (SessionPassOp); many keep
+    them in two. Forced apart on the same input, the build publishes the same rows."""
+    import pipelines.staged_build as staged
+    from tests.pipeline.conftest import BLOCK_TURNS, run_cli
+
+    monkeypatch.setattr(staged, "FEW_BLOCKS_PER_ACTOR", 0)
+    out = tmp_path / "apart"
+    res = run_cli(["build", "--input", str(tiny_input), "--format", "jsonl", "--out", str(out), "--num-cpus", "2",
+                   "--set", f"ray.block_turns={BLOCK_TURNS}"])
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    fused, apart = StoreReader(built_store), StoreReader(out)
+    assert fused.manifest["sessions"]["one_session_actor"] is True
+    assert apart.manifest["sessions"]["one_session_actor"] is False
+    cols = [*COLS, "importance"]
+    a, b = fused.nodes().sort_by("node_id"), apart.nodes().sort_by("node_id")
+    assert pl.from_arrow(a.select(cols)).equals(pl.from_arrow(b.select(cols)))
+    np.testing.assert_array_equal(_vectors(a), _vectors(b))
+    keys = ["src", "dst", "kind", "relation", "weight"]
+    assert pl.from_arrow(fused.edges()).select(keys).sort(keys[:4]).equals(
+        pl.from_arrow(apart.edges()).select(keys).sort(keys[:4]))

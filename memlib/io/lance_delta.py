@@ -1,0 +1,108 @@
+"""What a rebuilt tenant changes in the Lance ``nodes`` table: a nightly run replaces only the
+rows that changed, not the tenant's whole history (issue 38, item 5).
+
+A node's Lance row is everything the store holds of it but its importance (kept apart,
+``schema.NODE_IMPORTANCE``): its id, text, times, provenance, attributes and vector. A run that
+appended a session to a tenant leaves most of those rows as published, so the tenant's rows are
+compared with its published ones, column by column (vectors by their bytes), and the write
+deletes the changed and removed ids and adds the changed and new rows. The table then holds the
+same rows as after a whole-tenant rewrite, so searches and the full-text statistics are the
+same; the index merge follows the rows added, not the tenant's size.
+
+Rows with ``importance`` set are written with it cleared: the value is read from the
+``node_importance`` table (:meth:`memlib.io.store.StoreReader.nodes`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from memlib import schema
+
+# above this share of a tenant's rows changed, a whole-tenant delete is cheaper than a delete of
+# each id (and the delete's predicate stays short)
+MAX_CHANGED_SHARE = 0.5
+MAX_DELETE_IDS = 20_000
+
+
+@dataclass
+class LanceDelta:
+    """A rebuilt tenant's change to the Lance rows: ``rows`` to add, ``delete`` ids to remove first
+    (``delete`` None: the tenant's rows are replaced whole)."""
+    rows: pa.Table
+    delete: list[str] | None
+
+
+def lance_rows(nodes: pa.Table) -> pa.Table:
+    """``nodes`` as the Lance table stores them: importance cleared (it lives in ``node_importance``)."""
+    if "importance" not in nodes.column_names:
+        return nodes
+    at = nodes.column_names.index("importance")
+    return nodes.set_column(at, nodes.schema.field("importance"), pa.nulls(nodes.num_rows, pa.float32()))
+
+
+def row_columns(table: pa.Table) -> list[str]:
+    """The columns a Lance row is compared on: every column of the nodes schema but importance."""
+    return [f.name for f in schema.NODES if f.name != "importance" and f.name in table.column_names]
+
+
+def _comparable(table: pa.Table, columns: list[str]):
+    """``table``'s ``columns`` in a form polars joins on: lists as strings, the vector as its bytes."""
+    cols = {}
+    for name in columns:
+        col = table.column(name).combine_chunks()
+        if name == "embedding" and col.null_count == 0:
+            dim = col.type.list_size
+            flat = np.ascontiguousarray(col.flatten().to_numpy(zero_copy_only=False), dtype=np.float32)
+            col = pa.FixedSizeBinaryArray.from_buffers(pa.binary(dim * 4), len(col),
+                                                       [None, pa.py_buffer(flat.tobytes())]).cast(pa.binary())
+        elif name == "embedding":
+            col = pa.array([None if v is None else np.asarray(v, np.float32).tobytes() for v in col.to_pylist()])
+        cols[name] = col
+    import polars as pl
+
+    frame = pl.from_arrow(pa.table(cols))
+    lists = [n for n in columns if isinstance(frame.schema[n], pl.List)]
+    # a list as one string, each item prefixed by its length (no separator is ambiguous) and the
+    # whole by "[" (an empty list is not a null one)
+    return frame.with_columns(
+        (pl.lit("[") + pl.col(n).list.eval(pl.element().str.len_bytes().cast(pl.String) + ":" + pl.element())
+         .list.join("")).alias(n) for n in lists)
+
+
+def lance_delta(new: pa.Table, old: pa.Table | None) -> LanceDelta:
+    """The change from a tenant's published Lance rows ``old`` to its rows ``new`` (both nodes
+    tables; ``old`` None: not published under a comparable build, so the tenant is replaced whole)."""
+    rows = lance_rows(new)
+    if old is None or old.num_rows == 0:
+        return LanceDelta(rows, None)
+    columns = row_columns(new)
+    if set(columns) - set(old.column_names):
+        return LanceDelta(rows, None)
+    now, before = _comparable(new, columns), _comparable(old, columns)
+    same = now.with_row_index("_row").join(before, on=columns, how="semi", nulls_equal=True)
+    unchanged = np.zeros(new.num_rows, dtype=bool)
+    unchanged[same["_row"].to_numpy()] = True
+    new_ids = set(new.column("node_id").to_pylist())
+    kept_ids = set(pc.filter(new.column("node_id"), pa.array(unchanged)).to_pylist())
+    delete = [n for n in old.column("node_id").to_pylist() if n not in kept_ids]
+    changed = int((~unchanged).sum())
+    if len(delete) > MAX_DELETE_IDS or changed + len(set(delete) - new_ids) > MAX_CHANGED_SHARE * max(1, old.num_rows):
+        return LanceDelta(rows, None)
+    return LanceDelta(rows.filter(pa.array(~unchanged)), delete)
+
+
+def with_importance(nodes: pa.Table, importance: pa.Table | None) -> pa.Table:
+    """``nodes`` (Lance rows, ``node_id`` and ``importance`` among their columns) with each node's
+    importance from ``importance`` (``node_importance`` rows) where it has one; a node it lacks (a
+    tenant of a store written before the table) keeps the importance of its row."""
+    if importance is None or importance.num_rows == 0 or nodes.num_rows == 0:
+        return nodes
+    at = pc.index_in(nodes.column("node_id"), importance.column("node_id"))
+    found = pc.take(importance.column("importance"), at)
+    merged = pc.coalesce(found, nodes.column("importance").cast(pa.float32()))
+    i = nodes.column_names.index("importance")
+    return nodes.set_column(i, nodes.schema.field("importance"), merged)
