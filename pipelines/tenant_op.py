@@ -134,6 +134,11 @@ class TenantOp(Operator):
         # vectors, loaded at the first tenant that has such nodes; with minilm-tokens only facts
         # their sessions did not keep a vector for (the LLM extractor's)
         self.own_pass = own_pass(cfg)
+        if self.reuse:  # now, while this run's sessions are computed, not on the first tenant
+            try:
+                self._open_published()
+            except Exception:  # noqa: BLE001 - a damaged published build is reported by the tenant it fails
+                self._published = self._published_reader = None
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         out = []
@@ -282,16 +287,22 @@ class TenantOp(Operator):
         from memlib.compose.state import reuse_failure
 
         try:
-            if self._published is None:  # the version published when this run started: read once
-                from memlib.io.store import StoreReader, read_manifest
-
-                self._published = read_manifest(self.store_dir) or {}
-                # its Lance tables opened once for all the actor's tenants
-                self._published_reader = StoreReader(self.store_dir, self._published) if self._published else None
+            self._open_published()
             return load_previous(self.store_dir, tenant, self.session_key, self._published,
                                  reader=self._published_reader), None
         except Exception as exc:  # noqa: BLE001 - a damaged published build never fails the tenant
             return None, reuse_failure(exc)
+
+    def _open_published(self) -> None:
+        """Read the version published when this run started, once, and open its Lance table for all
+        the actor's tenants (lancedb's import and the first open are 1-2 CPU-s)."""
+        if self._published is None:
+            from memlib.io.store import StoreReader, read_manifest
+
+            self._published = read_manifest(self.store_dir) or {}
+            self._published_reader = StoreReader(self.store_dir, self._published) if self._published else None
+            if self._published_reader is not None:
+                self._published_reader.nodes_table()
 
     def _graph(self, out: Any) -> tuple[pa.Table, bytes]:
         """The tenant's nodes with the global importance of its graph-tool graph, and the graph."""
