@@ -5,10 +5,12 @@ needs Ray and is ``jobs.api.build``. ``import memlib`` loads neither pyarrow, la
 names below are imported on first use."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["Store", "__version__", "load_settings", "open_store"]
+SAMPLE = Path(__file__).parent / "data" / "sample_conversations.jsonl"  # the bundled sample input (4 tenants)
+__all__ = ["SAMPLE", "Store", "__version__", "load_settings", "open_store"]
 _API = {"Store", "load_settings", "open_store"}
 
 
