@@ -217,9 +217,13 @@ def register(app: typer.Typer) -> None:
             fail("--input is required to build (--delete FILE alone forgets from a published store)")
         cfg = get_config(config, extractor_overrides(extractor, set_) + nightly_overrides(input_is_complete,
                                                                                           max_removed_share))
-        from memlib.compose.recipe import UnknownRecipeError
+        from memlib.compose.recipe import UnknownRecipeError, get_recipe
         from memlib.io.errors import InputError
         from memlib.io.store import StoreError
+        try:
+            get_recipe(recipe)  # before the store's directory and lock are made: a typo creates nothing
+        except UnknownRecipeError as exc:
+            fail(one_line(exc))
         staged = None
         if input is None:  # --delete alone: the tenants it names are read from the published store
             if dry_run:
