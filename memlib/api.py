@@ -64,7 +64,7 @@ class Store:
         from memlib.serve.auth import Principal, Role
         from memlib.serve.service import SearchService
 
-        self.path = Path(path)
+        self.path = Path(path).resolve()  # answers stay right after the process changes directory
         self.config = cfg
         self._service: SearchService = SearchService(self.path, cfg)
         self._caller = Principal(Role.OPEN)  # in-process: the caller owns the files, every tenant is theirs
