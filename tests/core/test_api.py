@@ -153,3 +153,19 @@ def test_forgetting_without_the_input(tmp_path):
     other.write_text("nobody\n", encoding="utf-8")
     res = run_cli(["build", "--delete", str(other), "--out", str(store)])
     assert res.exit_code == 2 and "no tenant it names is in the published store" in res.output
+
+
+def test_the_readmes_store_layout_is_a_real_stores(readme_run):
+    """Every folder and file of a built version is named in the README's store block, and every name
+    there exists, but those written only by LLM builds (``llm_calls/``)."""
+    where, _ = readme_run
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"## The store\n+```\n(.*?)```", text, re.S).group(1)
+    version = block[block.index("STORE/versions/vNNNNNN/"):block.index("STORE/cache/")]
+    named = set(re.findall(r"([a-z_]+(?:/|\.parquet))", version.replace("STORE/versions/vNNNNNN/", "")))
+    real = {p.name + ("/" if p.is_dir() else "") for p in (where / "store" / "versions" / "v000001").iterdir()}
+    assert real - named == set() and named - real == {"llm_calls/"}
+    for top in ("manifest.json", "manifests/", "lance/", "versions/", "cache/"):
+        assert f"STORE/{top}" in block and (where / "store" / top.rstrip("/")).exists()
+    lance = {p.name for p in (where / "store" / "lance").iterdir()}
+    assert lance == {"nodes.lance", "turn_text.lance"}
