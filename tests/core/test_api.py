@@ -169,3 +169,11 @@ def test_the_readmes_store_layout_is_a_real_stores(readme_run):
         assert f"STORE/{top}" in block and (where / "store" / top.rstrip("/")).exists()
     lance = {p.name for p in (where / "store" / "lance").iterdir()}
     assert lance == {"nodes.lance", "turn_text.lance"}
+
+
+def test_demo_report_does_not_repeat_the_build_summary(readme_run):
+    """`make demo` printed the store summary twice: once from `memlib build`, once from demo-report."""
+    where, _ = readme_run
+    res = run_cli(["demo-report", "--store", str(where / "store"), "--input", str(SAMPLE)])
+    assert res.exit_code == 0, res.output
+    assert "stage wall s" not in res.output and "sample question" in res.output
