@@ -297,6 +297,19 @@ def _published_input(out: Path, delete: Path):
     return staged, str(path), "jsonl"
 
 
+def compact_lines(stats: dict[str, Any]) -> str:
+    """What --compact removed and kept, in words (not a Python dict)."""
+    removed = stats.get("removed_versions") or []
+    lines = [f"compacted {stats.get('version')}: removed {len(removed)} older version(s)"
+             f"{' (' + ', '.join(removed) + ')' if removed else ''}; Lance versions "
+             f"{stats.get('lance_versions_before')} -> {stats.get('lance_versions_after')}"]
+    rest = {k.replace("_", " "): v for k, v in stats.items() if isinstance(v, int) and k not in
+            ("lance_versions_before", "lance_versions_after", "lance_version")}
+    if rest:
+        lines.append("  caches: " + _kv(rest))
+    return "\n".join(lines)
+
+
 def _maintain(out: Path, version: Optional[str], compact: bool) -> None:
     """--rollback VERSION and --compact on an existing store."""
     from jobs.store_maintenance import compact as compact_store
@@ -311,6 +324,6 @@ def _maintain(out: Path, version: Optional[str], compact: bool) -> None:
             m = rollback_store(out, version)
             typer.echo(f"rolled back: {out} now serves {m['version']} (Lance version {m.get('lance_version')})")
         if compact:
-            typer.echo(f"compacted: {compact_store(out)}")
+            typer.echo(compact_lines(compact_store(out)))
     except (StoreError, InputError) as exc:
         fail(str(exc))

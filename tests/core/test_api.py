@@ -153,6 +153,8 @@ def test_forgetting_without_the_input(tmp_path):
     other.write_text("nobody\n", encoding="utf-8")
     res = run_cli(["build", "--delete", str(other), "--out", str(store)])
     assert res.exit_code == 2 and "no tenant it names is in the published store" in res.output
+    res = run_cli(["build", "--compact", "--out", str(store)])
+    assert res.exit_code == 0 and res.output.startswith("compacted v000002: removed 1 older version(s) (v000001)")
 
 
 def test_the_readmes_store_layout_is_a_real_stores(readme_run):
@@ -177,3 +179,4 @@ def test_demo_report_does_not_repeat_the_build_summary(readme_run):
     res = run_cli(["demo-report", "--store", str(where / "store"), "--input", str(SAMPLE)])
     assert res.exit_code == 0, res.output
     assert "stage wall s" not in res.output and "sample question" in res.output
+

@@ -1,6 +1,7 @@
 """The command line's help tells the truth (issue 41): ``memlib --version``; defaults shown as
 values (with the setting that changes them), not as config key names; ``--strategy`` lists the
-registry's strategies; an incremental run's summary does not read like a full build's."""
+registry's strategies; an incremental run's summary does not read like a full build's; --compact
+says what it removed in words, not as a Python dict."""
 from __future__ import annotations
 
 import re
@@ -8,7 +9,7 @@ import re
 from typer.testing import CliRunner
 
 from jobs.cli import app
-from jobs.cli.cmd_build import format_summary
+from jobs.cli.cmd_build import compact_lines, format_summary
 from jobs.cli.common import STRATEGY_NAMES
 
 
@@ -53,3 +54,12 @@ def test_an_incremental_summary_names_what_was_built_and_carried():
                 "incremental": {"built": ["a"], "carried": ["b"], "resumed": [], "deleted": [], "failed": {}}}
     first = format_summary(manifest).splitlines()[0]
     assert first == "store version v000002 (build recipe full; tenants: 1 built, 1 carried)"
+
+
+def test_compact_says_what_it_removed_in_words():
+    text = compact_lines({"lance_versions_before": 3, "removed_versions": ["v000001"], "version": "v000002",
+                          "lance_version": 4, "lance_versions_after": 1, "llm_cache_removed": 0,
+                          "token_matrices_removed": 2})
+    assert "{" not in text and text.splitlines() == [
+        "compacted v000002: removed 1 older version(s) (v000001); Lance versions 3 -> 1",
+        "  caches: llm cache removed 0, token matrices removed 2"]
