@@ -36,18 +36,15 @@ def build(input: str | Path | None, out: str | Path, *, format: str | None = Non
     a tenant that failed is listed in ``manifest["incremental"]["failed"]``."""
     from jobs.builder import run_build
     from jobs.builder.forget_only import published_input
+    from jobs.cli.cmd_build import extractor_overrides, nightly_overrides
     from jobs.local_ray import export_local_ray_env, stop_local
     from memlib.api import load_settings, setting_lines
     from memlib.config import Backend
-    from memlib.extract.base import Extraction
     from memlib.io.detect import detect_format
 
-    lines = [f"{e.value}.backend={Backend(extractor).value}" for e in Extraction] if extractor else []
-    cfg = load_settings(config, lines + setting_lines(settings))
-    if input_is_complete or max_removed_share is not None:
-        extra = (["nightly.input_is_complete=true"] if input_is_complete else []) + (
-            [f"nightly.max_removed_share={max_removed_share}"] if max_removed_share is not None else [])
-        cfg = load_settings(cfg, extra)
+    # the settings exactly as `memlib build` makes them from its options
+    lines = extractor_overrides(Backend(extractor) if extractor else None, setting_lines(settings))
+    cfg = load_settings(config, lines + nightly_overrides(input_is_complete, max_removed_share))
     if input is None and delete is None:
         raise ValueError("build needs an input (or delete= alone, to forget from a published store)")
     export_local_ray_env()
