@@ -6,7 +6,7 @@ VENV  := .venv
 PY    := $(VENV)/bin/python
 STAMP := $(VENV)/.memlib-installed
 INPUT ?= memlib/data/sample_conversations.jsonl
-FORMAT ?= jsonl
+FORMAT ?=
 STORE ?= demo-store
 export RAY_AUTH_MODE ?= disabled
 export RAY_USAGE_STATS_ENABLED ?= 0
@@ -21,8 +21,8 @@ $(STAMP): pyproject.toml constraints.txt
 	@touch $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/memlib build --input $(INPUT) --format $(FORMAT) --out $(STORE)
-	$(VENV)/bin/memlib demo-report --store $(STORE) --input $(INPUT) --format $(FORMAT)
+	$(VENV)/bin/memlib build --input $(INPUT) $(if $(FORMAT),--format $(FORMAT)) --out $(STORE)
+	$(VENV)/bin/memlib demo-report --store $(STORE) --input $(INPUT) $(if $(FORMAT),--format $(FORMAT))
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

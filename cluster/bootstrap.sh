@@ -2,7 +2,9 @@
 # Bootstrap memlib's environment on Debian 12 (also used by the container image).
 #   1. graph-tool from Debian (it is not on PyPI): python3-graph-tool, plus python3-venv.
 #   2. a venv made by the system python with --system-site-packages, so graph-tool is visible.
-#   3. memlib and its pinned dependencies (pyproject.toml ranges, constraints.txt exact pins).
+#   3. memlib and its pinned dependencies (pyproject.toml ranges, constraints.txt exact pins), with
+#      the extras named by MEMLIB_EXTRAS (default: test, what `make test` needs; the node image sets
+#      it empty: runtime dependencies only).
 #   4. Debian's chromium for the browser test of the /ui explorer page, where apt can install it
 #      (best effort; MEMLIB_NO_BROWSER=1 skips it, as the node image does).
 set -euo pipefail
@@ -41,5 +43,6 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 "$VENV/bin/python" -m pip install -q --upgrade "pip>=24"
 echo "memlib setup: installing pinned dependencies (constraints.txt) ..."
-"$VENV/bin/python" -m pip install -q -c constraints.txt -e ".[test]"
+EXTRAS=${MEMLIB_EXTRAS-test}
+"$VENV/bin/python" -m pip install -q -c constraints.txt -e ".${EXTRAS:+[$EXTRAS]}"
 "$VENV/bin/memlib" check-env

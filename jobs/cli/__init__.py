@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import pkgutil
+from typing import Annotated
 
 import typer
 
@@ -18,8 +19,17 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from memlib import __version__
+
+        typer.echo(f"memlib {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(version: Annotated[bool, typer.Option("--version", is_eager=True, callback=_print_version,
+                                                help="print memlib's version and exit")] = False) -> None:
     """memlib command line."""
 
 

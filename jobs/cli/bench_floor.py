@@ -14,14 +14,14 @@ from typing import Annotated
 
 import typer
 
-from jobs.cli.common import ConfigOpt, FormatOpt, SetOpt, fail, get_config
+from jobs.cli.common import ConfigOpt, FormatOpt, SetOpt, fail, get_config, input_error, input_format
 
 
 def register(bench_app: typer.Typer) -> None:
     @bench_app.command("similarity-floor")
     def similarity_floor(
         input: Annotated[Path, typer.Option("--input", "-i", help="conversations to measure on")],
-        format: FormatOpt,
+        format: FormatOpt = None,
         config: ConfigOpt = None,
         set_: SetOpt = None,
         max_turns: Annotated[int, typer.Option("--max-turns", min=2, help="whole conversations, in input order, "
@@ -38,10 +38,11 @@ def register(bench_app: typer.Typer) -> None:
         if not input.is_file():
             fail(f"input file not found: {input}")
         cfg = get_config(config, set_)
+        fmt = input_format(str(input), format)
         texts: list[str] = []
         groups: list[list[int]] = []
         try:
-            for result in iter_tenants(input, format, cfg.io):
+            for result in iter_tenants(input, fmt, cfg.io):
                 turns, current = sort_turns(result.turns), None
                 convs = turns.column("conversation_id").to_pylist()
                 for conv, text in zip(convs, turn_texts(turns, cfg).to_pylist()):
@@ -56,8 +57,7 @@ def register(bench_app: typer.Typer) -> None:
                     break
             report = measure_floor(texts, groups, cfg.embed)
         except (InputError, EmbedError) as exc:
-            fail(str(exc).strip("'\""))
-            return
+            fail(input_error(exc, str(input), format))
         report["input"] = str(input)
         report["conversations"] = len(groups)
         typer.echo(json.dumps(report, indent=2))

@@ -20,7 +20,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from jobs.cli.common import ConfigOpt, SetOpt, fail, get_config
+from jobs.cli.common import DEFAULTS, ConfigOpt, SetOpt, default_note, fail, get_config
 
 
 def register(bench_app: typer.Typer) -> None:
@@ -32,7 +32,8 @@ def register(bench_app: typer.Typer) -> None:
         strategies: Annotated[str, typer.Option("--strategies", help="comma-separated")] = "auto,bm25,dense,hybrid",
         k: Annotated[int, typer.Option("--k", help="k of every request")] = 10,
         max_seconds: Annotated[float, typer.Option("--max-seconds", help="time bound per strategy")] = 600.0,
-        replicas: Annotated[Optional[int], typer.Option("--replicas", help="default: serve.replicas")] = None,
+        replicas: Annotated[Optional[int], typer.Option(
+            "--replicas", help=default_note("serve.replicas", DEFAULTS.serve.replicas))] = None,
         mcp: Annotated[bool, typer.Option("--mcp/--no-mcp", help="also send every request as an MCP search_memory "
                                           "call (official SDK client, /mcp) and report both")] = True,
         zipf: Annotated[Optional[float], typer.Option("--zipf", help="many tenants: requests spread over the "

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from jobs.cli.common import ConfigOpt, FormatOpt, SetOpt, fail, get_config
+from jobs.cli.common import ConfigOpt, FormatOpt, SetOpt, fail, get_config, input_error, input_format, one_line
 from memlib.config import Backend
 from memlib.extract.base import Extraction
 
@@ -82,10 +82,16 @@ def _kv(d: dict[str, Any]) -> str:
     return ", ".join(f"{k} {v}" for k, v in d.items()) or "none"
 
 
+def _plan_counts(m: dict[str, Any]) -> str:
+    plan = m.get("incremental") or {}
+    counts = {k: len(plan.get(k) or []) for k in ("built", "carried", "resumed", "deleted", "failed")}
+    return ", ".join(f"{v} {k}" for k, v in counts.items() if v) or "none"
+
+
 def format_summary(m: dict[str, Any]) -> str:
     rc = m["row_counts"]
     lines = [
-        f"store version {m['version']} (recipe {m['recipe']})",
+        f"store version {m['version']} (build recipe {m['recipe']}; tenants: {_plan_counts(m)})",
         f"  tenants      {len(m['tenants'])}",
         f"  turns        {rc['turns']}",
         f"  questions    {rc['questions']}",
@@ -160,9 +166,9 @@ def register(app: typer.Typer) -> None:
     @app.command("build")
     def build(
         out: Annotated[Path, typer.Option("--out", "-o", help="store directory")],
-        input: Annotated[Optional[str], typer.Option("--input", "-i", help="input file (or directory of "
-                                                     "files with --incremental); local path or object "
-                                                     "storage URI (s3://bucket/key, gs://…)")] = None,
+        input: Annotated[Optional[str], typer.Option("--input", "-i", help="input file or directory of "
+                                                     "files; local path or object storage URI (s3://bucket/key, "
+                                                     "gs://…); not needed with --delete alone")] = None,
         format: FormatOpt = None,
         config: ConfigOpt = None,
         set_: SetOpt = None,
@@ -179,7 +185,9 @@ def register(app: typer.Typer) -> None:
                                                   "carry the rest over (nightly)")] = False,
         delete: Annotated[Optional[Path], typer.Option("--delete", help="forget these tenants / tenant/conversation "
                                                        "ids (one per line); implies --incremental. They stay "
-                                                       "forgotten: later input for them is ignored")] = None,
+                                                       "forgotten: later input for them is ignored. Without "
+                                                       "--input, a tenant with a forgotten conversation is "
+                                                       "rebuilt from the store's own turns")] = None,
         rollback: Annotated[Optional[str], typer.Option("--rollback", help="publish an earlier VERSION again")] = None,
         compact: Annotated[bool, typer.Option("--compact", help="hard deletion: drop every unpublished and older "
                                               "version (Lance + Parquet); rollback is no longer possible")] = False,
@@ -205,22 +213,30 @@ def register(app: typer.Typer) -> None:
         if rollback or (compact and input is None):
             _maintain(out, rollback, compact)
             return
-        if input is None or format is None:
-            fail("--input and --format are required to build")
+        if input is None and delete is None:
+            fail("--input is required to build (--delete FILE alone forgets from a published store)")
         cfg = get_config(config, extractor_overrides(extractor, set_) + nightly_overrides(input_is_complete,
                                                                                           max_removed_share))
-        from memlib.compose.recipe import UnknownRecipeError
+        from memlib.compose.recipe import UnknownRecipeError, get_recipe
         from memlib.io.errors import InputError
-        from memlib.io.remote import is_uri
         from memlib.io.store import StoreError
-        if not is_uri(input) and not Path(input).exists():
-            fail(f"input file not found: {input}")
+        try:
+            get_recipe(recipe)  # before the store's directory and lock are made: a typo creates nothing
+        except UnknownRecipeError as exc:
+            fail(one_line(exc))
+        staged = None
+        if input is None:  # --delete alone: the tenants it names are read from the published store
+            if dry_run:
+                fail("--dry-run needs --input (forgetting calls no LLM)")
+            staged, input, fmt = _published_input(out, delete)
+        else:
+            fmt = input_format(input, format)
         if dry_run:
             from pipelines.llm_actors import dry_run_input
             try:
-                typer.echo(format_dry_run(dry_run_input(cfg, input, format, recipe)))
+                typer.echo(format_dry_run(dry_run_input(cfg, input, fmt, recipe)))
             except (InputError, UnknownRecipeError) as exc:
-                fail(str(exc).strip("'\""))
+                fail(input_error(exc, input, format))
             return
         import signal
 
@@ -230,11 +246,11 @@ def register(app: typer.Typer) -> None:
         except ValueError:  # not the main thread (memlib's CLI called from a program's thread): left as it is
             previous = None
         try:
-            manifest = run_build(cfg, input, format, out, full=not (incremental or delete is not None),
+            manifest = run_build(cfg, input, fmt, out, full=not (incremental or delete is not None),
                                  address=address or cfg.ray.address, num_cpus=num_cpus or cfg.ray.num_cpus,
                                  recipe=recipe, delete=delete, progress=_progress)
         except (InputError, UnknownRecipeError, StoreError) as exc:
-            fail(str(exc).strip("'\""))
+            fail(input_error(exc, input, format))
         except OSError as exc:  # the file system refused (read-only, full, permissions): one line, not a traceback
             if exc.errno is None:
                 raise
@@ -249,6 +265,8 @@ def register(app: typer.Typer) -> None:
         finally:
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
+            if staged is not None:
+                staged.cleanup()
             from jobs.local_ray import stop_local
 
             stop_local()  # the local Ray this build started, if any: stopped now, not by the exit handler
@@ -259,6 +277,37 @@ def register(app: typer.Typer) -> None:
             _maintain(out, None, True)
         if manifest.get("incremental", {}).get("failed"):
             raise typer.Exit(code=3)
+
+
+def _published_input(out: Path, delete: Path):
+    """(temporary directory, its JSONL file, "jsonl"): the published records of the tenants the
+    forget list names (jobs.builder.forget_only), the input of a forget-only run."""
+    import tempfile
+
+    from jobs.builder.forget_only import published_input
+    from memlib.io.errors import InputError
+    from memlib.io.store import StoreError
+
+    staged = tempfile.TemporaryDirectory(prefix="memlib-forget-")
+    try:
+        path = published_input(out, delete, Path(staged.name) / "published.jsonl")
+    except (InputError, StoreError) as exc:
+        staged.cleanup()
+        fail(one_line(exc))
+    return staged, str(path), "jsonl"
+
+
+def compact_lines(stats: dict[str, Any]) -> str:
+    """What --compact removed and kept, in words (not a Python dict)."""
+    removed = stats.get("removed_versions") or []
+    lines = [f"compacted {stats.get('version')}: removed {len(removed)} older version(s)"
+             f"{' (' + ', '.join(removed) + ')' if removed else ''}; Lance versions "
+             f"{stats.get('lance_versions_before')} -> {stats.get('lance_versions_after')}"]
+    rest = {k.replace("_", " "): v for k, v in stats.items() if isinstance(v, int) and k not in
+            ("lance_versions_before", "lance_versions_after", "lance_version")}
+    if rest:
+        lines.append("  caches: " + _kv(rest))
+    return "\n".join(lines)
 
 
 def _maintain(out: Path, version: Optional[str], compact: bool) -> None:
@@ -275,6 +324,6 @@ def _maintain(out: Path, version: Optional[str], compact: bool) -> None:
             m = rollback_store(out, version)
             typer.echo(f"rolled back: {out} now serves {m['version']} (Lance version {m.get('lance_version')})")
         if compact:
-            typer.echo(f"compacted: {compact_store(out)}")
+            typer.echo(compact_lines(compact_store(out)))
     except (StoreError, InputError) as exc:
         fail(str(exc))

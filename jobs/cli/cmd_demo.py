@@ -1,5 +1,5 @@
-"""``memlib demo-report``: what `make demo` prints after the build: the store summary, one
-sample question's top turns by the default strategy (``retrieve.default_strategy``, ``auto``)
+"""``memlib demo-report``: what `make demo` prints after the build (which printed the store's
+summary): one sample question's top turns by the default strategy (``retrieve.default_strategy``, ``auto``)
 with provenance, and the recall table of the baselines next to that strategy."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Annotated
 import polars as pl
 import typer
 
-from jobs.cli.common import ConfigOpt, FormatOpt, SetOpt, fail, get_config
+from jobs.cli.common import ConfigOpt, FormatOpt, SetOpt, fail, get_config, input_format
 
 BASELINES = ("bm25", "dense", "hybrid")
 
@@ -48,12 +48,12 @@ def register(app: typer.Typer) -> None:
     def demo_report(
         store: Annotated[Path, typer.Option("--store", "-s", help="store directory")],
         input: Annotated[Path, typer.Option("--input", "-i", help="the input the store was built from")],
-        format: FormatOpt,
+        format: FormatOpt = None,
         config: ConfigOpt = None,
         set_: SetOpt = None,
     ) -> None:
-        """Summary of a built store, one sample query, and the baseline recall table."""
-        from jobs.cli.cmd_build import format_summary
+        """One sample query of a built store and the baseline recall table (`memlib build` has
+        printed the store's summary)."""
         from memlib.eval.runner import default_embedder
         from memlib.io.store import StoreError, StoreReader
 
@@ -62,7 +62,8 @@ def register(app: typer.Typer) -> None:
             reader = StoreReader(store)
         except StoreError as exc:
             fail(str(exc))
-        typer.echo(format_summary(reader.manifest))
+        fmt = input_format(str(input), format)
+        typer.echo(f"store {store}, version {reader.manifest.get('version')}: {len(reader.tenants())} tenant(s)")
         embedder = default_embedder(cfg, store)
         q = sample_question(pl.from_arrow(reader.table("questions")))
         if q is not None:
@@ -70,6 +71,6 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"top turns by {cfg.retrieve.default_strategy} (* = evidence):")
             typer.echo(top_turns(store, cfg, embedder, q["tenant_id"], q["question"], q["evidence"]))
             typer.echo(f"\nrecall, baselines and {cfg.retrieve.default_strategy} (protocol of memlib.eval):")
-            typer.echo(recall_table(store, input, format, cfg, embedder))
+            typer.echo(recall_table(store, input, fmt, cfg, embedder))
         else:
             typer.echo("\nthe input has no questions with evidence: no sample query or recall table")

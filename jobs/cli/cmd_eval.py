@@ -6,7 +6,17 @@ from typing import Annotated, Optional
 
 import typer
 
-from jobs.cli.common import ConfigOpt, SetOpt, fail, get_config
+from jobs.cli.common import (
+    DEFAULTS,
+    ConfigOpt,
+    SetOpt,
+    default_note,
+    fail,
+    get_config,
+    input_error,
+    input_format,
+    one_line,
+)
 
 
 def _parse_ks(spec: str) -> list[int]:
@@ -28,11 +38,13 @@ def register(app: typer.Typer) -> None:
             "--input", "-i", help="input file the store was built from (questions + evidence; local path "
                                   "or object storage URI); default: the store's questions table")] = None,
         fmt: Annotated[Optional[str], typer.Option(
-            "--format", "-f", help="locomo | longmemeval | jsonl | parquet (default: locomo with --input; "
-                                   "without it, the format the store was built from)")] = None,
+            "--format", "-f", help="locomo | longmemeval | jsonl | parquet (default: with --input, told from "
+                                   "the file's content and name; without it, the format the store was built "
+                                   "from)")] = None,
         strategies: Annotated[str, typer.Option("--strategies", help="comma-separated strategy names (an "
                                                 "unknown name lists the known ones)")] = "auto,bm25,dense,hybrid",
-        k: Annotated[Optional[str], typer.Option("--k", help="cut-offs, e.g. 1,3,5,10,20 (default: eval.ks)")] = None,
+        k: Annotated[Optional[str], typer.Option("--k", help="cut-offs, e.g. 1,3,5,10,20; "
+                                       f"{default_note('eval.ks', ','.join(map(str, DEFAULTS.eval.ks)))}")] = None,
         out: Annotated[Optional[Path], typer.Option("--out", "-o", help="output directory (default: eval_out)")]
         = None,
         answer_model: Annotated[Optional[str], typer.Option("--answer-model", help="QA: model answering from "
@@ -52,15 +64,15 @@ def register(app: typer.Typer) -> None:
         from memlib.retrieve.base import RetrievalError
 
         cfg = get_config(config, overrides)
+        fmt_given = fmt
         try:
             reader = StoreReader(store)
         except StoreError as exc:
-            fail(str(exc))
-            return
+            fail(one_line(exc))
         if fmt is None:  # the store's own questions are scored by the rules of the format it was built from
             built = str((reader.manifest.get("input") or {}).get("format") or "")
             if input_path is not None:
-                fmt = Dataset.LOCOMO.value
+                fmt = input_format(input_path, None)
             elif built in (Dataset.LOCOMO.value, Dataset.LONGMEMEVAL.value):
                 fmt = built
             else:
@@ -75,7 +87,7 @@ def register(app: typer.Typer) -> None:
             run = evaluate(store, questions, strategies, ks, cfg, dataset=dataset,
                            progress=_progress if out is not None else None, keep_going=True)
         except (StoreError, RetrievalError, InputError, FileNotFoundError, EmbedError) as exc:
-            fail(str(exc))
+            fail(input_error(exc, input_path, fmt_given))
             return
         out_dir = out or Path("eval_out")
         from memlib.eval.qa import maybe_score_qa

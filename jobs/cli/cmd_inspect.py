@@ -2,25 +2,14 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 
-from jobs.cli.common import ConfigOpt, SetOpt, fail, get_config
+from jobs.cli.common import ConfigOpt, SetOpt, fail, get_config, input_error, input_format, one_line
 
 MAX_TENANT_ROWS = 25
-_SUFFIX_FORMAT = {".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}
-
-
-def _guess_format(path: str | Path, fmt: Optional[str]) -> str:
-    if fmt:
-        return fmt
-    guess = _SUFFIX_FORMAT.get(PurePosixPath(str(path).split("?", 1)[0]).suffix.lower())
-    if guess is None:
-        fail(f"{path}: cannot tell the format from the file name; pass --format "
-             "locomo | longmemeval | jsonl | parquet")
-    return guess
 
 
 def inspect_input(path: str | Path, fmt: str, cfg) -> dict[str, Any]:
@@ -43,12 +32,7 @@ def inspect_directory(path: Path, fmt: Optional[str], cfg) -> dict[str, Any]:
     inspected on its own: a tenant with sessions in several files is counted in each."""
     from memlib.io.readers import SOURCE_SUFFIXES, input_sources
 
-    if not fmt:
-        suffixes = {p.suffix.lower() for p in path.iterdir() if p.is_file()}
-        guesses = {_SUFFIX_FORMAT[s] for s in suffixes if s in _SUFFIX_FORMAT}
-        if len(guesses) != 1:
-            fail(f"{path}: a directory of input files needs --format locomo | longmemeval | jsonl | parquet")
-        fmt = guesses.pop()
+    fmt = input_format(str(path), fmt)
     files = input_sources(path, fmt)
     if not files:
         fail(f"{path}: no {fmt} input file in it (a nightly build reads the files named *"
@@ -60,7 +44,7 @@ def inspect_directory(path: Path, fmt: Optional[str], cfg) -> dict[str, Any]:
         try:
             reports.append(inspect_input(f, fmt, cfg))
         except InputError as exc:  # as a nightly run fails that file's tenants and reads the others
-            reports.append({"input": str(f), "format": fmt, "error": str(exc).strip("'\"")})
+            reports.append({"input": str(f), "format": fmt, "error": exc.reason})
     return {"input": str(path), "format": fmt, "files": reports}
 
 
@@ -94,7 +78,8 @@ def register(app: typer.Typer) -> None:
         input: Annotated[Optional[str], typer.Option("--input", "-i", help="input file to inspect (local path "
                                                      "or object storage URI), or a directory of them")] = None,
         fmt: Annotated[Optional[str], typer.Option("--format", "-f",
-                                                   help="locomo | longmemeval | jsonl | parquet")] = None,
+                                                   help="locomo | longmemeval | jsonl | parquet (default: "
+                                                   "told from the file's content and name)")] = None,
         store: Annotated[Optional[Path], typer.Option("--store", help="a memory store directory")] = None,
         as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
         config: ConfigOpt = None,
@@ -110,8 +95,7 @@ def register(app: typer.Typer) -> None:
                 summaries = inspect_store.run(store, echo=not as_json) or []
                 quarantine = inspect_store.quarantine_summary(store)
             except StoreError as exc:
-                fail(str(exc))
-                return
+                fail(one_line(exc))
             if as_json:
                 from memlib.io.store import read_manifest
 
@@ -133,9 +117,9 @@ def register(app: typer.Typer) -> None:
             if Path(input).is_dir():
                 report = inspect_directory(Path(input), fmt, cfg)
             else:
-                report = inspect_input(input, _guess_format(input, fmt), cfg)
+                report = inspect_input(input, input_format(input, fmt), cfg)
         except InputError as exc:
-            fail(str(exc))
+            fail(input_error(exc, input, fmt))
         if as_json:
             typer.echo(json.dumps(report, indent=2))
         else:

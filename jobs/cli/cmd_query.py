@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from jobs.cli.common import ConfigOpt, SetOpt, fail, get_config
+from jobs.cli.common import DEFAULTS, STRATEGY_NAMES, ConfigOpt, SetOpt, default_note, fail, get_config, one_line
 
 
 def _fmt_time(t) -> str:
@@ -28,9 +28,12 @@ def register(app: typer.Typer) -> None:
         question: Annotated[str, typer.Argument(help="the question")],
         store: Annotated[Path, typer.Option("--store", "-s", help="memory store directory")],
         tenant: Annotated[str, typer.Option("--tenant", "-t", help="tenant id")],
-        strategy: Annotated[Optional[str], typer.Option("--strategy", help="default: retrieve.default_strategy")]
+        strategy: Annotated[Optional[str], typer.Option(
+            "--strategy", help=f"{' | '.join(STRATEGY_NAMES)}; "
+                               f"{default_note('retrieve.default_strategy', DEFAULTS.retrieve.default_strategy)}")]
         = None,
-        k: Annotated[Optional[int], typer.Option("--k", help="nodes to retrieve (default: retrieve.k)")] = None,
+        k: Annotated[Optional[int], typer.Option("--k", help=f"nodes to retrieve; "
+                                                 f"{default_note('retrieve.k', DEFAULTS.retrieve.k)}")] = None,
         as_json: Annotated[bool, typer.Option("--json", help="print the full result as JSON")] = False,
         config: ConfigOpt = None,
         overrides: SetOpt = None,
@@ -53,8 +56,7 @@ def register(app: typer.Typer) -> None:
             index = TenantCache(store, embedder=default_embedder(cfg, store), max_tenants=1).get(tenant)
             res = run_search(index, strat, question, k if k is not None else cfg.retrieve.k)
         except (StoreError, RetrievalError, KeyError, EmbedError) as exc:
-            fail(str(exc))
-            return
+            fail(one_line(exc))
         except (OSError, ValueError) as exc:  # a corrupt file of this tenant (pyarrow, graph-tool)
             fail(f"tenant {tenant!r} cannot be loaded: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}")
             return

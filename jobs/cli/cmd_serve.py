@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from jobs.cli.common import ConfigOpt, SetOpt, fail, get_config
+from jobs.cli.common import DEFAULTS, ConfigOpt, SetOpt, default_note, fail, get_config
 
 serve_app = typer.Typer(help="""Serve retrieval over HTTP (Ray Serve, FastAPI ingress).
 
@@ -25,8 +25,10 @@ local Ray, Serve's actors, HAProxy, reloaded ones included) is ended within 15 s
 def serve_cmd(
     ctx: typer.Context,
     store: Annotated[Optional[Path], typer.Option("--store", "-s", help="memory store directory")] = None,
-    host: Annotated[Optional[str], typer.Option("--host", help="bind address (default: serve.host)")] = None,
-    port: Annotated[Optional[int], typer.Option("--port", help="port (default: serve.port)")] = None,
+    host: Annotated[Optional[str], typer.Option(
+        "--host", help=f"bind address; {default_note('serve.host', DEFAULTS.serve.host)}")] = None,
+    port: Annotated[Optional[int], typer.Option(
+        "--port", help=f"port; {default_note('serve.port', DEFAULTS.serve.port)}")] = None,
     address: Annotated[Optional[str], typer.Option("--address", help="Ray cluster address (default: local)")]
     = None,
     config: ConfigOpt = None,
