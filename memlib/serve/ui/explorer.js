@@ -251,6 +251,7 @@ function renderGraph(graph) {
   const pos = layout(graph, width, height);
   const svg = svgEl("svg", { viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": "derived memory graph" });
   const edges = svgEl("g", { class: "edges" }), labels = svgEl("g", { class: "edge-labels" });
+  const crowd = graph.nodes.length;  // past a dozen nodes, the outer ring's labels wait for the pointer
   graph.edges.forEach((e, i) => {
     const a = pos.get(e.src), b = pos.get(e.dst);
     if (!a || !b) return;
@@ -271,7 +272,7 @@ function renderGraph(graph) {
                                stroke: "#fff", "stroke-width": 2 }));
     const below = p.y >= height / 2 || n.hops === 0;
     g.append(svgEl("text", { x: p.x, y: n.hops === 0 ? p.y - 19 : below ? p.y + 20 : p.y - 13, "text-anchor": "middle",
-                             class: n.hops <= 1 ? "node-label" : "node-label far" }, short(n.text, n.hops === 0 ? 40 : 22)));
+                             class: n.hops <= 1 || crowd <= 12 ? "node-label" : "node-label far" }, short(n.text, n.hops === 0 ? 40 : 22)));
     g.addEventListener("mouseenter", () => focusNode(svg, n.node_id, false));
     g.addEventListener("mouseleave", () => focusNode(svg, "", false));
     g.addEventListener("click", () => focusNode(svg, n.node_id, true));
