@@ -98,10 +98,9 @@ def test_the_page_connects_explains_signals_and_labels_edges_on_hover(open_url, 
             page.mouse.move(5, 5)
             assert set(page.eval_on_selector_all("#graph text.edge-label", visible)) == mine
             shot = tmp_path / "explorer-graph.png"
-            page.locator("#detail-pane").screenshot(path=str(shot))
-            page.screenshot(path=str(tmp_path / "explorer-open.png"), full_page=True)
+            page.screenshot(path=str(shot), full_page=True)
             if os.environ.get("MEMLIB_SCREENSHOTS"):
-                shutil.copy(shot, Path(os.environ["MEMLIB_SCREENSHOTS"]) / "explorer-graph.png")
+                shutil.copy(shot, Path(os.environ["MEMLIB_SCREENSHOTS"]))
             assert not refused, refused
         finally:
             ctx.close()

@@ -14,9 +14,9 @@ const SIGNALS = {
   z_maxsim: "MaxSim as a z-score over the tenant's turns: how far above the average turn it matches",
   session_prior: "how well the turn's session as a whole matches (mean of its best turns' MaxSim), as a z-score",
   adjacent: "how well the turn's neighbours in its session match, as a z-score",
-  assistant: "an assistant's turn (true): pushed down, what the user said about themselves is the memory",
-  named_participant: "someone the question names speaks in the turn's session (true): lifted",
-  session_lead: "the best turn of its session (true): lifted, so the top ranks cover more sessions",
+  assistant: "1 for an assistant's turn: pushed down, what the user said about themselves is the memory",
+  named_participant: "1 when someone the question names speaks in the turn's session: lifted",
+  session_lead: "1 for the best turn of its session: lifted, so the top ranks cover more sessions",
   graph: "personalized PageRank mass from the best turns over the memory graph",
   bm25: "BM25 keyword score",
   cosine: "cosine similarity of the question's and the node's embeddings",
@@ -239,9 +239,16 @@ function layout(graph, width, height) {
 function focusNode(svg, id, pinned) {
   if (pinned) svg.dataset.pinned = svg.dataset.pinned === id ? "" : id;
   const on = id || svg.dataset.pinned || "";
-  svg.querySelectorAll(".edge").forEach((e) => e.classList.toggle("on", !!on && (e.dataset.src === on || e.dataset.dst === on)));
+  const near = new Set([on]);
+  svg.querySelectorAll(".edge").forEach((e) => {
+    const mine = !!on && (e.dataset.src === on || e.dataset.dst === on);
+    e.classList.toggle("on", mine);
+    if (mine) { near.add(e.dataset.src); near.add(e.dataset.dst); }
+  });
+  svg.classList.toggle("focusing", !!on);  // the rest of the graph fades while a node is in focus
   svg.querySelectorAll(".node").forEach((n) => {
     n.classList.toggle("on", n.dataset.id === on);
+    n.classList.toggle("near", !!on && near.has(n.dataset.id));
     n.classList.toggle("pinned", n.dataset.id === svg.dataset.pinned);
   });
 }
@@ -270,8 +277,12 @@ function renderGraph(graph) {
     g.append(svgEl("title", {}, `${n.kind} ${n.node_id}\n${n.text}`));
     g.append(svgEl("circle", { cx: p.x, cy: p.y, r: n.hops === 0 ? 13 : 9, fill: KIND_COLORS[n.kind] || "#888",
                                stroke: "#fff", "stroke-width": 2 }));
-    const below = p.y >= height / 2 || n.hops === 0;
-    g.append(svgEl("text", { x: p.x, y: n.hops === 0 ? p.y - 19 : below ? p.y + 20 : p.y - 13, "text-anchor": "middle",
+    // a label sits outside its ring, on the side away from the centre, so labels do not meet in the middle
+    const dx = Math.cos(p.angle), dy = Math.sin(p.angle);
+    const at = n.hops === 0 ? { x: p.x, y: p.y - 19, anchor: "middle" }
+      : { x: p.x + 13 * dx, y: p.y + 13 * dy + (dy > 0.3 ? 8 : dy < -0.3 ? -2 : 3),
+          anchor: Math.abs(dx) < 0.3 ? "middle" : dx > 0 ? "start" : "end" };
+    g.append(svgEl("text", { x: at.x, y: at.y, "text-anchor": at.anchor,
                              class: n.hops <= 1 || crowd <= 12 ? "node-label" : "node-label far" }, short(n.text, n.hops === 0 ? 40 : 22)));
     g.addEventListener("mouseenter", () => focusNode(svg, n.node_id, false));
     g.addEventListener("mouseleave", () => focusNode(svg, "", false));
@@ -281,7 +292,7 @@ function renderGraph(graph) {
   svg.append(labels);
   const xs = [...pos.values()].map((p) => p.x), ys = [...pos.values()].map((p) => p.y);
   // fit the view to the drawing, but never zoom in past a 520 x 300 window (labels stay small)
-  const x0 = Math.min(...xs) - 90, x1 = Math.max(...xs) + 90, y0 = Math.min(...ys) - 25, y1 = Math.max(...ys) + 35;
+  const x0 = Math.min(...xs) - 120, x1 = Math.max(...xs) + 120, y0 = Math.min(...ys) - 25, y1 = Math.max(...ys) + 35;
   const w = Math.max(x1 - x0, 520), h = Math.max(y1 - y0, 300);
   svg.setAttribute("viewBox", `${(x0 + x1 - w) / 2} ${(y0 + y1 - h) / 2} ${w} ${h}`);
   $("graph").replaceChildren(svg);
