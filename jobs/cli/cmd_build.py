@@ -189,11 +189,9 @@ def register(app: typer.Typer) -> None:
             return
         import signal
 
+        from jobs.builder import run_build
         from jobs.progress import BuildProgress
         from jobs.ray_logs import ray_logs_wanted
-
-        typer.echo(f"build: {input} ({format}) -> {out}{' (incremental)' if incremental or delete else ''}")
-        from jobs.builder import run_build
         try:
             previous = signal.signal(signal.SIGTERM, _raise_interrupted)
         except ValueError:  # not the main thread (memlib's CLI called from a program's thread): left as it is
@@ -220,8 +218,10 @@ def register(app: typer.Typer) -> None:
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
             from jobs.local_ray import stop_local
+            from jobs.ray_logs import restore_stderr
 
             stop_local()  # the local Ray this build started, if any: stopped now, not by the exit handler
+            restore_stderr()  # Ray's lines were hidden on a Ray this process joined too
         typer.echo(format_summary(manifest))
         for line in quarantine_lines(out, manifest):
             typer.echo(line)
