@@ -67,6 +67,11 @@ class Display:
         self.stream.flush()
         self._shown = text
 
+    def close(self) -> None:
+        """Wipe the status line (an error or a summary follows on a clean line)."""
+        self._clear()
+        self.stream.flush()
+
     def _clear(self) -> None:
         if self._shown:
             self.stream.write("\r\x1b[K")

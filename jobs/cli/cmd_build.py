@@ -196,10 +196,11 @@ def register(app: typer.Typer) -> None:
             previous = signal.signal(signal.SIGTERM, _raise_interrupted)
         except ValueError:  # not the main thread (memlib's CLI called from a program's thread): left as it is
             previous = None
+        progress = BuildProgress(verbose)
         try:
             manifest = run_build(cfg, input, format, out, full=not (incremental or delete is not None),
                                  address=address or cfg.ray.address, num_cpus=num_cpus or cfg.ray.num_cpus,
-                                 recipe=recipe, delete=delete, progress=BuildProgress(verbose),
+                                 recipe=recipe, delete=delete, progress=progress,
                                  quiet_ray=not ray_logs_wanted(verbose))
         except (InputError, UnknownRecipeError, StoreError) as exc:
             fail(str(exc).strip("'\""))
@@ -215,6 +216,7 @@ def register(app: typer.Typer) -> None:
             typer.echo(interrupted_message(out, signum), err=True)
             raise typer.Exit(code=128 + int(signum)) from None
         finally:
+            progress.close()
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
             from jobs.local_ray import stop_local

@@ -70,6 +70,15 @@ def test_a_terminal_redraws_the_counters_with_eta():
     assert "tenants: blocks 2/2  tenants 4/4  1.0/s  in 4.0s\n" in text
 
 
+def test_close_wipes_the_status_line_on_a_terminal():
+    out = io.StringIO()
+    display = BuildProgress(stream=out, tty=True)
+    display("planned", {"built": ["a"], "carried": [], "tenants": 1, "seconds": 0.1})
+    assert out.getvalue().endswith("\r\x1b[Kstarting Ray…")
+    display.close()
+    assert out.getvalue().endswith("starting Ray…\r\x1b[K")
+
+
 def test_a_terminal_redraws_at_most_ten_times_a_second():
     out, tick = io.StringIO(), Tick()
     display = BuildProgress(stream=out, tty=True, now=tick)
@@ -119,3 +128,17 @@ def test_a_build_into_a_file_prints_its_phases_and_none_of_rays_lines(tmp_path):
     assert "core_worker" not in text and not NATIVE.search(text), text
     assert not RAY_INFO.search(text) and "Started a local Ray instance" not in text, text
     assert "\r" not in text and "Progress bars disabled" not in text, text
+
+
+def test_the_stderr_filter_drops_rays_native_lines_and_keeps_the_rest(tmp_path):
+    """A process with the filter installed: Ray's C++ log lines on fd 2 are dropped, every other
+    line (and a traceback printed as the process dies) reaches stderr."""
+    script = ("import os, sys\nfrom jobs.ray_logs import hide_native_lines\nhide_native_lines()\n"
+              "os.write(2, b'[2026-11-28 00:19:21,551 E 10562 10562] core_worker.cc:2465: Actor with class name: "
+              "x has constructor arguments in the object store and max_restarts > 0.\\n')\n"
+              "os.write(2, b'a line of our own\\n')\nprint('to stdout', flush=True)\n"
+              "raise SystemExit('a last word on stderr')\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 1 and proc.stdout == "to stdout\n", proc
+    assert proc.stderr == "a line of our own\na last word on stderr\n", proc.stderr
