@@ -26,6 +26,7 @@ process before ``ray.init`` starts the local instance, whose processes inherit t
 """
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import shlex
@@ -36,6 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import ray
+
+from jobs.ray_logs import hide_native_lines, quiet_python_loggers, restore_stderr
 
 LOOPBACK = "127.0.0.1"
 
@@ -201,14 +204,15 @@ def _apply(env: dict[str, str]) -> None:
 
 
 def start_local(num_cpus: int | None, *, token_auth: bool = True, serve: LocalRayEnv | None = None,
-                worker_env: dict[str, str] | None = None) -> LocalRayEnv:
+                worker_env: dict[str, str] | None = None, quiet: bool = False) -> LocalRayEnv:
     """``ray.init`` of a new local instance with memlib's environment; returns what was applied.
 
     ``worker_env``: variables every process of the instance inherits (its raylet and so every
     worker), set only while Ray starts, so this process keeps its own. Workers then need no
     per-operator ``runtime_env``: a runtime environment makes Ray start new worker processes
     through its runtime-env agent instead of using the idle ones it prestarts (measured: five
-    actors ready in 2.8-3.2 s with one, 1.1-1.4 s without)."""
+    actors ready in 2.8-3.2 s with one, 1.1-1.4 s without). ``quiet``: Ray's own INFO lines hidden
+    (:mod:`jobs.ray_logs`)."""
     applied = LocalRayEnv(env=base_env(token_auth), worker_env=dict(worker_env or {}))
     if serve is not None:
         applied.env.update(serve.env)
@@ -219,7 +223,8 @@ def start_local(num_cpus: int | None, *, token_auth: bool = True, serve: LocalRa
     saved = {k: os.environ.get(k) for k in worker_env or {}}
     os.environ.update(worker_env or {})
     try:
-        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
+                 logging_level=logging.WARNING if quiet else logging.INFO)
         applied.node_id = ray.get_runtime_context().get_node_id()
     finally:
         for k, v in saved.items():
@@ -249,6 +254,7 @@ def stop_local() -> bool:
         pass
     ray.shutdown()
     _STARTED.clear()
+    restore_stderr()
     return True
 
 
@@ -278,17 +284,23 @@ class RayTarget:
     worker_env_inherited: bool = False
 
 
-def init_ray(address: str | None, num_cpus: int | None, *, token_auth: bool = True) -> RayTarget:
+def init_ray(address: str | None, num_cpus: int | None, *, token_auth: bool = True,
+             quiet: bool = False) -> RayTarget:
     """Connect to (or start) Ray. A local instance is started with free ports, the build
     operators' worker environment and, with ``token_auth`` (``ray.local_token_auth``), a fresh
-    token (:func:`start_local`)."""
+    token (:func:`start_local`). ``quiet``: Ray's own log lines and progress dumps are hidden
+    (:mod:`jobs.ray_logs`; memlib's progress display reports the build)."""
     from pipelines.operators import WORKER_ENV
 
     address = address or os.environ.get("RAY_ADDRESS")
     if not ray.is_initialized():
         if address:
-            ray.init(address=address, log_to_driver=False)
+            ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING if quiet else logging.INFO)
         else:
-            start_local(num_cpus, token_auth=token_auth, worker_env=WORKER_ENV)
-    ray.data.DataContext.get_current().enable_progress_bars = True
+            start_local(num_cpus, token_auth=token_auth, worker_env=WORKER_ENV, quiet=quiet)
+    if quiet:
+        quiet_python_loggers()
+        hide_native_lines()
+    else:
+        ray.data.DataContext.get_current().enable_progress_bars = True
     return RayTarget(int(num_cpus or ray.cluster_resources().get("CPU", 1)), workers_inherit(WORKER_ENV))

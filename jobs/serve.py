@@ -7,6 +7,7 @@ Replicas take ``serve.replica_cpus`` CPUs each; ``serve.replicas`` of them.
 """
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import signal
@@ -21,6 +22,7 @@ import ray
 from ray import serve
 
 from jobs.local_ray import LocalRayEnv, free_port, serve_env, start_local, stop_local  # noqa: F401 (free_port)
+from jobs.ray_logs import quiet_python_loggers
 from jobs.serve_procs import Ledger, alive, end_processes, haproxies, haproxy_dir, on_parent_death, stop_stale_haproxies
 from memlib.config import MemlibConfig
 from memlib.serve.app import build_app
@@ -84,10 +86,11 @@ _AFTER_INIT: list = []  # called once a local Ray has started (run_forever re-in
 
 
 def init_ray(address: str | None = None, num_cpus: int | None = None, cfg: MemlibConfig | None = None,
-             port: int | None = None) -> None:
+             port: int | None = None, quiet: bool = False) -> None:
     """Join ``address`` (or RAY_ADDRESS), or start a local instance bound and guarded as
     :mod:`jobs.local_ray` describes (free ports, loopback HAProxy side ports, token auth); its
-    HAProxy keeps its files under :func:`jobs.serve_procs.haproxy_dir` of ``port``."""
+    HAProxy keeps its files under :func:`jobs.serve_procs.haproxy_dir` of ``port``. ``quiet``:
+    Ray's and Serve's INFO lines hidden (:mod:`jobs.ray_logs`)."""
     cfg = cfg or MemlibConfig()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -97,14 +100,19 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, cfg: Memli
     if address:
         if cfg.serve.haproxy_ingress:  # read by the Serve controller and proxies of the cluster
             os.environ.setdefault("RAY_SERVE_ENABLE_HA_PROXY", "1")
-        ray.init(address=address, log_to_driver=False)
+        ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING if quiet else logging.INFO)
+        if quiet:
+            quiet_python_loggers()
         return
     directory = haproxy_dir(port if port is not None else cfg.serve.port)
     if cfg.serve.haproxy_ingress:
         stop_stale_haproxies(port if port is not None else cfg.serve.port, directory, _say)
     _LEDGER.append(Ledger(haproxy_dir=directory).start())
     _LOCAL.append(start_local(num_cpus, token_auth=cfg.ray.local_token_auth,
-                              serve=serve_env(cfg.serve.haproxy_ingress, directory, cfg.serve.body_timeout_s)))
+                              serve=serve_env(cfg.serve.haproxy_ingress, directory, cfg.serve.body_timeout_s),
+                              quiet=quiet))
+    if quiet:
+        quiet_python_loggers()
     for hook in _AFTER_INIT:  # ray.init replaced the SIGTERM handler (Python's, and a C one printing a stack)
         hook()
 
@@ -130,11 +138,13 @@ def wait_healthy(base_url: str, timeout_s: float = 300.0) -> dict:
 
 
 def start(store: str | Path, cfg: MemlibConfig, *, host: str | None = None, port: int | None = None,
-          address: str | None = None, num_cpus: int | None = None, timeout_s: float = 300.0) -> str:
-    """Start Ray (local by default), Serve's HTTP proxy and the app; returns the base URL once healthy."""
+          address: str | None = None, num_cpus: int | None = None, timeout_s: float = 300.0,
+          quiet: bool = False) -> str:
+    """Start Ray (local by default), Serve's HTTP proxy and the app; returns the base URL once healthy.
+    ``quiet``: Ray's and Serve's own INFO lines hidden (``memlib serve`` without --verbose)."""
     host = host or cfg.serve.host
     port = port if port is not None else cfg.serve.port
-    init_ray(address or cfg.ray.address, num_cpus or cfg.ray.num_cpus, cfg, port=port)
+    init_ray(address or cfg.ray.address, num_cpus or cfg.ray.num_cpus, cfg, port=port, quiet=quiet)
     serve.start(http_options={"host": host, "port": port})
     serve.run(application(store, cfg), name=APP_NAME, route_prefix="/", blocking=False)
     base_url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
@@ -227,6 +237,7 @@ def run_forever(store: str | Path, cfg: MemlibConfig, **kwargs) -> None:
         if not stopping.is_set():
             print(f"memlib service on {base_url}  (OpenAPI: {base_url}/openapi.json; Ctrl-C, SIGTERM or SIGHUP "
                   "stops it)", flush=True)
+            print(f"memory explorer: {base_url}/ui/", flush=True)
         while not stopping.wait(1.0):
             pass
     except (_Stopped, KeyboardInterrupt, SystemExit):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -238,10 +238,12 @@ def prepare_staged(shards: list[TenantShard], ctx: BuildContext) -> SessionPlan:
 
 
 def run_staged(shards: list[TenantShard], ctx: BuildContext, *, stats: dict[str, Any] | None = None,
-               plan: SessionPlan | None = None) -> Iterator[dict[str, Any]]:
+               plan: SessionPlan | None = None,
+               on_block: Callable[[dict[str, Any]], None] | None = None) -> Iterator[dict[str, Any]]:
     """The staged build of ``shards``; yields one summary per tenant as it finishes (an ``error``
     key when it failed). ``stats`` receives the session operators' figures once all are done.
-    ``plan``: :func:`prepare_staged` of the same shards, done already."""
+    ``plan``: :func:`prepare_staged` of the same shards, done already; ``on_block`` is called with
+    each block's summary as it comes back (a progress display counts them)."""
     if not shards:
         return
     plan = plan or prepare_staged(shards, ctx)
@@ -252,6 +254,8 @@ def run_staged(shards: list[TenantShard], ctx: BuildContext, *, stats: dict[str,
         summary = json.loads(row["summary"])
         if row["kind"] == RowKind.BLOCK.value:
             blocks.append(summary)
+            if on_block is not None:
+                on_block(summary)
         else:  # a tenant row: the summary of each of its tenants
             yield from summary
     shutil.rmtree(ctx.work_dir, ignore_errors=True)  # block files and failure markers (<version>/_staged/_work)

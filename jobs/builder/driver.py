@@ -29,7 +29,7 @@ from jobs.builder.lock import locked
 from jobs.builder.plan import ForgetList, TenantStatus, check_readable, fingerprint_sources, make_plan, settle_missing
 from jobs.builder.publish import publish
 from jobs.builder.resume import ResumableWriter
-from jobs.builder.run import BuildOptions, Built, Progress, Run, Sharded
+from jobs.builder.run import BuildOptions, Built, PhaseTimer, Progress, Run, Sharded
 from jobs.builder.tenants import build_tenants, shard_and_prepare
 from jobs.local_ray import init_ray
 from memlib.compose.keys import build_key, session_build_key
@@ -64,7 +64,8 @@ def start_run(cfg: MemlibConfig, source: tuple[Any, str], out: str | Path, full:
     key = build_key(run_cfg, options.recipe)
     ctx = BuildContext(run_cfg, options.recipe, str(writer.path), session_build_key(run_cfg, key), key,
                        reuse=not full, version_dir=str(writer.version_dir))
-    return Run(ctx, writer, base, forget, source, str(out), full, new_space, options.progress, started=started)
+    return Run(ctx, writer, base, forget, source, str(out), full, new_space, options.progress,
+               timer=PhaseTimer(options.progress), started=started)
 
 
 def plan_and_shard(run: Run, options: BuildOptions) -> Sharded:
@@ -81,6 +82,8 @@ def plan_and_shard(run: Run, options: BuildOptions) -> Sharded:
         settle_missing(plan, run.base, run.forget.tenants, complete=full or cfg.nightly.input_is_complete,
                        max_share=cfg.nightly.max_removed_share)
         rebuild_damaged(plan, writer.base)
+        run.progress("planned", {**plan.to_json(), "tenants": len(read.hashes),
+                                 "seconds": time.perf_counter() - run.started})
         if run.new_space and plan.carry:  # every tenant of the input is rebuilt (new build key); these would not be
             raise StoreError(f"{run.new_space}; {len(plan.carry)} published tenant(s) missing from the input "
                              f"({', '.join(plan.carry[:5])}) would keep the old model's vectors, and a store cannot "
@@ -93,7 +96,8 @@ def plan_and_shard(run: Run, options: BuildOptions) -> Sharded:
             target = None
             if plan.build:
                 with run.timer.span(Phase.RAY_START):
-                    target = init_ray(options.address, options.num_cpus, token_auth=cfg.ray.local_token_auth)
+                    target = init_ray(options.address, options.num_cpus, token_auth=cfg.ray.local_token_auth,
+                                      quiet=options.quiet_ray)
             sharded = pending.result()
     if target is not None:
         run.ctx = run.ctx.on_ray(target.cpus, target.worker_env_inherited)

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,22 @@ def quiet(event: str, info: dict[str, Any]) -> None:
     log.info("%s %s", event, info)
 
 
+class PhaseTimer(WallTimer):
+    """The run's stage timings, each phase also reported as it ends (a ``phase`` event with its
+    name and seconds), so a display prints one line per phase."""
+
+    def __init__(self, progress: Progress = quiet) -> None:
+        super().__init__()
+        self.progress = progress
+
+    @contextmanager
+    def span(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        with super().span(name):
+            yield
+        self.progress("phase", {"name": getattr(name, "value", name), "seconds": time.perf_counter() - start})
+
+
 @dataclass(frozen=True)
 class BuildOptions:
     """The options of :func:`jobs.builder.driver.run_build` besides its input, store and ``full``."""
@@ -32,6 +49,7 @@ class BuildOptions:
     recipe: str = DEFAULT_RECIPE
     delete: str | Path | None = None  # the forget list: tenants and tenant/conversation ids
     progress: Progress = quiet
+    quiet_ray: bool = False          # Ray's own log lines hidden (jobs/ray_logs.py): the CLI's default
 
 
 @dataclass
@@ -49,7 +67,6 @@ class Run:
     plan: Plan = field(default_factory=Plan)
     timer: WallTimer = field(default_factory=WallTimer)
     started: float = field(default_factory=time.perf_counter)
-
     @property
     def published(self) -> dict[str, Any]:
         """The published manifest's tenants (empty for a new store)."""

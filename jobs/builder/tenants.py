@@ -82,7 +82,10 @@ def build_tenants(run: Run, sharded: Sharded, stats: dict[str, Any],
         assert run.ctx.cpus is not None, "shards to build need Ray"
         ray.data.DataContext.get_current().max_errored_blocks = 0  # operators report failures in their rows
         allow_long_tenants()
-        for s in run_staged(shards, run.ctx, stats=stats, plan=sharded.sessions):
+        progress("tenants_start", {"tenants": len(shards), "blocks": len(sharded.sessions.blocks)
+                                   if sharded.sessions else 0})
+        for s in run_staged(shards, run.ctx, stats=stats, plan=sharded.sessions,
+                            on_block=lambda b: progress("block", b)):
             tenant_done()
             if "error" in s:
                 plan.fail(s["tenant_id"], f"tenant build raised {s['error']}")

@@ -41,43 +41,6 @@ def format_dry_run(est: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _progress(event: str, info: dict[str, Any]) -> None:
-    if event == "read":
-        typer.echo(f"read: {info['tenants']} tenant(s), {info['turns']} turns, {info['quarantined']} quarantined")
-    elif event == "tenant":
-        typer.echo(f"  tenant {info['tenant_id']}: {info['turns']} turns -> {info['nodes']} nodes, "
-                   f"{info['edges']} edges in {info['seconds']:.1f}s")
-        if info.get("llm"):
-            typer.echo(f"    llm: {_kv(info['llm'])}")
-    elif event == "tenant_failed":
-        typer.echo(f"  tenant {info['tenant_id']} FAILED: {info['error']}")
-    elif event == "graph":
-        typer.echo(f"graph: {info.get('status')} {info.get('reason', '')}".rstrip())
-    elif event == "embed":
-        typer.echo(f"embed: {info['backend']}, the embedder {info['store']} was built with (name another with "
-                   f"--set embed.backend=… to rebuild it in that one)")
-    elif event == "plan":
-        typer.echo("plan: " + ", ".join(f"{k} {len(v)}" for k, v in info.items()))
-    elif event == "unchanged":
-        typer.echo(f"unchanged: the input is what {info['version']} of {info['store']} was built from; "
-                   f"no new version published")
-    elif event == "published":
-        typer.echo(f"published {info['version']} to {info['store']}")
-        for tenant, reason in (info.get("failed") or {}).items():
-            typer.echo(f"  FAILED tenant {tenant}: {reason}")
-        removed = info.get("removed") or {}
-        for tenant, reason in removed.items():
-            typer.echo(f"  REMOVED tenant {tenant}: {reason}")
-        deleted = [t for t in info.get("deleted") or [] if t not in removed]
-        if deleted:
-            more = ", …" if len(deleted) > 20 else ""
-            typer.echo(f"  deleted {len(deleted)} tenant(s): {', '.join(deleted[:20])}{more}")
-        kept = info.get("missing_kept") or []
-        if kept:
-            typer.echo(f"  kept {len(kept)} tenant(s) missing from the input as published ({', '.join(kept[:10])}"
-                       f"{', …' if len(kept) > 10 else ''}): forget with --delete, or pass --input-is-complete")
-
-
 def _kv(d: dict[str, Any]) -> str:
     return ", ".join(f"{k} {v}" for k, v in d.items()) or "none"
 
@@ -199,6 +162,8 @@ def register(app: typer.Typer) -> None:
                                                                    help="largest share of published tenants a build "
                                                                    "may delete for missing from the input "
                                                                    "(nightly.max_removed_share, default 0.1)")] = None,
+        verbose: Annotated[bool, typer.Option("--verbose", "-v", help="a line per tenant, and Ray's own log "
+                                              "lines and progress dumps (hidden by default)")] = False,
     ) -> None:
         """Build memory tables (Lance/Parquet) and graphs from conversations, on Ray Data.
 
@@ -241,14 +206,18 @@ def register(app: typer.Typer) -> None:
         import signal
 
         from jobs.builder import run_build
+        from jobs.progress import BuildProgress
+        from jobs.ray_logs import ray_logs_wanted
         try:
             previous = signal.signal(signal.SIGTERM, _raise_interrupted)
         except ValueError:  # not the main thread (memlib's CLI called from a program's thread): left as it is
             previous = None
+        progress = BuildProgress(verbose)
         try:
             manifest = run_build(cfg, input, fmt, out, full=not (incremental or delete is not None),
                                  address=address or cfg.ray.address, num_cpus=num_cpus or cfg.ray.num_cpus,
-                                 recipe=recipe, delete=delete, progress=_progress)
+                                 recipe=recipe, delete=delete, progress=progress,
+                                 quiet_ray=not ray_logs_wanted(verbose))
         except (InputError, UnknownRecipeError, StoreError) as exc:
             fail(input_error(exc, input, format))
         except OSError as exc:  # the file system refused (read-only, full, permissions): one line, not a traceback
@@ -263,13 +232,16 @@ def register(app: typer.Typer) -> None:
             typer.echo(interrupted_message(out, signum), err=True)
             raise typer.Exit(code=128 + int(signum)) from None
         finally:
+            progress.close()
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
             if staged is not None:
                 staged.cleanup()
             from jobs.local_ray import stop_local
+            from jobs.ray_logs import restore_stderr
 
             stop_local()  # the local Ray this build started, if any: stopped now, not by the exit handler
+            restore_stderr()  # Ray's lines were hidden on a Ray this process joined too
         typer.echo(format_summary(manifest))
         for line in quarantine_lines(out, manifest):
             typer.echo(line)

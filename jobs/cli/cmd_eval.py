@@ -85,7 +85,7 @@ def register(app: typer.Typer) -> None:
         try:
             questions = read_questions(input_path, dataset, cfg) if input_path else reader.table("questions")
             run = evaluate(store, questions, strategies, ks, cfg, dataset=dataset,
-                           progress=_progress if out is not None else None, keep_going=True)
+                           progress=_progress() if out is not None else None, keep_going=True)
         except (StoreError, RetrievalError, InputError, FileNotFoundError, EmbedError) as exc:
             fail(input_error(exc, input_path, fmt_given))
             return
@@ -110,6 +110,11 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(1)
 
 
-def _progress(name: str, done: int, total: int) -> None:
-    if done == total or done % 100 == 0:
-        typer.echo(f"  {name}: {done}/{total}", err=True)
+def _progress():
+    """Questions per strategy on stderr (stdout is the table): N/M, rate and ETA on a terminal,
+    one line per strategy otherwise (jobs/progress.py)."""
+    import sys
+
+    from jobs.progress import CountProgress
+
+    return CountProgress(stream=sys.stderr)

@@ -33,6 +33,11 @@ def serve_cmd(
     = None,
     config: ConfigOpt = None,
     overrides: SetOpt = None,
+    open_local: Annotated[bool, typer.Option("--open-local", help="no tokens, for one person on their own "
+                                             "machine: listens on loopback only (refused with another --host "
+                                             "or a cluster)")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Ray's and Serve's own log lines "
+                                          "(hidden by default)")] = False,
 ) -> None:
     """Start the service: POST /v1/search, GET /v1/tenants, GET /healthz, GET /metrics, POST /v1/reload,
     the MCP server at /mcp, the memory explorer at /ui, OpenAPI at /openapi.json (/docs with
@@ -57,6 +62,8 @@ def serve_cmd(
     if manifest is None:
         fail(f"{store} is not a memlib store (no manifest.json); run `memlib build` first")
     cfg = get_config(config, overrides)
+    if open_local:
+        cfg = open_local_config(cfg, host, address or cfg.ray.address or os.environ.get("RAY_ADDRESS"))
     if port is not None and not 1 <= port <= 65535:
         fail(f"--port {port}: a TCP port is 1-65535")
     from memlib.embed.base import EmbedError
@@ -66,7 +73,10 @@ def serve_cmd(
         store_embed_config(cfg.embed, manifest, str(store))
     except EmbedError as exc:
         fail(str(exc))
-    if cfg.serve.auth_enabled and not (cfg.serve.admin_token_hash or cfg.serve.tenant_token_hashes):
+    if not cfg.serve.auth_enabled and not is_loopback(host or cfg.serve.host):
+        typer.secho(f"warning: auth is disabled and the service listens on {host or cfg.serve.host}: anyone who "
+                    "reaches it reads every tenant", fg=typer.colors.YELLOW, err=True)
+    elif cfg.serve.auth_enabled and not (cfg.serve.admin_token_hash or cfg.serve.tenant_token_hashes):
         typer.secho("warning: auth is enabled but no token hashes are configured: every request gets 401. "
                     "Set serve.admin_token_hash (see `memlib serve hash-token`).", fg=typer.colors.YELLOW, err=True)
     if not (address or cfg.ray.address or os.environ.get("RAY_ADDRESS")):  # a local service binds here
@@ -78,9 +88,37 @@ def serve_cmd(
         problem = port_problem(host or cfg.serve.host, bind)
         if problem:
             fail(problem)
+    from jobs.ray_logs import ray_logs_wanted
     from jobs.serve import run_forever
 
-    run_forever(store, cfg, host=host, port=port, address=address)
+    if open_local:
+        typer.echo(f"open-local: no tokens; only this machine can connect ({cfg.serve.host})")
+    run_forever(store, cfg, host=host, port=port, address=address, quiet=not ray_logs_wanted(verbose))
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine's loopback interface (127.0.0.0/8, ::1, localhost)."""
+    import ipaddress
+
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def open_local_config(cfg, host: Optional[str], address: Optional[str]):
+    """``--open-local``: the config with auth off and the service on loopback; refused (exit 2) for
+    another host or a cluster, where a service without tokens would be open to others."""
+    if address:
+        fail(f"--open-local serves without tokens on this machine only, not on a Ray cluster ({address}); "
+             "drop --address / RAY_ADDRESS, or keep tokens (`memlib serve hash-token`)")
+    bind = host or "127.0.0.1"
+    if not is_loopback(bind):
+        fail(f"--open-local serves without tokens, so only on loopback: --host {bind} is reachable from other "
+             "machines; use --host 127.0.0.1, or keep tokens (`memlib serve hash-token`)")
+    return cfg.model_copy(update={"serve": cfg.serve.model_copy(update={"auth_enabled": False, "host": bind})})
 
 
 def port_problem(host: str, port: int) -> str | None:

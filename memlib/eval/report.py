@@ -127,6 +127,17 @@ def plot_recall_curves(metrics: dict[str, Any], path: Path) -> Path:
 
 
 def plot_categories(metrics: dict[str, Any], path: Path, metric: str = CATEGORY_METRIC) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig = category_figure(metrics, metric)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def category_figure(metrics: dict[str, Any], metric: str = CATEGORY_METRIC):
+    """The bars of ``metric`` per category and strategy, the legend right of the axes: inside them
+    it covered the first bars whenever every bar was tall (a good strategy's chart)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -143,12 +154,10 @@ def plot_categories(metrics: dict[str, Any], path: Path, metric: str = CATEGORY_
         ax.bar(x + i * width, vals, width, label=name)
     ax.set_xticks(x + width * (len(strategies) - 1) / 2, cats, rotation=20)
     ax.set_ylabel(f"{metric} (%)")
-    ax.legend()
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return fig
 
 
 def failed_lines(metrics: dict[str, Any]) -> list[str]:

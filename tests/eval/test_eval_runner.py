@@ -95,3 +95,26 @@ def test_eval_query_vectors_are_the_services():
     cached.prime(QUERIES)
     for q in QUERIES:
         assert np.array_equal(cached.embed_queries([q])[0], embedder.embed_queries([q])[0]), q
+
+
+def test_category_legend_covers_no_bar():
+    """by_category.png: with every bar tall (a good strategy), the legend inside the axes covered the
+    first bars; it sits right of them."""
+    import matplotlib.pyplot as plt
+
+    from memlib.eval.report import category_figure
+
+    cats = ["multi-hop", "open-domain", "single-hop", "temporal"]
+    metrics = {"strategies": {name: {"by_category": {c: {"turn_recall@5": 0.97 - 0.01 * i} for c in cats}}
+                              for i, name in enumerate(["auto", "bm25", "dense", "hybrid", "magma"])}}
+    fig = category_figure(metrics, "turn_recall@5")
+    try:
+        fig.canvas.draw()
+        ax = fig.axes[0]
+        legend = ax.get_legend().get_window_extent()
+        bars = [p.get_window_extent() for p in ax.patches]
+        assert len(bars) == 20
+        covered = [i for i, b in enumerate(bars) if b.overlaps(legend)]
+        assert not covered, f"the legend covers bars {covered}"
+    finally:
+        plt.close(fig)

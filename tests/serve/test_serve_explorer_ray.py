@@ -3,6 +3,7 @@ a store built by `memlib build` (full recipe): the SDK's client against /mcp, th
 of a hit against the store's edges, and the /ui page in headless Chromium (one Serve start-up)."""
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -104,6 +105,33 @@ def _chromium() -> str | None:
         if path:
             return path
     return None
+
+
+def test_the_landing_page_says_where_a_token_comes_from(serve_url, tmp_path):
+    """A first visit (no token in the tab) to a service with tokens: the page names the command that
+    prints a token, the config keys its hash goes in, and --open-local for a store of one's own."""
+    browser = _chromium()
+    if browser is None:
+        pytest.skip("no chromium executable on PATH (cluster/bootstrap.sh installs Debian's chromium as root)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is a test dependency (.[test])")
+    with sync_api.sync_playwright() as p, tempfile.TemporaryDirectory() as profile:
+        ctx = p.chromium.launch_persistent_context(profile, executable_path=browser, headless=True, args=CHROMIUM_ARGS,
+                                                   viewport={"width": 1400, "height": 800})
+        try:
+            page = ctx.new_page()
+            page.goto(f"{serve_url}/ui/")
+            page.wait_for_selector("#welcome:not([hidden])")
+            page.wait_for_function("document.querySelector('#status').textContent === 'not connected'")
+            hint = page.inner_text("#welcome")
+            for words in ("memlib serve hash-token", "serve.admin_token_hash", "serve.tenant_token_hashes",
+                          "memlib serve --store STORE --open-local"):
+                assert words in hint, hint
+            assert page.is_hidden("#ask") and page.is_hidden("#error")  # no error for not having a token yet
+            page.screenshot(path=str(tmp_path / "explorer-landing.png"))
+            if os.environ.get("MEMLIB_SCREENSHOTS"):
+                shutil.copy(tmp_path / "explorer-landing.png", Path(os.environ["MEMLIB_SCREENSHOTS"]))
+        finally:
+            ctx.close()
 
 
 def test_explorer_page_in_headless_chromium(serve_url, full_store, tmp_path):
