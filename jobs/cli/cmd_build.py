@@ -58,6 +58,9 @@ def _progress(event: str, info: dict[str, Any]) -> None:
                    f"--set embed.backend=… to rebuild it in that one)")
     elif event == "plan":
         typer.echo("plan: " + ", ".join(f"{k} {len(v)}" for k, v in info.items()))
+    elif event == "kept_damaged":
+        typer.echo(f"kept session block {info['block']} is damaged ({info['reason']}): dropped, its sessions "
+                   f"are computed again")
     elif event == "unchanged":
         typer.echo(f"unchanged: the input is what {info['version']} of {info['store']} was built from; "
                    f"no new version published")

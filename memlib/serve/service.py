@@ -19,10 +19,12 @@ from pathlib import Path
 
 from memlib.config import MemlibConfig
 from memlib.embed.space import built_space
+from memlib.io.checksums import DamagedFileError
 from memlib.io.files import atomic_write
 from memlib.io.store import read_manifest
 from memlib.retrieve.base import Strategy
 from memlib.retrieve.kernels import run_search
+from memlib.retrieve.matrix_cache import damaged_tenants
 from memlib.retrieve.registry import get_strategy, list_strategies
 from memlib.retrieve.tenant import QueryEmbedder, TenantIndex
 from memlib.retrieve.tenant_cache import TenantCache, default_cache_bytes
@@ -122,7 +124,27 @@ class SearchService:
             gc.freeze()
             self._frozen = True
         self.poller.start()
+        self._check_kept()
         return self
+
+    def _check_kept(self) -> None:
+        """Check the kept session blocks of the served version on a thread (each file hashed once
+        in this process): a tenant with a damaged block is reported broken before it is asked for,
+        and a cold query finds its blocks checked already (a check costs it one ``stat`` then)."""
+        reader = self.cache.reader
+        version = reader.version
+
+        def run() -> None:
+            try:
+                bad = damaged_tenants(reader)
+            except Exception:  # noqa: BLE001 - a query still checks the blocks it reads
+                log.exception("checking the kept session blocks of store version %s failed", version)
+                return
+            for tenant, why in sorted(bad.items()):
+                if self.cache.version == version and self.cache.has_tenant(tenant):
+                    self._broken(tenant, FILES_UNREADABLE, DamagedFileError(why))
+
+        threading.Thread(target=run, name="memlib-check-kept", daemon=True).start()
 
     def _broken(self, tenant: str, what: str, exc: BaseException) -> str:
         reason = f"{what}: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
@@ -217,6 +239,7 @@ class SearchService:
             changed = self.cache.refresh()
         if changed:
             self.broken = {}
+            self._check_kept()
             self.metrics.reloads.inc()
             self.metrics.set_version(self.cache.version)
             log.info("now serving store version %s", self.cache.version)
@@ -274,6 +297,9 @@ class SearchService:
             self.asked[req.tenant] += 1
         try:
             result = run_search(idx, strategy, req.query, req.k)
+        except DamagedFileError as exc:  # never answered from a damaged file, nor encoded anew (another ranking)
+            reason = self._broken(req.tenant, FILES_UNREADABLE, exc)
+            raise ApiError(ErrorCode.TENANT_UNAVAILABLE, f"tenant {req.tenant!r} is unavailable: {reason}") from None
         except Exception as exc:
             graph = self._graph_error(req.tenant, idx)
             if graph is not None:
