@@ -76,6 +76,13 @@ def check(path: Path, expected: list[int] | tuple[int, int]) -> None:
         _VERIFIED[str(path)] = key
 
 
+def check_size(path: Path, expected: list[int] | tuple[int, int]) -> None:
+    """The cheap part of :func:`check`: ``path`` exists with the size written."""
+    size = os.stat(path).st_size
+    if size != int(expected[0]):
+        raise DamagedFileError(f"{path}: {size} bytes, {int(expected[0])} were written")
+
+
 def forget(paths: list[Path] | None = None) -> None:
     """Check ``paths`` (every file when None) again on their next read (tests; a dropped entry)."""
     with _LOCK:
@@ -83,3 +90,25 @@ def forget(paths: list[Path] | None = None) -> None:
             _VERIFIED.clear()
         for p in paths or []:
             _VERIFIED.pop(str(p), None)
+
+
+def tree_crcs(directory: Path, base: Path | None = None,
+              known: dict[str, list[int]] | None = None) -> dict[str, list[int]]:
+    """``[size, crc32]`` of every file under ``directory`` by relative path (work directories,
+    ``_*``, and temporaries, ``.*``, left out); a file that is a hard link of the same path under
+    ``base`` (carried over unchanged) takes its checksum from ``known`` instead of being hashed."""
+    out: dict[str, list[int]] = {}
+    for path in sorted(directory.rglob("*")):
+        rel = path.relative_to(directory)
+        if any(p.startswith(("_", ".")) for p in rel.parts) or not path.is_file():
+            continue
+        key = rel.as_posix()
+        if known and key in known and base is not None:
+            try:
+                if os.path.samefile(path, base / rel):
+                    out[key] = list(known[key])
+                    continue
+            except OSError:
+                pass
+        out[key] = crc_of(path)
+    return out

@@ -44,6 +44,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from memlib import schema
+from memlib.io.checksums import DamagedFileError, check, check_size, tree_crcs
 from memlib.io.files import (  # noqa: F401 - part_id: callers import it from here
     StoreError,
     atomic_write_json,
@@ -71,6 +72,7 @@ LATE_CACHE_SUBDIR = Path("cache") / "late"
 PARQUET_TABLES = ("quarantine", *TENANT_TABLES)
 GRAPHS_SCHEMA = pa.schema([pa.field("tenant_id", pa.string(), nullable=False),
                            pa.field("graph", pa.large_binary(), nullable=False)])
+FILES_KEY = "files"  # version file (relative path) -> [size, crc32] (memlib/io/checksums.py)
 PART_TENANTS_KEY = "part_tenants"  # part -> every tenant its files hold rows of, live or dead (StoreReader.held)
 TENANT_COUNTS_FILE = "tenant_counts.parquet"
 TENANT_COUNTS_SCHEMA = pa.schema([pa.field("tenant_id", pa.string(), nullable=False),
@@ -227,6 +229,22 @@ class StoreReader:
         files += [self.graph_file(tenant)] if entry.get("nodes") else []
         return [str(f.relative_to(self.version_dir)) for f in files if not f.exists()]
 
+    def damaged_files(self, tenant: str, *, contents: bool = True) -> list[str]:
+        """The files of ``tenant``'s part (relative to the version directory) whose size, or with
+        ``contents`` whose checksum, is not the one published (versions before checksums: none)."""
+        if self.__dict__.get("_by_part") is None:  # part -> its files, once (thousands at 10,000 tenants)
+            self._by_part: dict[str, list] = {}
+            for rel, expected in (self.manifest.get(FILES_KEY) or {}).items():
+                self._by_part.setdefault(Path(rel).name.split(".", 1)[0], []).append((rel, expected))
+        out = []
+        for rel, expected in self._by_part.get(self.part_of(tenant), []):
+            path = self.version_dir / rel
+            try:
+                check(path, expected) if contents else check_size(path, expected)
+            except (DamagedFileError, OSError) as exc:
+                out.append(f"{rel} ({str(exc).rsplit(': ', 1)[-1]})")
+        return out
+
     def table_file(self, name: str, tenant: str) -> Path:
         """The file holding ``tenant``'s rows of table ``name`` (shared with its part's other tenants)."""
         return _table_dir(self.version_dir, name) / f"{safe_name(self.part_of(tenant))}.parquet"
@@ -344,12 +362,14 @@ class StoreWriter(LanceTables, PartsCarrier):
         return replace_part(table, self.version_dir / GRAPHS / f"{safe_name(part)}.parquet")
 
     def published(self, name: str, tenant: str, columns: list[str] | None = None) -> pa.Table | None:
-        """``tenant``'s rows of table ``name`` in the published version (None: not published)."""
+        """``tenant``'s rows of table ``name`` in the published version (None: not published, or its
+        file is damaged: nothing published can be kept from it)."""
         if self.base is None or tenant not in self.base.manifest.get("tenants", {}):
             return None
-        if not self.base.table_file(name, tenant).exists():
+        try:
+            return self.base.table(name, tenant, columns) if self.base.table_file(name, tenant).exists() else None
+        except (OSError, pa.ArrowException):
             return None
-        return self.base.table(name, tenant, columns)
 
     def graph_path(self, tenant: str) -> Path:
         """A ``.gt`` file of this version (stores written before parts; tests write them too)."""
@@ -373,6 +393,8 @@ class StoreWriter(LanceTables, PartsCarrier):
         data = dict(manifest)
         data.update(version=self.version, lance_version=tbl.version, embedding_dim=self.dim,
                     lance_turn_text_version=self.open_turn_text().version)
+        base = self.base  # every file with its checksum (memlib verify, the service, the next run's carry)
+        data[FILES_KEY] = tree_crcs(self.version_dir, base and base.version_dir, base and base.manifest.get(FILES_KEY))
         atomic_write_json(self.path / "manifests" / f"{self.version}.json", data)
         atomic_write_json(self.path / MANIFEST, data)
         return data

@@ -146,6 +146,12 @@ def _from_reference(reader, tenant: str, key: str, turn_ids: list[str],
         body.get("format") == CACHE_FORMAT else None
 
 
+def tenant_references(reader, tenant: str) -> list[dict]:
+    """The matrix references of ``tenant`` in ``reader``'s version (its turns view's, else its rows
+    of the ``matrix_refs`` table): kept sessions named by session build key and session keys."""
+    return _view_reference(reader, tenant) or _references(reader, tenant)
+
+
 # the matrix_refs part files read in this process, decoded once each (a part holds the references
 # of dozens of small tenants; reading a tenant's row group took 3-4 ms of a cold query)
 _REFERENCES: OrderedDict[str, tuple[tuple[int, int, int], dict[str, list[dict]]]] = OrderedDict()
@@ -241,7 +247,7 @@ def damaged_tenants(reader) -> dict[str, str]:
         return out
     rows = [r for r in idx.to_pylist() if r["block"] in bad]
     for tenant in sorted({r["tenant_id"] for r in rows}):
-        refs = [r for r in _view_reference(reader, tenant) or _references(reader, tenant)
+        refs = [r for r in tenant_references(reader, tenant)
                 if r.get("session_build_key") == key] if reader.has_tenant(tenant) else []
         named = {k for r in refs for k in r["sessions"]}
         hit = [r["block"] for r in rows if r["tenant_id"] == tenant and r["session_key"] in named]

@@ -128,15 +128,19 @@ class SearchService:
         return self
 
     def _check_kept(self) -> None:
-        """Check the kept session blocks of the served version on a thread (each file hashed once
-        in this process): a tenant with a damaged block is reported broken before it is asked for,
-        and a cold query finds its blocks checked already (a check costs it one ``stat`` then)."""
+        """Check the served version's files and kept session blocks on a thread (each file hashed
+        once in this process): a tenant with a damaged one is reported broken before it is asked
+        for, and a cold query finds its files checked already (one ``stat`` each then)."""
         reader = self.cache.reader
         version = reader.version
 
         def run() -> None:
             try:
                 bad = damaged_tenants(reader)
+                for tenant in reader.tenants():
+                    files = reader.damaged_files(tenant)
+                    if files:
+                        bad.setdefault(tenant, f"published files damaged: {', '.join(files[:3])}")
             except Exception:  # noqa: BLE001 - a query still checks the blocks it reads
                 log.exception("checking the kept session blocks of store version %s failed", version)
                 return
@@ -264,6 +268,10 @@ class SearchService:
         if known.startswith(FILES_UNREADABLE):  # do not reread a corrupt file on every request
             raise ApiError(ErrorCode.TENANT_UNAVAILABLE, f"tenant {tenant!r} is unavailable: {known}")
         try:
+            if tenant not in self.cache:  # cold: its files as published (a stat each once checked)
+                bad = self.cache.reader.damaged_files(tenant)
+                if bad:
+                    raise DamagedFileError(f"published files damaged: {', '.join(bad[:3])}")
             idx = self.cache.get(tenant)
         except KeyError:  # a version without this tenant was published in between
             raise ApiError(ErrorCode.UNKNOWN_TENANT, f"tenant {tenant!r} is not in the published store") from None

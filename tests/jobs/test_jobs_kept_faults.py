@@ -20,7 +20,8 @@ import pytest
 from memlib.compose.session_store import SessionStore
 from memlib.io import checksums
 from memlib.io.store import StoreReader, read_manifest
-from memlib.retrieve.matrix_cache import damaged_tenants
+from memlib.io.views import VIEW_TURNS, view_path
+from memlib.retrieve.matrix_cache import damaged_tenants, tenant_references
 from memlib.serve.errors import ApiError
 from tests.serve.conftest import ADMIN, SAMPLE, bearer, build_sample, sample_serve_config
 
@@ -85,7 +86,7 @@ def intact_answers(intact):
 
 
 CASES = [("turn_vectors.arrow", "truncate"), ("turn_vectors.arrow", "flip"), ("token_int8t.arrow", "flip"),
-         ("token_int8t.arrow", "delete"), ("index", "garble")]
+         ("token_int8t.arrow", "delete"), ("index", "garble"), ("turns", "flip"), ("view_turns", "flip")]
 
 
 @pytest.mark.parametrize(("name", "how"), CASES, ids=[f"{n}-{h}" for n, h in CASES])
@@ -93,12 +94,18 @@ def test_the_service_never_answers_from_a_damaged_kept_block(intact, intact_answ
     store = tmp_path / "store"
     shutil.copytree(intact, store)
     checksums.forget()  # a fresh process: nothing checked yet
-    ks = kept(store)
+    ks, reader = kept(store), StoreReader(store)
     idx = ks.index()
     block = idx.column("block")[0].as_py()
     hit = sorted(set(idx.filter(idx.column("block").to_numpy(zero_copy_only=False) == block)
                      .column("tenant_id").to_pylist()))
-    damage(ks.root / "index" / f"{block}.parquet" if name == "index" else ks.root / "blocks" / block / name, how)
+    if name in ("turns", "view_turns"):  # a published file of elena's part: every tenant of the part
+        path = reader.table_file("turns", "elena") if name == "turns" else \
+            view_path(reader.version_dir, VIEW_TURNS, reader.part_of("elena"))
+        hit = sorted(t for t in reader.tenants() if reader.part_of(t) == reader.part_of("elena"))
+    else:
+        path = ks.root / "index" / f"{block}.parquet" if name == "index" else ks.root / "blocks" / block / name
+    damage(path, how)
     got, health = answers(store)
     before, _ = intact_answers
     assert intact_answers[1].status == "ok" and all(isinstance(r, list) for rs in before.values() for r in rs)
@@ -110,9 +117,9 @@ def test_the_service_never_answers_from_a_damaged_kept_block(intact, intact_answ
     assert health.status == "degraded" and set(hit) <= set(health.broken), health
 
 
-def nightly_input(tmp_path: Path) -> Path:
-    """The sample with one new session per tenant: every tenant is built again, its earlier
-    sessions read from the kept blocks."""
+def nightly_input(tmp_path: Path, unchanged: str = "") -> Path:
+    """The sample with one new session per tenant but ``unchanged``: those tenants are built again,
+    their earlier sessions read from the kept blocks."""
     lines = SAMPLE.read_text(encoding="utf-8").splitlines()
     extra, seen = [], set()
     for line in lines:
@@ -120,7 +127,7 @@ def nightly_input(tmp_path: Path) -> Path:
             rec = json.loads(line)
         except ValueError:
             continue
-        if rec.get("tenant_id") in seen or not rec.get("text"):
+        if rec.get("tenant_id") in seen or rec.get("tenant_id") == unchanged or not rec.get("text"):
             continue
         seen.add(rec["tenant_id"])
         extra.append(json.dumps({**rec, "session_id": "later", "turn_id": "later:1",
@@ -151,9 +158,16 @@ def test_a_nightly_drops_damaged_kept_blocks_and_publishes_what_an_intact_cache_
     for i, block in enumerate(blocks):  # every block: whichever sessions the run reuses are damaged
         damage(ks.root / "blocks" / block / ("turn_vectors.arrow", "nodes.parquet", "token_int8t.arrow")[i % 3],
                ("flip", "truncate")[i % 2])
-    proc = nightly(store, nightly_input(tmp_path))
+    # and raj, unchanged in the input (a tenant to carry), has its published turns file truncated (item 6)
+    turns = StoreReader(store).table_file("turns", "raj")
+    damage(turns, "truncate")
+    proc = nightly(store, nightly_input(tmp_path, unchanged="raj"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "kept session block" in proc.stdout and "is damaged" in proc.stdout, proc.stdout
+    assert "raj" in read_manifest(store)["incremental"]["built"]  # rebuilt from the input, not carried
+    # a damaged block of sessions no tenant asks for any more is left for --compact; verify names it
+    assert all(line.startswith("kept session block ") for line in verify(store).output.splitlines()[:-1])
+    assert verify(store, "--drop-damaged").exit_code == 3 and verify(store).exit_code == 0
     checksums.forget()
     # what the published tenants refer to was kept again, undamaged: the next run finds nothing to drop
     assert damaged_tenants(StoreReader(store)) == {}
@@ -165,3 +179,47 @@ def test_a_nightly_drops_damaged_kept_blocks_and_publishes_what_an_intact_cache_
         np.testing.assert_array_equal(new[node], vec)
     got, health = answers(store)
     assert health.status == "ok" and all(isinstance(r, list) and r for rs in got.values() for r in rs), got
+
+
+def verify(store: Path, *args: str):
+    from typer.testing import CliRunner
+
+    from jobs.cli import app
+
+    return CliRunner().invoke(app, ["verify", "--store", str(store), *args])
+
+
+def test_verify_says_whole_of_an_intact_store(intact):
+    res = verify(intact)
+    assert res.exit_code == 0, res.output
+    assert res.output.strip().splitlines()[-1].startswith(f"{intact}: whole (4 tenants, ")
+
+
+VERIFY_CASES = [("turns", "truncate", "rebuild it: memlib build --incremental"),
+                ("turns", "flip", "rebuild it: memlib build --incremental"),
+                ("graphs", "truncate", "graphs/"), ("graphs", "delete", "files missing"),
+                ("kept", "flip", "drop it: memlib verify"), ("manifest", "truncate", "--rollback")]
+
+
+@pytest.mark.parametrize(("what", "how", "says"), VERIFY_CASES, ids=[f"{w}-{h}" for w, h, _ in VERIFY_CASES])
+def test_verify_names_each_damaged_file_with_its_repair(intact, tmp_path, what, how, says):
+    store = tmp_path / "store"
+    shutil.copytree(intact, store)
+    checksums.forget()
+    reader = StoreReader(store)
+    tenant = "elena"
+    path = {"turns": lambda: reader.table_file("turns", tenant), "graphs": lambda: reader.graph_file(tenant),
+            "manifest": lambda: store / "manifest.json",
+            "kept": lambda: kept(store).root / "blocks" / kept(store).blocks_holding(
+                tenant_references(reader, tenant)[0]["sessions"][:1]).popitem()[1] / "turn_vectors.arrow"}[what]()
+    damage(path, how)
+    res = verify(store)
+    assert res.exit_code == 3, res.output
+    lines = res.output.strip().splitlines()
+    assert any(says in line for line in lines), lines
+    if what != "manifest":
+        assert any(line.startswith(f"tenant {tenant}: ") for line in lines), lines
+    if what == "kept":  # dropped, the tenant's matrix is named as referring to sessions gone
+        assert "dropped " in verify(store, "--drop-damaged").output
+        again = verify(store).output
+        assert "kept session block " not in again and f"tenant {tenant}: " in again and "are gone" in again
