@@ -230,7 +230,7 @@ class StoreReader:
         return [str(f.relative_to(self.version_dir)) for f in files if not f.exists()]
 
     def damaged_files(self, tenant: str, *, contents: bool = True) -> list[str]:
-        """The files of ``tenant``'s part (relative to the version directory) whose size, or with
+        """What is wrong with the files of ``tenant``'s part (each names its path) whose size, or with
         ``contents`` whose checksum, is not the one published (versions before checksums: none)."""
         if self.__dict__.get("_by_part") is None:  # part -> its files, once (thousands at 10,000 tenants)
             self._by_part: dict[str, list] = {}
@@ -242,7 +242,7 @@ class StoreReader:
             try:
                 check(path, expected) if contents else check_size(path, expected)
             except (DamagedFileError, OSError) as exc:
-                out.append(f"{rel} ({str(exc).rsplit(': ', 1)[-1]})")
+                out.append(str(exc))
         return out
 
     def table_file(self, name: str, tenant: str) -> Path:
