@@ -338,15 +338,17 @@ class SessionStore(BlockChecks):
         """Give every kept block written by an older version its transposed sessions (from its
         turns' int8 rows, or the kernel's quantization of their float16 vectors when it kept none:
         what the embed pass computes), and drop its per-turn int8 rows: the layout a build writes
-        now. Only blocks without transposed sessions are rewritten; a block that cannot be read is
-        left as it is (readers fall back as before). Each block's index file is rewritten last,
-        so readers map the new files."""
+        now. Only blocks without transposed sessions are rewritten (blocks kept before checksums get
+        them); a block that cannot be read is left as it is (readers fall back as before). Each
+        block's index file is rewritten last, so readers map the new files."""
         done = skipped = 0
         for b in sorted(set(self.index().column("block").to_pylist())):
             bdir = self.root / "blocks" / b
             try:
                 vectors = _read_vectors(_vectors_path(bdir))
                 if _read_int8t(bdir) is not None or vectors.column("token_ids").null_count:
+                    if not self._read.get(b, (None, None, {}))[2]:  # kept before checksums: given them
+                        self._commit(b, pq.read_table(self.root / "index" / f"{b}.parquet"))
                     continue  # upgraded already, or no token vectors to quantize
                 _write(_write_int8t(_with_int8_rows(vectors), bdir), _vectors_path(bdir))
                 # a new signature (cached maps of the block are dropped) naming the new checksums
