@@ -38,9 +38,8 @@ def _tenants(reader: StoreReader, report: Report, earlier: list[str]) -> None:
     for tenant in reader.tenants():
         entry = reader.manifest["tenants"].get(tenant) or {}
         report.checked["tenants"] += 1
-        gone, bad = reader.missing_files(tenant), reader.damaged_files(tenant)
-        problem = (f"files missing: {', '.join(gone[:3])}" if gone else
-                   f"files damaged: {', '.join(bad[:3])}" if bad else tenant_problem(reader, tenant))
+        gone = reader.missing_files(tenant)
+        problem = f"files missing: {', '.join(gone[:3])}" if gone else tenant_problem(reader, tenant)
         if problem is None:
             problem = _counts_problem(reader, tenant, entry, nodes)
         if problem is not None:

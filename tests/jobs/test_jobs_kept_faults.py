@@ -219,6 +219,13 @@ def test_verify_names_each_damaged_file_with_its_repair(intact, tmp_path, what, 
     assert any(says in line for line in lines), lines
     if what != "manifest":
         assert any(line.startswith(f"tenant {tenant}: ") for line in lines), lines
+    if (what, how) == ("turns", "flip"):  # decodes, yet not the bytes published: inspect says so too
+        from typer.testing import CliRunner
+
+        from jobs.cli import app
+
+        shown = CliRunner().invoke(app, ["inspect", "--store", str(store)]).output
+        assert f"BROKEN tenant {tenant}: files damaged" in shown, shown
     if what == "kept":  # dropped, the tenant's matrix is named as referring to sessions gone
         assert "dropped " in verify(store, "--drop-damaged").output
         again = verify(store).output
