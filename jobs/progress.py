@@ -157,6 +157,10 @@ class BuildProgress(Display):
     def on_plan(self, info: dict[str, Any]) -> None:
         self.line("plan: " + ", ".join(f"{k} {len(v)}" for k, v in info.items()))
 
+    def on_kept_damaged(self, info: dict[str, Any]) -> None:
+        self.line(f"kept session block {info['block']} is damaged ({info['reason']}): dropped, its sessions "
+                  f"are computed again")
+
     def on_unchanged(self, info: dict[str, Any]) -> None:
         self.line(f"unchanged: the input is what {info['version']} of {info['store']} was built from; "
                   f"no new version published")

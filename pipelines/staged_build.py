@@ -13,6 +13,7 @@ per block, one per tenant.
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -36,6 +37,8 @@ from pipelines.rows import BATCH_FORMAT, KEY_COLUMN, ROW_SCHEMA, Operator, RowKi
 from pipelines.shard import TenantShard, tenant_runs
 from pipelines.tenant_op import pack_tenants, tenant_item
 
+log = logging.getLogger("memlib.build")
+
 
 @dataclass
 class SessionPlan:
@@ -48,6 +51,7 @@ class SessionPlan:
     tenant_pending: dict[str, list[str]] = field(default_factory=dict)  # tenant -> its session keys in those blocks
     tenant_kept: dict[str, list[str]] = field(default_factory=dict)  # tenant -> blocks of its sessions kept before
     tenant_sessions: dict[str, list[str]] = field(default_factory=dict)  # tenant -> all its session keys, in order
+    damaged: dict[str, str] = field(default_factory=dict)  # kept block -> why it was dropped (see trusted_blocks)
 
 
 def plan_sessions(shards: list[TenantShard], store: SessionStore, build_key: str, work_dir: Path,
@@ -87,7 +91,7 @@ def plan_sessions(shards: list[TenantShard], store: SessionStore, build_key: str
                                                  value_set=pa.array([s.tenant_id for s in tenants], pa.string()))))
         keys = session_keys(table, build_key)
         table = table.append_column(KEY_COLUMN, keys)
-        kept = store.blocks_holding(dict.fromkeys(keys.to_pylist())) if reuse else {}
+        kept = trusted_blocks(store, dict.fromkeys(keys.to_pylist()), shards, plan.damaged) if reuse else {}
         runs = tenant_runs(table)
         for shard in tenants:
             plan.tenant_blocks.setdefault(shard.tenant_id, [])
@@ -116,6 +120,30 @@ def plan_sessions(shards: list[TenantShard], store: SessionStore, build_key: str
                 waiting.add(shard.tenant_id)
     flush()
     return plan
+
+
+def trusted_blocks(store: SessionStore, keys: list[str], building: list[TenantShard],
+                   damaged: dict[str, str]) -> dict[str, str]:
+    """Kept session key -> its block, for those of ``keys`` kept in blocks whose files have the
+    checksums written with them. A damaged block (or one whose index file cannot be read) is
+    logged and dropped, so its sessions are computed again, here and by every later run: a bad
+    entry is never kept. Other tenants with sessions in it are named (they are served
+    unavailable until rebuilt: ``memlib verify`` says how); ``damaged`` receives block -> why."""
+    while True:
+        kept = store.blocks_holding(keys)
+        bad = store.verify(set(kept.values()))
+        bad.update({b: f"index file unreadable: {why}" for b, why in store.unreadable.items()})
+        if not bad:
+            return kept
+        idx = store.index()
+        mine = {s.tenant_id for s in building}
+        for b, why in sorted(bad.items()):
+            held = idx.filter(pc.equal(idx.column("block"), b)).column("tenant_id").to_pylist()
+            others = sorted(set(held) - mine)
+            damaged[b] = why + (f"; it also held sessions of {', '.join(others[:5])}, not rebuilt by this run"
+                                if others else "")
+            log.warning("kept session block %s is damaged (%s): dropped, its sessions are computed again", b, why)
+        store.drop(list(bad))
 
 
 FEW_BLOCKS_PER_ACTOR = 4  # Ray Data's default tasks in flight per actor

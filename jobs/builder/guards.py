@@ -86,19 +86,21 @@ def drop_partitions(writer: StoreWriter, tenants: list[str]) -> None:
 
 def rebuild_damaged(plan: Plan, published: StoreReader | None) -> None:
     """A tenant to carry over whose published files are gone (a version directory removed by hand,
-    a file lost) is rebuilt from the input when the input has it; otherwise it fails, by name, and
-    the run exits non-zero: a tenant is never carried, and published, empty."""
+    a file lost) or not of their published size (truncated) is rebuilt from the input when the
+    input has it; otherwise it fails, by name, and the run exits non-zero: a tenant is never
+    carried, and published, empty or damaged."""
     if published is None:
         return
     for tenant in list(plan.carry):
-        gone = published.missing_files(tenant)
+        # files gone, or not of the size published (a truncation; a check of sizes, not of contents)
+        gone = published.missing_files(tenant) or published.damaged_files(tenant, contents=False)
         if not gone:
             continue
         plan.carry.remove(tenant)
         if tenant in plan.missing:  # kept from an earlier input: nothing here to rebuild it from
             plan.missing.remove(tenant)
-            plan.fail(tenant, f"its published files are gone ({', '.join(gone[:3])}) and the input does not "
-                              f"hold it: build it again from an input that does")
+            plan.fail(tenant, f"its published files are gone or damaged ({', '.join(gone[:3])}) and the input "
+                              f"does not hold it: build it again from an input that does, or roll back")
         else:
             plan.build.append(tenant)
     plan.build.sort()

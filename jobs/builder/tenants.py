@@ -77,6 +77,8 @@ def build_tenants(run: Run, sharded: Sharded, stats: dict[str, Any],
     summary afterwards failed (its block errored). ``stats`` receives the session pass's figures;
     ``tenant_done`` is called as each tenant ends and once after the last."""
     plan, progress, shards = run.plan, run.progress, sharded.to_build
+    for block, why in sorted((sharded.sessions.damaged if sharded.sessions else {}).items()):
+        progress("kept_damaged", {"block": block, "reason": why})
     summaries = []
     if shards:
         assert run.ctx.cpus is not None, "shards to build need Ray"

@@ -72,8 +72,12 @@ def _echo_tenant(s: dict[str, Any]) -> None:
 
 
 def tenant_problem(reader: StoreReader, tenant: str) -> str | None:
-    """Why a tenant of the published version cannot be served (a Parquet partition that does not
-    decode, a graph file that does not load), or ``None``."""
+    """Why a tenant of the published version cannot be served (a file not of the checksum the
+    manifest records, a Parquet partition that does not decode, a graph file that does not load),
+    or ``None``. ``memlib verify`` makes the same checks, and more."""
+    damaged = reader.damaged_files(tenant)
+    if damaged:
+        return f"files damaged: {', '.join(damaged[:3])}"
     for name in TENANT_TABLES:
         path = reader.table_file(name, tenant)
         if path.exists():

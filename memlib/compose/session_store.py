@@ -13,6 +13,9 @@ outputs of another configuration)::
 A block holds whole sessions of one or more tenants; every row carries its ``session_key``.
 The index file is written after the block's tables, atomically, so a block is either
 complete and listed or invisible (a crashed build leaves nothing a later one would read).
+It names the size and CRC-32 of each of the block's files (Parquet metadata ``memlib.checksums``),
+checked before a file is read: a damaged block raises :class:`DamagedFileError` and is never read
+(docs/decisions/0031-kept-file-checksums.md).
 Block ids are content hashes of the session keys they hold: a retried block overwrites
 itself with the same content.
 """
@@ -33,6 +36,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from memlib import schema
+from memlib.compose.block_checks import BlockChecks, DamagedFileError  # noqa: F401 - DamagedFileError re-exported
+from memlib.compose.kept_tokens import INT8T_FILE
 from memlib.compose.kept_tokens import read_int8t as _read_int8t
 from memlib.compose.kept_tokens import write_int8t as _write_int8t
 from memlib.compose.sessions import SESSION_TABLES, SessionOutput, keyed_schema
@@ -100,21 +105,22 @@ def _empty_index() -> pa.Table:
     return schema.empty(INDEX).append_column("block", pa.array([], pa.string()))
 
 
-class SessionStore:
+class SessionStore(BlockChecks):
     """The kept session outputs of one store and build key."""
 
     def __init__(self, store: str | Path, build_key: str, dim: int = schema.DEFAULT_EMBED_DIM):
         self.root = Path(store) / SESSIONS_SUBDIR / build_key
         self.dim = dim
         self._index: pa.Table | None = None
-        # index file -> (its (inode, mtime, size) when read, its rows): a refresh reads only new or
-        # rewritten files (a nightly's tenant actors refresh while blocks are kept; a store holds
-        # hundreds of index files)
-        self._read: dict[str, tuple[tuple[int, int, int], pa.Table]] = {}
+        # index file -> (its (inode, mtime, size) when read, its rows, its block's checksums): a refresh
+        # reads only new or rewritten files (a nightly's tenant actors refresh while blocks are kept;
+        # a store holds hundreds of index files)
+        self._read: dict[str, tuple[tuple[int, int, int], pa.Table, dict]] = {}
         self._blocks: OrderedDict[tuple, tuple[dict[str, pa.Table], pa.Table]] = OrderedDict()  # see _decoded
         self._vectors: OrderedDict[tuple, pa.Table] = OrderedDict()  # see _mapped
         self._int8t: OrderedDict[tuple, tuple] = OrderedDict()  # see _mapped_t
         self._lock = threading.Lock()
+        self.unreadable: dict[str, str] = {}  # block -> why its index file cannot be read (not listed)
 
     # ---- writing -------------------------------------------------------------------------------
     def write_block(self, block: str, output: SessionOutput, vectors: pa.Table, index: pa.Table) -> None:
@@ -124,7 +130,7 @@ class SessionStore:
             _write(schema.conform(output.table(name), keyed_schema(name), name=name), bdir / f"{name}.parquet")
         vectors = schema.conform(vectors, schema.turn_vectors_schema(self.dim), name=VECTORS)
         _write(_write_int8t(vectors, bdir), _vectors_path(bdir))
-        _write(schema.conform(index, INDEX, name="session_index"), self.root / "index" / f"{block}.parquet")
+        self._commit(block, schema.conform(index, INDEX, name="session_index"))
         self._index = None
 
     # ---- reading -------------------------------------------------------------------------------
@@ -136,14 +142,14 @@ class SessionStore:
         """(session_key, tenant_id, turns, block) of every kept session."""
         if self._index is None:
             idir = self.root / "index"
-            read: dict[str, tuple[tuple[int, int, int], pa.Table]] = {}
+            read: dict[str, tuple[tuple[int, int, int], pa.Table, dict]] = {}
             # names starting with "." are files being written (_write), never read
             for f in sorted(idir.glob("[!.]*.parquet")) if idir.is_dir() else []:
                 known = self._index_file(f)
                 if known is not None:
                     read[f.stem] = known
             self._read = read
-            self._index = (pa.concat_tables([t for _, t in read.values()]) if read else _empty_index())
+            self._index = (pa.concat_tables([v[1] for v in read.values()]) if read else _empty_index())
         return self._index
 
     def _lookup(self) -> tuple[dict[str, str], dict[str, int]]:
@@ -163,7 +169,7 @@ class SessionStore:
         self._lookup_of = (idx, where, counts)
         return where, counts
 
-    def _index_file(self, f: Path) -> tuple[tuple[int, int, int], pa.Table] | None:
+    def _index_file(self, f: Path) -> tuple[tuple[int, int, int], pa.Table, dict] | None:
         """A block's index rows (with its block id), read again only when the file changed; None
         when it is gone."""
         try:
@@ -173,8 +179,10 @@ class SessionStore:
         sig = (st.st_ino, st.st_mtime_ns, st.st_size)  # a rewrite (os.replace) is a new inode
         known = self._read.get(f.stem)
         if known is None or known[0] != sig:
-            t = pq.read_table(f)
-            known = (sig, t.append_column("block", pa.array([f.stem] * t.num_rows, pa.string())))
+            t = self._read_index(f)
+            if t is None:
+                return None
+            known = (sig, t[0].append_column("block", pa.array([f.stem] * t[0].num_rows, pa.string())), t[1])
         return known
 
     def _index_of(self, blocks: Iterable[str]) -> pa.Table:
@@ -241,7 +249,8 @@ class SessionStore:
         # read whole and filter: a ``filters=`` read goes through the dataset layer, 6.5x
         # slower on the token vectors' binary column (0.39 against 0.06 s for 4 blocks)
         return self._cached(self._blocks, BLOCK_CACHE, bdir, lambda: (
-            {name: pq.read_table(bdir / f"{name}.parquet") for name in SESSION_TABLES}, self._mapped(bdir)))
+            {name: pq.read_table(self._checked(bdir, f"{name}.parquet")) for name in SESSION_TABLES},
+            self._mapped(bdir)))
 
     def _cached(self, cache: OrderedDict, limit: int, bdir: Path, make):
         """``cache``'s entry for block ``bdir`` as its index file is now (a rewritten block is read
@@ -279,12 +288,14 @@ class SessionStore:
 
     def _mapped_t(self, bdir: Path) -> pa.Table | None:
         """A block's mapped transposed sessions (or None), kept like its turn vectors."""
-        return self._cached(self._int8t, MAPPED_BLOCKS, bdir, lambda: (_read_int8t(bdir),))[0]
+        return self._cached(self._int8t, MAPPED_BLOCKS, bdir,
+                            lambda: (self._checked(bdir, INT8T_FILE) and _read_int8t(bdir),))[0]
 
     def _mapped(self, bdir: Path) -> pa.Table:
         """A block's mapped turn vectors, opened once while among the last :data:`MAPPED_BLOCKS`
         read (a server's cold tenants read a few blocks each; opening one took about 1 ms)."""
-        return self._cached(self._vectors, MAPPED_BLOCKS, bdir, lambda: _read_vectors(_vectors_path(bdir)))
+        return self._cached(self._vectors, MAPPED_BLOCKS, bdir,
+                            lambda: _read_vectors(self._checked(bdir, _vectors_path(bdir).name)))
 
     def _blocks_of(self, keys: Iterable[str], blocks: Iterable[str] | None = None) -> list[tuple[Path, pa.Array, bool]]:
         """(block directory, the sessions of ``keys`` to read from it, whether those are all the
@@ -327,19 +338,21 @@ class SessionStore:
         """Give every kept block written by an older version its transposed sessions (from its
         turns' int8 rows, or the kernel's quantization of their float16 vectors when it kept none:
         what the embed pass computes), and drop its per-turn int8 rows: the layout a build writes
-        now. Only blocks without transposed sessions are rewritten; a block that cannot be read is
-        left as it is (readers fall back as before). Each block's index file is rewritten last,
-        so readers map the new files."""
+        now. Only blocks without transposed sessions are rewritten (blocks kept before checksums get
+        them); a block that cannot be read is left as it is (readers fall back as before). Each
+        block's index file is rewritten last, so readers map the new files."""
         done = skipped = 0
         for b in sorted(set(self.index().column("block").to_pylist())):
             bdir = self.root / "blocks" / b
             try:
                 vectors = _read_vectors(_vectors_path(bdir))
                 if _read_int8t(bdir) is not None or vectors.column("token_ids").null_count:
+                    if not self._read.get(b, (None, None, {}))[2]:  # kept before checksums: given them
+                        self._commit(b, pq.read_table(self.root / "index" / f"{b}.parquet"))
                     continue  # upgraded already, or no token vectors to quantize
                 _write(_write_int8t(_with_int8_rows(vectors), bdir), _vectors_path(bdir))
-                ipath = self.root / "index" / f"{b}.parquet"
-                _write(pq.read_table(ipath), ipath)  # a new signature: cached maps of the block are dropped
+                # a new signature (cached maps of the block are dropped) naming the new checksums
+                self._commit(b, pq.read_table(self.root / "index" / f"{b}.parquet").replace_schema_metadata(None))
                 done += 1
             except (OSError, pa.ArrowException, ValueError) as exc:
                 log.warning("kept block %s not upgraded (%s)", b, str(exc)[:160])
@@ -374,8 +387,8 @@ class SessionStore:
         vectors = _read_vectors(_vectors_path(bdir))
         vectors = vectors.filter(pc.is_in(vectors.column("session_key"), value_set=pa.array(sorted(keep), pa.string())))
         _write(_write_int8t(_with_int8_rows(vectors), bdir), _vectors_path(bdir))
-        ipath = self.root / "index" / f"{block}.parquet"
-        _write(pq.read_table(ipath, filters=flt), ipath)
+        self._commit(block, pq.read_table(self.root / "index" / f"{block}.parquet", filters=flt)
+                     .replace_schema_metadata(None))
 
 
 def other_build_keys(store: str | Path, keep: str) -> list[Path]:

@@ -1,27 +1,11 @@
 """The memory store on disk: versioned Parquet tables, one Lance ``nodes`` table, graphs,
 and an atomically swapped ``manifest.json``.
 
-Layout of a store directory::
-
-    STORE/
-      manifest.json                 the published version (atomic swap; readers start here)
-      manifests/v000003.json        every published manifest, for rollback
-      lance/nodes.lance             all tenants' nodes (vector + full-text + tenant index)
-      versions/v000003/
-        turns/<part>.parquet        a part holds whole tenants: the tenants built together in one
-        segments/<part>.parquet     row of the build (small tenants travel together) or carried
-        edges/<part>.parquet        together; the manifest names each tenant's part. A nightly run
-        questions/<part>.parquet    hard-links a part whose tenants are all unchanged (one link per
-        node_fallbacks/<part>.parquet   file, not per tenant) and rewrites a part some of whose
-        token_sums/<part>.parquet       tenants were rebuilt or removed, without them
-        llm_calls/<part>.parquet
-        graphs/<part>.parquet       tenant_id, graph: each tenant's graph-tool ``.gt`` bytes
-        quarantine/<name>.parquet
-        tenant_counts.parquet       per tenant: nodes and edges by kind, questions (what the
-                                    manifest's store-wide counts sum; a nightly run adds up
-                                    the carried tenants' rows of it instead of reading parts)
-      cache/llm/                    LLM responses (see memlib/llm/cache.py)
-      cache/late/                   auto's token matrices, keyed by the turns they encode
+Layout of a store directory: docs/architecture.md ("The store"). A version's Parquet tables
+are *parts* (``versions/vN/TABLE/<part>.parquet``): a part holds whole tenants, those built together
+in one row of the build or carried together, and the manifest names each tenant's part. A nightly
+run hard-links a part whose tenants are all unchanged and rewrites one some of whose tenants
+were rebuilt or removed, without them.
 
 Stores written before parts existed have one file per tenant (``turns/<tenant>.parquet``,
 ``graphs/<tenant>.gt``): a tenant without a part in the manifest is its own part, and the
@@ -44,6 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from memlib import schema
+from memlib.io.checksums import DamagedFileError, check, check_size, tree_crcs
 from memlib.io.files import (  # noqa: F401 - part_id: callers import it from here
     StoreError,
     atomic_write_json,
@@ -72,6 +57,7 @@ LATE_CACHE_SUBDIR = Path("cache") / "late"
 PARQUET_TABLES = ("quarantine", *TENANT_TABLES)
 GRAPHS_SCHEMA = pa.schema([pa.field("tenant_id", pa.string(), nullable=False),
                            pa.field("graph", pa.large_binary(), nullable=False)])
+FILES_KEY = "files"  # version file (relative path) -> [size, crc32] (memlib/io/checksums.py)
 PART_TENANTS_KEY = "part_tenants"  # part -> every tenant its files hold rows of, live or dead (StoreReader.held)
 TENANT_COUNTS_FILE = "tenant_counts.parquet"
 TENANT_COUNTS_SCHEMA = pa.schema([pa.field("tenant_id", pa.string(), nullable=False),
@@ -228,6 +214,22 @@ class StoreReader:
         files += [self.graph_file(tenant)] if entry.get("nodes") else []
         return [str(f.relative_to(self.version_dir)) for f in files if not f.exists()]
 
+    def damaged_files(self, tenant: str, *, contents: bool = True) -> list[str]:
+        """What is wrong with the files of ``tenant``'s part (each names its path) whose size, or with
+        ``contents`` whose checksum, is not the one published (versions before checksums: none)."""
+        if self.__dict__.get("_by_part") is None:  # part -> its files, once (thousands at 10,000 tenants)
+            self._by_part: dict[str, list] = {}
+            for rel, expected in (self.manifest.get(FILES_KEY) or {}).items():
+                self._by_part.setdefault(Path(rel).name.split(".", 1)[0], []).append((rel, expected))
+        out = []
+        for rel, expected in self._by_part.get(self.part_of(tenant), []):
+            path = self.version_dir / rel
+            try:
+                check(path, expected) if contents else check_size(path, expected)
+            except (DamagedFileError, OSError) as exc:
+                out.append(str(exc))
+        return out
+
     def table_file(self, name: str, tenant: str) -> Path:
         """The file holding ``tenant``'s rows of table ``name`` (shared with its part's other tenants)."""
         return _table_dir(self.version_dir, name) / f"{safe_name(self.part_of(tenant))}.parquet"
@@ -350,12 +352,14 @@ class StoreWriter(LanceTables, PartsCarrier):
         return replace_part(table, self.version_dir / GRAPHS / f"{safe_name(part)}.parquet")
 
     def published(self, name: str, tenant: str, columns: list[str] | None = None) -> pa.Table | None:
-        """``tenant``'s rows of table ``name`` in the published version (None: not published)."""
+        """``tenant``'s rows of table ``name`` in the published version (None: not published, or its
+        file is damaged: nothing published can be kept from it)."""
         if self.base is None or tenant not in self.base.manifest.get("tenants", {}):
             return None
-        if not self.base.table_file(name, tenant).exists():
+        try:
+            return self.base.table(name, tenant, columns) if self.base.table_file(name, tenant).exists() else None
+        except (OSError, pa.ArrowException):
             return None
-        return self.base.table(name, tenant, columns)
 
     def graph_path(self, tenant: str) -> Path:
         """A ``.gt`` file of this version (stores written before parts; tests write them too)."""
@@ -379,6 +383,8 @@ class StoreWriter(LanceTables, PartsCarrier):
         data = dict(manifest)
         data.update(version=self.version, lance_version=tbl.version, embedding_dim=self.dim,
                     lance_turn_text_version=self.open_turn_text().version)
+        base = self.base  # every file with its checksum (memlib verify, the service, the next run's carry)
+        data[FILES_KEY] = tree_crcs(self.version_dir, base and base.version_dir, base and base.manifest.get(FILES_KEY))
         atomic_write_json(self.path / "manifests" / f"{self.version}.json", data)
         atomic_write_json(self.path / MANIFEST, data)
         return data

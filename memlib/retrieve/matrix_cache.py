@@ -36,6 +36,7 @@ import pyarrow.parquet as pq
 
 from memlib import ids, schema
 from memlib.embed.token_encoder import MAX_TOKENS, TokenEncoder
+from memlib.io.checksums import DamagedFileError
 from memlib.io.files import atomic_write
 from memlib.io.store import LATE_CACHE_SUBDIR
 from memlib.retrieve.late import TokenMatrix, build_token_matrix
@@ -145,6 +146,12 @@ def _from_reference(reader, tenant: str, key: str, turn_ids: list[str],
         body.get("format") == CACHE_FORMAT else None
 
 
+def tenant_references(reader, tenant: str) -> list[dict]:
+    """The matrix references of ``tenant`` in ``reader``'s version (its turns view's, else its rows
+    of the ``matrix_refs`` table): kept sessions named by session build key and session keys."""
+    return _view_reference(reader, tenant) or _references(reader, tenant)
+
+
 # the matrix_refs part files read in this process, decoded once each (a part holds the references
 # of dozens of small tenants; reading a tenant's row group took 3-4 ms of a cold query)
 _REFERENCES: OrderedDict[str, tuple[tuple[int, int, int], dict[str, list[dict]]]] = OrderedDict()
@@ -211,7 +218,42 @@ def _kept(store: Path, session_build_key: str, read: Any) -> Any:
         return read(kept)
     except KeyError:  # sessions kept since the index was read: read the new index files
         kept.refresh()
-        return read(kept)
+        try:
+            return read(kept)
+        except KeyError as exc:
+            if kept.unreadable:  # an unreadable index file may be the one that lists them: not trusted
+                names = ", ".join(sorted(kept.unreadable)[:3])
+                raise DamagedFileError(f"{exc.args[0]}, and kept block index(es) {names} cannot be read") from None
+            raise
+
+
+def damaged_tenants(reader) -> dict[str, str]:
+    """Tenant of ``reader``'s version -> why the kept sessions its matrix reference names are
+    damaged. Every kept block of the version's session build key is checked (each file hashed once
+    per identity in this process: the service calls this on a thread when it opens a version, so
+    that a cold query finds its blocks checked); a block holding only sessions no tenant refers
+    to any more (kept for a later run) is no tenant's."""
+    key = reader.manifest.get("session_build_key")
+    if not key or not (Path(reader.path) / "cache" / "sessions" / key).is_dir():
+        return {}
+
+    def check(kept) -> tuple[dict[str, str], Any]:
+        kept.refresh()
+        return kept.verify(), kept.index()
+
+    bad, idx = _kept(Path(reader.path), key, check)
+    out: dict[str, str] = {}
+    if not bad:
+        return out
+    rows = [r for r in idx.to_pylist() if r["block"] in bad]
+    for tenant in sorted({r["tenant_id"] for r in rows}):
+        refs = [r for r in tenant_references(reader, tenant)
+                if r.get("session_build_key") == key] if reader.has_tenant(tenant) else []
+        named = {k for r in refs for k in r["sessions"]}
+        hit = [r["block"] for r in rows if r["tenant_id"] == tenant and r["session_key"] in named]
+        if hit:
+            out[tenant] = f"kept session block damaged: {bad[hit[0]]}"
+    return out
 
 
 def _from_sessions(ref: dict, turn_ids: list[str], store: Path) -> TokenMatrix | None:

@@ -19,10 +19,12 @@ from pathlib import Path
 
 from memlib.config import MemlibConfig
 from memlib.embed.space import built_space
+from memlib.io.checksums import DamagedFileError
 from memlib.io.files import atomic_write
 from memlib.io.store import read_manifest
 from memlib.retrieve.base import Strategy
 from memlib.retrieve.kernels import run_search
+from memlib.retrieve.matrix_cache import damaged_tenants
 from memlib.retrieve.registry import get_strategy, list_strategies
 from memlib.retrieve.tenant import QueryEmbedder, TenantIndex
 from memlib.retrieve.tenant_cache import TenantCache, default_cache_bytes
@@ -122,7 +124,31 @@ class SearchService:
             gc.freeze()
             self._frozen = True
         self.poller.start()
+        self._check_kept()
         return self
+
+    def _check_kept(self) -> None:
+        """Check the served version's files and kept session blocks on a thread (each file hashed
+        once in this process): a tenant with a damaged one is reported broken before it is asked
+        for, and a cold query finds its files checked already (one ``stat`` each then)."""
+        reader = self.cache.reader
+        version = reader.version
+
+        def run() -> None:
+            try:
+                bad = damaged_tenants(reader)
+                for tenant in reader.tenants():
+                    files = reader.damaged_files(tenant)
+                    if files:
+                        bad.setdefault(tenant, f"published files damaged: {', '.join(files[:3])}")
+            except Exception:  # noqa: BLE001 - a query still checks the blocks it reads
+                log.exception("checking the kept session blocks of store version %s failed", version)
+                return
+            for tenant, why in sorted(bad.items()):
+                if self.cache.version == version and self.cache.has_tenant(tenant):
+                    self._broken(tenant, FILES_UNREADABLE, DamagedFileError(why))
+
+        threading.Thread(target=run, name="memlib-check-kept", daemon=True).start()
 
     def _broken(self, tenant: str, what: str, exc: BaseException) -> str:
         reason = f"{what}: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
@@ -217,6 +243,7 @@ class SearchService:
             changed = self.cache.refresh()
         if changed:
             self.broken = {}
+            self._check_kept()
             self.metrics.reloads.inc()
             self.metrics.set_version(self.cache.version)
             log.info("now serving store version %s", self.cache.version)
@@ -241,6 +268,10 @@ class SearchService:
         if known.startswith(FILES_UNREADABLE):  # do not reread a corrupt file on every request
             raise ApiError(ErrorCode.TENANT_UNAVAILABLE, f"tenant {tenant!r} is unavailable: {known}")
         try:
+            if tenant not in self.cache:  # cold: its files as published (a stat each once checked)
+                bad = self.cache.reader.damaged_files(tenant)
+                if bad:
+                    raise DamagedFileError(f"published files damaged: {', '.join(bad[:3])}")
             idx = self.cache.get(tenant)
         except KeyError:  # a version without this tenant was published in between
             raise ApiError(ErrorCode.UNKNOWN_TENANT, f"tenant {tenant!r} is not in the published store") from None
@@ -274,6 +305,9 @@ class SearchService:
             self.asked[req.tenant] += 1
         try:
             result = run_search(idx, strategy, req.query, req.k)
+        except DamagedFileError as exc:  # never answered from a damaged file, nor encoded anew (another ranking)
+            reason = self._broken(req.tenant, FILES_UNREADABLE, exc)
+            raise ApiError(ErrorCode.TENANT_UNAVAILABLE, f"tenant {req.tenant!r} is unavailable: {reason}") from None
         except Exception as exc:
             graph = self._graph_error(req.tenant, idx)
             if graph is not None:

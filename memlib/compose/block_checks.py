@@ -1,0 +1,95 @@
+"""Checksums of kept session blocks (memlib/compose/session_store.py): a block's index file, the
+commit point written after the block's files, names the size and CRC-32 of each of them in its
+Parquet metadata; each file is checked before it is read, once per file identity in a process
+(memlib/io/checksums.py). A block whose bytes are not the ones written is never read: the build
+drops it and computes its sessions again, the service reports its tenants unavailable
+(docs/decisions/0031-kept-file-checksums.md)."""
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from collections.abc import Iterable
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from memlib.compose.kept_tokens import INT8T_FILE
+from memlib.compose.sessions import SESSION_TABLES
+from memlib.io import checksums
+from memlib.io.checksums import DamagedFileError
+from memlib.io.files import replace_parquet
+
+log = logging.getLogger("memlib.compose")
+SUMS_KEY = b"memlib.checksums"  # the index file's metadata: block file name -> [size, crc32]
+VECTORS_FILE = "turn_vectors.arrow"
+BLOCK_FILES = (*(f"{n}.parquet" for n in SESSION_TABLES), VECTORS_FILE, INT8T_FILE)
+
+__all__ = ["BlockChecks", "DamagedFileError"]
+
+
+class BlockChecks:
+    """What :class:`SessionStore` does with its blocks' checksums (it has ``root``, ``index()``,
+    ``_read``: block -> (signature, index rows, checksums), ``unreadable`` and ``_index``)."""
+
+    root: Path
+    _read: dict
+    unreadable: dict[str, str]
+
+    def _commit(self, block: str, index: pa.Table) -> None:
+        """Write the block's index file, naming the checksums of the files written before it."""
+        sums = json.dumps(checksums.crcs_of(self.root / "blocks" / block, list(BLOCK_FILES)), sort_keys=True)
+        replace_parquet(index.replace_schema_metadata({SUMS_KEY: sums.encode()}),
+                        self.root / "index" / f"{block}.parquet")
+
+    def _read_index(self, f: Path) -> tuple[pa.Table, dict] | None:
+        """An index file's rows and its block's checksums; None (logged, and listed as unreadable)
+        when it cannot be read: its block counts as not kept."""
+        try:
+            t = pq.read_table(f)
+            sums = json.loads((t.schema.metadata or {}).get(SUMS_KEY, b"{}"))
+            if not isinstance(sums, dict):
+                raise ValueError("checksums are not an object")
+        except (OSError, pa.ArrowException, ValueError) as exc:
+            log.warning("kept block index %s unreadable, its sessions count as not kept: %s", f, str(exc)[:160])
+            self.unreadable[f.stem] = " ".join(str(exc).split())[:200]
+            return None
+        self.unreadable.pop(f.stem, None)
+        return t.replace_schema_metadata(None), sums
+
+    def _checked(self, bdir: Path, name: str) -> Path:
+        """``bdir/name``, once its bytes have the checksum its index file names (blocks kept before
+        checksums were are read as they are)."""
+        expected = self._read.get(bdir.name, (None, None, {}))[2].get(name)
+        if expected is not None:
+            checksums.check(bdir / name, expected)
+        return bdir / name
+
+    def verify(self, blocks: Iterable[str] | None = None) -> dict[str, str]:
+        """Block -> why it is damaged, of ``blocks`` (every kept block when None): each file its
+        index names is checked, and an unreadable index file counts."""
+        listed = set(self.index().column("block").to_pylist())
+        todo = sorted(listed if blocks is None else set(blocks) & listed)
+        bad = {b: f"index file unreadable: {why}" for b, why in self.unreadable.items()
+               if blocks is None or b in set(blocks)}
+        for b in todo:
+            for name in sorted(self._read.get(b, (None, None, {}))[2]):
+                try:
+                    self._checked(self.root / "blocks" / b, name)
+                except DamagedFileError as exc:
+                    bad[b] = str(exc)
+                    break
+        return bad
+
+    def unchecked(self) -> list[str]:
+        """Kept blocks whose index names no checksums (kept before they were; read as they are)."""
+        return sorted(b for b, known in self._read.items() if not known[2])
+
+    def drop(self, blocks: Iterable[str]) -> None:
+        """Remove kept blocks (damaged ones: the build computes their sessions again)."""
+        for b in blocks:
+            (self.root / "index" / f"{b}.parquet").unlink(missing_ok=True)
+            shutil.rmtree(self.root / "blocks" / b, ignore_errors=True)
+            self.unreadable.pop(b, None)
+        self._index = None
