@@ -105,3 +105,34 @@ def test_tokens_of_a_cut_off_reply_are_still_counted(fake_server, tmp_path):
     assert row["attempts"] == 2
     assert row["prompt_tokens"] == srv.state.prompt_tokens > 0
     assert row["completion_tokens"] == srv.state.completion_tokens > 0
+
+
+def test_a_damaged_cached_response_is_asked_again(fake_server, tmp_path):
+    """Issue 39: every kept LLM response carries a checksum; one whose bytes changed after it was
+    written (still valid JSON) is a miss, and the call goes to the endpoint again."""
+    srv = fake_server()
+    client = _client(srv, tmp_path)
+    first = client.call(Task.FACTS, VARS, unit_id="u", tenant_id="t")
+    assert client.call(Task.FACTS, VARS, unit_id="u", tenant_id="t").status is CallStatus.CACHED
+    [path] = (tmp_path / "cache").glob("*/*.json")
+    entry = json.loads(path.read_text())
+    assert entry["checksum"].startswith("sha256:")
+    fact = entry["output"]["facts"][0]
+    fact["text"] = fact["text"] + " (edited)"  # a change that still parses and validates
+    path.write_text(json.dumps(entry))
+    again = client.call(Task.FACTS, VARS, unit_id="u", tenant_id="t")
+    assert again.status is CallStatus.OK and srv.state.chat_requests == 2
+    assert again.output == first.output
+    assert client.call(Task.FACTS, VARS, unit_id="u", tenant_id="t").status is CallStatus.CACHED
+
+
+def test_a_response_cached_before_checksums_is_read_as_before(fake_server, tmp_path):
+    srv = fake_server()
+    client = _client(srv, tmp_path)
+    client.call(Task.FACTS, VARS, unit_id="u", tenant_id="t")
+    [path] = (tmp_path / "cache").glob("*/*.json")
+    entry = json.loads(path.read_text())
+    del entry["checksum"]
+    path.write_text(json.dumps(entry))
+    assert client.call(Task.FACTS, VARS, unit_id="u", tenant_id="t").status is CallStatus.CACHED
+    assert srv.state.chat_requests == 1
