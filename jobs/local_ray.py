@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import secrets
 import shlex
 import socket
@@ -39,6 +40,7 @@ from pathlib import Path
 import ray
 
 from jobs.ray_logs import hide_native_lines, quiet_python_loggers, restore_stderr
+from memlib.io.files import StoreError
 
 LOOPBACK = "127.0.0.1"
 
@@ -275,6 +277,31 @@ def export_local_ray_env() -> None:
         os.environ.setdefault(key, value)
 
 
+class RayUnavailable(StoreError):
+    """No Ray to run on: a cluster address nobody answers at, or a local instance that did not start."""
+
+
+# a cluster's GCS as ``host:port`` (or a Ray client's ``ray://host:port``): what a connection is tried to
+_ADDRESS = re.compile(r"^(?:ray://)?\[?([^\[\]/]+?)\]?:(\d{1,5})$")
+PROBE_S = 5.0
+
+
+def probe_address(address: str, timeout_s: float = PROBE_S) -> None:
+    """Raise :class:`RayUnavailable` when nothing accepts a connection at ``address`` within
+    ``timeout_s`` (``ray.init`` itself retries a dead address for minutes, printing only Ray's own
+    warnings). Addresses of another form (``auto``) are left to Ray."""
+    m = _ADDRESS.match(address.strip())
+    if m is None:
+        return
+    try:
+        with socket.create_connection((m.group(1), int(m.group(2))), timeout=timeout_s):
+            return
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__.replace("Error", " error").strip()
+        raise RayUnavailable(f"no Ray cluster answers at {address} ({reason.lower()}): start one (`ray start "
+                             f"--head`) or fix --address / RAY_ADDRESS; leave both unset for a local Ray") from None
+
+
 @dataclass(frozen=True)
 class RayTarget:
     """The Ray instance a build runs on: the CPUs it may use, and whether its workers inherit the
@@ -295,9 +322,14 @@ def init_ray(address: str | None, num_cpus: int | None, *, token_auth: bool = Tr
     address = address or os.environ.get("RAY_ADDRESS")
     if not ray.is_initialized():
         if address:
+            probe_address(address)
             ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING if quiet else logging.INFO)
         else:
-            start_local(num_cpus, token_auth=token_auth, worker_env=WORKER_ENV, quiet=quiet)
+            try:
+                start_local(num_cpus, token_auth=token_auth, worker_env=WORKER_ENV, quiet=quiet)
+            except (TimeoutError, ConnectionError, RuntimeError) as exc:  # Ray's start failures, not ours
+                raise RayUnavailable(f"the local Ray instance did not start: {' '.join(str(exc).split())[:300]} "
+                                     f"(on a loaded machine, try again)") from exc
     if quiet:
         quiet_python_loggers()
         hide_native_lines()

@@ -1,0 +1,32 @@
+"""A cluster address nobody answers at is one line and exit 2 (issue 39): ``ray.init`` alone
+retried a dead address for minutes, printing only Ray's own warnings."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from jobs.local_ray import RayUnavailable, probe_address
+from memlib import SAMPLE as SAMPLE_PATH
+from tests.jobs.conftest import run_cli
+
+
+def test_a_build_on_an_address_nobody_answers_at_is_one_line(tmp_path, jobs_env):
+    out = tmp_path / "store"
+    started = time.monotonic()
+    res = run_cli(["build", "--input", str(SAMPLE_PATH), "--out", str(out), "--address", "127.0.0.1:1"])
+    assert res.exit_code == 2, res.output
+    errors = [ln for ln in res.output.splitlines() if "no Ray cluster answers at 127.0.0.1:1" in ln]
+    assert len(errors) == 1 and "Traceback" not in res.output, res.output
+    assert time.monotonic() - started < 30
+    assert not (out / "manifest.json").exists() and not list((out / "versions").glob("v*"))
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:1", "ray://127.0.0.1:1", "[::1]:1"])
+def test_probe_refuses_a_closed_port(address):
+    with pytest.raises(RayUnavailable, match="no Ray cluster answers"):
+        probe_address(address, timeout_s=2.0)
+
+
+def test_probe_leaves_other_forms_to_ray():
+    probe_address("auto")
