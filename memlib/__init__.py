@@ -19,4 +19,7 @@ def __getattr__(name: str) -> Any:
         from memlib import api
 
         return getattr(api, name)
+    if name == "build":  # the build runs on Ray, which the library never imports: say where it is
+        raise AttributeError("memlib.build is jobs.api.build (`from jobs.api import build`): a build runs on Ray, "
+                             "which `import memlib` never loads")
     raise AttributeError(f"module 'memlib' has no attribute {name!r}")

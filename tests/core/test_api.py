@@ -84,6 +84,13 @@ def test_open_store_on_a_directory_without_a_store(tmp_path):
         memlib.open_store(tmp_path)
 
 
+def test_memlib_build_says_where_the_build_is():
+    import memlib
+
+    with pytest.raises(AttributeError, match=r"jobs\.api\.build"):
+        memlib.build  # noqa: B018 - the attribute access is the test
+
+
 def test_import_memlib_loads_nothing_heavy():
     code = ("import sys, memlib; memlib.open_store; memlib.SAMPLE; "
             "print([m for m in ('pyarrow', 'lancedb', 'ray', 'polars', 'jobs') if m in sys.modules])")

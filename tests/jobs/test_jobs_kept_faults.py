@@ -150,6 +150,20 @@ def turn_vectors(store: Path) -> dict[str, np.ndarray]:
                                                  nodes.column("embedding").to_pylist()) if k == "turn"}
 
 
+def test_a_deleted_late_cache_changes_no_answer(intact, intact_answers, tmp_path):
+    """Item 5: a tenant's token-matrix reference is published (``matrix_refs``, the turns view;
+    decision 0028), not kept in ``cache/late``: with that directory deleted after queries wrote to
+    it, every tenant answers as before and the service stays healthy."""
+    store = tmp_path / "store"
+    shutil.copytree(intact, store)
+    checksums.forget()
+    answers(store)  # queries may write matrices into cache/late
+    shutil.rmtree(store / "cache" / "late", ignore_errors=True)
+    checksums.forget()
+    after, health = answers(store)
+    assert after == intact_answers[0] and health.status == "ok"
+
+
 def test_a_nightly_drops_damaged_kept_blocks_and_publishes_what_an_intact_cache_gives(intact, tmp_path):
     store = tmp_path / "store"
     shutil.copytree(intact, store)
