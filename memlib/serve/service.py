@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 import re
 import threading
 import time
@@ -135,6 +136,10 @@ class SearchService:
         version = reader.version
 
         def run() -> None:
+            try:  # below the request threads: on Linux a thread has a priority of its own
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+            except (AttributeError, OSError):
+                pass
             try:
                 bad = damaged_tenants(reader)
                 for tenant in reader.tenants():
