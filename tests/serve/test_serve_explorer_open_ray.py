@@ -10,7 +10,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -18,7 +17,8 @@ import httpx
 import pytest
 
 from jobs.local_ray import free_port
-from tests.serve.test_serve_explorer_ray import CHROMIUM_ARGS, QUESTION, _chromium
+from tests.serve.browser import chromium_page
+from tests.serve.test_serve_explorer_ray import QUESTION
 
 pytestmark = pytest.mark.ray
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,50 +57,38 @@ def test_open_local_needs_no_token_and_says_so(open_url):
 
 def test_the_page_connects_explains_signals_and_labels_edges_on_hover(open_url, tmp_path):
     url, _ = open_url
-    browser = _chromium()
-    if browser is None:
-        pytest.skip("no chromium executable on PATH (cluster/bootstrap.sh installs Debian's chromium as root)")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is a test dependency (.[test])")
-    with sync_api.sync_playwright() as p, tempfile.TemporaryDirectory() as profile:
-        ctx = p.chromium.launch_persistent_context(profile, executable_path=browser, headless=True, args=CHROMIUM_ARGS,
-                                                   viewport={"width": 1400, "height": 1000})
-        try:
-            page = ctx.new_page()
-            refused = []
-            page.on("console", lambda m: refused.append(m.text) if "Content Security Policy" in m.text else None)
-            page.goto(f"{url}/ui/")
-            page.wait_for_selector("#ask:not([hidden])", timeout=60_000)  # no token typed
-            assert page.is_hidden("#welcome") and "open (no token needed)" in page.inner_text("#status")
-            page.select_option("#tenant", "maya")
-            page.fill("#question", QUESTION)
-            page.click("#search")
-            page.wait_for_selector("#signals-legend:not([hidden]) dt", timeout=60_000)
-            legend = dict(zip(page.eval_on_selector_all("#signals-legend dt", "ds => ds.map(d => d.textContent)"),
-                              page.eval_on_selector_all("#signals-legend dd", "ds => ds.map(d => d.textContent)")))
-            for signal_name in ("z_maxsim", "session_prior", "named_participant"):
-                assert len(legend.get(signal_name, "")) > 20, legend
-            chip = page.get_attribute("#results li.hit .chip[data-signal=z_maxsim]", "title")
-            assert chip == legend["z_maxsim"]
-            page.click("#results li.hit >> nth=0")
-            page.wait_for_selector("#graph svg circle", timeout=60_000)
-            visible = "els => els.filter(e => getComputedStyle(e).display !== 'none').map(e => e.dataset.edge)"
-            assert page.locator("#graph text.edge-label").count() >= 2
-            assert page.eval_on_selector_all("#graph text.edge-label", visible) == []  # at rest: no edge label
-            nodes = page.eval_on_selector_all("#graph g.node", "gs => gs.map(g => g.dataset.id)")
-            edges = page.eval_on_selector_all("#graph line.edge", "ls => ls.map(l => [l.dataset.src, l.dataset.dst])")
-            busiest = max(nodes[1:], key=lambda n: sum(n in e for e in edges))
-            mine = {str(i) for i, e in enumerate(edges) if busiest in e}
-            page.hover(f"#graph g.node[data-id='{busiest}'] circle")
-            assert set(page.eval_on_selector_all("#graph text.edge-label", visible)) == mine  # its edges only
-            page.mouse.move(5, 5)
-            assert page.eval_on_selector_all("#graph text.edge-label", visible) == []
-            page.click(f"#graph g.node[data-id='{busiest}'] circle")  # a click keeps them
-            page.mouse.move(5, 5)
-            assert set(page.eval_on_selector_all("#graph text.edge-label", visible)) == mine
-            shot = tmp_path / "explorer-graph.png"
-            page.screenshot(path=str(shot), full_page=True)
-            if os.environ.get("MEMLIB_SCREENSHOTS"):
-                shutil.copy(shot, Path(os.environ["MEMLIB_SCREENSHOTS"]))
-            assert not refused, refused
-        finally:
-            ctx.close()
+    with chromium_page() as (page, refused):
+        page.goto(f"{url}/ui/")
+        page.wait_for_selector("#ask:not([hidden])", timeout=60_000)  # no token typed
+        assert page.is_hidden("#welcome") and "open (no token needed)" in page.inner_text("#status")
+        page.select_option("#tenant", "maya")
+        page.fill("#question", QUESTION)
+        page.click("#search")
+        page.wait_for_selector("#signals-legend:not([hidden]) dt", timeout=60_000)
+        legend = dict(zip(page.eval_on_selector_all("#signals-legend dt", "ds => ds.map(d => d.textContent)"),
+                          page.eval_on_selector_all("#signals-legend dd", "ds => ds.map(d => d.textContent)")))
+        for signal_name in ("z_maxsim", "session_prior", "named_participant"):
+            assert len(legend.get(signal_name, "")) > 20, legend
+        chip = page.get_attribute("#results li.hit .chip[data-signal=z_maxsim]", "title")
+        assert chip == legend["z_maxsim"]
+        page.click("#results li.hit >> nth=0")
+        page.wait_for_selector("#graph svg circle", timeout=60_000)
+        visible = "els => els.filter(e => getComputedStyle(e).display !== 'none').map(e => e.dataset.edge)"
+        assert page.locator("#graph text.edge-label").count() >= 2
+        assert page.eval_on_selector_all("#graph text.edge-label", visible) == []  # at rest: no edge label
+        nodes = page.eval_on_selector_all("#graph g.node", "gs => gs.map(g => g.dataset.id)")
+        edges = page.eval_on_selector_all("#graph line.edge", "ls => ls.map(l => [l.dataset.src, l.dataset.dst])")
+        busiest = max(nodes[1:], key=lambda n: sum(n in e for e in edges))
+        mine = {str(i) for i, e in enumerate(edges) if busiest in e}
+        page.hover(f"#graph g.node[data-id='{busiest}'] circle")
+        assert set(page.eval_on_selector_all("#graph text.edge-label", visible)) == mine  # its edges only
+        page.mouse.move(5, 5)
+        assert page.eval_on_selector_all("#graph text.edge-label", visible) == []
+        page.click(f"#graph g.node[data-id='{busiest}'] circle")  # a click keeps them
+        page.mouse.move(5, 5)
+        assert set(page.eval_on_selector_all("#graph text.edge-label", visible)) == mine
+        shot = tmp_path / "explorer-graph.png"
+        page.screenshot(path=str(shot), full_page=True)
+        if os.environ.get("MEMLIB_SCREENSHOTS"):
+            shutil.copy(shot, Path(os.environ["MEMLIB_SCREENSHOTS"]))
+        assert not refused, refused

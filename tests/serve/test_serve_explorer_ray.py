@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import httpx
@@ -13,12 +12,11 @@ import pytest
 from mcp.shared.exceptions import MCPError
 
 from memlib.io.store import StoreReader, read_manifest
+from tests.serve.browser import chromium_page
 from tests.serve.conftest import ADMIN, SAMPLE_TOKENS, mcp_call, sample_serve_config
 
 pytestmark = pytest.mark.ray
 QUESTION = "does Maya eat coriander?"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
 @pytest.fixture(scope="module")
@@ -99,82 +97,52 @@ def test_graph_of_a_hit_is_the_stores_derived_memory(serve_url, full_store):
                                                                         for e in graph["edges"]}
 
 
-def _chromium() -> str | None:
-    for name in ("chromium", "chromium-browser"):
-        path = shutil.which(name)
-        if path:
-            return path
-    return None
-
-
 def test_the_landing_page_says_where_a_token_comes_from(serve_url, tmp_path):
     """A first visit (no token in the tab) to a service with tokens: the page names the command that
     prints a token, the config keys its hash goes in, and --open-local for a store of one's own."""
-    browser = _chromium()
-    if browser is None:
-        pytest.skip("no chromium executable on PATH (cluster/bootstrap.sh installs Debian's chromium as root)")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is a test dependency (.[test])")
-    with sync_api.sync_playwright() as p, tempfile.TemporaryDirectory() as profile:
-        ctx = p.chromium.launch_persistent_context(profile, executable_path=browser, headless=True, args=CHROMIUM_ARGS,
-                                                   viewport={"width": 1400, "height": 800})
-        try:
-            page = ctx.new_page()
-            page.goto(f"{serve_url}/ui/")
-            page.wait_for_selector("#welcome:not([hidden])")
-            page.wait_for_function("document.querySelector('#status').textContent === 'not connected'")
-            hint = page.inner_text("#welcome")
-            for words in ("memlib serve hash-token", "serve.admin_token_hash", "serve.tenant_token_hashes",
-                          "memlib serve --store STORE --open-local"):
-                assert words in hint, hint
-            assert page.is_hidden("#ask") and page.is_hidden("#error")  # no error for not having a token yet
-            page.screenshot(path=str(tmp_path / "explorer-landing.png"))
-            if os.environ.get("MEMLIB_SCREENSHOTS"):
-                shutil.copy(tmp_path / "explorer-landing.png", Path(os.environ["MEMLIB_SCREENSHOTS"]))
-        finally:
-            ctx.close()
+    with chromium_page(800) as (page, _):
+        page.goto(f"{serve_url}/ui/")
+        page.wait_for_selector("#welcome:not([hidden])")
+        page.wait_for_function("document.querySelector('#status').textContent === 'not connected'")
+        hint = page.inner_text("#welcome")
+        for words in ("memlib serve hash-token", "serve.admin_token_hash", "serve.tenant_token_hashes",
+                      "memlib serve --store STORE --open-local"):
+            assert words in hint, hint
+        assert page.is_hidden("#ask") and page.is_hidden("#error")  # no error for not having a token yet
+        page.screenshot(path=str(tmp_path / "explorer-landing.png"))
+        if os.environ.get("MEMLIB_SCREENSHOTS"):
+            shutil.copy(tmp_path / "explorer-landing.png", Path(os.environ["MEMLIB_SCREENSHOTS"]))
 
 
 def test_explorer_page_in_headless_chromium(serve_url, full_store, tmp_path):
-    browser = _chromium()
-    if browser is None:
-        pytest.skip("no chromium executable on PATH (cluster/bootstrap.sh installs Debian's chromium as root)")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is a test dependency (.[test])")
     turns = turns_of(full_store, "maya")
     shot = tmp_path / "explorer.png"
-    with sync_api.sync_playwright() as p, tempfile.TemporaryDirectory() as profile:
-        ctx = p.chromium.launch_persistent_context(profile, executable_path=browser, headless=True, args=CHROMIUM_ARGS,
-                                                   viewport={"width": 1400, "height": 1000})
-        try:
-            page = ctx.new_page()
-            refused = []  # what the page's Content-Security-Policy blocked (issue 39): nothing
-            page.on("console", lambda m: refused.append(m.text) if "Content Security Policy" in m.text else None)
-            resp = page.goto(f"{serve_url}/ui/")
-            assert "frame-ancestors 'none'" in resp.headers["content-security-policy"]
-            page.fill("#token", SAMPLE_TOKENS["maya"])
-            page.click("#connect button")
-            page.wait_for_selector("#ask:not([hidden])", timeout=60_000)
-            assert page.eval_on_selector_all("#tenant option", "os => os.map(o => o.value)") == ["maya"]
-            page.fill("#question", QUESTION)
-            page.click("#search")
-            page.wait_for_selector("#results li.hit", timeout=60_000)
-            hits = page.eval_on_selector_all("#results li.hit", "ls => ls.map(l => l.dataset.turn)")
-            assert hits and all(h in turns for h in hits)
-            assert any("coriander" in turns[h]["text"] for h in hits[:3])
-            first = page.inner_text("#results li.hit >> nth=0")
-            assert turns[hits[0]]["text"] in first and turns[hits[0]]["session_id"] in first and "2024-" in first
-            chip = page.eval_on_selector("#results li.hit .chip.kind", "e => getComputedStyle(e).backgroundColor")
-            assert chip not in ("", "rgba(0, 0, 0, 0)", "rgb(238, 241, 246)"), chip  # its kind's colour, not .chip's
-            page.click("#results li.hit >> nth=0")
-            page.wait_for_selector("#graph svg circle", timeout=60_000)
-            assert turns[hits[0]]["text"] in page.inner_text("#session li.focus")
-            assert page.locator("#graph svg circle").count() >= 2 and page.locator("#derived li").count() >= 1
-            page.screenshot(path=str(shot), full_page=True)
-            page.click("#compare")
-            page.wait_for_selector("#comparison .col li", timeout=60_000)
-            columns = page.eval_on_selector_all("#comparison .col", "cs => cs.map(c => c.dataset.strategy)")
-            assert len(columns) >= 2 and "auto" in columns
-            page.screenshot(path=str(tmp_path / "explorer-compare.png"), full_page=True)
-            assert not refused, refused
-        finally:
-            ctx.close()
+    with chromium_page() as (page, refused):  # refused: what the page's Content-Security-Policy blocked (issue 39)
+        resp = page.goto(f"{serve_url}/ui/")
+        assert "frame-ancestors 'none'" in resp.headers["content-security-policy"]
+        page.fill("#token", SAMPLE_TOKENS["maya"])
+        page.click("#connect button")
+        page.wait_for_selector("#ask:not([hidden])", timeout=60_000)
+        assert page.eval_on_selector_all("#tenant option", "os => os.map(o => o.value)") == ["maya"]
+        page.fill("#question", QUESTION)
+        page.click("#search")
+        page.wait_for_selector("#results li.hit", timeout=60_000)
+        hits = page.eval_on_selector_all("#results li.hit", "ls => ls.map(l => l.dataset.turn)")
+        assert hits and all(h in turns for h in hits)
+        assert any("coriander" in turns[h]["text"] for h in hits[:3])
+        first = page.inner_text("#results li.hit >> nth=0")
+        assert turns[hits[0]]["text"] in first and turns[hits[0]]["session_id"] in first and "2024-" in first
+        chip = page.eval_on_selector("#results li.hit .chip.kind", "e => getComputedStyle(e).backgroundColor")
+        assert chip not in ("", "rgba(0, 0, 0, 0)", "rgb(238, 241, 246)"), chip  # its kind's colour, not .chip's
+        page.click("#results li.hit >> nth=0")
+        page.wait_for_selector("#graph svg circle", timeout=60_000)
+        assert turns[hits[0]]["text"] in page.inner_text("#session li.focus")
+        assert page.locator("#graph svg circle").count() >= 2 and page.locator("#derived li").count() >= 1
+        page.screenshot(path=str(shot), full_page=True)
+        page.click("#compare")
+        page.wait_for_selector("#comparison .col li", timeout=60_000)
+        columns = page.eval_on_selector_all("#comparison .col", "cs => cs.map(c => c.dataset.strategy)")
+        assert len(columns) >= 2 and "auto" in columns
+        page.screenshot(path=str(tmp_path / "explorer-compare.png"), full_page=True)
+        assert not refused, refused
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
