@@ -1,5 +1,5 @@
 """What a rebuilt tenant changes in the Lance ``nodes`` table: a nightly run replaces only the
-rows that changed, not the tenant's whole history (issue 38, item 5).
+rows that changed, not the tenant's whole history (docs/decisions/0030-lance-rows-by-node.md).
 
 A node's Lance row is everything the store holds of it but its importance (kept apart,
 ``schema.NODE_IMPORTANCE``): its id, text, times, provenance, attributes and vector. A run that

@@ -1,5 +1,5 @@
 """Tenant views: what a server opens for a tenant, written by the build beside its part's tables
-in a layout that opens by mapping, without decoding (issue 37; docs/decisions/0028-tenant-views.md).
+in a layout that opens by mapping, without decoding (docs/decisions/0028-tenant-views.md).
 
 A part's view files::
 

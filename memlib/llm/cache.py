@@ -6,7 +6,8 @@ files, so a cache can be shared between endpoints serving the same model.
 
 Each file holds its entry and ``checksum``, the sha256 of the entry's canonical JSON: a file
 whose bytes changed after it was written (a flipped digit still parses) is a miss, logged, and
-the call is made again (issue 39). Files written before checksums are read as before.
+the call is made again (docs/decisions/0031-kept-file-checksums.md). Files written before
+checksums are read as before.
 """
 from __future__ import annotations
 
