@@ -247,6 +247,9 @@ class StoreReader:
         path = self.graph_file(tenant)
         if not path.exists():
             return None
+        expected = (self.manifest.get(FILES_KEY) or {}).get(path.relative_to(self.version_dir).as_posix())
+        if expected is not None:  # a damaged graph is never loaded (graph-tool may read flipped bytes)
+            check(path, expected)
         if path.suffix == ".gt":
             return path.read_bytes()
         t = read_tenant(path, tenant, ["graph"])

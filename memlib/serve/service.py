@@ -48,6 +48,13 @@ from memlib.serve.requests import Limits, check_tenant_id, parse_search, validat
 
 log = logging.getLogger("memlib.serve")
 FILES_UNREADABLE = "files unreadable"
+GRAPH_UNREADABLE = "graph file unreadable"  # only the strategies that read the graph are refused
+GRAPHS_DIR = "/graphs/"
+
+
+def graph_only(damaged: list[str]) -> bool:
+    """Whether every damaged file named (paths first) is a graph part: the rest of the tenant serves."""
+    return bool(damaged) and all(GRAPHS_DIR in d.split(": ", 1)[0] for d in damaged)
 HOT_TENANTS_MAX = 1_000_000  # lines of serve.hot_tenants_file
 
 
@@ -142,16 +149,20 @@ class SearchService:
                 pass
             try:
                 bad = damaged_tenants(reader)
+                graph_bad = set()
                 for tenant in reader.tenants():
                     files = reader.damaged_files(tenant)
                     if files:
                         bad.setdefault(tenant, f"published files damaged: {', '.join(files[:3])}")
+                        if graph_only(files) and bad[tenant].startswith("published files damaged"):
+                            graph_bad.add(tenant)
             except Exception:  # noqa: BLE001 - a query still checks the blocks it reads
                 log.exception("checking the kept session blocks of store version %s failed", version)
                 return
             for tenant, why in sorted(bad.items()):
                 if self.cache.version == version and self.cache.has_tenant(tenant):
-                    self._broken(tenant, FILES_UNREADABLE, DamagedFileError(why))
+                    self._broken(tenant, GRAPH_UNREADABLE if tenant in graph_bad else FILES_UNREADABLE,
+                                 DamagedFileError(why))
 
         threading.Thread(target=run, name="memlib-check-kept", daemon=True).start()
 
@@ -164,6 +175,9 @@ class SearchService:
 
     def _graph_error(self, tenant: str, idx: TenantIndex) -> str | None:
         """Why the tenant's graph cannot be loaded (``None``: it loads, or the tenant has none)."""
+        known = self.broken.get(tenant, "")
+        if known.startswith(GRAPH_UNREADABLE):
+            return known
         try:
             if idx.has_graph:
                 idx.graph  # noqa: B018 - loads and keeps the graph
@@ -275,7 +289,9 @@ class SearchService:
         try:
             if tenant not in self.cache:  # cold: its files as published (a stat each once checked)
                 bad = self.cache.reader.damaged_files(tenant)
-                if bad:
+                if graph_only(bad):  # the strategies that read no graph still answer
+                    self._broken(tenant, GRAPH_UNREADABLE, DamagedFileError(", ".join(bad[:3])))
+                elif bad:
                     raise DamagedFileError(f"published files damaged: {', '.join(bad[:3])}")
             idx = self.cache.get(tenant)
         except KeyError:  # a version without this tenant was published in between
@@ -311,6 +327,10 @@ class SearchService:
         try:
             result = run_search(idx, strategy, req.query, req.k)
         except DamagedFileError as exc:  # never answered from a damaged file, nor encoded anew (another ranking)
+            if graph_only([str(exc)]):
+                reason = self._broken(req.tenant, GRAPH_UNREADABLE, exc)
+                raise ApiError(ErrorCode.TENANT_UNAVAILABLE, f"strategy {req.strategy!r} needs the graph of tenant "
+                                                             f"{req.tenant!r}: {reason}") from None
             reason = self._broken(req.tenant, FILES_UNREADABLE, exc)
             raise ApiError(ErrorCode.TENANT_UNAVAILABLE, f"tenant {req.tenant!r} is unavailable: {reason}") from None
         except Exception as exc:

@@ -114,7 +114,7 @@ def test_jobs_submit_stop_and_failure_status(ray_head, tmp_path):
     from jobs.submit import JobStatus, wait
 
     assert wait(ray_head, job, timeout_s=300) == JobStatus.FAILED
-    assert "input file not found" in run_cli(["submit", "logs", job, "--address", ray_head]).output
+    assert "missing.jsonl: file not found" in run_cli(["submit", "logs", job, "--address", ray_head]).output
     assert run_cli(["submit", "stop", job, "--address", ray_head]).output.strip() == "not running"
 
 
