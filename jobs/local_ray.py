@@ -84,6 +84,7 @@ class LocalRayEnv:
     wrapper_dir: Path | None = None
     worker_env: dict[str, str] = field(default_factory=dict)  # what every process of the instance inherits
     node_id: str | None = None  # the instance's (head) node, once started
+    saved_env: dict[str, str | None] = field(default_factory=dict)  # this process's values before ``env``
 
 
 _STARTED: list[LocalRayEnv] = []  # the instance this process started last (start_local)
@@ -219,6 +220,7 @@ def start_local(num_cpus: int | None, *, token_auth: bool = True, serve: LocalRa
     if serve is not None:
         applied.env.update(serve.env)
         applied.wrapper_dir = serve.wrapper_dir
+    applied.saved_env = {k: os.environ.get(k) for k in applied.env}
     _apply(applied.env)
     _STARTED.clear()
     _STARTED.append(applied)
@@ -255,9 +257,28 @@ def stop_local() -> bool:
     except Exception:  # noqa: BLE001 - Ray's internals moved: its own shutdown still stops everything
         pass
     ray.shutdown()
+    _restore_env(_STARTED[-1].saved_env)
     _STARTED.clear()
     restore_stderr()
     return True
+
+
+def _restore_env(saved: dict[str, str | None]) -> None:
+    """Give this process back the variables :func:`start_local` set (its token among them): a
+    program that built from Python, or a test, must not start its next Ray with a stopped
+    instance's token mode."""
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    try:  # Ray caches its auth config at import; refresh it for the values now in force
+        from ray._raylet import AuthenticationTokenLoader, Config
+
+        Config.initialize("")
+        AuthenticationTokenLoader.instance().reset_cache()
+    except Exception:  # noqa: BLE001 - an older or newer Ray without these: the environment is what counts
+        pass
 
 
 def release_ray() -> None:

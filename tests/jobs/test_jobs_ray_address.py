@@ -30,3 +30,21 @@ def test_probe_refuses_a_closed_port(address):
 
 def test_probe_leaves_other_forms_to_ray():
     probe_address("auto")
+
+
+@pytest.mark.ray
+def test_a_stopped_local_ray_gives_back_the_environment():
+    """start_local sets RAY_AUTH_MODE=token and a fresh token in this process for its instance;
+    stop_local gives the earlier values back, so a program that built from Python (or a test)
+    does not start its next Ray, or a cluster, in a stopped instance's token mode."""
+    import subprocess
+    import sys
+
+    code = ("import os; os.environ['RAY_AUTH_MODE'] = 'disabled'; os.environ.pop('RAY_AUTH_TOKEN', None)\n"
+            "from jobs.local_ray import start_local, stop_local\n"
+            "start_local(1, token_auth=True)\n"
+            "during = (os.environ.get('RAY_AUTH_MODE'), 'RAY_AUTH_TOKEN' in os.environ)\n"
+            "assert stop_local()\n"
+            "print(during, (os.environ.get('RAY_AUTH_MODE'), 'RAY_AUTH_TOKEN' in os.environ))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "('token', True) ('disabled', False)", out.stdout + out.stderr
