@@ -14,13 +14,14 @@ from collections.abc import Iterable
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
 from memlib import ids, schema
 from memlib.config import ClueConfig
 from memlib.schema import EdgeKind, NodeKind, Source
-from memlib.text.keyphrases import candidate_words, candidates, rank, score_doc
+from memlib.text.keyphrases import candidate_words, candidates, rank_flat, score_doc
 from memlib.text.structure import SESSION_KEYS, index_texts, sort_turns
 
 BLOCK = 1024
@@ -76,12 +77,36 @@ def clue_drafts(turns: pa.Table, segments: pa.Table | None = None) -> pa.Table:
     return schema.conform(out.to_arrow(), schema.CLUE_DRAFTS, name="clue_drafts")
 
 
-def _doc_scores(draft: dict, banned: set[str]) -> tuple[dict[str, float], dict[str, str]]:
-    """A session's scores under the tenant's ban: the kept ones unless one of the candidates
-    holds a banned word its own ban did not have (another session's speaker), then scored again."""
-    if (banned - _banned(draft["speakers"])) & set(draft["words"]):
-        return score_doc(draft["candidates"], banned)
-    return dict(zip(draft["keys"], draft["scores"])), dict(zip(draft["keys"], draft["surfaces"]))
+def _ranked(docs: pa.Table, speakers: list[list[str]], n: int) -> list[list[str]]:
+    """Each session's top ``n`` keyphrases (:func:`memlib.text.keyphrases.rank`) under the
+    tenant's ban, every speaker's name: a session's kept scores, unless one of its candidates
+    holds a banned word its own ban did not have (another session's speaker), then scored
+    again. Only those sessions' words and candidates become Python objects."""
+    banned = _banned([name for names in speakers for name in names])
+    again: dict[int, tuple[dict[str, float], dict[str, str]]] = {}
+    for i, names in enumerate(speakers):
+        extra = banned - _banned(names)
+        if extra and extra & set(docs.column("words")[i].as_py() or ()):
+            again[i] = score_doc(docs.column("candidates")[i].as_py(), banned)
+    keep = pa.array(np.array([i not in again for i in range(docs.num_rows)], dtype=bool))
+    kept = docs.filter(keep)
+    lengths = pc.list_value_length(kept.column("keys")).to_numpy(zero_copy_only=False)
+    doc = np.repeat(np.flatnonzero(keep.to_numpy(zero_copy_only=False)), lengths)
+    keys = pc.list_flatten(kept.column("keys"))
+    scores = pc.list_flatten(kept.column("scores")).to_numpy(zero_copy_only=False)
+    surfaces = pc.list_flatten(kept.column("surfaces"))
+    if again:
+        redo = list(again.items())
+        doc = np.concatenate([doc, np.repeat([i for i, _ in redo], [len(s) for _, (s, _) in redo])])
+        keys = _chunked(keys, [k for _, (s, _) in redo for k in s])
+        scores = np.concatenate([scores, np.array([v for _, (s, _) in redo for v in s.values()], dtype=np.float64)])
+        surfaces = _chunked(surfaces, [f[k] for _, (s, f) in redo for k in s])
+    return rank_flat(doc, keys, scores, surfaces, docs.num_rows, n)
+
+
+def _chunked(values: pa.Array | pa.ChunkedArray, more: list[str]) -> pa.ChunkedArray:
+    chunks = values.chunks if isinstance(values, pa.ChunkedArray) else [values]
+    return pa.chunked_array([*chunks, pa.array(more, pa.string())], pa.string())
 
 
 def clues_from_drafts(drafts: pa.Table, segments: pa.Table | None = None,
@@ -91,10 +116,7 @@ def clues_from_drafts(drafts: pa.Table, segments: pa.Table | None = None,
     cfg = cfg or ClueConfig()
     docs = drafts.select(schema.CLUE_DRAFTS.names)
     speakers = docs.column("speakers").to_pylist()
-    banned = _banned([name for names in speakers for name in names])
-    phrases = rank([_doc_scores(d, banned) for d in docs.select(["speakers", "words", "keys", "scores", "surfaces",
-                                                                 "candidates"]).to_pylist()],
-                   cfg.keyphrases)
+    phrases = _ranked(docs, speakers, cfg.keyphrases)
     keys = list(zip(*(docs.column(k).to_pylist() for k in SESSION_KEYS)))
     node_ids = [ids.make_id(NodeKind.CLUE.value, *k) for k in keys]
     session_ids = [ids.session_node_id(*k) for k in keys]

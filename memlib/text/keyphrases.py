@@ -15,6 +15,10 @@ import math
 import re
 from collections import Counter
 
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
 from memlib.text import lexicon as lx
 
 TOKEN_RE = re.compile(
@@ -152,6 +156,38 @@ def rank(per_doc: list[tuple[dict[str, float], dict[str, str]]], n: int) -> list
         weighted = {k: s * (math.log((n_docs + 1) / (df[k] + 1)) + 1.0) for k, s in scores.items()}
         ranked = sorted(weighted, key=lambda k: (-weighted[k], k))
         out.append([surface[k] for k in _select(ranked, n)])
+    return out
+
+
+def rank_flat(doc: np.ndarray, keys: pa.Array, scores: np.ndarray, surfaces: pa.Array, n_docs: int,
+              n: int) -> list[list[str]]:
+    """:func:`rank` over the documents' scores given flat, one entry per (document, key): ``doc``
+    the document's index (0 .. ``n_docs`` - 1), each key once per document. The same output as
+    :func:`rank`, without making Python objects of every key: the weights are computed in numpy
+    (the IDF term per distinct document frequency with :func:`math.log`, as :func:`rank` does;
+    the products are the same IEEE doubles), the sort in polars (strings compare by UTF-8
+    bytes, the order of Python's ``str``), and only each document's first keys are read."""
+    frame = pl.DataFrame({"doc": pl.Series(doc, dtype=pl.Int64), "key": pl.Series(keys, dtype=pl.String),
+                          "surface": pl.Series(surfaces, dtype=pl.String),
+                          "score": pl.Series(scores, dtype=pl.Float64)})
+    df = frame.group_by("key").agg(pl.len().alias("df"))
+    counts = df["df"].unique().to_list()
+    idf = {c: math.log((n_docs + 1) / (c + 1)) + 1.0 for c in counts}
+    df = df.with_columns(pl.col("df").replace_strict(idf, return_dtype=pl.Float64).alias("idf"))
+    frame = frame.join(df.select("key", "idf"), on="key", how="left").with_columns(
+        (pl.col("score") * pl.col("idf")).alias("w")).sort(["doc", "w", "key"], descending=[False, True, False])
+    out: list[list[str]] = [[] for _ in range(n_docs)]
+    head = max(4 * n, 16)  # the first keys of a document; all of them when these do not give n phrases
+    top = frame.group_by("doc", maintain_order=True).agg(pl.col("key").head(head), pl.col("surface").head(head),
+                                                         pl.len().alias("size"))
+    for d, ranked, surface, size in zip(*(top[c].to_list() for c in ("doc", "key", "surface", "size"))):
+        chosen = _select(ranked, n)
+        if len(chosen) < n and size > len(ranked):
+            full = frame.filter(pl.col("doc") == d)
+            ranked, surface = full["key"].to_list(), full["surface"].to_list()
+            chosen = _select(ranked, n)
+        at = {k: i for i, k in enumerate(ranked)}
+        out[d] = [surface[at[k]] for k in chosen]
     return out
 
 
