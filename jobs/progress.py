@@ -109,11 +109,16 @@ class BuildProgress(Display):
 
     def on_planned(self, info: dict[str, Any]) -> None:
         build, carry = len(info.get("built", [])), len(info.get("carried", []))
-        then = "; starting Ray" if build else ""
+        ray = build and info.get("ray", True)  # else it may build in this process (pipelines/inline.py)
+        then = "; starting Ray" if ray else ""
         self.line(f"read: {info['tenants']} tenant(s) in {info['seconds']:.1f}s: {build} to build, "
                   f"{carry} carried over{then}")
-        if build:
+        if ray:
             self.status("starting Ray…", force=True)
+
+    def on_inline(self, info: dict[str, Any]) -> None:
+        self.line(f"small run: {info['tenants']} tenant(s), {info['turns']} turns to compute, built in this "
+                  f"process without Ray (ray.inline_max_turns)")
 
     def on_tenants_start(self, info: dict[str, Any]) -> None:
         self.total_tenants, self.total_blocks = info["tenants"], info["blocks"]

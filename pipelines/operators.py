@@ -52,6 +52,7 @@ from pipelines.rows import (
     batch_of,
     failure_reason,
     from_ipc,
+    on_ray,
     rows,
     to_ipc,
 )
@@ -110,6 +111,15 @@ class TurnNodesOp(Operator):
         return {"cfg": ctx.cfg}
 
 
+def _gpu_ids() -> list[str]:
+    """The GPUs Ray gave this actor (none in the driver, :mod:`pipelines.inline`)."""
+    if not on_ray():
+        return []
+    import ray
+
+    return [str(g) for g in ray.get_gpu_ids()]
+
+
 class EmbedOp(Operator):
     """The embed operator: loads the model once per actor, encodes every turn text of a block."""
     kind = RowKind.BLOCK
@@ -123,13 +133,11 @@ class EmbedOp(Operator):
         return {"ctx": ctx, "threads": res.embed_threads}
 
     def __init__(self, ctx: BuildContext | MemlibConfig, threads: int | None = None):
-        import ray
-
         from memlib.compose.vectors import TurnEncoder
 
         self.encoder = TurnEncoder(BuildContext.of(ctx).cfg, threads=threads)
         self.encoder.encode(["warm-up"], ["a first run sizes the model's buffers"])  # not on the first block
-        self.gpu_ids = [str(g) for g in ray.get_gpu_ids()]
+        self.gpu_ids = _gpu_ids()
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         out = []

@@ -63,6 +63,15 @@ class Operator:
         return {"ctx": ctx}
 
 
+def on_ray() -> bool:
+    """Whether this process is a Ray worker or driver connected to Ray (False: an operator run in
+    the driver by :mod:`pipelines.inline`)."""
+    import sys
+
+    ray = sys.modules.get("ray")
+    return ray is not None and ray.is_initialized()
+
+
 def to_ipc(table: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as w:

@@ -200,20 +200,10 @@ def build_dataset(ctx: BuildContext, plan: SessionPlan, shards: list[TenantShard
     of :data:`pipelines.operators.OPERATORS` in turn, each as its class declares.
     When ``ctx.worker_env_inherited``, the workers already have :data:`~pipelines.operators.WORKER_ENV`
     (a local instance started with it), so the operators ask for no runtime environment."""
-    cfg, work = ctx.cfg, ctx.work_dir
-    # small tenants travel together: one row of the tenant operator per large tenant or per batch
+    cfg = ctx.cfg
     packed = pack_tenants(shards, cfg.ray.tenant_batch_turns)
     res = resources(cfg, ctx.cpus, len(plan.blocks), len(shards), sum(s.turns for s in shards), len(packed))
-    # tenant rows first: they pass the session operators before any block occupies them, so a
-    # tenant actor can read the tenant's sessions kept by earlier runs while this run's blocks
-    # are computed
-    items = [{"kind": RowKind.TENANT.value,
-              "item": json.dumps([tenant_item(s, plan.tenant_blocks.get(s.tenant_id, []), work,
-                                              plan.tenant_pending.get(s.tenant_id, []),
-                                              plan.tenant_sessions.get(s.tenant_id),
-                                              plan.tenant_kept.get(s.tenant_id)) for s in row])}
-             for row in packed]
-    items += [{"kind": RowKind.BLOCK.value, "item": block_item(p)} for p in plan.blocks]
+    items = session_rows(ctx, plan, shards)
     table = pa.Table.from_pylist([{**i, "turns": None, "vectors": None, "summary": None} for i in items],
                                  schema=ROW_SCHEMA)
     # one row per block; from_blocks takes each block's metadata here (from_arrow runs a task per
@@ -230,6 +220,21 @@ def build_dataset(ctx: BuildContext, plan: SessionPlan, shards: list[TenantShard
     return ds
 
 
+def session_rows(ctx: BuildContext, plan: SessionPlan, shards: list[TenantShard]) -> list[dict[str, Any]]:
+    """The dataset's rows (``kind`` and ``item``): one per tenant row, then one per block. Small
+    tenants travel together: one tenant row per large tenant or per batch. Tenant rows come first:
+    they pass the session operators before any block occupies them, so a tenant actor can read the
+    tenant's sessions kept by earlier runs while this run's blocks are computed."""
+    packed = pack_tenants(shards, ctx.cfg.ray.tenant_batch_turns)
+    items = [{"kind": RowKind.TENANT.value,
+              "item": json.dumps([tenant_item(s, plan.tenant_blocks.get(s.tenant_id, []), ctx.work_dir,
+                                              plan.tenant_pending.get(s.tenant_id, []),
+                                              plan.tenant_sessions.get(s.tenant_id),
+                                              plan.tenant_kept.get(s.tenant_id)) for s in row])}
+             for row in packed]
+    return items + [{"kind": RowKind.BLOCK.value, "item": block_item(p)} for p in plan.blocks]
+
+
 def ray_options(op: type[Operator], ctx: BuildContext, res: Resources, few_blocks: bool) -> dict[str, Any]:
     """Ray Data's options of an operator, from its declaration: its CPUs (the embed operator's share
     when it declares none, so turn_nodes, declared so, is fused into the embed actors), its GPUs,
@@ -244,7 +249,7 @@ def ray_options(op: type[Operator], ctx: BuildContext, res: Resources, few_block
             "fn_constructor_kwargs": op.arguments(ctx, res)}
 
 
-def _session_stats(plan: SessionPlan, blocks: list[dict[str, Any]], pass_s: float) -> dict[str, Any]:
+def session_stats(plan: SessionPlan, blocks: list[dict[str, Any]], pass_s: float) -> dict[str, Any]:
     done = [b for b in blocks if "error" not in b]
     total = lambda name: round(sum(b.get(name, 0.0) for b in done), 3)  # noqa: E731
     return {"sessions": plan.sessions, "sessions_computed": plan.pending, "turns_computed": plan.pending_turns,
@@ -289,4 +294,4 @@ def run_staged(shards: list[TenantShard], ctx: BuildContext, *, stats: dict[str,
     shutil.rmtree(ctx.work_dir, ignore_errors=True)  # block files and failure markers (<version>/_staged/_work)
     if stats is not None:  # session pass: from the dataset's start until the last block was kept
         kept = max([b.get("kept_at", start) for b in blocks] or [start])
-        stats.update(_session_stats(plan, blocks, kept - start), key=ctx.session_key)
+        stats.update(session_stats(plan, blocks, kept - start), key=ctx.session_key)

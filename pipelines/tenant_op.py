@@ -24,7 +24,7 @@ from memlib.compose.sessions import session_keys, sort_turns
 from memlib.compose.vectors import own_pass
 from memlib.config import MemlibConfig
 from pipelines.context import BuildContext
-from pipelines.rows import FAILED_DIR, Operator, RowKind, batch_of, failure_reason, rows
+from pipelines.rows import FAILED_DIR, Operator, RowKind, batch_of, failure_reason, on_ray, rows
 from pipelines.shard import StagedFiles, TenantShard
 
 
@@ -61,6 +61,13 @@ def write_part(version_dir: str | Path, built: list[dict[str, Any]]) -> tuple[st
     # the rows the driver writes to Lance: a tenant's changed rows, or all of them (lance_delta)
     nodes = pa.concat_tables([t["lance_rows"] for t in built], promote_options="permissive")
     return part, str(replace_parquet(nodes, staged_path(version_dir, "nodes", part)))
+
+
+def _node_id() -> str | None:
+    """The Ray node this actor runs on (None in the driver, :mod:`pipelines.inline`)."""
+    import ray
+
+    return ray.get_runtime_context().get_node_id() if on_ray() else None
 
 
 def tenant_item(shard: TenantShard, blocks: list[str], work: str | Path, pending: list[str],
@@ -232,8 +239,6 @@ class TenantOp(Operator):
         """The tenant's summary and its tables (table name -> Arrow table; ``graphs``: its bytes).
         ``order``: its session keys in session order (computed from its turns when not given);
         ``kept``: the blocks holding its sessions kept by earlier runs, when the driver named them."""
-        import ray
-
         from memlib.compose.reference import StepTools, TenantSessions, tenant_steps
         from memlib.io.lance_delta import lance_delta
         from pipelines.llm_actors import call_summary, drain_llm_calls
@@ -272,7 +277,7 @@ class TenantOp(Operator):
         return {"tenant_id": shard.tenant_id, "turns": turns.num_rows, "sessions": len(order), "questions": questions,
                 "waited_s": round(waited, 3), "timings": out.timings, "seconds": round(time.perf_counter() - start, 3),
                 "cpu_s": round(time.process_time() - cpu, 3), "pid": os.getpid(),
-                "node_id": ray.get_runtime_context().get_node_id(), **out.counts(),
+                "node_id": _node_id(), **out.counts(),
                 **({"llm": llm} if llm else {}), **({"reused": reused} if reused else {}),
                 # the published Lance rows to delete before its rows are added; absent: all of them
                 **({"lance_delete": delta.delete} if delta.delete is not None else {})}, tables

@@ -16,6 +16,7 @@ rerun after a driver crash resumes from the finished tenants (:mod:`jobs.builder
 """
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -40,6 +41,7 @@ from memlib.io.readers import input_sources
 from memlib.io.remote import staged_input
 from memlib.io.store import StoreError, read_manifest
 from pipelines.context import BuildContext
+from pipelines.inline import inline_fits
 
 
 def run_config(cfg: MemlibConfig, base: dict[str, Any] | None, out: str, progress: Progress) -> MemlibConfig:
@@ -82,26 +84,48 @@ def plan_and_shard(run: Run, options: BuildOptions) -> Sharded:
         settle_missing(plan, run.base, run.forget.tenants, complete=full or cfg.nightly.input_is_complete,
                        max_share=cfg.nightly.max_removed_share)
         rebuild_damaged(plan, writer.base)
-        run.progress("planned", {**plan.to_json(), "tenants": len(read.hashes),
+        inline = _may_inline(run, options)
+        run.progress("planned", {**plan.to_json(), "tenants": len(read.hashes), "ray": not inline,
                                  "seconds": time.perf_counter() - run.started})
         if run.new_space and plan.carry:  # every tenant of the input is rebuilt (new build key); these would not be
             raise StoreError(f"{run.new_space}; {len(plan.carry)} published tenant(s) missing from the input "
                              f"({', '.join(plan.carry[:5])}) would keep the old model's vectors, and a store cannot "
                              f"mix the vectors of two models. To switch, rebuild the store whole (`memlib build` "
                              f"without --incremental)")
-        # Ray starts (seconds of its processes coming up) while the input is sharded and the
-        # pending sessions are packed into blocks; a run with nothing to build never starts it
-        with ThreadPoolExecutor(1, thread_name_prefix="memlib-shard") as reader:
-            pending = reader.submit(shard_and_prepare, run, sources, read.failed)
-            target = None
-            if plan.build:
-                with run.timer.span(Phase.RAY_START):
-                    target = init_ray(options.address, options.num_cpus, token_auth=cfg.ray.local_token_auth,
-                                      quiet=options.quiet_ray)
-            sharded = pending.result()
+        if inline:  # sharded first: its pending turns decide
+            sharded = shard_and_prepare(run, sources, read.failed)
+            work = sharded.sessions.pending_turns if sharded.sessions else 0
+            if inline_fits(run.ctx, len(sharded.to_build), work):
+                run.inline = True
+                run.progress("inline", {"tenants": len(sharded.to_build), "turns": work})
+                return sharded
+            target = _start_ray(run, options) if sharded.to_build else None
+        else:
+            # Ray starts (seconds of its processes coming up) while the input is sharded and the
+            # pending sessions are packed into blocks; a run with nothing to build never starts it
+            with ThreadPoolExecutor(1, thread_name_prefix="memlib-shard") as reader:
+                pending = reader.submit(shard_and_prepare, run, sources, read.failed)
+                target = _start_ray(run, options) if plan.build else None
+                sharded = pending.result()
     if target is not None:
         run.ctx = run.ctx.on_ray(target.cpus, target.worker_env_inherited)
     return sharded
+
+
+def _start_ray(run: Run, options: BuildOptions) -> Any:
+    with run.timer.span(Phase.RAY_START):
+        return init_ray(options.address, options.num_cpus, token_auth=run.ctx.cfg.ray.local_token_auth,
+                        quiet=options.quiet_ray)
+
+
+def _may_inline(run: Run, options: BuildOptions) -> bool:
+    """Whether the run could build in this process (:mod:`pipelines.inline`): it would start a
+    local Ray of its own (no cluster named, none connected) and the plan is small enough."""
+    import ray
+
+    if options.address or os.environ.get("RAY_ADDRESS") or ray.is_initialized():
+        return False
+    return inline_fits(run.ctx, len(run.plan.build), None)
 
 
 def tenants_phase(run: Run, sharded: Sharded) -> Built:

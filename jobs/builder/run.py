@@ -67,6 +67,7 @@ class Run:
     plan: Plan = field(default_factory=Plan)
     timer: WallTimer = field(default_factory=WallTimer)
     started: float = field(default_factory=time.perf_counter)
+    inline: bool = False              # built in this process, without Ray (pipelines/inline.py)
     @property
     def published(self) -> dict[str, Any]:
         """The published manifest's tenants (empty for a new store)."""

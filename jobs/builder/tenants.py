@@ -16,6 +16,7 @@ from jobs.builder.guards import keep_against_quarantine
 from jobs.builder.plan import source_names
 from jobs.builder.run import Run, Sharded
 from memlib.io.errors import InputError
+from pipelines.inline import run_inline
 from pipelines.shard import QUARANTINE_PART, TenantShard, shard_input
 from pipelines.staged_build import prepare_staged, run_staged
 
@@ -81,13 +82,17 @@ def build_tenants(run: Run, sharded: Sharded, stats: dict[str, Any],
         progress("kept_damaged", {"block": block, "reason": why})
     summaries = []
     if shards:
-        assert run.ctx.cpus is not None, "shards to build need Ray"
-        ray.data.DataContext.get_current().max_errored_blocks = 0  # operators report failures in their rows
-        allow_long_tenants()
         progress("tenants_start", {"tenants": len(shards), "blocks": len(sharded.sessions.blocks)
                                    if sharded.sessions else 0})
-        for s in run_staged(shards, run.ctx, stats=stats, plan=sharded.sessions,
-                            on_block=lambda b: progress("block", b)):
+        if run.inline:
+            built = run_inline(shards, run.ctx, sharded.sessions, stats=stats, on_block=lambda b: progress("block", b))
+        else:
+            assert run.ctx.cpus is not None, "shards to build need Ray"
+            ray.data.DataContext.get_current().max_errored_blocks = 0  # operators report failures in their rows
+            allow_long_tenants()
+            built = run_staged(shards, run.ctx, stats=stats, plan=sharded.sessions,
+                               on_block=lambda b: progress("block", b))
+        for s in built:
             tenant_done()
             if "error" in s:
                 plan.fail(s["tenant_id"], f"tenant build raised {s['error']}")

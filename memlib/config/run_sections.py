@@ -117,6 +117,13 @@ class RayConfig(Section):
                                      "build starts its tenant steps from that build (node vectors of unchanged "
                                      "nodes, SIMILAR edges between old turns); the output is the same either way "
                                      "(memlib/compose/reuse.py)")
+    inline_max_turns: int = Field(400, ge=0, description="an incremental run on a local Ray it would start "
+                                  "itself, computing at most this many new turns for at most inline_max_tenants "
+                                  "tenants, runs the build's operators in its own process instead: Ray's start, "
+                                  "its actors' start and its stop cost more than such a run's work "
+                                  "(pipelines/inline.py); 0: always Ray")
+    inline_max_tenants: int = Field(16, ge=0, description="the most tenants to build of a run built in its own "
+                                    "process (see inline_max_turns)")
     tenant_wait_s: float = Field(86_400.0, gt=0, description="how long a tenant actor waits for its sessions to "
                                  "be kept before it reports the tenant failed (a safety net: a failed block is "
                                  "reported at once)")

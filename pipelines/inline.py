@@ -1,0 +1,88 @@
+"""The staged build's operators run one after another in the driver process, without Ray.
+
+A nightly run that computes a few new sessions of a few tenants spends most of its time on
+Ray: the local instance's start (4 s here), the actors' processes (each imports ``ray.data``
+and memlib, 1.5-2 CPU-s; Ray Data adds three actors of its own) and its stop (1.3 s), against
+a second or two of work (docs/decisions/0032-inline-small-runs.md). :func:`run_inline` passes
+the same rows through the same operator classes (:data:`pipelines.operators.FEW_BLOCK_OPERATORS`)
+in this process: every block first, then the tenants, so a tenant never waits for a block. The
+outputs are the same functions of the same inputs; a tenant's or a block's failure is reported
+in its summary, as on Ray. :func:`inline_fits` says when a run is small enough.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pyarrow as pa
+
+from pipelines.context import BuildContext
+from pipelines.rows import ROW_SCHEMA, RowKind, rows
+from pipelines.shard import TenantShard
+
+
+def inline_fits(ctx: BuildContext, tenants: int, pending_turns: int | None) -> bool:
+    """Whether a run may build in the driver: incremental, no LLM step, at most
+    ``ray.inline_max_tenants`` tenants to build and, when known, at most ``ray.inline_max_turns``
+    turns to compute (None: not known yet, the tenants' count alone decides)."""
+    from pipelines.llm_actors import llm_steps
+
+    r = ctx.cfg.ray
+    if not ctx.reuse or tenants == 0 or r.inline_max_turns == 0 or tenants > r.inline_max_tenants:
+        return False
+    if llm_steps(ctx.cfg, ctx.recipe):  # its calls share one rate limiter, a Ray actor
+        return False
+    return pending_turns is None or pending_turns <= r.inline_max_turns
+
+
+def run_inline(shards: list[TenantShard], ctx: BuildContext, plan: Any, *, stats: dict[str, Any] | None = None,
+               on_block: Callable[[dict[str, Any]], None] | None = None) -> Iterator[dict[str, Any]]:
+    """:func:`pipelines.staged_build.run_staged` in this process: the same rows through the same
+    operators, blocks first; yields one summary per tenant as it finishes."""
+    from pipelines.operators import FEW_BLOCK_OPERATORS
+    from pipelines.staged_build import resources, session_rows, session_stats
+
+    if not shards:
+        return
+    res = resources(ctx.cfg, ctx.cpus or os.cpu_count() or 1, len(plan.blocks), len(shards),
+                    sum(s.turns for s in shards), len(shards))
+    ops = [_make(op, ctx, res) for op in FEW_BLOCK_OPERATORS]
+    items = session_rows(ctx, plan, shards)
+    start = time.time()
+    blocks: list[dict[str, Any]] = []
+    tenant_rows = []
+    for item in items:  # blocks first: a tenant row waits for its blocks' index files
+        if item["kind"] == RowKind.TENANT.value:
+            tenant_rows.append(item)
+            continue
+        row = _through(ops, item)
+        summary = json.loads(row["summary"])
+        blocks.append(summary)
+        if on_block is not None:
+            on_block(summary)
+    for item in tenant_rows:
+        yield from json.loads(_through(ops, item)["summary"])
+    shutil.rmtree(ctx.work_dir, ignore_errors=True)
+    if stats is not None:
+        kept = max([b.get("kept_at", start) for b in blocks] or [start])
+        stats.update(session_stats(plan, blocks, kept - start), key=ctx.session_key, inline=True)
+
+
+def _make(op: type, ctx: BuildContext, res: Any) -> Callable[[pa.Table], pa.Table]:
+    """The operator as a callable of one batch: its function with its arguments, or an instance."""
+    args = op.arguments(ctx, res)
+    udf = op.udf()
+    if op.pool is None:
+        return lambda batch: udf(batch, **args)
+    return udf(**args)
+
+
+def _through(ops: list[Callable[[pa.Table], pa.Table]], item: dict[str, Any]) -> dict[str, Any]:
+    batch = pa.Table.from_pylist([{**item, "turns": None, "vectors": None, "summary": None}], schema=ROW_SCHEMA)
+    for op in ops:
+        batch = op(batch)
+    return rows(batch)[0]
