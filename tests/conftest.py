@@ -12,6 +12,9 @@ SHARED_DATA = Path(os.environ.get("MEMLIB_SHARED_DATA", REPO.parent / "shared" /
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# the suite's builds run on Ray, whatever their size and whether this process has joined a Ray
+# already; tests/jobs/test_jobs_inline.py builds small incremental runs in-process on purpose
+os.environ.setdefault("MEMLIB__RAY__INLINE_MAX_TURNS", "0")
 
 
 @pytest.fixture(scope="session")

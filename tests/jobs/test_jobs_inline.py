@@ -1,0 +1,132 @@
+"""A small incremental run builds in the driver process (pipelines/inline.py): no Ray is started,
+the store equals the same run on Ray, and one tenant's failure is still that tenant's alone."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+from tests.jobs.conftest import ALL, run_cli, tenant_lines, write_jsonl
+
+pytestmark = pytest.mark.ray
+
+
+def _cli(args: list[str], inline_max_turns: int | None) -> subprocess.CompletedProcess:
+    """``memlib ARGS`` in a process of its own (so no Ray is running in it beforehand)."""
+    env = {k: v for k, v in os.environ.items() if k != "MEMLIB__RAY__INLINE_MAX_TURNS"}
+    if inline_max_turns is not None:
+        env["MEMLIB__RAY__INLINE_MAX_TURNS"] = str(inline_max_turns)
+    return subprocess.run([sys.executable, "-m", "jobs.cli", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=900)
+
+
+def _new_session(tenant: str) -> list[str]:
+    """A third session of ``tenant``'s first conversation, a month after its others."""
+    lines = [json.loads(x) for x in tenant_lines(tenant) if json.loads(x)["session_id"] == "s2"]
+    conv = lines[0]["conversation_id"]
+    out = []
+    for row in (r for r in lines if r["conversation_id"] == conv):
+        out.append(json.dumps({**row, "session_id": "s3", "turn_id": row["turn_id"].replace("s2", "s3"),
+                               "session_time": "2023-03-20T10:00:00+00:00",
+                               "text": row["text"] + " We went back to it in March."}))
+    return out
+
+
+@pytest.fixture(scope="module")
+def nightly(tmp_path_factory) -> dict[str, Path]:
+    """A full build of the four tenants (its own process, on Ray), and an input in which two of
+    them have one more session."""
+    d = tmp_path_factory.mktemp("inline")
+    base = write_jsonl(d / "base.jsonl", ALL)
+    store = d / "store"
+    res = _cli(["build", "--input", str(base), "--format", "jsonl", "--out", str(store), "--num-cpus", "2"], 0)
+    assert res.returncode == 0, res.stdout + res.stderr
+    night = d / "night.jsonl"
+    night.write_text(base.read_text(encoding="utf-8") + "\n".join(_new_session("emil") + _new_session("fay")) + "\n",
+                     encoding="utf-8")
+    return {"dir": d, "store": store, "input": night}
+
+
+def _copy(nightly: dict[str, Path], name: str) -> Path:
+    out = nightly["dir"] / name
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.copytree(nightly["store"], out)
+    return out
+
+
+def test_jobs_inline_small_nightly_starts_no_ray_and_equals_the_ray_run(nightly):
+    from jobs.cli.bench_nightly import compare_stores
+
+    inline, on_ray = _copy(nightly, "inline"), _copy(nightly, "on_ray")
+    args = ["build", "--incremental", "--input", str(nightly["input"]), "--format", "jsonl", "--num-cpus", "2"]
+    a = _cli([*args, "--out", str(inline)], None)  # the default limits
+    b = _cli([*args, "--out", str(on_ray)], 0)     # always Ray
+    assert a.returncode == 0 and b.returncode == 0, a.stdout + a.stderr + b.stdout + b.stderr
+    assert "small run: 2 tenant(s), 8 turns to compute, built in this process" in a.stdout, a.stdout
+    assert "starting Ray" not in a.stdout and "\nray: " not in a.stdout, a.stdout
+    assert "starting Ray" in b.stdout and "small run" not in b.stdout, b.stdout
+    ma = json.loads((inline / "manifest.json").read_text(encoding="utf-8"))
+    mb = json.loads((on_ray / "manifest.json").read_text(encoding="utf-8"))
+    assert ma["sessions"]["inline"] is True and "inline" not in mb["sessions"]
+    assert "ray_start" not in ma["stage_timings_s"] and "ray_start" in mb["stage_timings_s"]
+    assert ma["sessions"]["sessions_computed"] == mb["sessions"]["sessions_computed"] == 2
+    assert sorted(ma["tenant_reused"]) == ["emil", "fay"] and ma["tenant_reused"]["emil"]["appended_only"] == 1
+    same = compare_stores(inline, on_ray)
+    assert same["equal_to_full_build"] and same["max_vector_diff"] == 0.0, same
+
+
+def test_jobs_inline_one_failing_tenant_is_reported_and_the_others_published(nightly, monkeypatch):
+    """Forced in-process (this test process may have joined a Ray already), one tenant's stages
+    raise: it keeps its published data and is reported by name; the other is built."""
+    import jobs.builder.driver as driver
+    import memlib.compose.reference as reference
+    from memlib.io.store import StoreReader
+
+    store = _copy(nightly, "failing")
+    real = reference.tenant_steps
+
+    def failing(tenant, *args, **kwargs):
+        if tenant.turns.column("tenant_id")[0].as_py() == "fay":
+            raise RuntimeError("injected failure of fay's tenant stage")
+        return real(tenant, *args, **kwargs)
+
+    monkeypatch.setattr(reference, "tenant_steps", failing)
+    monkeypatch.setattr(driver, "_may_inline", lambda run, options: True)
+    monkeypatch.setenv("MEMLIB__RAY__INLINE_MAX_TURNS", "400")
+    before = StoreReader(store).nodes(columns=["node_id", "tenant_id"])
+    res = run_cli(["build", "--incremental", "--input", str(nightly["input"]), "--format", "jsonl",
+                   "--out", str(store)])
+    assert "small run: 2 tenant(s)" in res.output, res.output
+    assert "tenant fay FAILED" in res.output and "injected failure of fay's tenant stage" in res.output, res.output
+    manifest = json.loads((store / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["version"] == "v000002" and manifest["sessions"]["inline"] is True
+    after = StoreReader(store).nodes(columns=["node_id", "tenant_id"])
+    ids = lambda t, who: {n for n, x in zip(t.column("node_id").to_pylist(), t.column("tenant_id").to_pylist())  # noqa: E731
+                          if x == who}
+    assert ids(after, "fay") == ids(before, "fay")          # kept as published
+    assert ids(after, "emil") > ids(before, "emil")          # its new session's nodes added
+    assert ids(after, "dora") == ids(before, "dora")
+
+
+def test_jobs_inline_fits_only_small_incremental_runs_without_an_llm():
+    from memlib.config import Backend, MemlibConfig
+    from pipelines.context import BuildContext
+    from pipelines.inline import inline_fits
+
+    cfg = MemlibConfig()
+    ctx = BuildContext(cfg, reuse=True)
+    assert inline_fits(ctx, 3, None) and inline_fits(ctx, 3, 400)
+    assert not inline_fits(ctx, 3, 401)                                    # too many turns to compute
+    assert not inline_fits(ctx, 17, 10)                                    # too many tenants
+    assert not inline_fits(ctx, 0, 0)                                      # nothing to build
+    assert not inline_fits(BuildContext(cfg, reuse=False), 3, 10)          # a full build
+    off = cfg.model_copy(update={"ray": cfg.ray.model_copy(update={"inline_max_turns": 0})})
+    assert not inline_fits(BuildContext(off, reuse=True), 1, 1)
+    llm = cfg.model_copy(update={"facts": cfg.facts.model_copy(update={"backend": Backend.LLM})})
+    assert not inline_fits(BuildContext(llm, reuse=True), 1, 1)            # its calls share a Ray actor
