@@ -134,7 +134,7 @@ class TenantOp(Operator):
         self.nlp = None
         self.extras: dict[str, Any] | None = None
         self.llm_limiter = llm_limiter
-        # start from the tenant's published build when this run only appended turns
+        # start from the tenant's published build when this run only added or removed turns
         self.reuse = ctx.reuse and cfg.ray.reuse_tenant_build
         self._encoder_tag: str | None = None
         # derived kinds embedded by their own text: with another backend than minilm-tokens their

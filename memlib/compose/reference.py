@@ -120,7 +120,7 @@ class TenantSessions:
     """A tenant's input to its tenant-level steps: its turns, every session's outputs (``parts``,
     any order) and turn vectors, its session keys in session order, and its published build under
     the same build key (:func:`memlib.compose.reuse.load_previous`), whose unchanged parts are
-    reused when this run only appended turns (the output is the same either way)."""
+    reused when this run only added or removed turns (the output is the same either way)."""
     turns: pa.Table
     parts: SessionOutput
     vectors: TurnVectors
@@ -192,10 +192,11 @@ def _reused(state: BuildState) -> dict[str, Any]:
         return {}
     if state.reuse_error is not None:  # the published build could not be reused: the steps ran in full
         return {"appended_only": 0, "error": state.reuse_error}
-    if state.appended is None:  # not an append: every step ran over the whole tenant
+    if state.changes is None:  # a published turn changed: every step ran over the whole tenant
         return {"appended_only": 0}
-    return {"appended_only": 1, "appended_turns": len(state.appended), "node_vectors": state.reused_vectors,
-            "node_vectors_refilled": state.refilled_vectors}
+    removed = {"removed_turns": len(state.changes.removed)} if state.changes.removed else {}
+    return {"appended_only": int(not removed), "appended_turns": len(state.changes.added), **removed,
+            "node_vectors": state.reused_vectors, "node_vectors_refilled": state.refilled_vectors}
 
 
 def prepare_tenant_steps(cfg: MemlibConfig, recipe: str | Sequence[Step] = DEFAULT_RECIPE) -> None:

@@ -1,26 +1,28 @@
-"""A tenant's previous build, reused by a run that only appended turns to it.
+"""A tenant's previous build, reused by a run that only added or removed turns.
 
 A nightly run recomputes only new or changed sessions, but the tenant-level steps read the
 whole tenant. Two of them cost what exists unless they start from the published version:
 
 - node vectors (:func:`memlib.compose.steps.embed_nodes`): a derived node's vector is a function
   of its text, its provenance turns' token vectors and, for a token none of those turns has (a
-  fallback id), that token's mean over every turn of the tenant. When the run only added turns,
-  a node with the same id, kind, text and provenance as before, none of whose fallback ids occurs
-  in an added turn, has the same vector to the bit, so it is copied from the published nodes
-  (:func:`pooled_reusing`). One whose fallback id an added turn holds gets its new vector from
+  fallback id), that token's mean over every turn of the tenant. A node with the same id, kind,
+  text and provenance as before, none of whose fallback ids changed its tenant mean (no added or
+  removed turn holds it), has the same vector to the bit, so it is copied from the published
+  nodes (:func:`pooled_reusing`). One whose fallback id's mean changed gets its new vector from
   its published local sum (``node_fallbacks.local``) and the new means, which come from the
-  published exact per-id sums (``token_sums``) plus the added turns' rows: no token row of an old
-  turn is read for it. A clue's published vector is the one the link step merged, so a clue is
-  never copied; one with the same id, text and provenance as published (``node_fallbacks.inputs``)
-  gets its pooled vector the same way, from its kept local sum and the means;
-- SIMILAR edges between turns (:func:`memlib.text.clues.similar_edges_appended`): only the pairs
-  with an added turn are scored.
+  published exact per-id sums (``token_sums``) plus the added turns' rows (after a removal, from
+  every token row summed again): no token row of an old turn is pooled for it. A clue's
+  published vector is the one the link step merged, so a clue is never copied; one with the
+  same id, text and provenance as published (``node_fallbacks.inputs``) gets its pooled vector
+  the same way, from its kept local sum and the means;
+- SIMILAR edges between turns (:func:`memlib.text.clues.similar_edges_changed`): only the pairs
+  with an added turn, and those of the turns a removed turn was a neighbour of, are scored.
 
-"Only added turns" (:func:`appended_turns`): every published turn is still there with the same
-text and vector. Anything else (a changed or deleted session, another build key) and the
-steps run over the whole tenant as in a full build. Either way the store equals a full build of
-the new input (tests/pipeline/test_pipeline_reuse.py, ``memlib bench nightly``).
+"Only added and removed turns" (:func:`turn_changes`): every published turn still in the input has
+the same text and vector (a new session, a deleted session or a forgotten conversation). Anything
+else (an edited turn, another build key) and the steps run over the whole tenant as in a full
+build. Either way the store equals a full build of the new input (tests/pipeline/test_pipeline_reuse.py,
+``memlib bench nightly``).
 """
 from __future__ import annotations
 
@@ -122,24 +124,38 @@ def _embedding_bytes(table: pa.Table) -> list[bytes]:
     return [row.tobytes() for row in flat]
 
 
-def appended_turns(nodes: pa.Table, tv: TurnVectors, previous: PreviousTenant) -> list[str] | None:
-    """The ids of the turns ``nodes`` has and ``previous`` has not, when every previous turn is
-    among ``nodes`` with the same text and vector (a run that only appended turns); else None."""
+@dataclass(frozen=True)
+class TurnChanges:
+    """What a run changed in a tenant's turns since its published build, when it only added and
+    removed turns (every published turn still there has the same text and vector)."""
+    added: list[str]     # ids of the turns the published build does not have
+    removed: list[str]   # ids of its turns that are gone
+
+
+def turn_changes(nodes: pa.Table, tv: TurnVectors, previous: PreviousTenant) -> TurnChanges | None:
+    """The turns ``nodes`` has and ``previous`` has not, and those ``previous`` has and ``nodes``
+    has not, when every turn in both has the same text and vector; else None."""
     is_turn = pc.equal(nodes.column("kind"), schema.NodeKind.TURN.value)
     turns = nodes.filter(is_turn)
     before = previous.nodes.filter(pc.equal(previous.nodes.column("kind"), schema.NodeKind.TURN.value))
     ids = turns.column("node_id").to_pylist()
     now = dict(zip(ids, turns.column("text").to_pylist()))
     old_ids = before.column("node_id").to_pylist()
-    if any(n not in now or now[n] != t for n, t in zip(old_ids, before.column("text").to_pylist())):
+    if any(n in now and now[n] != t for n, t in zip(old_ids, before.column("text").to_pylist())):
         return None
     old = set(old_ids)
     keep = [i for i, n in enumerate(ids) if n in old]
     vectors = pooled_vectors(turns.take(pa.array(keep, pa.int64())), tv.node_ids, tv.vectors)
     mine = {ids[i]: vectors[k].tobytes() for k, i in enumerate(keep)}
-    if any(mine[n] != b for n, b in zip(old_ids, _embedding_bytes(before))):
+    if any(n in mine and mine[n] != b for n, b in zip(old_ids, _embedding_bytes(before))):
         return None
-    return [n for n in now if n not in old]
+    return TurnChanges([n for n in now if n not in old], [n for n in old_ids if n not in now])
+
+
+def appended_turns(nodes: pa.Table, tv: TurnVectors, previous: PreviousTenant) -> list[str] | None:
+    """The turns ``nodes`` added to ``previous``, when that is all that changed (:func:`turn_changes`)."""
+    changes = turn_changes(nodes, tv, previous)
+    return changes.added if changes is not None and not changes.removed else None
 
 
 def _unchanged(nodes: pa.Table, rows: np.ndarray, previous: PreviousTenant) -> tuple[np.ndarray, np.ndarray]:
@@ -167,15 +183,17 @@ class Reused:
 
 
 def pooled_reusing(nodes: pa.Table, tv: TurnVectors, tokenizer: Any, previous: PreviousTenant,
-                   added: list[str]) -> Reused:
+                   changes: TurnChanges) -> Reused:
     """:func:`memlib.compose.span_pool.span_pooled_with_fallbacks` of ``nodes`` after a run that
-    only added the turns ``added`` (:func:`appended_turns`), reading no token row of an old turn
-    for a node whose inputs did not change:
+    only added and removed turns (:func:`turn_changes`), reading no token row of an old turn for a
+    node whose inputs did not change:
 
-    - its vector is copied from ``previous`` when none of its fallback ids occurs in an added turn;
-    - else (it *moved*: an added turn changed the tenant mean of one of its fallback ids) its
-      vector is its published ``local`` sum plus the new means, from the published per-id sums
-      plus the added turns' rows (:class:`memlib.compose.span_pool.IdSums`);
+    - its vector is copied from ``previous`` when none of its fallback ids changed its tenant mean;
+    - else (it *moved*: an added or removed turn changed the tenant mean of one of its fallback
+      ids) its vector is its published ``local`` sum plus the new means. After an append the new
+      sums are the published per-id sums plus the added turns' rows; after a removal every token
+      row is summed again, and the ids whose sums differ from the published ones are those that
+      moved (the sums are exact: :class:`memlib.compose.span_pool.IdSums`);
     - a clue (never copied: its published vector is the merged one) whose id, text and
       provenance are as published gets its vector the same way, from its kept local sum;
     - nodes that are new or changed, and moved nodes without a published ``local``, are pooled
@@ -193,12 +211,14 @@ def pooled_reusing(nodes: pa.Table, tv: TurnVectors, tokenizer: Any, previous: P
     poolable = derived[kinds[derived] != schema.NodeKind.CLUE.value]
     rows, prev_rows = _unchanged(nodes, poolable, previous)
     position = {t: i for i, t in enumerate(tv.node_ids)}
-    new = [position[t] for t in added if t in position]
+    new = [position[t] for t in changes.added if t in position]
     fresh = np.unique(np.concatenate([tv.token_ids[i] for i in new])) if new else np.zeros(0, np.int64)
-    if previous.sums is not None:
+    if previous.sums is not None and not changes.removed:
         sums = previous.sums.plus(IdSums.of([tv.token_ids[i] for i in new], [tv.token_vectors[i] for i in new]))
-    else:  # a published build without its sums: every row is read once
+    else:  # a removal, or a published build without its sums: every row is read once
         sums = IdSums.of(tv.token_ids, tv.token_vectors)
+        if changes.removed:
+            fresh = np.union1d(fresh, sums.changed_since(previous.sums))
     moved, kept = _moved(nodes, rows, prev_rows, previous, tv, tokenizer, fresh, sums)
     # a node with fallback ids but no kept local sum (a published table that did not list it) is
     # pooled again, so the table this run writes is complete

@@ -34,7 +34,8 @@ class BuildState:
     token_vectors: TurnVectors | None = None  # the embed pass's output (token vectors, when kept)
     pooled_turns: bool = False                # turn vectors are the mean of those token vectors
     previous: Any = None                      # the tenant's published build (memlib.compose.reuse.PreviousTenant)
-    appended: list[str] | None = None         # turns added since ``previous`` when that is all that changed
+    changes: Any = None                       # turns added and removed since ``previous``, when that is all
+                                              # that changed (memlib.compose.reuse.TurnChanges)
     reused_vectors: int = 0                   # node vectors copied from ``previous``
     refilled_vectors: int = 0                 # node vectors given from their kept sums and the new means
     fallbacks: pa.Table | None = None         # schema.NODE_FALLBACKS of the derived nodes (token vectors only)
@@ -58,7 +59,7 @@ class BuildState:
             return step(*args)
         except Exception as exc:  # noqa: BLE001 - a published build that cannot be reused is not reused
             self.reuse_error = reuse_failure(exc)
-            self.appended = None
+            self.changes = None
             self.reused_vectors = 0
             _log.warning("tenant build not reused: %s", self.reuse_error)
             return None

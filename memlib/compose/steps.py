@@ -89,22 +89,22 @@ def embed_nodes(state: BuildState) -> None:
     """Every node with its vector, from the embed pass only: turns their own; derived nodes the
     mean of their turns' token vectors that match their words (when the pass kept token vectors
     and the turn vectors are pooled from them), else the mean of their turns' vectors. After a
-    run that only appended turns to a published tenant (``state.previous``), the vectors of
-    unchanged nodes are copied from it (:mod:`memlib.compose.reuse`)."""
+    run that only added or removed turns of a published tenant (``state.previous``), the vectors
+    of unchanged nodes are copied from it (:mod:`memlib.compose.reuse`)."""
     nodes = state.all_nodes()
     tv = state.token_vectors
     prev = state.previous
     copied_rows = np.zeros(0, dtype=np.int64)  # rows whose whole published vector was copied
     if prev is not None and tv is not None:
-        from memlib.compose.reuse import appended_turns
+        from memlib.compose.reuse import turn_changes
 
-        state.appended = state.reusing(appended_turns, nodes, tv, prev)
+        state.changes = state.reusing(turn_changes, nodes, tv, prev)
     if tv is not None and tv.token_ids is not None and state.pooled_turns:
         from memlib.compose.reuse import fallbacks_table, pooled_reusing
         from memlib.embed.tokens_backend import content_tokenizer
 
-        reused = (state.reusing(pooled_reusing, nodes, tv, content_tokenizer(), prev, state.appended)
-                  if state.appended is not None else None)
+        reused = (state.reusing(pooled_reusing, nodes, tv, content_tokenizer(), prev, state.changes)
+                  if state.changes is not None else None)
         if reused is not None:
             vectors, fallbacks, sums = reused.vectors, reused.fallbacks, reused.sums
             state.reused_vectors, state.refilled_vectors = reused.copied, reused.refilled
@@ -221,12 +221,14 @@ def link(state: BuildState) -> None:
     if state.turn_vectors is not None and state.turns.num_rows > 1:
         ids = state.turns.column("node_id")
         similar = None
-        if state.appended is not None and state.previous is not None:  # only the pairs with an added turn
-            from memlib.text.clues import similar_edges_appended
+        if state.changes is not None and state.previous is not None:  # the pairs an added or removed turn changed
+            from memlib.text.clues import EarlierEdges, similar_edges_changed
 
-            added = np.flatnonzero(pc.is_in(ids, pa.array(state.appended, pa.string())).to_numpy(zero_copy_only=False))
-            similar = state.reusing(similar_edges_appended, ids, state.turns.column("tenant_id")[0].as_py(),
-                                    state.turn_vectors, similar_threshold, added, state.previous.similar)
+            added = np.flatnonzero(pc.is_in(ids, pa.array(state.changes.added, pa.string()))
+                                   .to_numpy(zero_copy_only=False))
+            earlier = EarlierEdges(state.previous.similar, added, frozenset(state.changes.removed))
+            similar = state.reusing(similar_edges_changed, ids, state.turns.column("tenant_id")[0].as_py(),
+                                    state.turn_vectors, similar_threshold, earlier)
         if similar is not None:
             state.add(edges=similar)
         else:

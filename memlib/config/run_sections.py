@@ -113,10 +113,10 @@ class RayConfig(Section):
     tenant_actor_tenants: int = Field(40, ge=1, description="tenants to build per tenant actor, whatever their size")
     tenant_batch_turns: int = Field(512, ge=1, description="smaller tenants share rows of the tenant operator "
                                     "(and parts) of up to this many turns")
-    reuse_tenant_build: bool = Field(True, description="a tenant that only gained turns since its published "
-                                     "build starts its tenant steps from that build (node vectors of unchanged "
-                                     "nodes, SIMILAR edges between old turns); the output is the same either way "
-                                     "(memlib/compose/reuse.py)")
+    reuse_tenant_build: bool = Field(True, description="a tenant that only gained or lost turns since its "
+                                     "published build starts its tenant steps from that build (node vectors of "
+                                     "unchanged nodes, SIMILAR edges between old turns); the output is the same "
+                                     "either way (memlib/compose/reuse.py)")
     inline_max_turns: int = Field(400, ge=0, description="an incremental run on a local Ray it would start "
                                   "itself, computing at most this many new turns for at most inline_max_tenants "
                                   "tenants, runs the build's operators in its own process instead: Ray's start, "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
@@ -237,38 +238,62 @@ def _pairs_above(v: np.ndarray, threshold: float, top_k: int | None) -> tuple[np
     return _unordered(r, c, s, len(v))
 
 
-def _pairs_appended(v: np.ndarray, added: np.ndarray, previous: tuple[np.ndarray, np.ndarray, np.ndarray],
-                    threshold: float, top_k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """What :func:`_pairs_above` returns for ``v``, from the pairs it returned for ``v`` without
-    the rows ``added`` (``previous``, as rows of ``v``): a kept row's top_k is the best top_k of
-    its earlier top_k (the best of the earlier pairs incident to it) and its pairs with the
-    added rows; an added row's pairs are scored against every row."""
-    r_new, c_new, s_new = _row_candidates(v, added, threshold)
-    kept_end = ~np.isin(c_new, added)  # a pair of two added rows is in both rows' candidates already
+def _pairs_changed(v: np.ndarray, added: np.ndarray, affected: np.ndarray,
+                   previous: tuple[np.ndarray, np.ndarray, np.ndarray], threshold: float,
+                   top_k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What :func:`_pairs_above` returns for ``v``, from the pairs it returned for the rows of ``v``
+    other than ``added`` plus some rows since removed (``previous``, as rows of ``v``, the pairs
+    with a removed row left out). A kept row's top_k is the best top_k of its earlier top_k (the
+    best of the earlier pairs incident to it) and its pairs with the added rows, unless a removed
+    row may have been in it: those rows (``affected``: every row an earlier pair joined to a
+    removed row) and the added rows are scored against every row."""
+    scored = np.union1d(added, affected)
+    r_new, c_new, s_new = _row_candidates(v, scored, threshold)
+    # an added row's pair with an unaffected kept row counts in that row's top_k too (a pair of two
+    # scored rows is in both rows' candidates already)
+    mirror = np.isin(r_new, added) & ~np.isin(c_new, scored)
     pi, pj, ps = previous
-    # the earlier pairs from both ends, and the new pairs from the kept row's end too
-    r = np.concatenate([pi, pj, r_new, c_new[kept_end]])
-    c = np.concatenate([pj, pi, c_new, r_new[kept_end]])
-    s = np.concatenate([ps, ps, s_new, s_new[kept_end]])
+    r, c, s = np.concatenate([pi, pj]), np.concatenate([pj, pi]), np.concatenate([ps, ps])
+    earlier = ~np.isin(r, affected)  # an affected row's candidates are all scored again
+    r = np.concatenate([r[earlier], r_new, c_new[mirror]])
+    c = np.concatenate([c[earlier], c_new, r_new[mirror]])
+    s = np.concatenate([s[earlier], s_new, s_new[mirror]])
     r, c, s = _top_k(r, c, s, top_k)
     return _unordered(r, c, s, len(v))
 
 
-def similar_edges_appended(node_ids: list[str] | pa.Array, tenant_id: str, vectors: np.ndarray, threshold: float,
-                           added: np.ndarray, previous: pa.Table, top_k: int = 5) -> pa.Table:
-    """:func:`similar_edges` of one tenant's nodes whose rows ``added`` are new, given the SIMILAR
-    edges (``src``, ``dst``, ``weight``) it returned for the other rows (a nightly run that only
-    appended turns): the same edges, scoring only the pairs with an added row."""
+@dataclass(frozen=True)
+class EarlierEdges:
+    """The SIMILAR edges a tenant's published build has between its turns (``src``, ``dst``,
+    ``weight``), and what a run changed since: the rows of the turns it added (``added``) and the
+    ids of the turns it removed."""
+    edges: pa.Table
+    added: np.ndarray
+    removed: frozenset[str] = frozenset()
+
+
+def similar_edges_changed(node_ids: list[str] | pa.Array, tenant_id: str, vectors: np.ndarray, threshold: float,
+                          earlier: EarlierEdges, top_k: int = 5) -> pa.Table:
+    """:func:`similar_edges` of one tenant's nodes given the edges it returned before some were
+    added or removed (``earlier``; every other node's vector unchanged): the same edges, scoring
+    only the pairs with an added row and the rows whose top_k a removed node was or may have been in."""
+    previous, removed = earlier.edges, earlier.removed
     ids = np.asarray(pa.array(node_ids).to_pylist(), dtype=object)
     row = {n: i for i, n in enumerate(ids.tolist())}
     src = previous.column("src").to_pylist()
     dst = previous.column("dst").to_pylist()
-    if any(a not in row or b not in row for a, b in zip(src, dst)):
+    gone = np.fromiter((a in removed or b in removed for a, b in zip(src, dst)), bool, len(src))
+    touched = {b if a in removed else a for a, b, g in zip(src, dst, gone) if g} - removed
+    src = [a for a, g in zip(src, gone) if not g]
+    dst = [b for b, g in zip(dst, gone) if not g]
+    if any(a not in row or b not in row for a, b in zip(src, dst)) or any(t not in row for t in touched):
         raise ValueError("an earlier SIMILAR edge names a node that is not among the nodes")
     prev = (np.fromiter((row[a] for a in src), np.int64, len(src)),
             np.fromiter((row[b] for b in dst), np.int64, len(dst)),
-            previous.column("weight").to_numpy().astype(np.float32))
-    i, j, s = _pairs_appended(_normalize(vectors), np.asarray(added, dtype=np.int64), prev, threshold, top_k)
+            previous.column("weight").to_numpy().astype(np.float32)[~gone])
+    affected = np.fromiter(sorted(row[t] for t in touched), np.int64, len(touched))
+    i, j, s = _pairs_changed(_normalize(vectors), np.asarray(earlier.added, dtype=np.int64), affected, prev,
+                             threshold, top_k)
     return _edges_table(tenant_id, ids[i], ids[j], s)
 
 

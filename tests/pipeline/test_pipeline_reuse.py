@@ -10,7 +10,7 @@ import pytest
 
 from memlib.compose.reuse import PreviousTenant, appended_turns
 from memlib.compose.span_pool import SpanPooler, span_pooled_vectors
-from memlib.text.clues import exact_cosines, similar_edges, similar_edges_appended
+from memlib.text.clues import EarlierEdges, exact_cosines, similar_edges, similar_edges_changed
 
 
 def _clustered(n: int, seed: int = 0, dim: int = 384) -> np.ndarray:
@@ -40,26 +40,38 @@ def test_a_cosine_depends_on_its_two_vectors_only():
     assert np.abs(s - np.einsum("ij,ij->i", v[i], v[j])).max() < 1e-6
 
 
-@pytest.mark.parametrize("n_added, seed", [(0, 1), (1, 2), (2, 3), (17, 4), (250, 5)])
-def test_similar_edges_of_an_append_equal_the_full_edges(n_added, seed):
+@pytest.mark.parametrize("n_added, n_removed, seed", [(0, 0, 1), (1, 0, 2), (2, 0, 3), (17, 0, 4), (250, 0, 5),
+                                                      (0, 1, 6), (0, 40, 7), (3, 2, 8), (120, 90, 9)])
+def test_similar_edges_after_added_and_removed_turns_equal_the_full_edges(n_added, n_removed, seed):
+    """The published edges of the nodes before (the removed ones in, the added ones not), and what
+    changed: the same edges as scored from scratch over the nodes now."""
     n = 1500
     v = _clustered(n, seed)
     ids = [f"turn:{i:05d}" for i in range(n)]
-    added = np.sort(np.random.default_rng(seed).choice(n, n_added, replace=False))  # anywhere in the order
-    kept = np.setdiff1d(np.arange(n), added)
-    before = similar_edges([ids[i] for i in kept], ["t"] * kept.size, v[kept], 0.85)
-    full = similar_edges(ids, ["t"] * n, v, 0.85)
+    rng = np.random.default_rng(seed)
+    changed = rng.choice(n, n_added + n_removed, replace=False)  # anywhere in the order
+    added, removed = np.sort(changed[:n_added]), np.sort(changed[n_added:])
+    before_rows = np.setdiff1d(np.arange(n), added)
+    before = similar_edges([ids[i] for i in before_rows], ["t"] * before_rows.size, v[before_rows], 0.85)
+    now = np.setdiff1d(np.arange(n), removed)
+    full = similar_edges([ids[i] for i in now], ["t"] * now.size, v[now], 0.85)
     assert full.num_rows > n // 2  # enough pairs above the threshold for the top-5 cut to matter
-    got = similar_edges_appended(ids, "t", v, 0.85, added, before)
+    gone = {ids[i] for i in removed}
+    if n_removed:  # some removed turns were among the published neighbours
+        assert pc.sum(pc.or_(pc.is_in(before.column("src"), pa.array(list(gone))),
+                             pc.is_in(before.column("dst"), pa.array(list(gone))))).as_py() > 0
+    at = {r: k for k, r in enumerate(now)}
+    got = similar_edges_changed([ids[i] for i in now], "t", v[now], 0.85,
+                                EarlierEdges(before, np.array([at[a] for a in added], np.int64), frozenset(gone)))
     assert _edge_set(got) == _edge_set(full)
 
 
-def test_similar_edges_appended_refuses_edges_of_unknown_nodes():
+def test_similar_edges_changed_refuses_edges_of_unknown_nodes():
     v = _clustered(50)
     before = similar_edges([f"a{i}" for i in range(50)], ["t"] * 50, v, 0.85)
     assert before.num_rows
     with pytest.raises(ValueError, match="not among the nodes"):
-        similar_edges_appended([f"b{i}" for i in range(50)], "t", v, 0.85, np.arange(0), before)
+        similar_edges_changed([f"b{i}" for i in range(50)], "t", v, 0.85, EarlierEdges(before, np.arange(0)))
 
 
 def test_pooling_a_subset_of_nodes_gives_the_same_bits(tenant_pass):
@@ -157,16 +169,42 @@ def test_a_session_appended_in_the_middle_is_an_append(tenant_pass):
     assert got.fallbacks.equals(tenant_pass["full"].fallbacks)
 
 
-def test_a_changed_or_deleted_session_is_not_an_append(tenant_pass):
-    """An edited turn or a deleted session: every step runs over the whole tenant; same output."""
+def test_a_deleted_session_reuses_and_equals_a_full_build(tenant_pass):
+    """A deleted session (a forgotten conversation, a session gone from the input): unchanged node
+    vectors are copied, those whose fallback ids the removed turns held are refilled, and only the
+    SIMILAR pairs the removed turns were in are scored again; the output equals a full build."""
+    cfg, turns, enc, build = tenant_pass["cfg"], tenant_pass["turns"], tenant_pass["encoder"], tenant_pass["process"]
+    published = tenant_pass["full"]
+    for gone in (tenant_pass["sessions"][0], tenant_pass["sessions"][len(tenant_pass["sessions"]) // 2]):
+        prev = PreviousTenant.of(published.nodes, published.edges, published.fallbacks, published.token_sums)
+        deleted = _without(turns, gone)
+        got = build(deleted, cfg, enc, previous=prev)
+        full = build(deleted, cfg, enc)
+        _assert_same(got, full)
+        assert got.fallbacks.equals(full.fallbacks) and got.token_sums.equals(full.token_sums)
+        n_gone = pc.sum(pc.equal(turns.column("session_id"), gone)).as_py()
+        assert got.reused["removed_turns"] == n_gone and got.reused["appended_turns"] == 0
+        assert got.reused["appended_only"] == 0 and got.reused["node_vectors"] > 0
+        assert got.reused["node_vectors_refilled"] > 0  # the removed turns moved some tenant means
+
+
+def test_a_session_replaced_by_another_reuses_and_equals_a_full_build(tenant_pass):
+    """One session gone and another added in the same run."""
+    cfg, turns, enc, build = tenant_pass["cfg"], tenant_pass["turns"], tenant_pass["encoder"], tenant_pass["process"]
+    first, last = tenant_pass["sessions"][0], tenant_pass["sessions"][-1]
+    before = build(_without(turns, last), cfg, enc)
+    prev = PreviousTenant.of(before.nodes, before.edges, before.fallbacks, before.token_sums)
+    now = _without(turns, first)
+    got = build(now, cfg, enc, previous=prev)
+    _assert_same(got, build(now, cfg, enc))
+    assert got.reused["removed_turns"] > 0 and got.reused["appended_turns"] > 0
+
+
+def test_an_edited_turn_is_not_reused(tenant_pass):
+    """A published turn whose text changed: every step runs over the whole tenant; same output."""
     cfg, turns, enc, build = tenant_pass["cfg"], tenant_pass["turns"], tenant_pass["encoder"], tenant_pass["process"]
     published = tenant_pass["full"]
     prev = PreviousTenant.of(published.nodes, published.edges, published.fallbacks)
-    first = tenant_pass["sessions"][0]
-    deleted = _without(turns, first)
-    got = build(deleted, cfg, enc, previous=prev)
-    assert got.reused == {"appended_only": 0}
-    _assert_same(got, build(deleted, cfg, enc))
     text = turns.column("text").to_pylist()
     text[0] = text[0] + " We moved to Porto."
     edited = turns.set_column(turns.column_names.index("text"), "text", pa.array(text, pa.string()))
