@@ -240,7 +240,7 @@ def process_tenant(turns: pa.Table, cfg: MemlibConfig, encoder: TurnEncoder, *,
         with timer.span(Step.EMBED_TURNS):
             tv = embed_turns(session, session_keys(session, ""), cfg, encoder)
         with timer.span("session_local"):
-            out, nlp = session_local(session, tv.vectors, key, cfg, plan, nlp, own)
+            out, nlp = session_local((session, tv.vectors, key), cfg, plan, nlp, own)
         parts.append(out)
         vecs.append(tv)
         order.append(key)

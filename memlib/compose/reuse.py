@@ -219,7 +219,7 @@ def pooled_reusing(nodes: pa.Table, tv: TurnVectors, tokenizer: Any, previous: P
         sums = IdSums.of(tv.token_ids, tv.token_vectors)
         if changes.removed:
             fresh = np.union1d(fresh, sums.changed_since(previous.sums))
-    moved, kept = _moved(nodes, rows, prev_rows, previous, tv, tokenizer, fresh, sums)
+    moved, kept = _moved(nodes, rows, prev_rows, previous, _Pooling(tv, tokenizer, sums), fresh)
     # a node with fallback ids but no kept local sum (a published table that did not list it) is
     # pooled again, so the table this run writes is complete
     whole = np.array([f.ids.size == 0 or f.local is not None for f in kept], dtype=bool)
@@ -271,16 +271,25 @@ def _refill(out: np.ndarray, nodes: pa.Table, tv: TurnVectors, rows: np.ndarray,
     normalize_into(out, rows, local + fill)
 
 
-def _moved(nodes: pa.Table, rows: np.ndarray, prev_rows: np.ndarray, previous: PreviousTenant, tv: TurnVectors,
-           tokenizer: Any, fresh: np.ndarray, sums: IdSums) -> tuple[np.ndarray, list[Fallback]]:
-    """Per unchanged node row: whether one of its fallback ids is in ``fresh`` (the ids of the
-    added turns, whose tenant-wide means changed), and its :class:`Fallback`. They are read from
-    the published ``node_fallbacks`` when it lists the node, else found by tokenizing its text
-    (then without ``local``)."""
+@dataclass(frozen=True)
+class _Pooling:
+    """What pooling a node's vector reads: the tenant's turn token rows, the tokenizer of node texts
+    and the tenant's per-id sums."""
+    tv: TurnVectors
+    tokenizer: Any
+    sums: IdSums
+
+
+def _moved(nodes: pa.Table, rows: np.ndarray, prev_rows: np.ndarray, previous: PreviousTenant, pooling: _Pooling,
+           fresh: np.ndarray) -> tuple[np.ndarray, list[Fallback]]:
+    """Per unchanged node row (``rows``; ``prev_rows`` the same nodes' rows in ``previous.nodes``):
+    whether one of its fallback ids is in ``fresh`` (the ids whose tenant-wide means changed), and
+    its :class:`Fallback`. They are read from the published ``node_fallbacks`` when it lists the
+    node, else found by tokenizing its text (then without ``local``)."""
     known = previous.fallbacks_of(previous.nodes.column("node_id").take(pa.array(prev_rows, pa.int64())).to_pylist())
     unknown = np.array([k for k, f in enumerate(known) if f is None], dtype=np.int64)
     if unknown.size:
-        pooler = SpanPooler.of(nodes, tv, tokenizer, rows=rows[unknown], sums=sums)
+        pooler = SpanPooler.of(nodes, pooling.tv, pooling.tokenizer, rows=rows[unknown], sums=pooling.sums)
         if pooler is not None:
             for k, f in zip(unknown.tolist(), pooler.fallbacks(np.arange(unknown.size))):
                 known[k] = f

@@ -137,13 +137,14 @@ def _kept_turn_ids(segments: pa.Table | None) -> frozenset[str] | None:
     return frozenset(pc.list_flatten(segments.column("kept_turn_ids")).to_pylist())
 
 
-def session_local(turns: pa.Table, vectors: np.ndarray, key: str, cfg: MemlibConfig,
-                  plan: Sequence[Step], nlp: Any = None, own: Any = None) -> tuple[SessionOutput, Any]:
-    """The session-local stages of one session (``turns``: its rows in turn order; ``vectors``:
-    its turn vectors in the same order). Returns the output and the spaCy pipeline (loaded on
-    first use, to be passed back in for the next session). ``own``: the encoder of the fact
-    drafts' own texts (:func:`memlib.compose.vectors.own_pass` of the default embedder), else None."""
-    outputs, nlp = sessions_local([(turns, vectors, key)], cfg, plan, nlp, own)
+def session_local(session: tuple[pa.Table, np.ndarray, str], cfg: MemlibConfig, plan: Sequence[Step],
+                  nlp: Any = None, own: Any = None) -> tuple[SessionOutput, Any]:
+    """The session-local stages of one session: ``(turns, vectors, key)``, its rows in turn order,
+    its turn vectors in the same order and its session key. Returns the output and the spaCy
+    pipeline (loaded on first use, to be passed back in for the next session). ``own``: the
+    encoder of the fact drafts' own texts (:func:`memlib.compose.vectors.own_pass` of the default
+    embedder), else None."""
+    outputs, nlp = sessions_local([session], cfg, plan, nlp, own)
     return outputs[0], nlp
 
 

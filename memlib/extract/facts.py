@@ -21,7 +21,7 @@ from memlib.extract.entities import ENTITY_LABELS
 from memlib.extract.events import pick_event_time
 from memlib.extract.parse import ParsedTurn, parsed_turns
 from memlib.extract.person import rewrite_speaker
-from memlib.extract.rows import ConceptAttributes, FactAttributes, concept_links, derived_from, fact_id, node_row
+from memlib.extract.rows import ConceptAttributes, FactAttributes, NodeRow, concept_links, derived_from, fact_id
 from memlib.extract.tables import edge_table, node_table
 from memlib.ids import session_node_id
 from memlib.schema import NodeKind
@@ -124,9 +124,9 @@ def _fact_row(f: dict[str, Any], concepts: list[tuple[str, str]]) -> dict[str, A
                            dated_by_mention=bool(f["dated_by_mention"]), entities=f["entities"] or [],
                            topic=FactAttributes.topic_of(labels), concepts=labels,
                            concept_ids=[i for i, _ in concepts])
-    return node_row(NodeKind.FACT, f["node_id"], f["tenant_id"], f["text"], [f["turn_node_id"]], attrs,
-                    conversation_id=f["conversation_id"], session_id=f["session_id"], time=f["time"],
-                    valid_from=f["time"], belief=1.0)
+    return NodeRow(NodeKind.FACT, f["node_id"], f["tenant_id"], f["text"], [f["turn_node_id"]], attrs,
+                   conversation_id=f["conversation_id"], session_id=f["session_id"], time=f["time"],
+                   valid_from=f["time"], belief=1.0).row()
 
 
 class _Link(NamedTuple):
@@ -155,10 +155,10 @@ def _concept_rows(links: list[_Link]) -> list[dict[str, Any]]:
     groups: dict[tuple[str, str], list[_Link]] = {}
     for link in links:
         groups.setdefault((link.tenant_id, link.concept_id), []).append(link)
-    return [node_row(NodeKind.CONCEPT, cid, tenant, group[0].canonical.replace("_", " "),
-                     sorted({g.turn for g in group}),
-                     ConceptAttributes(label=group[0].canonical, aliases=sorted({g.label for g in group}),
-                                       n_facts=len({g.fact for g in group})))
+    return [NodeRow(NodeKind.CONCEPT, cid, tenant, group[0].canonical.replace("_", " "),
+                    sorted({g.turn for g in group}),
+                    ConceptAttributes(label=group[0].canonical, aliases=sorted({g.label for g in group}),
+                                       n_facts=len({g.fact for g in group}))).row()
             for (tenant, cid), group in groups.items()]
 
 

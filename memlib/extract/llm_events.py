@@ -11,7 +11,7 @@ from memlib.config import Backend
 from memlib.extract.base import Extraction, ExtractionContext, ExtractResult, register
 from memlib.extract.entities import entity_id
 from memlib.extract.llm_common import Unit, call_units, client_of, numbered, run_stage
-from memlib.extract.rows import EventAttributes, derived_from, event_id, mentions, node_row
+from memlib.extract.rows import EventAttributes, NodeRow, derived_from, event_id, mentions
 from memlib.extract.tables import edge_table, node_table
 from memlib.ids import make_id
 from memlib.llm.models import EventsOut, Task
@@ -40,9 +40,9 @@ def convert(unit: Unit, out: EventsOut, model: str) -> ExtractResult:
         nid = event_id(unit.tenant_id, prov[0], ev.text)
         when = _date(ev.dates) or unit.session_time
         attrs = EventAttributes(entities=ev.entities, topic=ev.topic, dates_mentioned=ev.dates)
-        nodes.append(node_row(NodeKind.EVENT, nid, unit.tenant_id, ev.text, prov, attrs,
-                              conversation_id=unit.conversation_id, session_id=unit.session_id, time=when,
-                              valid_from=when))
+        nodes.append(NodeRow(NodeKind.EVENT, nid, unit.tenant_id, ev.text, prov, attrs,
+                             conversation_id=unit.conversation_id, session_id=unit.session_id, time=when,
+                             valid_from=when).row())
         edges += derived_from(unit.tenant_id, nid, prov)
         edges += mentions(unit.tenant_id, nid, [entity_id(unit.tenant_id, e) for e in ev.entities if e.strip()], prov)
     return ExtractResult(node_table(nodes), edge_table(edges))

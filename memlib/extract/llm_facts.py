@@ -20,11 +20,11 @@ from memlib.extract.llm_common import Unit, numbered, run_stage
 from memlib.extract.llm_outdated import supersede
 from memlib.extract.rows import (
     ConceptAttributes,
+    NodeRow,
     concept_id,
     concept_links,
     derived_from,
     fact_id,
-    node_row,
     normalized,
 )
 from memlib.extract.tables import edge_table, node_table
@@ -76,13 +76,13 @@ def convert(unit: Unit, out: FactsOut, model: str, max_concepts: int = 3) -> Ext
         labels = list(dict.fromkeys(token_key(c) for c in item.concepts if c.strip()))[:max_concepts]
         cids = [concept_id(t_id, lab) for lab in labels]
         attrs = {"concepts": labels, "concept_ids": cids}  # the rest of FactAttributes: complete_facts
-        nodes.append(node_row(NodeKind.FACT, fid, t_id, item.text, prov, attrs, conversation_id=unit.conversation_id,
-                              session_id=unit.session_id, time=unit.session_time, valid_from=unit.session_time,
-                              belief=1.0))
+        nodes.append(NodeRow(NodeKind.FACT, fid, t_id, item.text, prov, attrs, conversation_id=unit.conversation_id,
+                             session_id=unit.session_id, time=unit.session_time, valid_from=unit.session_time,
+                             belief=1.0).row())
         edges += derived_from(t_id, fid, prov)
         for cid, lab in zip(cids, labels):
-            nodes.append(node_row(NodeKind.CONCEPT, cid, t_id, lab.replace("_", " "), prov,
-                                  ConceptAttributes(label=lab)))
+            nodes.append(NodeRow(NodeKind.CONCEPT, cid, t_id, lab.replace("_", " "), prov,
+                                 ConceptAttributes(label=lab)).row())
             edges += concept_links(t_id, fid, cid, prov)
     return ExtractResult(node_table(nodes), edge_table(edges))
 

@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 from memlib.config import Backend
 from memlib.extract.base import Extraction, ExtractionContext, ExtractResult, get_extractor, register
 from memlib.extract.llm_common import call_units, client_of, handles_of, mark_source, numbered
-from memlib.extract.rows import ReflectionAttributes, node_row, normalized, reflection_id
+from memlib.extract.rows import NodeRow, ReflectionAttributes, normalized, reflection_id
 from memlib.extract.tables import edge_table, node_table
 from memlib.ids import make_id
 from memlib.llm.models import ReflectionsOut, Task
@@ -57,9 +57,9 @@ def convert(b: FactBatch, out: ReflectionsOut) -> tuple[list[dict[str, Any]], li
             continue
         rid = reflection_id(b.tenant_id, b.conversation_id, normalized(ref.text))
         prov = sorted({t for f in used for t in (f["provenance"] or [])})
-        nodes.append(node_row(NodeKind.REFLECTION, rid, b.tenant_id, ref.text, prov,
-                              ReflectionAttributes(facts=[f["node_id"] for f in used]),
-                              conversation_id=b.conversation_id, time=max(f["time"] for f in used)))
+        nodes.append(NodeRow(NodeKind.REFLECTION, rid, b.tenant_id, ref.text, prov,
+                             ReflectionAttributes(facts=[f["node_id"] for f in used]),
+                             conversation_id=b.conversation_id, time=max(f["time"] for f in used)).row())
         edges += [{"tenant_id": b.tenant_id, "src": rid, "dst": f["node_id"], "kind": EdgeKind.DERIVED_FROM_FACT,
                    "provenance": f["provenance"] or []} for f in used]
     return nodes, edges

@@ -8,7 +8,7 @@ from memlib.config import Backend
 from memlib.extract.base import Extraction, ExtractionContext, ExtractResult, register
 from memlib.extract.entities import entity_id, entity_key
 from memlib.extract.llm_common import Unit, run_stage
-from memlib.extract.rows import TripletAttributes, derived_from, mentions, node_row, triplet_id
+from memlib.extract.rows import NodeRow, TripletAttributes, derived_from, mentions, triplet_id
 from memlib.extract.tables import edge_table, node_table
 from memlib.llm.models import Task, TripletsOut
 from memlib.schema import EdgeKind, NodeKind
@@ -50,10 +50,10 @@ def convert(unit: Unit, out: TripletsOut, model: str) -> ExtractResult:
             continue
         rel = " ".join(tr.r.lower().split())
         nid = triplet_id(unit.tenant_id, prov[0], tr.s, rel, tr.o)
-        nodes.append(node_row(NodeKind.TRIPLET, nid, unit.tenant_id, f"{tr.s} {rel} {tr.o}", prov,
-                              TripletAttributes(subject=tr.s, relation=rel, object=tr.o),
-                              conversation_id=unit.conversation_id, session_id=unit.session_id,
-                              time=unit.session_time))
+        nodes.append(NodeRow(NodeKind.TRIPLET, nid, unit.tenant_id, f"{tr.s} {rel} {tr.o}", prov,
+                             TripletAttributes(subject=tr.s, relation=rel, object=tr.o),
+                             conversation_id=unit.conversation_id, session_id=unit.session_id,
+                             time=unit.session_time).row())
         s_id = _ensure_entity(unit, tr.s, known, nodes)
         o_id = _ensure_entity(unit, tr.o, known, nodes)
         edges += derived_from(unit.tenant_id, nid, prov)

@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from memlib.config import Backend
 from memlib.extract.base import Extraction, ExtractionContext, ExtractResult, register
-from memlib.extract.rows import ReflectionAttributes, node_row, reflection_id
+from memlib.extract.rows import NodeRow, ReflectionAttributes, reflection_id
 from memlib.extract.tables import edge_table, node_table
 from memlib.schema import EdgeKind, NodeKind
 
@@ -73,8 +73,8 @@ def _rows(theme: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     text = f"{theme['speaker']} repeatedly talks about {label} ({n} facts" + (f", {when})" if when else ")")
     attrs = ReflectionAttributes(facts=list(theme["facts"]), speaker=theme["speaker"], concept=theme["concept"],
                                  concept_id=theme["concept_id"], n_facts=n, sessions=theme["sessions"])
-    node = node_row(NodeKind.REFLECTION, rid, t, text, theme["turns"], attrs, time=theme["end"],
-                    valid_from=theme["start"])
+    node = NodeRow(NodeKind.REFLECTION, rid, t, text, theme["turns"], attrs, time=theme["end"],
+                   valid_from=theme["start"]).row()
     edges = [{"tenant_id": t, "src": rid, "dst": f, "kind": EdgeKind.DERIVED_FROM_FACT, "provenance": theme["turns"]}
              for f in theme["facts"]]
     edges.append({"tenant_id": t, "src": rid, "dst": theme["concept_id"], "kind": EdgeKind.ABOUT_CONCEPT,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -135,18 +135,31 @@ class ReflectionAttributes(Attributes):
     sessions: int | None = None
 
 
-def node_row(kind: NodeKind, node_id: str, tenant_id: str, text: str, provenance: list[str],
-             attributes: Attributes | dict[str, Any], *, conversation_id: str | None = None,
-             session_id: str | None = None, time: datetime | None = None, valid_from: datetime | None = None,
-             belief: float | None = None) -> dict[str, Any]:
-    """One ``NODES_NO_EMBEDDING`` row (``attributes`` serialized by :func:`tables.node_table`)."""
-    attrs = attributes.to_dict() if isinstance(attributes, Attributes) else attributes
-    row = {"node_id": node_id, "tenant_id": tenant_id, "kind": kind.value, "text": text,
-           "provenance": provenance, "attributes": attrs, "conversation_id": conversation_id,
-           "session_id": session_id, "time": time, "valid_from": valid_from}
-    if belief is not None:
-        row["belief"] = belief
-    return row
+@dataclass
+class NodeRow:
+    """One ``NODES_NO_EMBEDDING`` row of a derived node, as an extractor makes it; :meth:`row` is
+    the dict :func:`memlib.extract.tables.node_table` takes (``attributes`` serialized there)."""
+    kind: NodeKind
+    node_id: str
+    tenant_id: str
+    text: str
+    provenance: list[str]
+    attributes: Attributes | dict[str, Any]
+    _: KW_ONLY
+    conversation_id: str | None = None
+    session_id: str | None = None
+    time: datetime | None = None
+    valid_from: datetime | None = None
+    belief: float | None = None
+
+    def row(self) -> dict[str, Any]:
+        attrs = self.attributes.to_dict() if isinstance(self.attributes, Attributes) else self.attributes
+        row = {"node_id": self.node_id, "tenant_id": self.tenant_id, "kind": self.kind.value, "text": self.text,
+               "provenance": self.provenance, "attributes": attrs, "conversation_id": self.conversation_id,
+               "session_id": self.session_id, "time": self.time, "valid_from": self.valid_from}
+        if self.belief is not None:
+            row["belief"] = self.belief
+        return row
 
 
 def edge_row(tenant_id: str, src: str, dst: str, kind: EdgeKind, provenance: list[str],

@@ -111,7 +111,7 @@ def tenant_pass(locomo_path):
     parts, vecs, nlp = [], [], None
     for s in split_sessions(turns):
         tv = embed_turns(s, None, cfg, encoder)
-        out, nlp = session_local(s, tv.vectors, session_keys(s, "k")[0].as_py(), cfg, get_recipe(DEFAULT_RECIPE), nlp)
+        out, nlp = session_local((s, tv.vectors, session_keys(s, "k")[0].as_py()), cfg, get_recipe(DEFAULT_RECIPE), nlp)
         parts.append(out)
         vecs.append(tv)
     return {"cfg": cfg, "turns": turns, "sessions": sessions, "encoder": encoder,

@@ -146,7 +146,7 @@ def test_sessions_parsed_together_give_what_each_gives_alone(locomo_path):
     vectors = [rng.normal(size=(s.num_rows, cfg.embed.dim)).astype(np.float32) for s in sessions]
     together, nlp = sessions_local([(s, v, f"k{i}") for i, (s, v) in enumerate(zip(sessions, vectors))], cfg, plan)
     for i, (s, v) in enumerate(zip(sessions, vectors)):
-        alone, nlp = session_local(s, v, f"k{i}", cfg, plan, nlp)
+        alone, nlp = session_local((s, v, f"k{i}"), cfg, plan, nlp)
         assert set(alone.tables) == set(together[i].tables)
         for name, table in alone.tables.items():
             assert table.equals(together[i].tables[name]), (i, name)
