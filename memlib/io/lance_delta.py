@@ -25,7 +25,7 @@ from memlib import schema
 # above this share of a tenant's rows changed, a whole-tenant delete is cheaper than a delete of
 # each id (and the delete's predicate stays short)
 MAX_CHANGED_SHARE = 0.5
-MAX_DELETE_IDS = 20_000
+MAX_DELETE_IDS = 100_000
 
 
 @dataclass
