@@ -235,6 +235,7 @@ class TenantOp(Operator):
         import ray
 
         from memlib.compose.reference import StepTools, TenantSessions, tenant_steps
+        from memlib.io.lance_checks import LANCE_DIGEST_KEY, tenant_digest
         from memlib.io.lance_delta import lance_delta
         from pipelines.llm_actors import call_summary, drain_llm_calls
 
@@ -273,6 +274,7 @@ class TenantOp(Operator):
                 "waited_s": round(waited, 3), "timings": out.timings, "seconds": round(time.perf_counter() - start, 3),
                 "cpu_s": round(time.process_time() - cpu, 3), "pid": os.getpid(),
                 "node_id": ray.get_runtime_context().get_node_id(), **out.counts(),
+                LANCE_DIGEST_KEY: tenant_digest(nodes),  # its Lance rows as written, checked where read
                 **({"llm": llm} if llm else {}), **({"reused": reused} if reused else {}),
                 # the published Lance rows to delete before its rows are added; absent: all of them
                 **({"lance_delete": delta.delete} if delta.delete is not None else {})}, tables

@@ -20,9 +20,18 @@ from memlib.io.files import StoreError
 CHUNK = 8 << 20  # bytes hashed per call (zlib releases the GIL for the call)
 
 
+GRAPH = "graph"  # DamagedFileError.part: a tenant's graph file (the strategies reading no graph still answer)
+LANCE = "lance"  # DamagedFileError.part: Lance rows or files (the strategies reading no Lance still answer)
+
+
 class DamagedFileError(StoreError):
     """A kept file whose bytes are not the ones written: dropped and recomputed by a build, never
-    read by the service."""
+    read by the service. ``part``: what of a tenant it is (:data:`GRAPH`, :data:`LANCE`; None: the
+    files every strategy reads)."""
+
+    def __init__(self, message: str, *, part: str | None = None):
+        super().__init__(message)
+        self.part = part
 
 
 def crc_of(path: Path) -> list[int]:
@@ -55,23 +64,23 @@ def identity(path: Path) -> tuple[int, int, int]:
     return st.st_ino, st.st_size, st.st_mtime_ns
 
 
-def check(path: Path, expected: list[int] | tuple[int, int]) -> None:
-    """Raise :class:`DamagedFileError` naming ``path`` unless its bytes have the checksum ``expected``
-    (a file already checked with this identity and checksum is not hashed again)."""
+def check(path: Path, expected: list[int] | tuple[int, ...], part: str | None = None) -> None:
+    """Raise :class:`DamagedFileError` naming ``path`` (of ``part``) unless its bytes have the
+    checksum ``expected`` (a file already checked with this identity and checksum is not hashed again)."""
     size, crc = int(expected[0]), int(expected[1])
     try:
         ino, now, mtime = identity(path)
     except FileNotFoundError:
-        raise DamagedFileError(f"{path}: missing") from None
+        raise DamagedFileError(f"{path}: missing", part=part) from None
     key = (ino, now, mtime, crc)
     with _LOCK:
         if _VERIFIED.get(str(path)) == key:
             return
     if now != size:
-        raise DamagedFileError(f"{path}: {now} bytes, {size} were written")
+        raise DamagedFileError(f"{path}: {now} bytes, {size} were written", part=part)
     got = crc_of(path)
     if got != [size, crc]:
-        raise DamagedFileError(f"{path}: content checksum {got[1]:08x}, {crc:08x} was written")
+        raise DamagedFileError(f"{path}: content checksum {got[1]:08x}, {crc:08x} was written", part=part)
     with _LOCK:
         _VERIFIED[str(path)] = key
 
