@@ -1,7 +1,9 @@
 """Content checksums of kept files: computed when a file is written, checked where it is read, so
 that a damaged cache file is never trusted (docs/decisions/0031-kept-file-checksums.md).
 
-A checksum is ``[size, crc32]``. CRC-32 finds accidental damage (a torn write, flipped or zeroed
+A checksum is ``[size, crc32]``; a published file's also names the mtime it had when its bytes
+were last hashed (``[size, crc32, mtime_ns]``: a nightly hashes again only the carried files
+written since, see :func:`unchanged_since_checked`). CRC-32 finds accidental damage (a torn write, flipped or zeroed
 bytes, a truncation), which is what a cache meets; it is no defence against someone who can write
 the store anyway. It runs at about 1 GB/s here, so a file is hashed once per identity (path,
 inode, size, mtime_ns) in a process: a rewrite (``os.replace``) or an edit in place changes the
@@ -115,9 +117,37 @@ def tree_crcs(directory: Path, base: Path | None = None,
         if known and key in known and base is not None:
             try:
                 if os.path.samefile(path, base / rel):
-                    out[key] = list(known[key])
+                    out[key] = _carried(path, base / rel, list(known[key]))
                     continue
             except OSError:
                 pass
-        out[key] = crc_of(path)
+        mtime = os.stat(path).st_mtime_ns
+        out[key] = [*crc_of(path), mtime]
     return out
+
+
+def _carried(path: Path, published: Path, entry: list[int]) -> list[int]:
+    """A carried file's entry: its published ``[size, crc32, mtime_ns]``, with the mtime it has now
+    when this process checked its bytes at that mtime (a file touched but whole; an entry written
+    before mtimes gets one once checked)."""
+    st = os.stat(path)
+    if len(entry) > 2 and entry[2] == st.st_mtime_ns:
+        return entry
+    with _LOCK:
+        seen = _VERIFIED.get(str(published))
+    if seen == (st.st_ino, st.st_size, st.st_mtime_ns, int(entry[1])):
+        return [int(entry[0]), int(entry[1]), st.st_mtime_ns]
+    return entry
+
+
+def unchanged_since_checked(path: Path, expected: list[int] | tuple[int, ...]) -> bool:
+    """Whether ``path`` has the size and mtime it had when its checksum ``expected`` (``[size, crc32,
+    mtime_ns]``) was computed or last checked: a write since (an edit in place, a truncation, a
+    copy over it) changes the mtime; damage below the file system (the medium) does not."""
+    if len(expected) < 3:
+        return False
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return st.st_size == int(expected[0]) and st.st_mtime_ns == int(expected[2])

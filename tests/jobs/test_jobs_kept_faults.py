@@ -23,17 +23,17 @@ from memlib.io.store import StoreReader, read_manifest
 from memlib.io.views import VIEW_TURNS, view_path
 from memlib.retrieve.matrix_cache import damaged_tenants, tenant_references
 from memlib.serve.errors import ApiError
-from tests.serve.conftest import ADMIN, SAMPLE, bearer, build_sample, sample_serve_config
+from tests.jobs.conftest import FAULT_BUILD
+from tests.serve.conftest import ADMIN, SAMPLE, bearer, sample_serve_config
 
 pytestmark = pytest.mark.ray  # `memlib build` starts Ray
-EMBED = ["--set", "embed.backend=wordllama", "--set", "embed.dim=256",
-         "--set", "retrieve.precompute_token_matrices=true", "--set", "ray.block_turns=40"]
+EMBED = FAULT_BUILD
 QUERIES = ("what does she cook at night?", "weekend plans with friends")
 
 
 @pytest.fixture(scope="module")
-def intact(tmp_path_factory) -> Path:
-    return build_sample(tmp_path_factory.mktemp("kept_faults") / "store", *EMBED)
+def intact(fault_store) -> Path:
+    return fault_store  # built once for the session, shared with tests/jobs/test_jobs_lance_faults.py
 
 
 def kept(store: Path) -> SessionStore:
