@@ -93,9 +93,14 @@ def rebuild_damaged(plan: Plan, published: StoreReader | None) -> None:
     (docs/decisions/0031-kept-file-checksums.md)."""
     if published is None:
         return
+    # a damaged Lance data file (bytes of some tenants' rows): the rows of each tenant to carry are
+    # read and checked against their digest; otherwise none is read
+    lance = bool(plan.carry) and bool(published.lance_data_damage())
     for tenant in list(plan.carry):
         # files gone, or written since they were hashed and not of the checksum published
         gone = published.missing_files(tenant) or published.damaged_files(tenant, changed_only=True)
+        if not gone and lance:
+            gone = [str(e) for e in published.lance_damage(tenant)]
         if not gone:
             continue
         plan.carry.remove(tenant)

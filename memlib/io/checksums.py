@@ -117,7 +117,7 @@ def tree_crcs(directory: Path, base: Path | None = None,
         if known and key in known and base is not None:
             try:
                 if os.path.samefile(path, base / rel):
-                    out[key] = _carried(path, base / rel, list(known[key]))
+                    out[key] = carried_entry(path, base / rel, list(known[key]))
                     continue
             except OSError:
                 pass
@@ -126,7 +126,7 @@ def tree_crcs(directory: Path, base: Path | None = None,
     return out
 
 
-def _carried(path: Path, published: Path, entry: list[int]) -> list[int]:
+def carried_entry(path: Path, published: Path, entry: list[int]) -> list[int]:
     """A carried file's entry: its published ``[size, crc32, mtime_ns]``, with the mtime it has now
     when this process checked its bytes at that mtime (a file touched but whole; an entry written
     before mtimes gets one once checked)."""

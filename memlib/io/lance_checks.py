@@ -8,7 +8,9 @@ kept in the tenant's manifest entry (``lance_digest``). It is a checksum of the 
 files: compaction, index merges and other tenants' writes move rows between files and leave it
 valid, and a damaged row copied by a compaction into a new file still fails it. The index files
 and the version manifest of each published Lance version are immutable files; their
-``[size, crc32]`` is kept in the manifest (``lance_files``, by path under ``lance/``).
+``[size, crc32, mtime_ns]`` is kept in the manifest (``lance_files``, by path under ``lance/``),
+and so is that of every data and deletion file (``lance_data``): a nightly hashes again only a
+data file written since, and reads the rows of the tenants it carries only when one is damaged.
 """
 from __future__ import annotations
 
@@ -21,10 +23,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memlib import schema
-from memlib.io.checksums import crc_of
+from memlib.io.checksums import carried_entry, crc_of
 
 LANCE_DIGEST_KEY = "lance_digest"  # tenant entry (and build summary): table -> [rows, crc32]
-LANCE_FILES_KEY = "lance_files"  # manifest: path under lance/ -> [size, crc32]
+LANCE_FILES_KEY = "lance_files"  # manifest: index and manifest file (path under lance/) -> [size, crc32, mtime_ns]
+LANCE_DATA_KEY = "lance_data"  # manifest: data and deletion file (path under lance/) -> [size, crc32, mtime_ns]
 TURN_TEXT_COLUMNS = ("node_id", "tenant_id", "text")
 _NO_VERSION = 2 ** 64 - 1  # Lance's v2 manifest names: u64::MAX - version
 
@@ -100,12 +103,22 @@ def version_files(tbl: Any, table_dir: Path) -> list[Path]:
     return out
 
 
+def data_files(table_dir: Path) -> list[Path]:
+    """Every data and deletion file of a Lance table, of any of its versions (Lance never rewrites
+    one in place; compaction writes new ones)."""
+    return sorted(p for sub in ("data", "_deletions") for p in (table_dir / sub).glob("*") if p.is_file())
+
+
 def files_crcs(lance_dir: Path, files: list[Path], known: dict[str, list[int]] | None) -> dict[str, list[int]]:
-    """``[size, crc32]`` of ``files`` by path under ``lance_dir``; a file ``known`` lists with its
-    size is not hashed again (Lance never rewrites a file in place)."""
+    """``[size, crc32, mtime_ns]`` of ``files`` by path under ``lance_dir``; a file ``known`` lists
+    with its size keeps its entry, not hashed again (Lance never rewrites a file in place)."""
     out = {}
     for f in files:
         rel = f.relative_to(lance_dir).as_posix()
         old = (known or {}).get(rel)
-        out[rel] = list(old) if old is not None and f.stat().st_size == int(old[0]) else crc_of(f)
+        if old is not None and f.stat().st_size == int(old[0]):
+            out[rel] = carried_entry(f, f, list(old))
+        else:
+            mtime = f.stat().st_mtime_ns
+            out[rel] = [*crc_of(f), mtime]
     return out

@@ -213,6 +213,15 @@ class LanceTables:
                  for f in version_files(tbl, lance_dir / f"{name}.lance")]
         return files_crcs(lance_dir, files, dict(known or {}))
 
+    def lance_data(self, known: Mapping[str, list[int]] | None = None) -> dict[str, list[int]]:
+        """``[size, crc32, mtime_ns]`` of every data and deletion file of both tables (the manifest's
+        ``lance_data``); those ``known`` lists are not hashed again: a run hashes the files it wrote."""
+        from memlib.io.lance_checks import data_files, files_crcs
+
+        lance_dir = self.path / "lance"
+        files = [f for name in (NODES_TABLE, TURN_TEXT_TABLE) for f in data_files(lance_dir / f"{name}.lance")]
+        return files_crcs(lance_dir, files, dict(known or {}))
+
     def lance_tables(self) -> dict[str, Any]:
         """Manifest key -> open lancedb table, for every Lance table of the store."""
         return {"lance_version": self.open_nodes(), "lance_turn_text_version": self.open_turn_text()}

@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow as pa
 
 from memlib.io.checksums import GRAPH, LANCE, DamagedFileError, check, check_size, unchanged_since_checked
-from memlib.io.lance_checks import LANCE_DIGEST_KEY, LANCE_FILES_KEY, rows_digest
+from memlib.io.lance_checks import LANCE_DATA_KEY, LANCE_DIGEST_KEY, LANCE_FILES_KEY, rows_digest
 from memlib.io.parts import GRAPHS
 
 FILES_KEY = "files"  # version file (relative path) -> [size, crc32, mtime_ns] (memlib/io/checksums.py)
@@ -136,6 +136,19 @@ class ReaderChecks:
         if files:
             with _ROWS_LOCK:
                 _ROWS_OK.add((str(self.path), name, self.manifest.get(LANCE_VERSION_KEYS[name]), tenant))
+
+    def lance_data_damage(self) -> list[DamagedFileError]:
+        """The Lance data and deletion files written since their checksum was computed (their size or
+        mtime differ) whose bytes are not the ones written, or gone (a stat each for the others)."""
+        out = []
+        for rel, expected in (self.manifest.get(LANCE_DATA_KEY) or {}).items():
+            path = self.path / "lance" / rel
+            if not unchanged_since_checked(path, expected):
+                try:
+                    check(path, expected, LANCE)
+                except DamagedFileError as exc:
+                    out.append(exc)
+        return out
 
     def lance_damage(self, tenant: str) -> list[DamagedFileError]:
         """What is wrong with ``tenant``'s rows of either Lance table (``memlib verify``)."""

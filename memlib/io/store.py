@@ -39,7 +39,7 @@ from memlib.io.files import (  # noqa: F401 - part_id: callers import it from he
     replace_part,
     safe_name,
 )
-from memlib.io.lance_checks import LANCE_FILES_KEY
+from memlib.io.lance_checks import LANCE_DATA_KEY, LANCE_FILES_KEY
 from memlib.io.lance_delta import with_importance
 from memlib.io.lance_tables import (  # noqa: F401 - the store's Lance names, imported from here by callers
     NODES_TABLE,
@@ -374,6 +374,7 @@ class StoreWriter(LanceTables, PartsCarrier):
         base = self.base  # every file with its checksum (memlib verify, the service, the next run's carry)
         data[FILES_KEY] = tree_crcs(self.version_dir, base and base.version_dir, base and base.manifest.get(FILES_KEY))
         data[LANCE_FILES_KEY] = self.lance_files(base and base.manifest.get(LANCE_FILES_KEY))
+        data[LANCE_DATA_KEY] = self.lance_data(base and base.manifest.get(LANCE_DATA_KEY))
         atomic_write_json(self.path / "manifests" / f"{self.version}.json", data)
         atomic_write_json(self.path / MANIFEST, data)
         return data
