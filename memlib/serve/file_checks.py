@@ -24,13 +24,14 @@ def graph_only(damaged: list[DamagedFileError]) -> bool:
     return bool(damaged) and all(d.part == GRAPH for d in damaged)
 
 
-def tenant_damage(reader: Any, tenant: str) -> DamagedFileError | None:
+def tenant_damage(reader: Any, tenant: str, loaded: bool = False) -> DamagedFileError | None:
     """What is damaged of ``tenant``'s published files, the kept blocks its matrix refers to and its
-    Lance rows (``part`` says what of it; None: nothing)."""
-    files = reader.damage(tenant)
+    Lance rows (``part`` says what of it; None: nothing). ``loaded``: its files were checked as it
+    loaded; only its Lance rows are left (read by the strategies that read Lance, on first use)."""
+    files = [] if loaded else reader.damage(tenant)
     if files and not graph_only(files):
         return DamagedFileError(f"published files damaged: {', '.join(map(str, files[:3]))}")
-    kept = damaged_tenants(reader, [tenant]).get(tenant)
+    kept = None if loaded else damaged_tenants(reader, [tenant]).get(tenant)
     if kept:
         return DamagedFileError(kept)
     if files:
@@ -48,7 +49,7 @@ def check_in_slices(svc: Any, reader: Any) -> threading.Thread:
     (each file hashed once in this process): start-up hashes nothing, a tenant with a damaged file
     is reported broken (``svc._broken``) before it is asked for, and a cold query mostly finds its
     files checked already (one ``stat`` each then). A tenant loaded before the thread reaches it
-    was checked as it loaded (``SearchService.index``), and is skipped. The thread ends when
+    had its files checked as it loaded (``SearchService.index``): only its Lance rows are. The thread ends when
     ``svc._stopped`` is set or another version is served; ``svc.checked_version`` names the version
     it went through."""
     version = reader.version
@@ -61,11 +62,11 @@ def check_in_slices(svc: Any, reader: Any) -> threading.Thread:
         for tenant in reader.tenants():
             if svc._stopped.is_set() or svc.cache.version != version:
                 return
-            if tenant in svc.broken or tenant in svc.cache:
+            if tenant in svc.broken:
                 continue
             t0 = time.perf_counter()
             try:
-                found = tenant_damage(reader, tenant)
+                found = tenant_damage(reader, tenant, loaded=tenant in svc.cache)
             except Exception:  # noqa: BLE001 - a query still checks the files it reads
                 log.exception("checking tenant %s of store version %s failed", tenant, version)
                 found = None
