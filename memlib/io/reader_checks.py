@@ -122,6 +122,30 @@ class ReaderChecks:
                 _ROWS_BAD[key] = str(exc)
             raise
 
+    def checked_rows(self, tenant: str, columns: list[str]) -> pa.Table:
+        """``columns`` of ``tenant``'s Lance nodes rows: every column read and checked the first time
+        in this process (:meth:`check_lance_rows`), only ``columns`` after that."""
+        key = (str(self.path), "nodes", self.manifest.get(LANCE_VERSION_KEYS["nodes"]), tenant)
+        with _ROWS_LOCK:
+            known = key in _ROWS_OK or key in _ROWS_BAD
+        digest = (self.manifest.get("tenants", {}).get(tenant) or {}).get(LANCE_DIGEST_KEY)
+        if digest is not None and not known:
+            try:
+                self.check_lance_files("nodes")
+                rows = self.lance_rows(tenant, "nodes")
+            except DamagedFileError as exc:
+                with _ROWS_LOCK:
+                    _ROWS_BAD[key] = str(exc)
+                raise
+            return rows.select(columns)
+        self.check_lance_rows(tenant, "nodes")  # a failure remembered is raised again
+        tbl = self.lance_table("nodes")
+        try:
+            return tbl.search().where(f"tenant_id = {_sql(tenant)}").select(columns).limit(None).to_arrow()
+        except Exception as exc:  # noqa: BLE001 - Lance raises errors of many kinds for a damaged file
+            raise DamagedFileError(f"lance nodes rows of tenant {tenant!r} unreadable: "
+                                   f"{' '.join(str(exc).split())[:160]}", part=LANCE) from None
+
     def _check_digest(self, tenant: str, name: str, rows: pa.Table, files: bool) -> None:
         want = ((self.manifest.get("tenants", {}).get(tenant) or {}).get(LANCE_DIGEST_KEY) or {}).get(name)
         if want is None:  # written before digests: read as it is

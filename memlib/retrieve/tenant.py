@@ -269,7 +269,7 @@ class TenantIndex:
                 return self.__dict__["embeddings"]
             # every column, checked against the digest written with the rows (a flipped byte in a
             # Lance data file reads without an error): DamagedFileError, never a matrix from it
-            tbl = self.reader.lance_rows(self.tenant).select(["node_id", "embedding"])
+            tbl = self.reader.checked_rows(self.tenant, ["node_id", "embedding"])
             if tbl.num_rows != self.n_nodes:
                 raise RuntimeError(f"tenant {self.tenant!r}: Lance holds {tbl.num_rows} nodes, its view "
                                    f"{self.n_nodes} (version {self.version})")
