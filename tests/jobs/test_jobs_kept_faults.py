@@ -132,7 +132,8 @@ def test_a_nightly_drops_damaged_kept_blocks_and_lance_rows_and_publishes_what_a
     for node, vec in old.items():  # the sessions computed again give the vectors they gave
         np.testing.assert_array_equal(new[node], vec)
     got, health = answers(store, ("auto", "dense", "bm25"))
-    assert health.status == "ok" and all(isinstance(r, list) and r for rs in got.values() for r in rs), got
+    assert health.status == "ok" and all(isinstance(r, list) for rs in got.values() for r in rs), got
+    assert all(r for (_, strategy), rs in got.items() for r in rs if strategy == "auto"), got
 
 
 def test_verify_says_whole_of_an_intact_store(intact):

@@ -10,6 +10,7 @@ fault store (tests/jobs/conftest.py), copied per case."""
 from __future__ import annotations
 
 import shutil
+import time
 
 import pytest
 
@@ -105,3 +106,43 @@ def test_a_carried_tenant_whose_lance_rows_are_damaged_is_rebuilt(fault_store, t
     plan = Plan(carry=["maya", "raj"])
     rebuild_damaged(plan, StoreReader(store))
     assert plan.build == ["maya"] and plan.carry == ["raj"], plan
+
+
+def test_the_background_check_goes_tenant_by_tenant_at_a_tenth_of_a_core(fault_store, tmp_path, monkeypatch):
+    """The service's start hashes no version whole: its thread checks one tenant at a time and after
+    each sleeps 9 times what the tenant took (memlib/serve/file_checks.py); it still reports a
+    damaged tenant nobody asked for (maya's Lance rows) before any query."""
+    from memlib.io.checksums import LANCE
+    from memlib.serve import file_checks
+    from memlib.serve.service import SearchService
+    from tests.serve.conftest import ADMIN, bearer, sample_serve_config
+
+    calls: list[tuple[str, bool, float, float]] = []
+    real = file_checks.tenant_damage
+
+    def timed(reader, tenant, loaded=False):
+        t0 = time.perf_counter()
+        found = real(reader, tenant, loaded)
+        calls.append((tenant, loaded, t0, time.perf_counter()))
+        return found
+
+    monkeypatch.setattr(file_checks, "tenant_damage", timed)
+    store = tmp_path / "store"
+    shutil.copytree(fault_store, store)
+    fresh()
+    damage_lance(store, "fact", "flip")
+    svc = SearchService(store, sample_serve_config(preload_tenants=0)).start()
+    try:
+        assert len(calls) <= 1  # started, not run: nothing hashed by start() itself
+        deadline = time.time() + 60
+        while time.time() < deadline and svc.checked_version != svc.cache.version:
+            time.sleep(0.02)
+        assert svc.checked_version == svc.cache.version
+        assert [c[0] for c in calls] == sorted(read_manifest(store)["tenants"]) and not any(c[1] for c in calls)
+        for (_, _, s0, e0), (_, _, s1, _) in zip(calls, calls[1:]):
+            assert s1 - e0 >= 0.9 * file_checks.CHECK_DUTY ** -1 * (e0 - s0) - (e0 - s0), calls  # a tenth of a core
+        health = svc.health(bearer(ADMIN)["Authorization"])
+        assert list(health.broken) == ["maya"] and "lance" in health.broken["maya"], health
+        assert svc.broken["maya"].startswith(file_checks.PARTIAL[LANCE])  # auto still answers for maya
+    finally:
+        svc.stop()
