@@ -40,26 +40,28 @@ def row_columns(table: pa.Table, name: str) -> list[str]:
     return [f.name for f in schema.NODES if f.name != "importance" and f.name in table.column_names]
 
 
-def _bytes(col: pa.Array) -> Iterator[bytes]:
-    """A canonical byte form of ``col``: its validity, then its valid values (types of one kind,
-    string or large string, list or large list, give the same bytes)."""
+def _bytes(col: pa.Array) -> Iterator[Any]:
+    """A canonical byte form of ``col`` (buffers, not copied where they can be): its validity, then
+    its valid values (types of one kind, string or large string, list or large list, give the same
+    bytes)."""
     valid = col.is_valid().to_numpy(zero_copy_only=False)
-    yield np.packbits(valid).tobytes()
+    yield np.packbits(valid)
     t = col.type
     if pa.types.is_fixed_size_list(t) or pa.types.is_list(t) or pa.types.is_large_list(t):
         if not pa.types.is_fixed_size_list(t):
-            yield pc.list_value_length(col).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64).tobytes()
-        yield from _bytes(col.filter(pa.array(valid)).flatten() if len(col) else col.flatten())
+            yield pc.list_value_length(col).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+        values = col.flatten() if col.null_count == 0 else col.filter(pa.array(valid)).flatten()
+        yield from _bytes(values)
     elif pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t):
-        filled = pc.cast(col.fill_null(""), pa.large_binary())
-        yield pc.binary_length(filled).to_numpy(zero_copy_only=False).astype(np.int64).tobytes()
+        filled = pc.cast(col.fill_null("") if col.null_count else col, pa.large_binary())
         offsets = np.frombuffer(filled.buffers()[1], np.int64)[filled.offset:filled.offset + len(filled) + 1]
+        yield np.diff(offsets)
         if len(filled):
-            yield filled.buffers()[2].to_pybytes()[int(offsets[0]):int(offsets[-1])]
+            yield memoryview(filled.buffers()[2])[int(offsets[0]):int(offsets[-1])]
     elif pa.types.is_timestamp(t) or pa.types.is_date(t):
-        yield pc.cast(col, pa.int64()).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64).tobytes()
+        yield np.ascontiguousarray(pc.cast(col, pa.int64()).fill_null(0).to_numpy(zero_copy_only=False), np.int64)
     elif pa.types.is_floating(t) or pa.types.is_integer(t) or pa.types.is_boolean(t):
-        yield col.fill_null(0).to_numpy(zero_copy_only=False).tobytes()
+        yield np.ascontiguousarray(col.fill_null(0).to_numpy(zero_copy_only=False))
     else:  # not in the schemas: by value
         yield repr(col.to_pylist()).encode("utf-8")
 
