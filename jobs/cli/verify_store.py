@@ -44,8 +44,6 @@ def _tenants(reader: StoreReader, report: Report, earlier: list[str]) -> None:
         problem = f"files missing: {', '.join(gone[:3])}" if gone else tenant_problem(reader, tenant)
         if problem is None:
             problem = _counts_problem(reader, tenant, entry, nodes)
-        if problem is None and (lance := reader.lance_damage(tenant)):  # rows against their digest
-            problem = str(lance[0])
         if problem is not None:
             report.problems.append(f"tenant {tenant}: {problem}; {_rebuild(reader.path, tenant, earlier)}")
 
