@@ -70,6 +70,12 @@ def test_verify_names_damaged_lance_rows_and_files(fault_store, tmp_path):
                and "rebuild it: memlib build --incremental" in line for line in lines), lines
     assert any(line.startswith("lance turn_text table: ") and "index it again" in line for line in lines), lines
     assert not any(line.startswith(("tenant raj", "tenant elena", "tenant tomas-lena")) for line in lines), lines
+    from typer.testing import CliRunner
+
+    from jobs.cli import app
+
+    shown = CliRunner().invoke(app, ["inspect", "--store", str(store)]).output
+    assert "BROKEN tenant maya: lance nodes rows of tenant 'maya' are not the ones written" in shown, shown
 
 
 def test_a_carried_file_with_bytes_flipped_is_rebuilt_and_an_intact_one_costs_a_stat(fault_store, tmp_path):
