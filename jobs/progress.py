@@ -166,6 +166,10 @@ class BuildProgress(Display):
         self.line(f"kept session block {info['block']} is damaged ({info['reason']}): dropped, its sessions "
                   f"are computed again")
 
+    def on_lance_damaged(self, info: dict[str, Any]) -> None:
+        self.line(f"the published lance {info['table']} table's index files are damaged ({info['reason']}): "
+                  f"indexed anew")
+
     def on_unchanged(self, info: dict[str, Any]) -> None:
         self.line(f"unchanged: the input is what {info['version']} of {info['store']} was built from; "
                   f"no new version published")

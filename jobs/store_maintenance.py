@@ -14,6 +14,7 @@ from jobs.builder.lock import locked
 from jobs.purge import purge_caches
 from memlib import schema
 from memlib.io.errors import InputError
+from memlib.io.lance_checks import LANCE_DATA_KEY, LANCE_FILES_KEY
 from memlib.io.lance_tables import LanceTables
 from memlib.io.store import MANIFEST, StoreError, atomic_write_json, read_manifest, version_name
 
@@ -54,6 +55,8 @@ def compact(store: str | Path) -> dict[str, Any]:
             warnings.simplefilter("ignore", UserWarning)
             tbl.optimize(cleanup_older_than=timedelta(0), delete_unverified=True)
         manifest[key] = tbl.version
+    manifest[LANCE_FILES_KEY] = w.lance_files(manifest.get(LANCE_FILES_KEY))  # the compacted versions' files
+    manifest[LANCE_DATA_KEY] = w.lance_data(manifest.get(LANCE_DATA_KEY))
     removed = []
     for d in sorted((store / "versions").iterdir()):
         if d.name != manifest["version"]:

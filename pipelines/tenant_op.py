@@ -240,6 +240,7 @@ class TenantOp(Operator):
         ``order``: its session keys in session order (computed from its turns when not given);
         ``kept``: the blocks holding its sessions kept by earlier runs, when the driver named them."""
         from memlib.compose.reference import StepTools, TenantSessions, tenant_steps
+        from memlib.io.lance_checks import LANCE_DIGEST_KEY, tenant_digest
         from memlib.io.lance_delta import lance_delta
         from pipelines.llm_actors import call_summary, drain_llm_calls
 
@@ -278,6 +279,7 @@ class TenantOp(Operator):
                 "waited_s": round(waited, 3), "timings": out.timings, "seconds": round(time.perf_counter() - start, 3),
                 "cpu_s": round(time.process_time() - cpu, 3), "pid": os.getpid(),
                 "node_id": _node_id(), **out.counts(),
+                LANCE_DIGEST_KEY: tenant_digest(nodes),  # its Lance rows as written, checked where read
                 **({"llm": llm} if llm else {}), **({"reused": reused} if reused else {}),
                 # the published Lance rows to delete before its rows are added; absent: all of them
                 **({"lance_delete": delta.delete} if delta.delete is not None else {})}, tables

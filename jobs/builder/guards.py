@@ -86,14 +86,21 @@ def drop_partitions(writer: StoreWriter, tenants: list[str]) -> None:
 
 def rebuild_damaged(plan: Plan, published: StoreReader | None) -> None:
     """A tenant to carry over whose published files are gone (a version directory removed by hand,
-    a file lost) or not of their published size (truncated) is rebuilt from the input when the
-    input has it; otherwise it fails, by name, and the run exits non-zero: a tenant is never
-    carried, and published, empty or damaged."""
+    a file lost) or not of their published checksum is rebuilt from the input when the input has
+    it; otherwise it fails, by name, and the run exits non-zero: a tenant is never carried, and
+    published, empty or damaged. A file with the size and mtime it had when its checksum was last
+    computed is not hashed again (a stat: damage by a write changes the mtime); the others are
+    (docs/decisions/0031-kept-file-checksums.md)."""
     if published is None:
         return
+    # a damaged Lance data file (bytes of some tenants' rows): the rows of each tenant to carry are
+    # read and checked against their digest; otherwise none is read
+    lance = bool(plan.carry) and bool(published.lance_data_damage())
     for tenant in list(plan.carry):
-        # files gone, or not of the size published (a truncation; a check of sizes, not of contents)
-        gone = published.missing_files(tenant) or published.damaged_files(tenant, contents=False)
+        # files gone, or written since they were hashed and not of the checksum published
+        gone = published.missing_files(tenant) or published.damaged_files(tenant, changed_only=True)
+        if not gone and lance:
+            gone = [str(e) for e in published.lance_damage(tenant)]
         if not gone:
             continue
         plan.carry.remove(tenant)

@@ -18,6 +18,9 @@ from jobs.builder.resume import DONE_DIR
 from jobs.builder.run import Built, Run
 from memlib.compose.manifest import TENANT_COUNTS, VersionFacts, build_manifest
 from memlib.compose.recipe import Phase
+from memlib.io.checksums import DamagedFileError
+from memlib.io.lance_checks import LANCE_DIGEST_KEY
+from memlib.io.reader_checks import LANCE_TABLES
 from memlib.io.store import PART_KEY, PART_TENANTS_KEY, Carried, StoreError, StoreReader, StoreWriter
 from pipelines.store_sink import drop_staging
 
@@ -53,11 +56,24 @@ def write_lance(writer: StoreWriter, summaries: list[dict[str, Any]], layout: La
     writer.write_tenants(whole + list(remove), tables(), rows_per_commit=rows_per_commit, remove_rows=rows)
 
 
+def lance_indexes_whole(run: Run) -> bool:
+    """Whether the published Lance versions' index and manifest files have the checksums written with
+    them; a run over damaged ones indexes its tables anew (new files) instead of merging into them."""
+    base = run.writer.base
+    for name in LANCE_TABLES if base is not None else ():
+        try:
+            base.check_lance_files(name)
+        except DamagedFileError as exc:
+            run.progress("lance_damaged", {"table": name, "reason": str(exc)})
+            return False
+    return True
+
+
 def carried_summary(tenant: str, old: dict[str, Any], counts: dict[str, Any] | None) -> dict[str, Any]:
     """A carried tenant's summary: its published totals, and its counts by kind when its version
     kept them (``counts``)."""
     return {"tenant_id": tenant, **{k: old.get(k, 0) for k in ("turns", "nodes", "edges", "segments")},
-            **(counts or {})}
+            **(counts or {}), **({LANCE_DIGEST_KEY: old[LANCE_DIGEST_KEY]} if LANCE_DIGEST_KEY in old else {})}
 
 
 def purged(run: Run) -> set[str]:
@@ -139,7 +155,8 @@ def publish(run: Run, built: Built) -> dict[str, Any]:
     with timer.span(Phase.WRITE):
         layout = write_version(run, summaries)
     with timer.span(Phase.INDEX):
-        writer.index_nodes(incremental=not run.full and run.base is not None and not run.new_space,
+        writer.index_nodes(incremental=(not run.full and run.base is not None and not run.new_space
+                                        and lance_indexes_whole(run)),
                            merge_rows=ctx.cfg.io.index_merge_rows,
                            vector_index=ctx.cfg.io.vector_index, max_fragments=ctx.cfg.io.max_fragments)
     with timer.span(Phase.PUBLISH):  # what the manifest counts (its own write is not timed in it)

@@ -20,7 +20,8 @@ def register(app: typer.Typer) -> None:
                                    "LLM responses): builds and queries compute them again")] = False,
         as_json: Annotated[bool, typer.Option("--json", help="one JSON document: problems, what was checked")] = False,
     ) -> None:
-        """Read every file the published manifest names, check each tenant's rows, edges and graph and
+        """Read every file the published manifest names, check each tenant's rows, edges and graph,
+        its Lance rows (against their content checksum), the Lance tables' index and manifest files and
         every kept file against the checksum written with it. One line per problem, with the command
         that repairs it; exit 0 only when the store is whole (3: problems; 2: no store)."""
         from jobs.cli import verify_store

@@ -73,8 +73,8 @@ def _echo_tenant(s: dict[str, Any]) -> None:
 
 def tenant_problem(reader: StoreReader, tenant: str) -> str | None:
     """Why a tenant of the published version cannot be served (a file not of the checksum the
-    manifest records, a Parquet partition that does not decode, a graph file that does not load),
-    or ``None``. ``memlib verify`` makes the same checks, and more."""
+    manifest records, a Parquet partition that does not decode, a graph file that does not load,
+    Lance rows not of their checksum), or ``None``. ``memlib verify`` makes the same checks, and more."""
     damaged = reader.damaged_files(tenant)
     if damaged:
         return f"files damaged: {', '.join(damaged[:3])}"
@@ -95,7 +95,8 @@ def tenant_problem(reader: StoreReader, tenant: str) -> str | None:
                 load(graph)
         except Exception as exc:  # noqa: BLE001 - graph-tool raises C++ errors of many types
             return f"graphs/{gpath.name} unreadable: {' '.join(str(exc).split())[:200]}"
-    return None
+    lance = reader.lance_damage(tenant)  # its Lance rows against the content checksum written with them
+    return str(lance[0]) if lance else None
 
 
 def run(store_path: str | Path, top: int = TOP, echo: bool = True) -> list[dict[str, Any]]:

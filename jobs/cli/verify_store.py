@@ -17,6 +17,8 @@ import pyarrow.compute as pc
 
 from jobs.cli.inspect_store import tenant_problem
 from memlib.compose.session_store import SESSIONS_SUBDIR, SessionStore
+from memlib.io.checksums import DamagedFileError
+from memlib.io.reader_checks import LANCE_TABLES
 from memlib.io.store import LATE_CACHE_SUBDIR, StoreReader, read_tenant
 from memlib.retrieve.matrix_cache import damaged_tenants, tenant_references
 
@@ -44,6 +46,19 @@ def _tenants(reader: StoreReader, report: Report, earlier: list[str]) -> None:
             problem = _counts_problem(reader, tenant, entry, nodes)
         if problem is not None:
             report.problems.append(f"tenant {tenant}: {problem}; {_rebuild(reader.path, tenant, earlier)}")
+
+
+def _lance_files(reader: StoreReader, report: Report, earlier: list[str]) -> None:
+    """The index and manifest files of the published Lance versions against their checksums."""
+    for name in LANCE_TABLES:
+        report.checked["lance tables"] += 1
+        try:
+            reader.check_lance_files(name)
+        except DamagedFileError as exc:
+            back = f", or roll back: memlib build --out {reader.path} --rollback {earlier[-1]}" if earlier else ""
+            report.problems.append(f"lance {name} table: {exc}; index it again: memlib build --incremental --input "
+                                   f"INPUT --out {reader.path} (a run indexes a table whose index files are "
+                                   f"damaged anew){back}")
 
 
 def _node_counts(reader: StoreReader, report: Report) -> dict[str, int] | None:
@@ -129,6 +144,7 @@ def verify(store: Path) -> Report:
     report = Report()
     earlier = sorted(p.stem for p in (Path(store) / "manifests").glob("v*.json") if p.stem != reader.version)
     _tenants(reader, report, earlier)
+    _lance_files(reader, report, earlier)
     _kept(reader, report)
     _late(reader, report)
     _llm(reader, report)

@@ -71,7 +71,9 @@ def build_manifest(cfg: MemlibConfig, recipe: str, summaries: list[dict[str, Any
                         # rebuilt and what it carried instead of reading every part back
                         **{k: s[k] for k in TENANT_COUNTS if k in s},
                         # derived node texts the build encoded (a backend that embeds facts by their own text)
-                        **({"own_encoded": s["own_encoded"]} if "own_encoded" in s else {})}
+                        **({"own_encoded": s["own_encoded"]} if "own_encoded" in s else {}),
+                        # its Lance rows' checksum (memlib/io/lance_checks.py)
+                        **({"lance_digest": s["lance_digest"]} if "lance_digest" in s else {})}
                     for t, s in sorted(by_tenant.items())},
         "row_counts": {
             "turns": sum(s["turns"] for s in summaries),

@@ -95,8 +95,9 @@ def load_previous(store: str | Path, tenant: str, session_key: str,
         return None
     reader = reader if reader is not None else StoreReader(store, manifest)
     # every column of its Lance rows but importance: the run's Lance write compares them
-    # (memlib.io.lance_delta), and the reuse steps read NODE_COLUMNS of them
-    rows = reader.nodes(tenant, columns=[f.name for f in schema.NODES if f.name != "importance"])
+    # (memlib.io.lance_delta), and the reuse steps read NODE_COLUMNS of them; checked against the
+    # digest written with them (a damaged row is never reused: DamagedFileError, the tenant is built whole)
+    rows = reader.lance_rows(tenant).select([f.name for f in schema.NODES if f.name != "importance"])
     if rows.num_rows == 0:
         return None
     previous = PreviousTenant.of(rows, reader.edges(tenant), reader.table("node_fallbacks", tenant),

@@ -202,6 +202,26 @@ class LanceTables:
         turn_names = {c for i in turn_tbl.list_indices() for c in i.columns}
         return want <= names and (turn_tbl.count_rows() == 0 or {"text", "tenant_id"} <= turn_names)
 
+    def lance_files(self, known: Mapping[str, list[int]] | None = None) -> dict[str, list[int]]:
+        """``[size, crc32]`` of the manifest and index files of both tables' newest versions, by path
+        under ``lance/`` (the manifest's ``lance_files``); those ``known`` lists are not hashed again
+        (memlib/io/lance_checks.py)."""
+        from memlib.io.lance_checks import files_crcs, version_files
+
+        lance_dir = self.path / "lance"
+        files = [f for tbl, name in ((self.open_nodes(), NODES_TABLE), (self.open_turn_text(), TURN_TEXT_TABLE))
+                 for f in version_files(tbl, lance_dir / f"{name}.lance")]
+        return files_crcs(lance_dir, files, dict(known or {}))
+
+    def lance_data(self, known: Mapping[str, list[int]] | None = None) -> dict[str, list[int]]:
+        """``[size, crc32, mtime_ns]`` of every data and deletion file of both tables (the manifest's
+        ``lance_data``); those ``known`` lists are not hashed again: a run hashes the files it wrote."""
+        from memlib.io.lance_checks import data_files, files_crcs
+
+        lance_dir = self.path / "lance"
+        files = [f for name in (NODES_TABLE, TURN_TEXT_TABLE) for f in data_files(lance_dir / f"{name}.lance")]
+        return files_crcs(lance_dir, files, dict(known or {}))
+
     def lance_tables(self) -> dict[str, Any]:
         """Manifest key -> open lancedb table, for every Lance table of the store."""
         return {"lance_version": self.open_nodes(), "lance_turn_text_version": self.open_turn_text()}

@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from memlib import schema
-from memlib.io.checksums import DamagedFileError, check, check_size, tree_crcs
+from memlib.io.checksums import GRAPH, check, tree_crcs
 from memlib.io.files import (  # noqa: F401 - part_id: callers import it from here
     StoreError,
     atomic_write_json,
@@ -39,6 +39,7 @@ from memlib.io.files import (  # noqa: F401 - part_id: callers import it from he
     replace_part,
     safe_name,
 )
+from memlib.io.lance_checks import LANCE_DATA_KEY, LANCE_FILES_KEY
 from memlib.io.lance_delta import with_importance
 from memlib.io.lance_tables import (  # noqa: F401 - the store's Lance names, imported from here by callers
     NODES_TABLE,
@@ -50,6 +51,7 @@ from memlib.io.lance_tables import (  # noqa: F401 - the store's Lance names, im
     sql_str,
 )
 from memlib.io.parts import GRAPHS, PART_KEY, TENANT_TABLES, Carried, PartsCarrier  # noqa: F401 - TENANT_TABLES re-exported
+from memlib.io.reader_checks import FILES_KEY, ReaderChecks
 from memlib.io.views import VIEW_NODES, VIEWS, ViewError, view_path
 
 MANIFEST = "manifest.json"
@@ -57,7 +59,6 @@ LATE_CACHE_SUBDIR = Path("cache") / "late"
 PARQUET_TABLES = ("quarantine", *TENANT_TABLES)
 GRAPHS_SCHEMA = pa.schema([pa.field("tenant_id", pa.string(), nullable=False),
                            pa.field("graph", pa.large_binary(), nullable=False)])
-FILES_KEY = "files"  # version file (relative path) -> [size, crc32] (memlib/io/checksums.py)
 PART_TENANTS_KEY = "part_tenants"  # part -> every tenant its files hold rows of, live or dead (StoreReader.held)
 TENANT_COUNTS_FILE = "tenant_counts.parquet"
 TENANT_COUNTS_SCHEMA = pa.schema([pa.field("tenant_id", pa.string(), nullable=False),
@@ -106,7 +107,7 @@ def _read_parquet_dir(directory: Path, names: Iterable[str] | None, columns, sch
     return pa.concat_tables(tables, promote_options="permissive")
 
 
-class StoreReader:
+class StoreReader(ReaderChecks):
     """Read-only view of the published version of a store."""
 
     def __init__(self, path: str | Path, manifest: dict[str, Any] | None = None):
@@ -214,22 +215,6 @@ class StoreReader:
         files += [self.graph_file(tenant)] if entry.get("nodes") else []
         return [str(f.relative_to(self.version_dir)) for f in files if not f.exists()]
 
-    def damaged_files(self, tenant: str, *, contents: bool = True) -> list[str]:
-        """What is wrong with the files of ``tenant``'s part (each names its path) whose size, or with
-        ``contents`` whose checksum, is not the one published (versions before checksums: none)."""
-        if self.__dict__.get("_by_part") is None:  # part -> its files, once (thousands at 10,000 tenants)
-            self._by_part: dict[str, list] = {}
-            for rel, expected in (self.manifest.get(FILES_KEY) or {}).items():
-                self._by_part.setdefault(Path(rel).name.split(".", 1)[0], []).append((rel, expected))
-        out = []
-        for rel, expected in self._by_part.get(self.part_of(tenant), []):
-            path = self.version_dir / rel
-            try:
-                check(path, expected) if contents else check_size(path, expected)
-            except (DamagedFileError, OSError) as exc:
-                out.append(str(exc))
-        return out
-
     def table_file(self, name: str, tenant: str) -> Path:
         """The file holding ``tenant``'s rows of table ``name`` (shared with its part's other tenants)."""
         return _table_dir(self.version_dir, name) / f"{safe_name(self.part_of(tenant))}.parquet"
@@ -249,7 +234,7 @@ class StoreReader:
             return None
         expected = (self.manifest.get(FILES_KEY) or {}).get(path.relative_to(self.version_dir).as_posix())
         if expected is not None:  # a damaged graph is never loaded (graph-tool may read flipped bytes)
-            check(path, expected)
+            check(path, expected, GRAPH)
         if path.suffix == ".gt":
             return path.read_bytes()
         t = read_tenant(path, tenant, ["graph"])
@@ -388,6 +373,8 @@ class StoreWriter(LanceTables, PartsCarrier):
                     lance_turn_text_version=self.open_turn_text().version)
         base = self.base  # every file with its checksum (memlib verify, the service, the next run's carry)
         data[FILES_KEY] = tree_crcs(self.version_dir, base and base.version_dir, base and base.manifest.get(FILES_KEY))
+        data[LANCE_FILES_KEY] = self.lance_files(base and base.manifest.get(LANCE_FILES_KEY))
+        data[LANCE_DATA_KEY] = self.lance_data(base and base.manifest.get(LANCE_DATA_KEY))
         atomic_write_json(self.path / "manifests" / f"{self.version}.json", data)
         atomic_write_json(self.path / MANIFEST, data)
         return data

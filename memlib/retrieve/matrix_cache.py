@@ -227,15 +227,19 @@ def _kept(store: Path, session_build_key: str, read: Any) -> Any:
             raise
 
 
-def damaged_tenants(reader) -> dict[str, str]:
+def damaged_tenants(reader, tenants: list[str] | None = None) -> dict[str, str]:
     """Tenant of ``reader``'s version -> why the kept sessions its matrix reference names are
-    damaged. Every kept block of the version's session build key is checked (each file hashed once
-    per identity in this process: the service calls this on a thread when it opens a version, so
-    that a cold query finds its blocks checked); a block holding only sessions no tenant refers
-    to any more (kept for a later run) is no tenant's."""
+    damaged. Every kept block of the version's session build key is checked, or with ``tenants``
+    the blocks holding the sessions those tenants refer to (each file hashed once per identity in
+    this process: the service checks tenant by tenant on a thread, so that a cold query finds its
+    blocks checked); a block holding only sessions no tenant refers to any more (kept for a later
+    run) is no tenant's."""
     key = reader.manifest.get("session_build_key")
     if not key or not (Path(reader.path) / "cache" / "sessions" / key).is_dir():
         return {}
+
+    if tenants is not None:
+        return {t: why for t in tenants if (why := _tenant_damage(reader, key, t))}
 
     def check(kept) -> tuple[dict[str, str], Any]:
         kept.refresh()
@@ -254,6 +258,26 @@ def damaged_tenants(reader) -> dict[str, str]:
         if hit:
             out[tenant] = f"kept session block damaged: {bad[hit[0]]}"
     return out
+
+
+def _tenant_damage(reader, key: str, tenant: str) -> str | None:
+    """Why the kept blocks holding the sessions ``tenant``'s matrix reference names are damaged."""
+    named = [k for r in tenant_references(reader, tenant) if r.get("session_build_key") == key for k in r["sessions"]]
+    if not named:
+        return None
+
+    def check(kept) -> tuple[dict[str, str], dict[str, str], list[str], list[str]]:
+        where = kept.blocks_holding(named)
+        return kept.verify(set(where.values())), where, [k for k in named if k not in where], sorted(kept.unreadable)
+
+    bad, where, gone, unreadable = _kept(Path(reader.path), key, check)
+    hit = [b for b in where.values() if b in bad]
+    if hit:
+        return f"kept session block damaged: {bad[hit[0]]}"
+    if gone and unreadable:  # an unreadable index file may be the one that lists them: not trusted
+        names = ", ".join(unreadable[:3])
+        return f"{len(gone)} kept session(s) not listed, and kept block index(es) {names} cannot be read"
+    return None
 
 
 def _from_sessions(ref: dict, turn_ids: list[str], store: Path) -> TokenMatrix | None:

@@ -267,7 +267,9 @@ class TenantIndex:
         with self._lock:
             if "embeddings" in self.__dict__:  # read by another thread meanwhile
                 return self.__dict__["embeddings"]
-            tbl = self.reader.nodes(self.tenant, columns=["node_id", "embedding"])
+            # every column, checked against the digest written with the rows (a flipped byte in a
+            # Lance data file reads without an error): DamagedFileError, never a matrix from it
+            tbl = self.reader.checked_rows(self.tenant, ["node_id", "embedding"])
             if tbl.num_rows != self.n_nodes:
                 raise RuntimeError(f"tenant {self.tenant!r}: Lance holds {tbl.num_rows} nodes, its view "
                                    f"{self.n_nodes} (version {self.version})")
@@ -329,12 +331,15 @@ class TenantIndex:
 
     @property
     def table(self):
-        """The lancedb nodes table pinned to this store version."""
+        """The lancedb nodes table pinned to this store version (the tenant's rows checked first)."""
+        self.reader.check_lance_rows(self.tenant, "nodes")
         return self.reader.nodes_table()
 
     @property
     def turn_text_table(self):
-        """The turn-only full-text table (own BM25 statistics), or None in older stores."""
+        """The turn-only full-text table (own BM25 statistics), or None in older stores (the tenant's
+        rows checked first)."""
+        self.reader.check_lance_rows(self.tenant, "turn_text")
         return self.reader.turn_text_table()
 
     # -- query embedding and graph -------------------------------------------------------

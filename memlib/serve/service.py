@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import gc
 import logging
-import os
 import re
 import threading
 import time
@@ -25,13 +24,13 @@ from memlib.io.files import atomic_write
 from memlib.io.store import read_manifest
 from memlib.retrieve.base import Strategy
 from memlib.retrieve.kernels import run_search
-from memlib.retrieve.matrix_cache import damaged_tenants
 from memlib.retrieve.registry import get_strategy, list_strategies
 from memlib.retrieve.tenant import QueryEmbedder, TenantIndex
 from memlib.retrieve.tenant_cache import TenantCache, default_cache_bytes
 from memlib.serve.auth import Authorizer, Principal
 from memlib.serve.errors import ApiError, ErrorCode
 from memlib.serve.explore import node_graph, session_view
+from memlib.serve.file_checks import FILES_UNREADABLE, GRAPH_UNREADABLE, PARTIAL, check_in_slices, graph_only
 from memlib.serve.metrics import ServiceMetrics
 from memlib.serve.models import (
     HealthResponse,
@@ -47,14 +46,6 @@ from memlib.serve.poller import VersionPoller
 from memlib.serve.requests import Limits, check_tenant_id, parse_search, validate_search
 
 log = logging.getLogger("memlib.serve")
-FILES_UNREADABLE = "files unreadable"
-GRAPH_UNREADABLE = "graph file unreadable"  # only the strategies that read the graph are refused
-GRAPHS_DIR = "/graphs/"
-
-
-def graph_only(damaged: list[str]) -> bool:
-    """Whether every damaged file named (paths first) is a graph part: the rest of the tenant serves."""
-    return bool(damaged) and all(GRAPHS_DIR in d.split(": ", 1)[0] for d in damaged)
 HOT_TENANTS_MAX = 1_000_000  # lines of serve.hot_tenants_file
 
 
@@ -103,6 +94,8 @@ class SearchService:
         self._lock = threading.Lock()
         self._ahead = ThreadPoolExecutor(1, thread_name_prefix="memlib-ahead")  # see search
         self.poller = VersionPoller(self.refresh, cfg.serve.poll_interval_s)
+        self._stopped = threading.Event()  # ends the background check
+        self.checked_version: str | None = None  # the version the background check went through
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self, freeze_gc: bool = False) -> "SearchService":
@@ -136,35 +129,8 @@ class SearchService:
         return self
 
     def _check_kept(self) -> None:
-        """Check the served version's files and kept session blocks on a thread (each file hashed
-        once in this process): a tenant with a damaged one is reported broken before it is asked
-        for, and a cold query finds its files checked already (one ``stat`` each then)."""
-        reader = self.cache.reader
-        version = reader.version
-
-        def run() -> None:
-            try:  # below the request threads: on Linux a thread has a priority of its own
-                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-            except (AttributeError, OSError):
-                pass
-            try:
-                bad = damaged_tenants(reader)
-                graph_bad = set()
-                for tenant in reader.tenants():
-                    files = reader.damaged_files(tenant)
-                    if files:
-                        bad.setdefault(tenant, f"published files damaged: {', '.join(files[:3])}")
-                        if graph_only(files) and bad[tenant].startswith("published files damaged"):
-                            graph_bad.add(tenant)
-            except Exception:  # noqa: BLE001 - a query still checks the blocks it reads
-                log.exception("checking the kept session blocks of store version %s failed", version)
-                return
-            for tenant, why in sorted(bad.items()):
-                if self.cache.version == version and self.cache.has_tenant(tenant):
-                    self._broken(tenant, GRAPH_UNREADABLE if tenant in graph_bad else FILES_UNREADABLE,
-                                 DamagedFileError(why))
-
-        threading.Thread(target=run, name="memlib-check-kept", daemon=True).start()
+        """Check the served version's files tenant by tenant on a thread (memlib/serve/file_checks.py)."""
+        check_in_slices(self, self.cache.reader)
 
     def _broken(self, tenant: str, what: str, exc: BaseException) -> str:
         reason = f"{what}: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
@@ -215,6 +181,7 @@ class SearchService:
         log.info("preloaded %d tenant(s) of %s (%d bytes)", len(self.cache), path, self.cache.nbytes)
 
     def stop(self) -> None:
+        self._stopped.set()
         self.poller.stop()
         self._ahead.shutdown(wait=False)
         self.save_hot_tenants()
@@ -288,11 +255,11 @@ class SearchService:
             raise ApiError(ErrorCode.TENANT_UNAVAILABLE, f"tenant {tenant!r} is unavailable: {known}")
         try:
             if tenant not in self.cache:  # cold: its files as published (a stat each once checked)
-                bad = self.cache.reader.damaged_files(tenant)
+                bad = self.cache.reader.damage(tenant)
                 if graph_only(bad):  # the strategies that read no graph still answer
-                    self._broken(tenant, GRAPH_UNREADABLE, DamagedFileError(", ".join(bad[:3])))
+                    self._broken(tenant, GRAPH_UNREADABLE, DamagedFileError(", ".join(map(str, bad[:3]))))
                 elif bad:
-                    raise DamagedFileError(f"published files damaged: {', '.join(bad[:3])}")
+                    raise DamagedFileError(f"published files damaged: {', '.join(map(str, bad[:3]))}")
             idx = self.cache.get(tenant)
         except KeyError:  # a version without this tenant was published in between
             raise ApiError(ErrorCode.UNKNOWN_TENANT, f"tenant {tenant!r} is not in the published store") from None
@@ -327,10 +294,10 @@ class SearchService:
         try:
             result = run_search(idx, strategy, req.query, req.k)
         except DamagedFileError as exc:  # never answered from a damaged file, nor encoded anew (another ranking)
-            if graph_only([str(exc)]):
-                reason = self._broken(req.tenant, GRAPH_UNREADABLE, exc)
-                raise ApiError(ErrorCode.TENANT_UNAVAILABLE, f"strategy {req.strategy!r} needs the graph of tenant "
-                                                             f"{req.tenant!r}: {reason}") from None
+            if exc.part in PARTIAL:  # the graph, or Lance: the strategies that do not read it still answer
+                reason = self._broken(req.tenant, PARTIAL[exc.part], exc)
+                raise ApiError(ErrorCode.TENANT_UNAVAILABLE, f"strategy {req.strategy!r} needs the {exc.part} data of "
+                                                             f"tenant {req.tenant!r}: {reason}") from None
             reason = self._broken(req.tenant, FILES_UNREADABLE, exc)
             raise ApiError(ErrorCode.TENANT_UNAVAILABLE, f"tenant {req.tenant!r} is unavailable: {reason}") from None
         except Exception as exc:

@@ -104,3 +104,16 @@ def node_rows(store: Path, manifest: dict | None = None) -> list[tuple]:
 
     t = StoreReader(store, manifest).nodes(columns=["node_id", "tenant_id", "kind", "text"])
     return sorted(zip(*(t.column(c).to_pylist() for c in ("node_id", "tenant_id", "kind", "text"))))
+
+
+# the store the fault-injection suites damage (copied per case): the bundled sample built once for
+# the session, with the token matrices and small blocks that give each tenant several kept blocks
+FAULT_BUILD = ["--set", "embed.backend=wordllama", "--set", "embed.dim=256",
+               "--set", "retrieve.precompute_token_matrices=true", "--set", "ray.block_turns=40"]
+
+
+@pytest.fixture(scope="session")
+def fault_store(tmp_path_factory) -> Path:
+    from tests.serve.conftest import build_sample
+
+    return build_sample(tmp_path_factory.mktemp("fault_store") / "store", *FAULT_BUILD)

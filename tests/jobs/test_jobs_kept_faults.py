@@ -3,81 +3,40 @@ truncated, its bytes flipped mid-file, deleted, or its index file garbled. The s
 answers from such a block (nor from a matrix encoded anew, another ranking): its tenants are
 503 ``tenant_unavailable`` and ``/healthz`` is degraded, the others answer as before. A nightly
 run drops the damaged blocks and computes their sessions again: it publishes what it publishes
-over an intact cache, and the next run finds nothing damaged. One sample store is built for the
-module and copied per case; the service is the in-process one."""
+over an intact cache, and the next run finds nothing damaged. The session's fault store
+(tests/jobs/conftest.py) is copied per case; the service is the in-process one."""
 from __future__ import annotations
 
-import json
 import shutil
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from memlib.compose.session_store import SessionStore
 from memlib.io import checksums
 from memlib.io.store import StoreReader, read_manifest
 from memlib.io.views import VIEW_TURNS, view_path
 from memlib.retrieve.matrix_cache import damaged_tenants, tenant_references
-from memlib.serve.errors import ApiError
-from tests.serve.conftest import ADMIN, SAMPLE, bearer, build_sample, sample_serve_config
+from tests.jobs.faults import (
+    QUERIES,
+    answers,
+    damage,
+    damage_lance,
+    fresh,
+    kept,
+    nightly,
+    nightly_input,
+    turn_vectors,
+    vector_bytes,
+    verify,
+)
 
 pytestmark = pytest.mark.ray  # `memlib build` starts Ray
-EMBED = ["--set", "embed.backend=wordllama", "--set", "embed.dim=256",
-         "--set", "retrieve.precompute_token_matrices=true", "--set", "ray.block_turns=40"]
-QUERIES = ("what does she cook at night?", "weekend plans with friends")
 
 
 @pytest.fixture(scope="module")
-def intact(tmp_path_factory) -> Path:
-    return build_sample(tmp_path_factory.mktemp("kept_faults") / "store", *EMBED)
-
-
-def kept(store: Path) -> SessionStore:
-    return SessionStore(store, read_manifest(store)["session_build_key"])
-
-
-def damage(path: Path, how: str) -> None:
-    data = bytearray(path.read_bytes())
-    if how == "truncate":
-        path.write_bytes(bytes(data[: len(data) // 2]))
-    elif how == "flip":  # a few bytes in the middle, the size unchanged
-        mid = len(data) // 2
-        data[mid:mid + 16] = bytes(b ^ 0xFF for b in data[mid:mid + 16])
-        path.write_bytes(bytes(data))
-    elif how == "delete":
-        path.unlink()
-    elif how == "garble":
-        path.write_bytes(b"not parquet" * 10)
-
-
-def answers(store: Path) -> tuple[dict, object]:
-    """(tenant -> the auto ranking of each query, or the error code) and the service's health."""
-    from memlib.serve.service import SearchService
-
-    svc = SearchService(store, sample_serve_config()).start()
-    try:
-        out = {}
-        for tenant in svc.cache.tenants():
-            got = []
-            for q in QUERIES:
-                body = json.dumps({"tenant": tenant, "query": q, "strategy": "auto", "k": 5}).encode()
-                try:
-                    res = svc.search(svc.parse(bearer(ADMIN)["Authorization"], body)[1])
-                    got.append([t.node_id for t in res.turns])
-                except ApiError as exc:
-                    got.append(exc.code.value)
-            out[tenant] = got
-        deadline = time.time() + 20  # the kept blocks are checked on a thread as the version opens
-        while time.time() < deadline and svc.health().status == "ok" and not any(
-                isinstance(g, str) for gs in out.values() for g in gs):
-            time.sleep(0.1)
-        return out, svc.health(bearer(ADMIN)["Authorization"])
-    finally:
-        svc.stop()
+def intact(fault_store) -> Path:
+    return fault_store  # built once for the session, shared with tests/jobs/test_jobs_lance_faults.py
 
 
 @pytest.fixture(scope="module")
@@ -109,45 +68,12 @@ def test_the_service_never_answers_from_a_damaged_kept_block(intact, intact_answ
     got, health = answers(store)
     before, _ = intact_answers
     assert intact_answers[1].status == "ok" and all(isinstance(r, list) for rs in before.values() for r in rs)
-    for tenant, ranks in got.items():
+    for (tenant, _), ranks in got.items():
         if tenant in hit:
             assert ranks == ["tenant_unavailable"] * len(QUERIES), (tenant, ranks)
         else:
-            assert ranks == before[tenant]
+            assert ranks == before[tenant, "auto"]
     assert health.status == "degraded" and set(hit) <= set(health.broken), health
-
-
-def nightly_input(tmp_path: Path, unchanged: str = "") -> Path:
-    """The sample with one new session per tenant but ``unchanged``: those tenants are built again,
-    their earlier sessions read from the kept blocks."""
-    lines = SAMPLE.read_text(encoding="utf-8").splitlines()
-    extra, seen = [], set()
-    for line in lines:
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if rec.get("tenant_id") in seen or rec.get("tenant_id") == unchanged or not rec.get("text"):
-            continue
-        seen.add(rec["tenant_id"])
-        extra.append(json.dumps({**rec, "session_id": "later", "turn_id": "later:1",
-                                 "session_time": "2024-06-01T10:00:00+00:00",
-                                 "text": "Later I started growing tomatoes on the balcony."}))
-    out = tmp_path / "nightly.jsonl"
-    out.write_text("\n".join(lines + extra) + "\n", encoding="utf-8")
-    return out
-
-
-def nightly(store: Path, source: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "jobs.cli", "build", "-i", str(source), "-f", "jsonl",
-                           "-o", str(store), "--incremental", "--num-cpus", "2", *EMBED],
-                          capture_output=True, text=True, timeout=900)
-
-
-def turn_vectors(store: Path) -> dict[str, np.ndarray]:
-    nodes = StoreReader(store).nodes(columns=["node_id", "kind", "embedding"])
-    return {n: np.asarray(v) for n, k, v in zip(nodes.column("node_id").to_pylist(), nodes.column("kind").to_pylist(),
-                                                 nodes.column("embedding").to_pylist()) if k == "turn"}
 
 
 def test_a_deleted_late_cache_changes_no_answer(intact, intact_answers, tmp_path):
@@ -164,25 +90,39 @@ def test_a_deleted_late_cache_changes_no_answer(intact, intact_answers, tmp_path
     assert after == intact_answers[0] and health.status == "ok"
 
 
-def test_a_nightly_drops_damaged_kept_blocks_and_publishes_what_an_intact_cache_gives(intact, tmp_path):
+def test_a_nightly_drops_damaged_kept_blocks_and_lance_rows_and_publishes_what_an_intact_store_gives(intact,
+                                                                                                    tmp_path):
+    """One nightly run over a store damaged everywhere a nightly reads: every kept block, maya's
+    published Lance rows (a fact's vector, which a nightly copies from them when its text and
+    provenance are unchanged: memlib/compose/reuse.py), the turn-text table's full-text index, and
+    raj's published turns file (raj is unchanged in the input: a tenant to carry)."""
     store = tmp_path / "store"
     shutil.copytree(intact, store)
+    fresh()
     ks = kept(store)
     blocks = sorted(set(ks.index().column("block").to_pylist()))
     for i, block in enumerate(blocks):  # every block: whichever sessions the run reuses are damaged
         damage(ks.root / "blocks" / block / ("turn_vectors.arrow", "nodes.parquet", "token_int8t.arrow")[i % 3],
                ("flip", "truncate")[i % 2])
-    # and raj, unchanged in the input (a tenant to carry), has its published turns file truncated (item 6)
-    turns = StoreReader(store).table_file("turns", "raj")
+    node, vec = vector_bytes(store, "fact", "maya")
+    damage_lance(store, "fact", "flip")
+    damage_lance(store, "turn_text_fts", "flip")
+    turns = StoreReader(store).table_file("turns", "raj")  # truncated (item 6)
     damage(turns, "truncate")
     proc = nightly(store, nightly_input(tmp_path, unchanged="raj"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "kept session block" in proc.stdout and "is damaged" in proc.stdout, proc.stdout
-    assert "raj" in read_manifest(store)["incremental"]["built"]  # rebuilt from the input, not carried
+    assert "the published lance turn_text table's index files are damaged" in proc.stdout, proc.stdout
+    m = read_manifest(store)
+    assert "raj" in m["incremental"]["built"]  # rebuilt from the input, not carried
+    assert "DamagedFileError" in m["tenant_reused"]["maya"].get("error", ""), m["tenant_reused"]["maya"]
+    after = StoreReader(store).nodes("maya", columns=["node_id", "embedding"])
+    got = dict(zip(after.column("node_id").to_pylist(), after.column("embedding").to_pylist()))
+    assert np.asarray(got[node], np.float32).tobytes() == vec  # computed again, not the damaged copy
     # a damaged block of sessions no tenant asks for any more is left for --compact; verify names it
     assert all(line.startswith("kept session block ") for line in verify(store).output.splitlines()[:-1])
     assert verify(store, "--drop-damaged").exit_code == 3 and verify(store).exit_code == 0
-    checksums.forget()
+    fresh()
     # what the published tenants refer to was kept again, undamaged: the next run finds nothing to drop
     assert damaged_tenants(StoreReader(store)) == {}
     reused = set(kept(store).index().column("block").to_pylist()) & set(blocks)
@@ -191,22 +131,15 @@ def test_a_nightly_drops_damaged_kept_blocks_and_publishes_what_an_intact_cache_
     assert set(old) < set(new)
     for node, vec in old.items():  # the sessions computed again give the vectors they gave
         np.testing.assert_array_equal(new[node], vec)
-    got, health = answers(store)
-    assert health.status == "ok" and all(isinstance(r, list) and r for rs in got.values() for r in rs), got
-
-
-def verify(store: Path, *args: str):
-    from typer.testing import CliRunner
-
-    from jobs.cli import app
-
-    return CliRunner().invoke(app, ["verify", "--store", str(store), *args])
+    got, health = answers(store, ("auto", "dense", "bm25"))
+    assert health.status == "ok" and all(isinstance(r, list) for rs in got.values() for r in rs), got
+    assert all(r for (_, strategy), rs in got.items() for r in rs if strategy == "auto"), got
 
 
 def test_verify_says_whole_of_an_intact_store(intact):
     res = verify(intact)
     assert res.exit_code == 0, res.output
-    assert res.output.strip().splitlines()[-1].startswith(f"{intact}: whole (4 tenants, ")
+    assert res.output.strip().splitlines()[-1].startswith(f"{intact}: whole (4 tenants, 2 lance tables, ")
 
 
 VERIFY_CASES = [("turns", "truncate", "rebuild it: memlib build --incremental"),
