@@ -1,7 +1,12 @@
 """Shared test fixtures. Area-specific fixtures live in tests/<area>/conftest.py."""
 from __future__ import annotations
 
+import json
 import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -37,6 +42,33 @@ def ray_local():
                  log_to_driver=False, configure_logging=False)
     yield ray
     ray.shutdown()
+
+
+class JsonHandler(BaseHTTPRequestHandler):
+    """A quiet request handler answering JSON: the base of the tests' fake OpenAI-compatible servers."""
+
+    def log_message(self, *args):
+        pass
+
+    def send_json(self, code: int, obj: dict) -> None:
+        raw = json.dumps(obj).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+
+@contextmanager
+def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """``handler`` on a threaded server at a free loopback port for the block; yields its ``/v1`` URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 # fixtures that start a Ray cluster, in this process or in a `memlib build` child: a test using
