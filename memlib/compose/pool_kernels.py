@@ -43,10 +43,12 @@ def _as_float32_impl(x, table):
 
 
 @nb.njit(**_JIT)
-def csr_times_turn_rows(indptr, indices, data, owner, starts, per_turn, table, dim):
-    """(n_rows, dim) float32: row ``i`` is ``sum_jj data[jj] * V[indices[jj]]`` in CSR order, where
-    token row ``r`` of ``V`` is row ``r - starts[owner[r]]`` of ``per_turn[owner[r]]`` (float32, or
-    float16 given as uint16 bits and converted through ``table``)."""
+def csr_times_turn_rows(csr, owner, starts, per_turn, table, dim):
+    """(n_rows, dim) float32: with ``csr`` the weights' ``(indptr, indices, data)``, row ``i`` is
+    ``sum_jj data[jj] * V[indices[jj]]`` in CSR order, where token row ``r`` of ``V`` is row
+    ``r - starts[owner[r]]`` of ``per_turn[owner[r]]`` (float32, or float16 given as uint16 bits
+    and converted through ``table``)."""
+    indptr, indices, data = csr
     n = indptr.size - 1
     out = np.zeros((n, dim), np.float32)
     for i in range(n):
@@ -114,7 +116,7 @@ def warm() -> None:
     rows.flags.writeable = False
     typed = List()
     typed.append(rows)
-    csr_times_turn_rows(one, one[:1], np.ones(1, np.float32), one[:1], one, typed, HALF_TO_FLOAT, 2)
+    csr_times_turn_rows((one, one[:1], np.ones(1, np.float32)), one[:1], one, typed, HALF_TO_FLOAT, 2)
     id_sums(one[:1], typed, HALF_TO_FLOAT, 2, 1)
 
 
