@@ -1,4 +1,4 @@
-"""A cluster address nobody answers at is one line and exit 2 (issue 39): ``ray.init`` alone
+"""A cluster address nobody answers at is one line and exit 2: ``ray.init`` alone
 retried a dead address for minutes, printing only Ray's own warnings."""
 from __future__ import annotations
 
