@@ -10,7 +10,7 @@ float32 copy: on a 500-session LongMemEval tenant (877k token rows) the gather w
 The arithmetic is scipy's ``csr_matrix @ ndarray`` for float32 (``csr_matvecs``): per output row,
 the products ``weight * row`` added into zeros in the CSR's column order, each product and sum
 rounded to float32. So the vectors are the same to the bit as before (checked against scipy in
-tests/pipeline/test_pipeline_node_vectors.py).
+tests/compose/test_compose_span_pool.py).
 
 :func:`id_sums` sums a tenant's token rows per WordPiece id exactly: each float16 value is an
 integer number of 2^-24 (the smallest float16), so the sums are int64 and do not depend on the
