@@ -71,12 +71,18 @@ def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
         server.server_close()
 
 
-# fixtures that start a Ray cluster, in this process or in a `memlib build` child: a test using
-# one is marked ``ray`` whatever its module says, so `make test-fast` (-m "not ray") never starts Ray
-RAY_FIXTURES = frozenset({"ray_local", "sample_store", "full_store", "base_store", "built_store"})
+# a test using one of these fixtures carries the marker whatever its module says, so `make test-fast`
+# (-m "not ray and not heavy") never starts Ray nor waits for what they make: ``ray`` fixtures start a
+# Ray cluster, in this process or in a `memlib build` child; ``heavy`` ones build a tenant in process
+FIXTURE_MARKS = {
+    "ray": frozenset({"ray_local", "sample_store", "full_store", "base_store", "built_store"}),
+    "heavy": frozenset({"tenant_pass"}),
+}
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if RAY_FIXTURES & set(getattr(item, "fixturenames", ())) and "ray" not in item.keywords:
-            item.add_marker(pytest.mark.ray)
+        used = set(getattr(item, "fixturenames", ()))
+        for mark, fixtures in FIXTURE_MARKS.items():
+            if fixtures & used and mark not in item.keywords:
+                item.add_marker(getattr(pytest.mark, mark))

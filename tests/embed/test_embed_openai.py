@@ -134,6 +134,7 @@ def test_eval_embeds_each_question_alone_several_in_flight(server_url):
 
 
 
+@pytest.mark.heavy
 def test_bench_similarity_floor_measures_an_endpoints_embedder(server_url, tmp_path):
     """``memlib bench similarity-floor`` over real HTTP: the endpoint embeds every turn once, the
     printed setting loads and is the floor the build then applies."""

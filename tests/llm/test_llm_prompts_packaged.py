@@ -25,6 +25,7 @@ def _pip(*args: str, cwd: Path) -> subprocess.CompletedProcess:
                           timeout=600)
 
 
+@pytest.mark.heavy
 def test_installed_wheel_loads_its_prompts(tmp_path):
     wheel = _pip("wheel", str(REPO), "--no-deps", "-q", "-w", str(tmp_path / "wheel"), cwd=tmp_path)
     if wheel.returncode != 0 and "Could not find a version that satisfies" in wheel.stderr:
