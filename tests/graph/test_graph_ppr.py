@@ -122,7 +122,7 @@ def test_transition_cached_and_stochastic():
 
 
 def test_benchmark_small_size_agrees():
-    from memlib.graph.benchmark import bench_size
+    from jobs.bench.ppr import bench_size
 
     row = bench_size(600, queries=2)
     assert row["nodes"] == 600 and row["edges"] > 4 * 600 * 0.9
