@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -131,6 +132,7 @@ def _fuzz(fmt: str, write: Callable[[Path], object], valid: list[dict], bad: int
 
 @SETTINGS
 @given(jsonl_file())
+@pytest.mark.heavy
 def test_fuzz_jsonl(case):
     data, valid, bad = case
     _fuzz("jsonl", lambda path: path.write_bytes(data), valid, bad)
@@ -173,6 +175,7 @@ def parquet_rows(draw):
 
 @SETTINGS
 @given(parquet_rows())
+@pytest.mark.heavy
 def test_fuzz_parquet(case):
     rows, valid, bad = case
     table = pa.table({c: pa.array([r.get(c) for r in rows], pa.string()) for c in COLUMNS})
@@ -224,6 +227,7 @@ def locomo_file(draw):
 
 @SETTINGS
 @given(locomo_file())
+@pytest.mark.heavy
 def test_fuzz_locomo_json(case):
     data, valid, bad = case
     _fuzz("locomo", lambda path: path.write_bytes(data), valid, bad, refusable=False)
