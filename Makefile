@@ -31,9 +31,9 @@ test: $(STAMP)
 	$(VENV)/bin/memlib check-env
 	$(PY) -m pytest -q -ra
 
-# the tests that start no Ray cluster (no `ray` marker): the quick loop while editing
+# the quick loop while editing: no test that starts Ray (`ray`) or takes seconds to minutes (`heavy`)
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -ra -m "not ray and not slow and not integration and not llm_model"
+	$(PY) -m pytest -q -ra -m "not ray and not heavy and not slow and not integration and not llm_model"
 
 test-all: $(STAMP)
 	$(PY) -m pytest -q -ra -m ""

@@ -22,6 +22,11 @@ TS = pa.timestamp("us", tz="UTC")
 DEFAULT_EMBED_DIM = 384
 
 
+def required(*names: str) -> list[pa.Field]:
+    """Non-null string columns, in the order given (the ids every table starts with)."""
+    return [pa.field(name, pa.string(), nullable=False) for name in names]
+
+
 class NodeKind(str, Enum):
     TURN = "turn"
     SEGMENT = "segment"
@@ -64,26 +69,19 @@ class Source(str, Enum):
 
 
 TURNS = pa.schema([
-    pa.field("tenant_id", pa.string(), nullable=False),
-    pa.field("conversation_id", pa.string(), nullable=False),
-    pa.field("session_id", pa.string(), nullable=False),
+    *required("tenant_id", "conversation_id", "session_id"),
     pa.field("session_index", pa.int32(), nullable=False),
     pa.field("session_time", TS),
     pa.field("turn_id", pa.string(), nullable=False),
     pa.field("turn_index", pa.int32(), nullable=False),
     pa.field("node_id", pa.string(), nullable=False),
     pa.field("speaker", pa.string()),
-    pa.field("role", pa.string(), nullable=False),
-    pa.field("text", pa.string(), nullable=False),
-    pa.field("content_hash", pa.string(), nullable=False),
+    *required("role", "text", "content_hash"),
     pa.field("extras", pa.string()),  # JSON object as a string (e.g. image captions)
 ])
 
 SEGMENTS = pa.schema([
-    pa.field("segment_id", pa.string(), nullable=False),
-    pa.field("tenant_id", pa.string(), nullable=False),
-    pa.field("conversation_id", pa.string(), nullable=False),
-    pa.field("session_id", pa.string(), nullable=False),
+    *required("segment_id", "tenant_id", "conversation_id", "session_id"),
     pa.field("segment_index", pa.int32(), nullable=False),
     pa.field("turn_ids", pa.list_(pa.string())),       # turn node ids, in order
     pa.field("kept_turn_ids", pa.list_(pa.string())),  # passed the memory gate
@@ -94,11 +92,9 @@ SEGMENTS = pa.schema([
 
 def nodes_schema(dim: int = DEFAULT_EMBED_DIM) -> pa.Schema:
     return pa.schema([
-        pa.field("node_id", pa.string(), nullable=False),
-        pa.field("tenant_id", pa.string(), nullable=False),
+        *required("node_id", "tenant_id"),
         pa.field("conversation_id", pa.string()),
-        pa.field("kind", pa.string(), nullable=False),
-        pa.field("text", pa.string(), nullable=False),
+        *required("kind", "text"),
         pa.field("time", TS),
         pa.field("valid_from", TS),
         pa.field("valid_to", TS),
@@ -118,10 +114,7 @@ NODES = nodes_schema()
 NODES_NO_EMBEDDING = pa.schema([f for f in NODES if f.name != "embedding"])
 
 EDGES = pa.schema([
-    pa.field("tenant_id", pa.string(), nullable=False),
-    pa.field("src", pa.string(), nullable=False),
-    pa.field("dst", pa.string(), nullable=False),
-    pa.field("kind", pa.string(), nullable=False),
+    *required("tenant_id", "src", "dst", "kind"),
     pa.field("weight", pa.float32()),
     pa.field("relation", pa.string()),
     pa.field("provenance", pa.list_(pa.string())),  # turn node ids
@@ -133,13 +126,7 @@ EDGES = pa.schema([
 
 # a fact before its concepts are canonicalized over the tenant (facts stage, session-local)
 FACT_DRAFTS = pa.schema([
-    pa.field("session_key", pa.string(), nullable=False),
-    pa.field("node_id", pa.string(), nullable=False),
-    pa.field("tenant_id", pa.string(), nullable=False),
-    pa.field("conversation_id", pa.string(), nullable=False),
-    pa.field("session_id", pa.string(), nullable=False),
-    pa.field("turn_node_id", pa.string(), nullable=False),
-    pa.field("turn_id", pa.string(), nullable=False),
+    *required("session_key", "node_id", "tenant_id", "conversation_id", "session_id", "turn_node_id", "turn_id"),
     pa.field("speaker", pa.string()),
     pa.field("text", pa.string(), nullable=False),
     pa.field("time", TS),
@@ -161,9 +148,7 @@ FACT_VECTORS = pa.schema([
 # per session: its keyphrase candidates scored by RAKE with its own speakers' names banned
 # (memlib/text/clues.py clue_drafts); the tenant's clue step ranks them by IDF over its sessions
 CLUE_DRAFTS = pa.schema([
-    pa.field("tenant_id", pa.string(), nullable=False),
-    pa.field("conversation_id", pa.string(), nullable=False),
-    pa.field("session_id", pa.string(), nullable=False),
+    *required("tenant_id", "conversation_id", "session_id"),
     pa.field("session_time", TS),
     pa.field("turn_ids", pa.list_(pa.string())),          # turn node ids, in order
     pa.field("speakers", pa.list_(pa.string())),
@@ -175,10 +160,7 @@ CLUE_DRAFTS = pa.schema([
 ])
 
 ENTITY_MENTIONS = pa.schema([
-    pa.field("session_key", pa.string(), nullable=False),
-    pa.field("tenant_id", pa.string(), nullable=False),
-    pa.field("name", pa.string(), nullable=False),
-    pa.field("label", pa.string(), nullable=False),
+    *required("session_key", "tenant_id", "name", "label"),
     pa.field("turn_node_id", pa.string()),               # set: a MENTIONS edge turn -> entity
     pa.field("turn_id", pa.string()),
     pa.field("sentence", pa.string()),                   # the citing sentence (entity description)
@@ -186,18 +168,9 @@ ENTITY_MENTIONS = pa.schema([
 
 # a triplet whose subject / object are resolved to entities over the tenant
 TRIPLET_DRAFTS = pa.schema([
-    pa.field("session_key", pa.string(), nullable=False),
-    pa.field("node_id", pa.string(), nullable=False),
-    pa.field("tenant_id", pa.string(), nullable=False),
-    pa.field("conversation_id", pa.string(), nullable=False),
-    pa.field("session_id", pa.string(), nullable=False),
+    *required("session_key", "node_id", "tenant_id", "conversation_id", "session_id"),
     pa.field("time", TS),
-    pa.field("text", pa.string(), nullable=False),
-    pa.field("subject", pa.string(), nullable=False),
-    pa.field("relation", pa.string(), nullable=False),
-    pa.field("object", pa.string(), nullable=False),
-    pa.field("turn_node_id", pa.string(), nullable=False),
-    pa.field("turn_id", pa.string(), nullable=False),
+    *required("text", "subject", "relation", "object", "turn_node_id", "turn_id"),
     pa.field("speaker", pa.string()),
     pa.field("subject_entity", pa.string()),             # name to resolve to an entity, if eligible
     pa.field("object_entity", pa.string()),
@@ -208,9 +181,7 @@ def turn_vectors_schema(dim: int = DEFAULT_EMBED_DIM) -> pa.Schema:
     """Output of the embed operator, one row per turn: the turn's passage vector and the
     content-token ids and float16 token vectors of ``auto``'s token encoder."""
     return pa.schema([
-        pa.field("session_key", pa.string(), nullable=False),
-        pa.field("tenant_id", pa.string(), nullable=False),
-        pa.field("node_id", pa.string(), nullable=False),
+        *required("session_key", "tenant_id", "node_id"),
         pa.field("vector", pa.list_(pa.float32(), dim)),
         pa.field("token_ids", pa.list_(pa.int32())),
         pa.field("token_vectors", pa.binary()),          # (len(token_ids), 384) float16, C order
@@ -228,15 +199,12 @@ QUARANTINE = pa.schema([
     pa.field("record_id", pa.string()),
     pa.field("source", pa.string()),     # file path
     pa.field("location", pa.string()),   # e.g. "line 17" or "sample[2].session_3[4]"
-    pa.field("reason_code", pa.string(), nullable=False),
-    pa.field("reason", pa.string(), nullable=False),
+    *required("reason_code", "reason"),
     pa.field("raw", pa.string()),        # the offending record, truncated
 ])
 
 QUESTIONS = pa.schema([
-    pa.field("tenant_id", pa.string(), nullable=False),
-    pa.field("question_id", pa.string(), nullable=False),
-    pa.field("question", pa.string(), nullable=False),
+    *required("tenant_id", "question_id", "question"),
     pa.field("answer", pa.string()),
     pa.field("category", pa.string()),
     pa.field("evidence", pa.list_(pa.string())),          # source turn ids (e.g. D1:3)
@@ -270,8 +238,7 @@ LLM_CALLS = pa.schema([
 # whose fallback ids the added turns hold, or an unchanged clue, its vector without reading its
 # turns' token rows (memlib.compose.reuse).
 NODE_FALLBACKS = pa.schema([
-    pa.field("tenant_id", pa.string(), nullable=False),
-    pa.field("node_id", pa.string(), nullable=False),
+    *required("tenant_id", "node_id"),
     pa.field("ids", pa.list_(pa.int32())),
     pa.field("counts", pa.list_(pa.int32())),
     pa.field("local", pa.binary()),  # float32 bytes: a binary column reads ~10x faster than a list one
@@ -294,8 +261,7 @@ TOKEN_SUMS = pa.schema([
 # unchanged nodes stay as published and a nightly run rewrites only the rows that changed
 # (memlib.io.lance_delta). Stores written before it hold importance in the Lance rows.
 NODE_IMPORTANCE = pa.schema([
-    pa.field("tenant_id", pa.string(), nullable=False),
-    pa.field("node_id", pa.string(), nullable=False),
+    *required("tenant_id", "node_id"),
     pa.field("importance", pa.float32()),
 ])
 
@@ -303,9 +269,7 @@ NODE_IMPORTANCE = pa.schema([
 # (memlib.retrieve.matrix_cache): the content key of the turns and texts the matrix encodes, in
 # order, and the session build key and session keys whose kept vectors make it up.
 MATRIX_REFS = pa.schema([
-    pa.field("tenant_id", pa.string(), nullable=False),
-    pa.field("content_key", pa.string(), nullable=False),
-    pa.field("session_build_key", pa.string(), nullable=False),
+    *required("tenant_id", "content_key", "session_build_key"),
     pa.field("sessions", pa.list_(pa.string())),
 ])
 

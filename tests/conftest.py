@@ -1,7 +1,12 @@
 """Shared test fixtures. Area-specific fixtures live in tests/<area>/conftest.py."""
 from __future__ import annotations
 
+import json
 import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -42,12 +47,45 @@ def ray_local():
     ray.shutdown()
 
 
-# fixtures that start a Ray cluster, in this process or in a `memlib build` child: a test using
-# one is marked ``ray`` whatever its module says, so `make test-fast` (-m "not ray") never starts Ray
-RAY_FIXTURES = frozenset({"ray_local", "sample_store", "full_store", "base_store", "built_store"})
+class JsonHandler(BaseHTTPRequestHandler):
+    """A quiet request handler answering JSON: the base of the tests' fake OpenAI-compatible servers."""
+
+    def log_message(self, *args):
+        pass
+
+    def send_json(self, code: int, obj: dict) -> None:
+        raw = json.dumps(obj).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+
+@contextmanager
+def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """``handler`` on a threaded server at a free loopback port for the block; yields its ``/v1`` URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+# a test using one of these fixtures carries the marker whatever its module says, so `make test-fast`
+# (-m "not ray and not heavy") never starts Ray nor waits for what they make: ``ray`` fixtures start a
+# Ray cluster, in this process or in a `memlib build` child; ``heavy`` ones build a tenant in process
+FIXTURE_MARKS = {
+    "ray": frozenset({"ray_local", "sample_store", "full_store", "base_store", "built_store"}),
+    "heavy": frozenset({"tenant_pass"}),
+}
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if RAY_FIXTURES & set(getattr(item, "fixturenames", ())) and "ray" not in item.keywords:
-            item.add_marker(pytest.mark.ray)
+        used = set(getattr(item, "fixturenames", ()))
+        for mark, fixtures in FIXTURE_MARKS.items():
+            if fixtures & used and mark not in item.keywords:
+                item.add_marker(getattr(pytest.mark, mark))

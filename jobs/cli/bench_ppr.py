@@ -25,7 +25,7 @@ def ppr(sizes: Annotated[str, typer.Option(help="comma-separated node counts")] 
         gt_threads: Annotated[Optional[int], typer.Option(help="graph-tool OpenMP threads (default: its own)")] = None,
         config: ConfigOpt = None, set_: SetOpt = None) -> None:
     """Per-query PPR time: scipy power iteration vs graph-tool vs networkx; query subgraphs."""
-    from memlib.graph.benchmark import run_benchmark
+    from jobs.bench.ppr import run_benchmark
 
     cfg = get_config(config, set_)
     typer.echo(json.dumps(run_benchmark(_sizes(sizes), queries, cfg.graph, gt_threads), indent=2))

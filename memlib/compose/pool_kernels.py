@@ -10,7 +10,7 @@ float32 copy: on a 500-session LongMemEval tenant (877k token rows) the gather w
 The arithmetic is scipy's ``csr_matrix @ ndarray`` for float32 (``csr_matvecs``): per output row,
 the products ``weight * row`` added into zeros in the CSR's column order, each product and sum
 rounded to float32. So the vectors are the same to the bit as before (checked against scipy in
-tests/pipeline/test_pipeline_node_vectors.py).
+tests/compose/test_compose_span_pool.py).
 
 :func:`id_sums` sums a tenant's token rows per WordPiece id exactly: each float16 value is an
 integer number of 2^-24 (the smallest float16), so the sums are int64 and do not depend on the
@@ -43,10 +43,12 @@ def _as_float32_impl(x, table):
 
 
 @nb.njit(**_JIT)
-def csr_times_turn_rows(indptr, indices, data, owner, starts, per_turn, table, dim):
-    """(n_rows, dim) float32: row ``i`` is ``sum_jj data[jj] * V[indices[jj]]`` in CSR order, where
-    token row ``r`` of ``V`` is row ``r - starts[owner[r]]`` of ``per_turn[owner[r]]`` (float32, or
-    float16 given as uint16 bits and converted through ``table``)."""
+def csr_times_turn_rows(csr, owner, starts, per_turn, table, dim):
+    """(n_rows, dim) float32: with ``csr`` the weights' ``(indptr, indices, data)``, row ``i`` is
+    ``sum_jj data[jj] * V[indices[jj]]`` in CSR order, where token row ``r`` of ``V`` is row
+    ``r - starts[owner[r]]`` of ``per_turn[owner[r]]`` (float32, or float16 given as uint16 bits
+    and converted through ``table``)."""
+    indptr, indices, data = csr
     n = indptr.size - 1
     out = np.zeros((n, dim), np.float32)
     for i in range(n):
@@ -114,7 +116,7 @@ def warm() -> None:
     rows.flags.writeable = False
     typed = List()
     typed.append(rows)
-    csr_times_turn_rows(one, one[:1], np.ones(1, np.float32), one[:1], one, typed, HALF_TO_FLOAT, 2)
+    csr_times_turn_rows((one, one[:1], np.ones(1, np.float32)), one[:1], one, typed, HALF_TO_FLOAT, 2)
     id_sums(one[:1], typed, HALF_TO_FLOAT, 2, 1)
 
 

@@ -360,9 +360,8 @@ class TokenRows:
 
         weights = weights.tocsr()
         per_turn, table = self._kernel_rows()
-        return pool_kernels.csr_times_turn_rows(weights.indptr.astype(np.int64), weights.indices.astype(np.int64),
-                                                weights.data.astype(np.float32), self.owner, self.starts, per_turn,
-                                                table, self.dim)
+        csr = (weights.indptr.astype(np.int64), weights.indices.astype(np.int64), weights.data.astype(np.float32))
+        return pool_kernels.csr_times_turn_rows(csr, self.owner, self.starts, per_turn, table, self.dim)
 
     def _kernel_rows(self) -> tuple[Any, np.ndarray]:
         """The turns' arrays as the kernel reads them (:func:`memlib.compose.pool_kernels.typed_rows`), built once."""

@@ -5,9 +5,14 @@ query/passage prefixes come from EmbedConfig. The vector size must equal ``cfg.d
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from memlib.embed.base import Embedder, EmbedError, TextKind
+
+if TYPE_CHECKING:
+    from memlib.config import EmbedConfig
 
 # local OpenAI-compatible servers often ignore the key but the client requires one
 NO_KEY = "not-needed"
@@ -17,19 +22,18 @@ class OpenAIEmbedder(Embedder):
     name = "openai"
     query_concurrency = 8  # evaluation embeds each question in a request of its own, 8 in flight
 
-    def __init__(self, base_url: str | None, api_key: str | None, model: str, dim: int,
-                 batch_size: int = 64, query_prefix: str = "", passage_prefix: str = "",
-                 timeout_s: float = 60.0) -> None:
-        super().__init__(batch_size)
-        if not base_url:
+    def __init__(self, cfg: EmbedConfig) -> None:
+        super().__init__(cfg.batch_size)
+        if not cfg.base_url:
             raise EmbedError("embed.backend=openai needs embed.base_url (e.g. http://localhost:8000/v1)")
         from openai import OpenAI
 
-        self.dim = dim
-        self.model = model
-        self._prefix = {TextKind.QUERY: query_prefix, TextKind.PASSAGE: passage_prefix}
-        self._client = OpenAI(base_url=base_url, api_key=api_key or NO_KEY, timeout=timeout_s, max_retries=3)
-        self._base_url = base_url
+        self.dim = cfg.dim
+        self.model = cfg.model
+        self._prefix = {TextKind.QUERY: cfg.query_prefix, TextKind.PASSAGE: cfg.passage_prefix}
+        key = cfg.api_key.get_secret_value() if cfg.api_key is not None else None
+        self._client = OpenAI(base_url=cfg.base_url, api_key=key or NO_KEY, timeout=cfg.timeout_s, max_retries=3)
+        self._base_url = cfg.base_url
 
     def _encode(self, texts: list[str], kind: TextKind) -> np.ndarray:
         from openai import OpenAIError

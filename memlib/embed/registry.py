@@ -41,10 +41,7 @@ def _wordllama(cfg: EmbedConfig) -> Embedder:
 
 def _openai(cfg: EmbedConfig) -> Embedder:
     from memlib.embed.openai_backend import OpenAIEmbedder
-    key = cfg.api_key.get_secret_value() if cfg.api_key is not None else None
-    return OpenAIEmbedder(base_url=cfg.base_url, api_key=key, model=cfg.model, dim=cfg.dim,
-                          batch_size=cfg.batch_size, query_prefix=cfg.query_prefix,
-                          passage_prefix=cfg.passage_prefix, timeout_s=cfg.timeout_s)
+    return OpenAIEmbedder(cfg)
 
 
 _FACTORIES: dict[EmbedBackend, Callable[[EmbedConfig], Embedder]] = {

@@ -1,4 +1,4 @@
-"""Retrieval metrics, exactly as the evaluation issue defines them.
+"""Retrieval metrics, exactly as docs/evaluation.md ("memlib's metrics") defines them.
 
 Protocol
 --------

@@ -6,6 +6,7 @@ for vertices with a positive score; the ``*_scores`` forms return arrays aligned
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -61,34 +62,33 @@ def gaama_ppr(graph: MemoryGraph, seeds: Mapping[str, float], cfg: GraphConfig) 
 
 
 # -- MemORAI -------------------------------------------------------------------------------
-def dwpr_scores(graph: MemoryGraph, seeds: Mapping[str, float], *, edge_weights: np.ndarray | None = None,
-                target_weights: np.ndarray | None = None, kind_weights: Mapping[str, float] | None = None,
+@dataclass(frozen=True)
+class DwprFactors:
+    """The query-time factors of a DWPR traversal, each left out as 1: ``edge[e]`` per stored edge
+    (e.g. cosine(query, relation description)), ``target[v]`` per vertex entered (e.g.
+    cosine(query, entity/segment description)), ``kind[k]`` per edge kind (missing kinds 1)."""
+
+    edge: np.ndarray | None = None
+    target: np.ndarray | None = None
+    kind: Mapping[str, float] | None = None
+
+
+def dwpr_scores(graph: MemoryGraph, seeds: Mapping[str, float], factors: DwprFactors = DwprFactors(), *,
                 damping: float = 0.85, tol: float = 1e-6, max_iter: int = 200) -> np.ndarray:
     """MemORAI Dynamic Weighted PageRank. Traversal weight of ``u→v`` over edge ``e`` is the
-    product of the query-time factors given: ``edge_weights[e]`` (per stored edge, e.g.
-    cosine(query, relation description)), ``target_weights[v]`` (per vertex, e.g.
-    cosine(query, entity/segment description) of the node being entered) and
-    ``kind_weights[kind(e)]`` (per edge kind, missing kinds 1). Negative cosines clip to 0.
-    Seeds are the query similarities. Returns raw PPR mass (sums to 1)."""
+    product of the ``factors`` given: ``edge[e]``, ``target[v]`` and ``kind[kind(e)]``. Negative
+    cosines clip to 0. Seeds are the query similarities. Returns raw PPR mass (sums to 1)."""
     w = np.ones(graph.num_edges)
-    if edge_weights is not None:
-        w = w * _checked(edge_weights, graph.num_edges, "edge_weights")
-    if kind_weights is not None:
-        w = w * graph.edge_kind_vector(dict(kind_weights), 1.0)
+    if factors.edge is not None:
+        w = w * _checked(factors.edge, graph.num_edges, "edge factors")
+    if factors.kind is not None:
+        w = w * graph.edge_kind_vector(dict(factors.kind), 1.0)
     adj = graph.adjacency()
     slot_w = w[adj.eid]
-    if target_weights is not None:
-        slot_w = slot_w * _checked(target_weights, graph.num_nodes, "target_weights")[adj.nbr]
+    if factors.target is not None:
+        slot_w = slot_w * _checked(factors.target, graph.num_nodes, "target factors")[adj.nbr]
     tr = transition_matrix(adj, slot_w)
     return run_kernel(tr, seed_teleport(graph, seeds), damping, tol, max_iter).scores
-
-
-def dwpr(graph: MemoryGraph, seeds: Mapping[str, float], *, edge_weights: np.ndarray | None = None,
-         target_weights: np.ndarray | None = None, kind_weights: Mapping[str, float] | None = None,
-         damping: float = 0.85, tol: float = 1e-6, max_iter: int = 200) -> dict[str, float]:
-    return scores_to_dict(graph, dwpr_scores(graph, seeds, edge_weights=edge_weights, target_weights=target_weights,
-                                             kind_weights=kind_weights, damping=damping, tol=tol,
-                                             max_iter=max_iter))
 
 
 def _checked(values: np.ndarray, size: int, name: str) -> np.ndarray:

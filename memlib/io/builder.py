@@ -15,14 +15,21 @@ from memlib import ids, schema
 from memlib.config import IOConfig
 from memlib.io.result import ReadResult
 from memlib.io.scan import MAX_DEPTH, too_deep
-from memlib.io.validate import YEARS, Quarantine, ReasonCode, is_id, unstorable_field, validate_tenant_id
+from memlib.io.validate import (
+    YEARS,
+    Issue,
+    Quarantine,
+    ReasonCode,
+    is_id,
+    unstorable_field,
+    validate_tenant_id,
+)
 
 TimeParser = Callable[[Any], "datetime | None"]
 ID_FIELDS = ("tenant_id", "conversation_id", "session_id", "turn_id")
 ROLES = {r.value for r in schema.Role}
 _TURN_COLUMNS = ("tenant_id", "conversation_id", "session_id", "session_time", "turn_id",
                  "speaker", "role", "text", "extras", "_seq")
-Issue = tuple[ReasonCode, str]
 
 
 def _extras(value: Any) -> tuple[str | None, Issue | None]:
@@ -64,7 +71,7 @@ class TenantBuilder:
                record_id: Any = None) -> None:
         rec = rec or {}
         tenant = rec.get("tenant_id") if issue[0] is not ReasonCode.BAD_TENANT_ID else None
-        self.quarantine.add(issue[0], issue[1], location, raw, tenant_id=tenant,
+        self.quarantine.add(issue, location, raw, tenant_id=tenant,
                             conversation_id=rec.get("conversation_id"),
                             record_id=record_id if record_id is not None else rec.get("turn_id"))
 

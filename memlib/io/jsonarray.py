@@ -3,13 +3,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ijson
 
 from memlib.io.errors import InputError
+
+if TYPE_CHECKING:
+    from memlib.config import IOConfig
+    from memlib.io.result import ReadResult
 
 _PEEK = 4096
 
@@ -117,3 +122,22 @@ def fingerprints_by(items: Iterator[tuple[int, Any]], id_key: str) -> dict[str, 
         key = item.get(id_key) if isinstance(item, dict) else None
         out[key if isinstance(key, str) and key else f"[{i}]"] = record_hash(item)
     return out
+
+
+@dataclass(frozen=True)
+class ArrayFormat:
+    """An input format that is a JSON array of one tenant an element (LoCoMo, LongMemEval):
+    ``marker`` is a key its first element must hold (else the file is not a ``what`` file),
+    ``id_key`` an element's tenant id, ``tenant(item, index, source, cfg)`` its tables."""
+
+    what: str
+    marker: str
+    id_key: str
+    tenant: Callable[[Any, int, str, IOConfig], ReadResult]
+
+    def iter_tenants(self, path: str | Path, cfg: IOConfig) -> Iterator[ReadResult]:
+        for i, item in checked_items(path, self.marker, self.what):
+            yield self.tenant(item, i, str(path), cfg)
+
+    def fingerprints(self, path: str | Path) -> dict[str, str]:
+        return fingerprints_by(checked_items(path, self.marker, self.what), self.id_key)

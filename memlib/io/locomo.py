@@ -8,13 +8,11 @@ neither is an assistant); image fields (img_url, blip_caption, query) go to extr
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 from memlib.config import IOConfig
 from memlib.io.builder import TenantBuilder
-from memlib.io.jsonarray import checked_items, fingerprints_by
+from memlib.io.jsonarray import ArrayFormat
 from memlib.io.result import ReadResult
 from memlib.io.validate import ReasonCode, is_id, parse_locomo_time
 
@@ -89,14 +87,6 @@ def sample_result(item: Any, index: int, source: str, cfg: IOConfig) -> ReadResu
     return b.result()
 
 
-def _checked(path: str | Path) -> Iterator[tuple[int, Any]]:
-    return checked_items(path, "conversation", "LoCoMo")
-
-
-def iter_tenants(path: str | Path, cfg: IOConfig) -> Iterator[ReadResult]:
-    for i, item in _checked(path):
-        yield sample_result(item, i, str(path), cfg)
-
-
-def fingerprints(path: str | Path) -> dict[str, str]:
-    return fingerprints_by(_checked(path), "sample_id")
+LOCOMO = ArrayFormat("LoCoMo", marker="conversation", id_key="sample_id", tenant=sample_result)
+iter_tenants = LOCOMO.iter_tenants
+fingerprints = LOCOMO.fingerprints

@@ -14,13 +14,11 @@ filler sessions. Use this variant for ingestion scale, not as QA ground truth.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 from memlib.config import IOConfig
 from memlib.io.builder import TenantBuilder
-from memlib.io.jsonarray import checked_items, fingerprints_by
+from memlib.io.jsonarray import ArrayFormat
 from memlib.io.result import ReadResult
 from memlib.io.validate import ReasonCode, is_id, parse_longmemeval_time
 
@@ -88,14 +86,6 @@ def instance_result(item: Any, index: int, source: str, cfg: IOConfig) -> ReadRe
     return b.result()
 
 
-def _checked(path: str | Path) -> Iterator[tuple[int, Any]]:
-    return checked_items(path, "haystack_sessions", "LongMemEval")
-
-
-def iter_tenants(path: str | Path, cfg: IOConfig) -> Iterator[ReadResult]:
-    for i, item in _checked(path):
-        yield instance_result(item, i, str(path), cfg)
-
-
-def fingerprints(path: str | Path) -> dict[str, str]:
-    return fingerprints_by(_checked(path), "question_id")
+LONGMEMEVAL = ArrayFormat("LongMemEval", marker="haystack_sessions", id_key="question_id", tenant=instance_result)
+iter_tenants = LONGMEMEVAL.iter_tenants
+fingerprints = LONGMEMEVAL.fingerprints

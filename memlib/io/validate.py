@@ -36,6 +36,10 @@ class ReasonCode(str, Enum):
     OVERSIZE_RECORD = "oversize_record"    # a JSONL line longer than 16 MiB (never read whole)
 
 
+# a record's rejection: its reason code and the reason, in one line
+Issue = tuple[ReasonCode, str]
+
+
 def validate_tenant_id(value: Any) -> str | None:
     """Reason why ``value`` is not a valid tenant id, or ``None`` when it is valid."""
     if not isinstance(value, str):
@@ -148,8 +152,10 @@ class Quarantine:
         self.source = source
         self.rows: list[dict[str, Any]] = []
 
-    def add(self, code: ReasonCode, reason: str, location: str, raw: Any, *,
+    def add(self, issue: Issue, location: str, raw: Any, *,
             tenant_id: Any = None, conversation_id: Any = None, record_id: Any = None) -> None:
+        """One rejected record: ``issue`` is (reason code, reason), ``location`` where it stands."""
+        code, reason = issue
         text = lambda v: storable(v) if isinstance(v, str) else None  # noqa: E731
         self.rows.append({
             "tenant_id": text(tenant_id) if validate_tenant_id(tenant_id) is None else None,

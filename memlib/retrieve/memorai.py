@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from memlib.graph.subgraph import subgraph
-from memlib.graph.variants import dwpr_scores
+from memlib.graph.variants import DwprFactors, dwpr_scores
 from memlib.retrieve import kernels
 from memlib.retrieve.base import RetrievedNode, StrategyBase
 from memlib.retrieve.graphview import graph_view, query_vector
@@ -39,7 +39,7 @@ class MemORAI(StrategyBase):
             return kernels.make_nodes(tenant, kernels.knn(tenant, qvec, k, ["turn"]), score_name="sim")
         sub = subgraph(view.graph, seeds, int(p["depth"]), int(p["max_nodes"]))
         sims = np.clip(view.sims(qvec)[sub.parent_index], 0.0, None)
-        ppr = dwpr_scores(sub, seeds, target_weights=sims + 1e-6, damping=float(p["damping"]))
+        ppr = dwpr_scores(sub, seeds, DwprFactors(target=sims + 1e-6), damping=float(p["damping"]))
         turn = view.is_turn[sub.parent_index]
         score = float(p["ppr_weight"]) * minmax(ppr) + float(p["sim_weight"]) * minmax(sims)
         pos = np.flatnonzero(turn)

@@ -1,4 +1,4 @@
-"""memlib from Python (issue 41): the README's example runs as written on the bundled sample (so
+"""memlib from Python: the README's example runs as written on the bundled sample (so
 the README cannot drift from the API), ``memlib.open_store`` answers as the command line does, a
 bad request is the service's typed error, ``import memlib`` stays cheap, and forgetting works
 from a published store without its input. One store is built per module (the README's own build)."""

@@ -1,4 +1,4 @@
-"""The command line's help tells the truth (issue 41): ``memlib --version``; defaults shown as
+"""The command line's help tells the truth: ``memlib --version``; defaults shown as
 values (with the setting that changes them), not as config key names; ``--strategy`` lists the
 registry's strategies; an incremental run's summary does not read like a full build's; --compact
 says what it removed in words, not as a Python dict."""

@@ -1,4 +1,4 @@
-"""Config errors are one line, before any Ray work (issue 16, item 7): the embedding dimension
+"""Config errors are one line, before any Ray work: the embedding dimension
 follows the backend unless set, a set dimension that the backend cannot produce and an unknown
 backend are refused at load time, and `memlib build` reports them with exit 2."""
 from __future__ import annotations
@@ -39,7 +39,7 @@ def test_wordllama_build_starts_with_one_setting(tmp_path):
     assert not (tmp_path / "s").exists()
 
 
-# -- issue 39, item 7: every numeric setting has a sensible bound, refused in one line at load time --
+# -- every numeric setting has a sensible bound, refused in one line at load time --
 
 BAD_SETTINGS = [
     "retrieve.k=0", "retrieve.k=-1", "serve.max_body_bytes=-1", "serve.max_k=0", "serve.replicas=0",

@@ -1,5 +1,5 @@
 """Every ``memlib …`` command line of the README runs as written, on the bundled sample, in a
-fresh directory, in README order (issue 41): so the README cannot name a flag, a file or an order
+fresh directory, in README order: so the README cannot name a flag, a file or an order
 of steps that does not work. Run in a child process each, as a user types them.
 
 Not run, only checked against their ``--help`` (every flag they use must be listed there):

@@ -5,13 +5,13 @@ import hashlib
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pytest
 
 from memlib.config import EmbedConfig
 from memlib.embed import EmbedError, get_embedder
+from tests.conftest import JsonHandler, serving
 
 SERVER_DIM = 8
 SECRET = "sk-test-secret-123"
@@ -23,15 +23,12 @@ def fake_vector(text: str, dim: int = SERVER_DIM) -> list[float]:
     return [b - 127.5 for b in digest[:dim]]
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(JsonHandler):
     requests: list[dict] = []
     protocol_version = "HTTP/1.1"
     in_flight = 0
     most_in_flight = 0
     lock = threading.Lock()
-
-    def log_message(self, *args):
-        pass
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -50,30 +47,18 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _answer(self, body: dict) -> None:
         if self.path != "/v1/embeddings":
-            return self._send(404, {"error": {"message": "not found"}})
+            return self.send_json(404, {"error": {"message": "not found"}})
         inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
         data = [{"object": "embedding", "index": i, "embedding": fake_vector(t)} for i, t in enumerate(inputs)]
         data.reverse()  # the client must order by index, not by position
-        self._send(200, {"object": "list", "data": data, "model": body["model"],
+        self.send_json(200, {"object": "list", "data": data, "model": body["model"],
                          "usage": {"prompt_tokens": 1, "total_tokens": 1}})
-
-    def _send(self, code: int, obj: dict) -> None:
-        raw = json.dumps(obj).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(raw)))
-        self.end_headers()
-        self.wfile.write(raw)
 
 
 @pytest.fixture(scope="module")
 def server_url():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
-    server.server_close()
+    with serving(_Handler) as url:
+        yield url
 
 
 def _cfg(url: str, **kw) -> EmbedConfig:
@@ -149,6 +134,7 @@ def test_eval_embeds_each_question_alone_several_in_flight(server_url):
 
 
 
+@pytest.mark.heavy
 def test_bench_similarity_floor_measures_an_endpoints_embedder(server_url, tmp_path):
     """``memlib bench similarity-floor`` over real HTTP: the endpoint embeds every turn once, the
     printed setting loads and is the floor the build then applies."""

@@ -1,8 +1,6 @@
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import polars as pl
 import pytest
@@ -14,10 +12,11 @@ from memlib.eval.qa import key_facts, maybe_score_qa
 from memlib.eval.questions import Dataset
 from memlib.eval.runner import evaluate
 from memlib.io.store import StoreReader
+from tests.conftest import JsonHandler, serving
 from tests.eval.conftest import TENANT
 
 
-class _FakeOpenAI(BaseHTTPRequestHandler):
+class _FakeOpenAI(JsonHandler):
     """Answers 'golden retriever' to questions about Biscuit, else 'unknown'; the judge covers
     fact 0 when the answer contains 'golden', else nothing."""
 
@@ -35,24 +34,13 @@ class _FakeOpenAI(BaseHTTPRequestHandler):
                "choices": [{"index": 0, "finish_reason": "stop",
                             "message": {"role": "assistant", "content": content}}],
                "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}
-        data = json.dumps(out).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
+        self.send_json(200, out)
 
 
 @pytest.fixture()
 def fake_llm():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _FakeOpenAI)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
+    with serving(_FakeOpenAI) as url:
+        yield url
 
 
 def test_key_facts_split():

@@ -108,6 +108,7 @@ def _store(path):
     return path
 
 
+@pytest.mark.heavy
 def test_tune_command_end_to_end(tmp_path):
     store = _store(tmp_path / "store")
     out = tmp_path / "tune"

@@ -9,6 +9,7 @@ from memlib.graph.build import build_graph
 from memlib.graph.ppr import Kernel
 from memlib.graph.synthetic import synthetic_memory_graph
 from memlib.graph.variants import (
+    DwprFactors,
     assomem_importance,
     assomem_scores,
     dwpr_scores,
@@ -68,7 +69,7 @@ def test_dwpr_matches_dense_solve(small_tables):
     tw = rng.uniform(0.0, 1.0, g.num_nodes)
     kw = {"NEXT": 0.5, "HAS_CONCEPT": 2.0}
     seeds = {"entity:a": 0.9, "turn:5": 0.3}
-    got = dwpr_scores(g, seeds, edge_weights=ew, target_weights=tw, kind_weights=kw, damping=0.7, **TIGHT)
+    got = dwpr_scores(g, seeds, DwprFactors(edge=ew, target=tw, kind=kw), damping=0.7, **TIGHT)
     traversals = []
     for e in range(g.num_edges):
         u, v = int(g.src[e]), int(g.dst[e])
@@ -121,7 +122,7 @@ def test_transition_cached_and_stochastic():
 
 
 def test_benchmark_small_size_agrees():
-    from memlib.graph.benchmark import bench_size
+    from jobs.bench.ppr import bench_size
 
     row = bench_size(600, queries=2)
     assert row["nodes"] == 600 and row["edges"] > 4 * 600 * 0.9

@@ -1,4 +1,4 @@
-"""One --format rule for every command and the Python API (issue 41): the format a caller names
+"""One --format rule for every command and the Python API: the format a caller names
 wins; otherwise the content tells it, then the name; a file of no known format is one error
 naming the formats looked for and what the file is; a reader's error under the wrong named
 format says which one the file looks like."""

@@ -1,4 +1,4 @@
-"""Property-based fuzzing of the readers (issue 16): JSONL, Parquet and LoCoMo JSON files mixing
+"""Property-based fuzzing of the readers: JSONL, Parquet and LoCoMo JSON files mixing
 valid records with malformed ones of every kind. For every generated file: the reader never
 crashes (a file-level InputError only when nothing in it is valid), every valid record is kept
 exactly, and every rejected record is one quarantine row with a reason code and a reason."""
@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -111,27 +113,29 @@ def _check(result, valid: list[dict], bad: int) -> None:
     assert all(r["reason_code"] in CODES and r["reason"] and r["location"] for r in rows)
 
 
-def _read(path: Path, fmt: str, valid: list[dict]):
-    try:
-        fps = input_fingerprints(path, fmt, CFG)
-        result = read_input(path, fmt, CFG)
-    except InputError as exc:
-        assert not valid, f"valid records in a file refused whole: {exc}"
-        return None
+def _fuzz(fmt: str, write: Callable[[Path], object], valid: list[dict], bad: int, *,
+          refusable: bool = True) -> None:
+    """Read the file ``write`` makes as ``fmt`` and check it (:func:`_check`); a file may be refused
+    whole only when ``refusable`` and no record in it is valid."""
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / f"in.{'json' if fmt == 'locomo' else fmt}"
+        write(path)
+        try:
+            fps = input_fingerprints(path, fmt, CFG)
+            result = read_input(path, fmt, CFG)
+        except InputError as exc:
+            assert refusable and not valid, f"a {fmt} file refused whole: {exc}"
+            return
     assert {r["tenant_id"] for r in valid} <= set(fps)
-    return result
+    _check(result, valid, bad)
 
 
 @SETTINGS
 @given(jsonl_file())
+@pytest.mark.heavy
 def test_fuzz_jsonl(case):
     data, valid, bad = case
-    with tempfile.TemporaryDirectory() as d:
-        path = Path(d) / "in.jsonl"
-        path.write_bytes(data)
-        result = _read(path, "jsonl", valid)
-    if result is not None:
-        _check(result, valid, bad)
+    _fuzz("jsonl", lambda path: path.write_bytes(data), valid, bad)
 
 
 PARQUET_BAD = {
@@ -171,15 +175,11 @@ def parquet_rows(draw):
 
 @SETTINGS
 @given(parquet_rows())
+@pytest.mark.heavy
 def test_fuzz_parquet(case):
     rows, valid, bad = case
     table = pa.table({c: pa.array([r.get(c) for r in rows], pa.string()) for c in COLUMNS})
-    with tempfile.TemporaryDirectory() as d:
-        path = Path(d) / "in.parquet"
-        pq.write_table(table, path)
-        result = _read(path, "parquet", valid)
-    if result is not None:
-        _check(result, valid, bad)
+    _fuzz("parquet", lambda path: pq.write_table(table, path), valid, bad)
 
 
 LOCOMO_DATES = ["1:56 pm on 8 May, 2023", "10:04 am on 1 June, 2023"]
@@ -227,13 +227,7 @@ def locomo_file(draw):
 
 @SETTINGS
 @given(locomo_file())
+@pytest.mark.heavy
 def test_fuzz_locomo_json(case):
     data, valid, bad = case
-    with tempfile.TemporaryDirectory() as d:
-        path = Path(d) / "in.json"
-        path.write_bytes(data)
-        try:
-            result = read_input(path, "locomo", CFG)
-        except InputError as exc:
-            raise AssertionError(f"a LoCoMo array refused whole: {exc}") from None
-    _check(result, valid, bad)
+    _fuzz("locomo", lambda path: path.write_bytes(data), valid, bad, refusable=False)

@@ -1,4 +1,4 @@
-"""Readers under hostile input (issue 16, items 1-3, 5, 6): unusable files are one-line errors,
+"""Readers under hostile input: unusable files are one-line errors,
 a file that shrinks while it is read ends the read, one bad record never crashes a read, a bad
 session date costs only its own row, ids are unambiguous and tenant ids validated exactly."""
 from __future__ import annotations
@@ -343,7 +343,7 @@ def test_a_turn_without_a_role_is_a_missing_field(tmp_path):
     assert "missing field: role" in q[0]["reason"]
 
 
-# -- issue 39, item 8: a field every record lacks is named before any work, with the file's name for it --
+# -- a field every record lacks is named before any work, with the file's name for it --
 
 @pytest.mark.parametrize("rename, message", [
     (("text", "content"), "every record lacks `text`; the file has `content`, perhaps it is that: map it to `text`"),

@@ -59,7 +59,7 @@ def test_inspect_json_counts_bad_file(bad_jsonl, tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["--input", "/no/such/file.json", "--format", "locomo"], "file not found"),
-    (["--input", "x.json"], "x.json: file not found"),  # missing, whatever its format (issue 41)
+    (["--input", "x.json"], "x.json: file not found"),  # missing, whatever its format
     ([], "exactly one of"),
 ])
 def test_inspect_errors_exit_2(args, message):

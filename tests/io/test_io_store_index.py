@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pytest
 
 from memlib import schema
 from memlib.io.store import StoreWriter
@@ -117,6 +118,7 @@ def test_many_tenants_are_written_in_commits_that_follow_rows(tmp_path):
     assert writer.open_turn_text().count_rows() == writer.open_nodes().count_rows() == 4 * 287 + 10
 
 
+@pytest.mark.heavy
 def test_fragments_stay_bounded_and_old_versions_readable_after_many_runs(tmp_path):
     """Each run adds a fragment; a run that finds more than ``max_fragments`` compacts both tables,
     keeping every older version: the first published version still reads as it was."""

@@ -1,4 +1,4 @@
-"""Common mistakes a newcomer makes with the command line (issue 41): each ends in one line that
+"""Common mistakes a newcomer makes with the command line: each ends in one line that
 names what is wrong, exit 2, no traceback, and nothing made on disk. None of them starts Ray; the
 mistakes that need a built store (an unknown tenant, eval of a JSONL file) are in
 tests/core/test_api.py, which builds one."""

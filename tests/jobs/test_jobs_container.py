@@ -1,4 +1,4 @@
-"""The container (issue 41, item 7): the build context leaves out the venv, stores, tests and git;
+"""The container: the build context leaves out the venv, stores, tests and git;
 the node image installs the runtime dependencies only; the manifests name the image as one
 parameter, ``${MEMLIB_IMAGE}``, that ``envsubst`` fills in (no placeholder registry to edit)."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The nightly driver under bad inputs (issue 16, items 1, 2 and 4): an unusable input publishes
+"""The nightly driver under bad inputs: an unusable input publishes
 nothing (exit 2); a tenant missing from the input is kept unless the input is declared complete,
 and then only within nightly.max_removed_share; a tenant split over two files of an input
 directory keeps the turns of both."""
@@ -136,7 +136,7 @@ def test_tenant_split_over_two_files_keeps_both_files_turns(ray_local, tmp_path)
 
 
 def test_incremental_run_after_a_full_build_carries_every_tenant(ray_local, tmp_path):
-    """Issue 16, item 9: a full build records the build key and input hashes the next nightly run
+    """A full build records the build key and input hashes the next nightly run
     compares against, so an unchanged input rebuilds nothing."""
     inp = write_jsonl(tmp_path / "in.jsonl", ["emil", "gus"])
     store = tmp_path / "store"
@@ -180,7 +180,7 @@ def _words_in_store(store: Path) -> dict[str, list[str]]:
 
 
 def test_forget_and_compact_leave_no_word_of_the_tenant(ray_local, tmp_path):
-    """Issue 16, item 13: after --delete and --compact no distinctive word of the forgotten tenant is
+    """After --delete and --compact no distinctive word of the forgotten tenant is
     in any decoded file of the store, including its quarantined records that could not be decoded."""
     gus = tenant_lines("gus")
     bad = [
@@ -284,7 +284,7 @@ def test_a_failed_tenant_holding_a_forgotten_conversation_is_removed_whole(store
 
 
 def test_an_input_whose_every_record_lacks_a_field_stops_before_ray(tmp_path, monkeypatch):
-    """Issue 39, item 8. Before: a JSONL export with `content` instead of `text` started Ray, ran ~30 s
+    """Before: a JSONL export with `content` instead of `text` started Ray, ran ~30 s
     and published a version with 0 tenants (exit 0)."""
     import jobs.builder.driver
 
@@ -305,7 +305,7 @@ def test_an_input_whose_every_record_lacks_a_field_stops_before_ray(tmp_path, mo
 
 
 def test_a_carried_tenant_whose_files_are_gone_is_rebuilt_or_failed_never_published_empty(ray_local, tmp_path):
-    """Issue 39, item 2: with the published version's directory deleted, a nightly run said "carried"
+    """With the published version's directory deleted, a nightly run said "carried"
     and published tenants with no rows, no edges and no graph, exit 0. Now a tenant the input holds is
     rebuilt from it, and one it does not hold fails by name (exit 3)."""
     from memlib.io.store import StoreReader

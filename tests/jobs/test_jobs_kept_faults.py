@@ -1,4 +1,4 @@
-"""Fault injection into the kept session blocks (issue 39, items 3 and 4): each of a block's files
+"""Fault injection into the kept session blocks: each of a block's files
 truncated, its bytes flipped mid-file, deleted, or its index file garbled. The service never
 answers from such a block (nor from a matrix encoded anew, another ranking): its tenants are
 503 ``tenant_unavailable`` and ``/healthz`` is degraded, the others answer as before. A nightly

@@ -1,5 +1,5 @@
-"""A nightly run that appends a session to a tenant replaces only the Lance rows that changed
-(issue 38, item 5), and its store still equals a full build of the new input, importance
+"""A nightly run that appends a session to a tenant replaces only the Lance rows that changed,
+and its store still equals a full build of the new input, importance
 included."""
 from __future__ import annotations
 

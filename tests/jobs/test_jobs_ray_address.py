@@ -1,4 +1,4 @@
-"""A cluster address nobody answers at is one line and exit 2 (issue 39): ``ray.init`` alone
+"""A cluster address nobody answers at is one line and exit 2: ``ray.init`` alone
 retried a dead address for minutes, printing only Ray's own warnings."""
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from jobs.local_ray import RayUnavailable, probe_address
 from memlib import SAMPLE as SAMPLE_PATH
 
 
+@pytest.mark.heavy
 def test_a_build_on_an_address_nobody_answers_at_is_one_line(tmp_path):
     """In a process of its own, as from a shell (a test process may have joined a Ray already)."""
     import os

@@ -1,4 +1,4 @@
-"""Operator mistakes and concurrent runs on one store (the next bugs of issue 16's families):
+"""Operator mistakes and concurrent runs on one store:
 each is a one-line error (exit 2) before any work, and no second build can run on a store
 while another one writes it."""
 from __future__ import annotations
@@ -118,7 +118,7 @@ def read_only_dir(tmp_path):
 
 
 def test_building_into_a_read_only_store_is_a_one_line_error(tmp_path, read_only_dir):
-    """Issue 39. Before: `OSError: [Errno 30] Read-only file system: '.../.memlib.lock'`, a traceback."""
+    """Before: `OSError: [Errno 30] Read-only file system: '.../.memlib.lock'`, a traceback."""
     inp = write_jsonl(tmp_path / "in.jsonl", ["dora"])
     for out, extra in ((read_only_dir, ["--incremental"]), (read_only_dir / "store", [])):
         res = run_cli(["build", "--input", str(inp), "--format", "jsonl", "--out", str(out), *extra])

@@ -16,6 +16,7 @@ def test_the_bound_spreads_every_cpu_second_over_the_cores():
     assert floor_ratio_bound(10.0, 10.0, 0, 10.0) == pytest.approx(2.0)  # no core count: one core
 
 
+@pytest.mark.ray
 def test_the_empty_build_graph_has_the_builds_actors_and_costs_cpu():
     cfg = MemlibConfig()
     res = resources(cfg, 2, 6, 3, 1451)

@@ -108,7 +108,7 @@ def test_tokens_of_a_cut_off_reply_are_still_counted(fake_server, tmp_path):
 
 
 def test_a_damaged_cached_response_is_asked_again(fake_server, tmp_path):
-    """Issue 39: every kept LLM response carries a checksum; one whose bytes changed after it was
+    """Every kept LLM response carries a checksum; one whose bytes changed after it was
     written (still valid JSON) is a miss, and the call goes to the endpoint again."""
     srv = fake_server()
     client = _client(srv, tmp_path)

@@ -1,4 +1,4 @@
-"""Mixing extraction backends (issue 16, item 8): LLM facts (the fake OpenAI-compatible server over
+"""Mixing extraction backends: LLM facts (the fake OpenAI-compatible server over
 real HTTP) with the heuristic triplets, events and reflections. Both fact backends fill one
 attributes contract, so the heuristic events and reflections find what they read in LLM facts and
 every node kind appears."""

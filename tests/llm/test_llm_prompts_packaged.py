@@ -1,4 +1,4 @@
-"""A non-editable install finds its prompts (issue 16, item 9): the wheel built from this tree
+"""A non-editable install finds its prompts: the wheel built from this tree
 carries prompts/ as package data, and memlib installed from it (pip --target, loaded from a
 directory outside the repository) loads every prompt with the same hashes as the source tree,
 and its command line (the ``memlib`` console script, ``python -m jobs.cli``) runs from there."""
@@ -25,6 +25,7 @@ def _pip(*args: str, cwd: Path) -> subprocess.CompletedProcess:
                           timeout=600)
 
 
+@pytest.mark.heavy
 def test_installed_wheel_loads_its_prompts(tmp_path):
     wheel = _pip("wheel", str(REPO), "--no-deps", "-q", "-w", str(tmp_path / "wheel"), cwd=tmp_path)
     if wheel.returncode != 0 and "Could not find a version that satisfies" in wheel.stderr:

@@ -284,6 +284,7 @@ def test_a_published_build_that_cannot_be_reused_is_not_reused(tenant_pass, dama
     assert got.reused["error"].startswith("ValueError" if damage == "similar" else "AttributeError")
 
 
+@pytest.mark.heavy
 def test_an_unreadable_published_build_still_builds_the_tenant(tmp_path):
     """The tenant actor reads the published build before its steps; when that read raises (here a
     manifest naming a Lance table that is not there) it builds without it and says why."""

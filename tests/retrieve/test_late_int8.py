@@ -30,6 +30,7 @@ def matrix():
     return late.build_token_matrix(token_encoder.get_encoder(1), [f"t{i}" for i in range(len(TURNS))], TURNS)
 
 
+@pytest.mark.heavy
 def test_derived_model_is_cached_and_reused(tmp_path):
     out = dynamic_int8(model_path(), "minilm", cache_dir=tmp_path)
     assert out == derived_path(model_path(), "minilm", cache_dir=tmp_path) and out.stat().st_size > 1_000_000
@@ -39,6 +40,7 @@ def test_derived_model_is_cached_and_reused(tmp_path):
     assert out.stat().st_mtime_ns == mtime
 
 
+@pytest.mark.heavy
 def test_derived_encoder_stays_close_to_the_bundled_one():
     fast, ref = token_encoder.get_encoder(1, "minilm-int8-dynamic"), token_encoder.get_encoder(1, "minilm-int8")
     assert fast.tag != ref.tag and fast.tag.startswith("all-MiniLM-L6-v2-dynint8-")
@@ -62,6 +64,7 @@ def _matmul_integer_nodes(model):
     return [(node, inits) for node in model.graph.node if node.op_type == "MatMulInteger"]
 
 
+@pytest.mark.heavy
 def test_derived_encoder_weights_fit_the_u8s8_kernels():
     """Every MatMulInteger of the derived encoder multiplies uint8 activations by int8 weights
     within [-64, 64], and onnxruntime returns the exact integer product for them even for
@@ -226,6 +229,7 @@ def test_one_index_keeps_one_matrix_per_encoder(sample_store, tmp_path):
     assert len(list(tmp_path.glob("late-*.npz"))) == 1  # a tenant keeps one file: the newest encoding
 
 
+@pytest.mark.heavy
 def test_unwritable_model_cache_falls_back_to_tmp(tmp_path, monkeypatch):
     from memlib.embed import quantize
 
@@ -236,6 +240,7 @@ def test_unwritable_model_cache_falls_back_to_tmp(tmp_path, monkeypatch):
     assert out.parent == tmp_path / "tmp" / "memlib-models" and out.exists()
 
 
+@pytest.mark.heavy
 def test_auto_takes_the_model_cache_from_the_config(tmp_path):
     from memlib.config import load_config
     from memlib.retrieve.registry import get_strategy

@@ -1,5 +1,5 @@
-"""The service under a damaged store and hostile requests, over real HTTP against the Ray Serve app
-(issue 16, items 10 and 12). One store built by `memlib build` from the bundled sample, then
+"""The service under a damaged store and hostile requests, over real HTTP against the Ray Serve app.
+One store built by `memlib build` from the bundled sample, then
 maya's turns file overwritten in the middle (a ZSTD page that no longer decodes) and its turns view
 truncated, and raj's graph file truncated; one Serve start for the module."""
 from __future__ import annotations

@@ -117,7 +117,7 @@ def test_the_landing_page_says_where_a_token_comes_from(serve_url, tmp_path):
 def test_explorer_page_in_headless_chromium(serve_url, full_store, tmp_path):
     turns = turns_of(full_store, "maya")
     shot = tmp_path / "explorer.png"
-    with chromium_page() as (page, refused):  # refused: what the page's Content-Security-Policy blocked (issue 39)
+    with chromium_page() as (page, refused):  # refused: what the page's Content-Security-Policy blocked
         resp = page.goto(f"{serve_url}/ui/")
         assert "frame-ancestors 'none'" in resp.headers["content-security-policy"]
         page.fill("#token", SAMPLE_TOKENS["maya"])

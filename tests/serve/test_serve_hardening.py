@@ -1,4 +1,4 @@
-"""The service's second hardening round (issue 39, LOW items), in-process over the synthetic store:
+"""The service's second hardening round, in-process over the synthetic store:
 security headers of the explorer page, /docs off by default (its assets come from a CDN), HEAD on
 /healthz and /v1/tenants, no file paths in /healthz without the admin token, and `memlib serve`
 on a port in use or out of range refused in one line before Ray starts."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import httpx
 import pytest
@@ -13,14 +15,15 @@ from fastapi.testclient import TestClient
 from mcp.shared.exceptions import MCPError
 
 from memlib.serve.app import build_app
-from tests.serve.conftest import ADMIN, TOKENS, bearer, mcp_call
+from tests.serve.conftest import ADMIN, TOKENS, bearer, mcp_call, serve_config, write_version
 
 MODES = ["auto", "legacy"]  # 2026-07-28 per-request envelopes; 2025-11-25 initialize handshake
 SEARCH = {"query": "where did I go hiking", "k": 3, "strategy": "bm25"}
 
 
-@pytest.fixture()
-def base_url(service):
+@contextmanager
+def serving_app(service) -> Iterator[str]:
+    """The app of ``service`` on uvicorn in a thread, at a free loopback port, for the block."""
     from jobs.serve import free_port
 
     port = free_port()
@@ -30,9 +33,29 @@ def base_url(service):
     deadline = time.monotonic() + 20
     while not server.started and time.monotonic() < deadline:
         time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    th.join(timeout=10)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        th.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def shared_service(tmp_path_factory, embedder):
+    """One started service over the synthetic store for the module's tests, which only read it."""
+    from memlib.serve.service import SearchService
+
+    store = tmp_path_factory.mktemp("mcp") / "store"
+    write_version(store, embedder)
+    svc = SearchService(store, serve_config(), embedder=embedder).start()
+    yield svc
+    svc.stop()
+
+
+@pytest.fixture(scope="module")
+def base_url(shared_service):
+    with serving_app(shared_service) as url:
+        yield url
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -142,17 +165,19 @@ def test_403_for_another_tenant(base_url, mode):
     assert not res.is_error and res.structured_content["turns"][0]["turn_id"] == "b:1"
 
 
-def test_mcp_calls_are_counted_in_metrics(base_url):
-    mcp_call(base_url, TOKENS["alice"], lambda c: c.call_tool("search_memory", {**SEARCH, "tenant": "alice"}))
-    text = httpx.get(f"{base_url}/metrics").text
+def test_mcp_calls_are_counted_in_metrics(service):
+    """On a service of its own: the counts are this test's calls alone."""
+    with serving_app(service) as base_url:
+        mcp_call(base_url, TOKENS["alice"], lambda c: c.call_tool("search_memory", {**SEARCH, "tenant": "alice"}))
+        text = httpx.get(f"{base_url}/metrics").text
     assert 'memlib_requests_total{endpoint="mcp_search_memory",status="200",strategy="bm25"} 1.0' in text
     assert 'memlib_requests_total{endpoint="mcp",status="200",strategy="-"}' in text
 
 
 # -- explorer endpoints and page (in-process) ---------------------------------------------------
-@pytest.fixture()
-def client(service):
-    with TestClient(build_app(service)) as c:
+@pytest.fixture(scope="module")
+def client(shared_service):
+    with TestClient(build_app(shared_service)) as c:
         yield c
 
 

@@ -86,7 +86,7 @@ def test_mcp_command_rejects_a_bad_store_or_tenant(full_store, tmp_path):
 
 
 def test_stdio_answers_unreadable_lines_and_names_no_token(full_store):
-    """Issue 39. Before: a line that is not JSON got no answer at all (the client waited), and a tenant
+    """Before: a line that is not JSON got no answer at all (the client waited), and a tenant
     outside `--tenant` was refused with "this token may not query", where no token exists."""
     import json
 

@@ -1,4 +1,4 @@
-"""Two `memlib serve` processes on one machine, each starting its own local Ray (issue 16, item 11):
+"""Two `memlib serve` processes on one machine, each starting its own local Ray:
 both start; HAProxy's frontend, stats page and Prometheus endpoint listen on loopback only, on
 ports of their own; no process of either service takes Ray's or Serve's fixed default ports; and
 Ray's control plane, which Ray 2.60 binds to every interface, refuses a client without the

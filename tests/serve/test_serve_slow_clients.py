@@ -1,4 +1,4 @@
-"""Slow unauthenticated clients do not stop the service (issue 39, item 1): with 200 connections that send
+"""Slow unauthenticated clients do not stop the service: with 200 connections that send
 `POST /v1/search` headers with a Content-Length and then a byte of body every couple of seconds, without a
 token, held open against `memlib serve` (HAProxy ingress, as deployed), authorized searches keep a p99 under
 1 s and `/healthz` answers. Loopback only, bounded in connections and time; the attack stops by itself.

@@ -1,4 +1,4 @@
-"""Stopping `memlib serve` stops every process it started (issue 43): for SIGINT, SIGTERM and SIGHUP, sent
+"""Stopping `memlib serve` stops every process it started: for SIGINT, SIGTERM and SIGHUP, sent
 to the service's PID or to its process group, after a run whose HAProxy reloaded while slow clients held
 connections, no process of the service is left 15 s after the signal. The processes are the ones collected
 while the service ran (its descendants, and the HAProxy processes whose command line names the config of

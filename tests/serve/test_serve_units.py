@@ -49,6 +49,7 @@ def test_parse_search_fills_defaults_and_rejects_bools():
     assert e.value.code is ErrorCode.BAD_TENANT_ID
 
 
+@pytest.mark.heavy
 def test_bench_load_loop_against_a_live_app(store, embedder):
     from jobs.serve import free_port
 

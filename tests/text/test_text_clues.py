@@ -80,6 +80,7 @@ def test_text_similar_edges_respect_tenants_and_threshold():
     assert {r["tenant_id"] for r in edges.to_pylist() if r["src"] == "turn:4"} == {"b"}
 
 
+@pytest.mark.heavy
 def test_text_similar_edges_top_k_and_blocks():
     rng = np.random.default_rng(0)
     v = np.repeat(rng.normal(size=(1, 16)), 2500, axis=0) + 0.001 * rng.normal(size=(2500, 16))

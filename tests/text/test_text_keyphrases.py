@@ -4,6 +4,8 @@ from __future__ import annotations
 import random
 import time
 
+import pytest
+
 from memlib.text.keyphrases import candidates, keyphrases, singular
 
 DOCS = [
@@ -42,6 +44,7 @@ def test_text_candidates_split_on_stopwords_and_punctuation():
         ["hiking"], ["camping", "trips"], ["sourdough", "bread"]]
 
 
+@pytest.mark.heavy
 def test_text_keyphrases_speed_24k_turns():
     rng = random.Random(0)
     vocab = ["garden", "marathon", "pottery", "class", "guitar", "adoption", "agency", "camping", "trip",

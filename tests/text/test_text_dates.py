@@ -1,3 +1,4 @@
+"""Date mentions resolved against the session time (memlib.text.dates): relative, absolute, habitual."""
 from datetime import datetime, timezone
 
 from memlib.text.dates import Granularity, resolve_dates, rewrite_relative

@@ -130,6 +130,7 @@ def test_kept_turn_vectors_are_memory_mapped_and_read_by_session(tmp_path):
     assert TurnVectors.from_table(ss._read_vectors(bdir / "turn_vectors.arrow")).node_ids == ["t0", "t3"]
 
 
+@pytest.mark.heavy
 def test_sessions_parsed_together_give_what_each_gives_alone(locomo_path):
     """A block's sessions go through spaCy in one call (memlib.extract.parse.parse_contexts):
     every kept table of every session equals what the session yields on its own."""
