@@ -63,6 +63,7 @@ import numpy as np
 from memlib.embed import token_encoder, token_model
 from memlib.retrieve import first_stage, kernels, late, matrix_cache
 from memlib.retrieve.base import RetrievedNode, StrategyBase
+from memlib.retrieve.memory import fuse_memory
 from memlib.retrieve.registry import register
 from memlib.retrieve.signals import turn_frame, zscore
 
@@ -101,9 +102,9 @@ def _row_ids(index, encoder, matrix) -> np.ndarray | None:
 
 
 def scored_turns(index, frame, query: str, p: dict[str, Any], model_cache: str | None = None
-                 ) -> tuple[np.ndarray | None, np.ndarray]:
-    """(positions scored, their idf-MaxSim): every turn (positions None) on a tenant of at most
-    ``first_stage_turns`` turns, else the first stage's candidates and their neighbours in
+                 ) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
+    """(positions scored, their idf-MaxSim, the query's token vectors): every turn (positions
+    None) on a tenant of at most ``first_stage_turns`` turns, else the first stage's candidates and their neighbours in
     their sessions that are not assistant turns (memlib/retrieve/first_stage.py); the other
     turns are not ranked."""
     encoder, matrix, q_ids, q_vecs = _query(index, query, p, model_cache)
@@ -112,7 +113,7 @@ def scored_turns(index, frame, query: str, p: dict[str, Any], model_cache: str |
             if 0 < limit < matrix.n_turns else None)
     if post is None:
         return None, late.maxsim(matrix, q_ids, q_vecs, bool(p.get("idf", True)),
-                                 exact=not p.get("int8_maxsim", True)).astype(np.float64)
+                                 exact=not p.get("int8_maxsim", True)).astype(np.float64), q_vecs
     stage = first_stage.StageParams(int(p["candidates"]), int(p["assistant_candidates"]), int(p["expand"]),
                                     float(p["min_cos"]), float(p["stage_max_df"]))
     sim = post.similarity(q_vecs) if q_ids.size else None
@@ -123,7 +124,7 @@ def scored_turns(index, frame, query: str, p: dict[str, Any], model_cache: str |
     pool = np.unique(np.r_[cand, near[~frame.assistant[near]]])
     return pool, first_stage.maxsim_rows(matrix, post, pool, q_ids, q_vecs, bool(p.get("idf", True)),
                                          exact=not p.get("int8_maxsim", True), centroid_sim=sim,
-                                         exact_min_cos=float(p.get("exact_min_cos", -1.0))).astype(np.float64)
+                                         exact_min_cos=float(p.get("exact_min_cos", -1.0))).astype(np.float64), q_vecs
 
 
 def _neighbours(frame, cand: np.ndarray) -> np.ndarray:
@@ -153,7 +154,9 @@ class Auto(StrategyBase):
                 "query_max_df": 1.0, "int8_maxsim": True, "first_stage_turns": 4000, "candidates": 64,
                 "assistant_candidates": 8, "expand": 32, "min_cos": 0.4, "stage_max_df": 0.2,
                 "exact_min_cos": 0.2,
-                "participant_weight": 1.0}
+                "participant_weight": 1.0, "memory_weight": 0.0, "rrf_k": 60.0,
+                "memory_signals": ["fact", "ppr", "time"], "ppr_kinds": ["fact", "event"], "ppr_seeds": 10,
+                "ppr_max_nodes": 20000, "question_time": None}
 
     wants_config = True  # for embed.model_cache
 
@@ -170,8 +173,9 @@ class Auto(StrategyBase):
         frame = turn_frame(tenant)
         if not frame.ids or k <= 0:
             return []
-        pool, ms = scored_turns(tenant, frame, query, p, self.model_cache)
+        pool, ms, q_vecs = scored_turns(tenant, frame, query, p, self.model_cache)
         named = frame.named_participants(query) if float(p["participant_weight"]) > 0 else None
+        whole = frame
         if pool is not None:
             frame, named = frame.subset(pool), None if named is None else named[pool]
         z_ms = zscore(ms)
@@ -189,11 +193,15 @@ class Auto(StrategyBase):
                 score = score + float(p["graph_weight"]) * zscore(graph)
         lead = frame.session_leaders(score)
         score = score + float(p["session_lead"]) * lead
+        memory: dict[str, np.ndarray] = {}
+        if float(p["memory_weight"]) > 0:
+            score, memory = fuse_memory(tenant, whole, pool, score, q_vecs, query, p)
         top = np.argsort(-score, kind="stable")[:k]
         signals = {frame.ids[i]: {"maxsim": float(ms[i]), "z_maxsim": float(z_ms[i]), "session_prior": float(prior[i]),
                                   "adjacent": float(adj[i]), "assistant": bool(frame.assistant[i]),
                                   "session_lead": bool(lead[i]),
                                   **({"named_participant": bool(named[i])} if named is not None else {}),
-                                  **({"graph": float(graph[i])} if graph is not None else {})}
+                                  **({"graph": float(graph[i])} if graph is not None else {}),
+                                  **{name: float(v[i]) for name, v in memory.items()}}
                    for i in top}
         return kernels.make_nodes(tenant, [(frame.ids[i], float(score[i])) for i in top], signals, score_name="auto")
