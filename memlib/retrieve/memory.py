@@ -38,7 +38,7 @@ class MemoryFrame:
         self.rows = rows
         self.kind = np.asarray(index.kinds[rows], dtype=object) if rows.size else np.zeros(0, dtype=object)
         self.node_ids = [index.node_ids[r] for r in rows.tolist()]
-        self.vectors = np.ascontiguousarray(index.embeddings[rows]) if rows.size else np.zeros((0, 384), np.float32)
+        self.vectors = np.ascontiguousarray(index.embeddings[rows]) if rows.size else np.zeros((0, 0), np.float32)
         times = index.times
         self.times = np.asarray([times[r].timestamp() if times[r] is not None else np.nan for r in rows.tolist()],
                                 dtype=np.float64)
@@ -58,12 +58,25 @@ def memory_frame(index, frame, kinds: tuple[str, ...]) -> MemoryFrame:
     return index.memo(("auto_memory", kinds), lambda: MemoryFrame(index, frame, kinds))
 
 
-def query_vector(q_vecs: np.ndarray) -> np.ndarray:
-    """The question's passage vector from its token vectors: their normalized mean, as the build
-    pools a text's tokens into its vector (memlib/embed/tokens_backend.py)."""
-    if q_vecs.size == 0:
-        return np.zeros(q_vecs.shape[1] if q_vecs.ndim == 2 else 384, dtype=np.float32)
-    v = np.asarray(q_vecs, dtype=np.float32).mean(axis=0)
+def query_vector(index, q_vecs: np.ndarray, query: str) -> np.ndarray | None:
+    """The question's vector in the space of the tenant's node vectors. A store embedded by
+    ``minilm-tokens`` (the default) pools a text's token vectors into its vector
+    (memlib/embed/tokens_backend.py), so the question's is the normalized mean of the token
+    vectors ``auto`` already has: no second encoding. Another embedder's store: the tenant's
+    query embedder (None when the view has none)."""
+    from memlib.embed.space import built_space
+
+    space = built_space(index.reader.manifest)
+    if space is None or space.get("backend") == "minilm-tokens":
+        if q_vecs.size == 0:
+            return None
+        v = np.asarray(q_vecs, dtype=np.float32).mean(axis=0)
+        return v / max(float(np.linalg.norm(v)), 1e-12)
+    if index.embedder is None:
+        return None
+    from memlib.retrieve.graphview import query_vector as embedded
+
+    v = embedded(index, query)
     return v / max(float(np.linalg.norm(v)), 1e-12)
 
 
@@ -161,25 +174,17 @@ def fuse_memory(index, frame, pool: np.ndarray | None, score: np.ndarray, q_vecs
     kinds = tuple(sorted(set(vote_kinds) | set(seed_kinds)))
     if kinds:
         mem = memory_frame(index, frame, kinds)
-        sims = mem.vectors @ query_vector(q_vecs) if mem.vectors.size else np.zeros(0)
+        qvec = query_vector(index, q_vecs, query)
+        sims = mem.vectors @ qvec if qvec is not None and mem.vectors.size else np.zeros(len(mem.node_ids))
         for kind in vote_kinds:
             add(f"{kind}_vote", mem.votes(sims, kind))
         if seed_kinds:
             add("ppr", ppr_term(index, frame, mem, sims, int(p["ppr_seeds"]), seed_kinds, int(p["ppr_max_nodes"])))
     if "time" in wanted:
         inside, _ = time_term(frame, query, p.get("question_time"))
-        if inside is not None:
-            sub = inside if pool is None else inside[pool]
-            # in-window turns ranked by their own score; the others get no term
-            add("time_window", None if not sub.any() else _scatter(pool, frame, np.where(
-                sub, score - float(score.min()) + 1.0, 0.0)))
+        sub = None if inside is None else inside if pool is None else inside[pool]
+        if sub is not None and sub.any():
+            # the turns in the question's windows, ranked among themselves by their score
+            out["time_window"] = sub.astype(np.float64)
+            fused = fused + w * rrf(np.where(sub, score - float(score.min()) + 1.0, 0.0), k, only_positive=True)
     return fused, out
-
-
-def _scatter(pool: np.ndarray | None, frame, values: np.ndarray) -> np.ndarray:
-    """``values`` over the scored turns back to every turn of ``frame`` (``add`` takes them by pool)."""
-    if pool is None:
-        return values
-    full = np.zeros(len(frame.ids))
-    full[pool] = values
-    return full
