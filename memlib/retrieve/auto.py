@@ -154,7 +154,7 @@ class Auto(StrategyBase):
                 "query_max_df": 1.0, "int8_maxsim": True, "first_stage_turns": 4000, "candidates": 64,
                 "assistant_candidates": 8, "expand": 32, "min_cos": 0.4, "stage_max_df": 0.2,
                 "exact_min_cos": 0.2,
-                "participant_weight": 1.0, "memory_weight": 0.0, "rrf_k": 60.0,
+                "participant_weight": 1.0, "memory_weight": 0.0, "time_weight": 0.0, "rrf_k": 60.0,
                 "memory_signals": ["fact", "ppr", "time"], "ppr_kinds": ["fact", "event"], "ppr_seeds": 10,
                 "ppr_max_nodes": 20000, "question_time": None}
 
@@ -194,7 +194,7 @@ class Auto(StrategyBase):
         lead = frame.session_leaders(score)
         score = score + float(p["session_lead"]) * lead
         memory: dict[str, np.ndarray] = {}
-        if float(p["memory_weight"]) > 0:
+        if float(p["memory_weight"]) > 0 or float(p["time_weight"]) > 0:
             score, memory = fuse_memory(tenant, whole, pool, score, q_vecs, query, p)
         top = np.argsort(-score, kind="stable")[:k]
         signals = {frame.ids[i]: {"maxsim": float(ms[i]), "z_maxsim": float(z_ms[i]), "session_prior": float(prior[i]),

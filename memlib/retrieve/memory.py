@@ -38,7 +38,7 @@ class MemoryFrame:
         self.rows = rows
         self.kind = np.asarray(index.kinds[rows], dtype=object) if rows.size else np.zeros(0, dtype=object)
         self.node_ids = [index.node_ids[r] for r in rows.tolist()]
-        self.vectors = np.ascontiguousarray(index.embeddings[rows]) if rows.size else np.zeros((0, 0), np.float32)
+        self.vectors = _vectors(index, rows, kinds)
         times = index.times
         self.times = np.asarray([times[r].timestamp() if times[r] is not None else np.nan for r in rows.tolist()],
                                 dtype=np.float64)
@@ -51,6 +51,28 @@ class MemoryFrame:
         if has.size and val.size:
             out[has] = np.maximum.reduceat(val, self.cite_ptr[has])
         return out
+
+
+def _vectors(index, rows: np.ndarray, kinds: tuple[str, ...]) -> np.ndarray:
+    """Unit vectors of the nodes at ``rows`` (all of ``kinds``): sliced from the tenant's matrix when
+    another strategy loaded it, else read from Lance for these kinds only (``auto`` does not load
+    every node's vector, docs/decisions/0028-tenant-views.md)."""
+    if rows.size == 0:
+        return np.zeros((0, 0), dtype=np.float32)
+    if "embeddings" in index.__dict__:
+        return np.ascontiguousarray(index.embeddings[rows])
+    from memlib.retrieve.tenant import _embedding_matrix
+
+    tbl = index.reader.nodes(index.tenant, columns=["node_id", "embedding"], kinds=kinds)
+    if tbl.num_rows != rows.size:
+        raise RuntimeError(f"tenant {index.tenant!r}: Lance holds {tbl.num_rows} nodes of kinds {list(kinds)}, "
+                           f"its view {rows.size} (version {index.version})")
+    matrix = _embedding_matrix(tbl.column("embedding"), index.reader.dim)
+    where = {int(r): i for i, r in enumerate(rows.tolist())}
+    order = np.asarray([where[index.row_of[n]] for n in tbl.column("node_id").to_pylist()], dtype=np.int64)
+    out = np.empty_like(matrix)
+    out[order] = matrix
+    return out
 
 
 def memory_frame(index, frame, kinds: tuple[str, ...]) -> MemoryFrame:
@@ -148,16 +170,17 @@ def fuse_memory(index, frame, pool: np.ndarray | None, score: np.ndarray, q_vecs
                 p: dict[str, Any]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """``auto``'s turn ``score`` (over the scored turns: ``pool`` positions of ``frame``, or all)
     fused with the memory signals of ``p["memory_signals"]`` by reciprocal rank:
-    1 / (k + rank of score) + w · Σ_signal 1 / (k + rank of signal) over the turns the signal
-    gives a positive value (k ``rrf_k``, w ``memory_weight``). Signals: a kind of
-    :data:`VOTE_KINDS` (its best-matching node citing the turn, ``<kind>_vote``), ``ppr``
-    (:func:`ppr_term`) and ``time`` (turns in the question's time windows, by their score).
+    1 / (k + rank of score) + Σ_signal w_signal / (k + rank of signal) over the turns the signal
+    gives a positive value (k ``rrf_k``). Signals, weight ``memory_weight``: a kind of
+    :data:`VOTE_KINDS` (its best-matching node citing the turn, ``<kind>_vote``) and ``ppr``
+    (:func:`ppr_term`); weight ``time_weight``: ``time`` (the turns in the question's time
+    windows, ranked by their score).
     Returns (fused score, the signals computed, by name)."""
     wanted = list(p["memory_signals"])
     unknown = sorted(set(wanted) - set(VOTE_KINDS) - {"ppr", "time"})
     if unknown:
         raise ValueError(f"auto: unknown memory signal(s) {unknown}; known: {[*VOTE_KINDS, 'ppr', 'time']}")
-    k, w = float(p["rrf_k"]), float(p["memory_weight"])
+    k, w, w_time = float(p["rrf_k"]), float(p["memory_weight"]), float(p["time_weight"])
     fused = rrf(score, k)
     out: dict[str, np.ndarray] = {}
 
@@ -169,8 +192,8 @@ def fuse_memory(index, frame, pool: np.ndarray | None, score: np.ndarray, q_vecs
         out[name] = value
         fused = fused + w * rrf(value, k, only_positive=True)
 
-    vote_kinds = [s for s in wanted if s in VOTE_KINDS]
-    seed_kinds = tuple(p["ppr_kinds"]) if "ppr" in wanted else ()
+    vote_kinds = [s for s in wanted if s in VOTE_KINDS] if w > 0 else []
+    seed_kinds = tuple(p["ppr_kinds"]) if "ppr" in wanted and w > 0 else ()
     kinds = tuple(sorted(set(vote_kinds) | set(seed_kinds)))
     if kinds:
         mem = memory_frame(index, frame, kinds)
@@ -180,11 +203,11 @@ def fuse_memory(index, frame, pool: np.ndarray | None, score: np.ndarray, q_vecs
             add(f"{kind}_vote", mem.votes(sims, kind))
         if seed_kinds:
             add("ppr", ppr_term(index, frame, mem, sims, int(p["ppr_seeds"]), seed_kinds, int(p["ppr_max_nodes"])))
-    if "time" in wanted:
+    if "time" in wanted and w_time > 0:
         inside, _ = time_term(frame, query, p.get("question_time"))
         sub = None if inside is None else inside if pool is None else inside[pool]
         if sub is not None and sub.any():
             # the turns in the question's windows, ranked among themselves by their score
             out["time_window"] = sub.astype(np.float64)
-            fused = fused + w * rrf(np.where(sub, score - float(score.min()) + 1.0, 0.0), k, only_positive=True)
+            fused = fused + w_time * rrf(np.where(sub, score - float(score.min()) + 1.0, 0.0), k, only_positive=True)
     return fused, out

@@ -106,7 +106,7 @@ def test_a_relative_date_picks_the_session_it_means(cache):
     assert windows >= 1 and inside is not None
     picked = {index.turns[frame.ids[p]].session_id for p in np.flatnonzero(inside)}
     assert picked == {session}
-    strategy = _auto(memory_weight=2.0, rrf_k=10, memory_signals=["time"])
+    strategy = _auto(time_weight=2.0, rrf_k=10, memory_signals=["time"])
     res = run_search(index, strategy, "What did I do two months ago?", 5, question_time=asked.isoformat())
     assert res.turns[0].session_id == session
     assert res.nodes[0].signals["time_window"] == 1.0
