@@ -154,7 +154,7 @@ class Auto(StrategyBase):
                 "query_max_df": 1.0, "int8_maxsim": True, "first_stage_turns": 4000, "candidates": 64,
                 "assistant_candidates": 8, "expand": 32, "min_cos": 0.4, "stage_max_df": 0.2,
                 "exact_min_cos": 0.2,
-                "participant_weight": 1.0, "memory_weight": 0.0, "time_weight": 0.0, "rrf_k": 60.0,
+                "participant_weight": 1.0, "memory_weight": 0.0, "time_weight": 0.0, "rank_k": 20.0,
                 "memory_signals": ["fact", "ppr", "time"], "ppr_kinds": ["fact", "event"], "ppr_seeds": 10,
                 "ppr_max_nodes": 20000, "question_time": None}
 

@@ -168,20 +168,25 @@ def rrf(score: np.ndarray, k: float, only_positive: bool = False) -> np.ndarray:
 
 def fuse_memory(index, frame, pool: np.ndarray | None, score: np.ndarray, q_vecs: np.ndarray, query: str,
                 p: dict[str, Any]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """``auto``'s turn ``score`` (over the scored turns: ``pool`` positions of ``frame``, or all)
-    fused with the memory signals of ``p["memory_signals"]`` by reciprocal rank:
-    1 / (k + rank of score) + Σ_signal w_signal / (k + rank of signal) over the turns the signal
-    gives a positive value (k ``rrf_k``). Signals, weight ``memory_weight``: a kind of
+    """``auto``'s turn ``score`` (standard deviations, over the scored turns: ``pool`` positions of
+    ``frame``, or all) plus a reciprocal-rank bonus per memory signal of ``p["memory_signals"]``:
+    score + Σ_signal w_signal · k / (k + rank of the turn by the signal), over the turns the
+    signal gives a positive value (k ``rank_k``; the top turn of a signal gains w_signal standard
+    deviations, the k-th half that). The bonus reads a signal's ranks, not its scale (a cosine, a
+    PageRank mass), and the turn score keeps its margins: a plain reciprocal-rank fusion of the
+    turn ranking lost LongMemEval evidence that ``auto`` ranks first by a wide margin
+    (docs/decisions/0032-auto-reads-memory.md). Signals, weight ``memory_weight``: a kind of
     :data:`VOTE_KINDS` (its best-matching node citing the turn, ``<kind>_vote``) and ``ppr``
     (:func:`ppr_term`); weight ``time_weight``: ``time`` (the turns in the question's time
     windows, ranked by their score).
     Returns (fused score, the signals computed, by name)."""
-    wanted = list(p["memory_signals"])
+    raw = p["memory_signals"]
+    wanted = [x.strip() for x in raw.split("+")] if isinstance(raw, str) else list(raw)  # "fact+ppr" in a tune grid
     unknown = sorted(set(wanted) - set(VOTE_KINDS) - {"ppr", "time"})
     if unknown:
         raise ValueError(f"auto: unknown memory signal(s) {unknown}; known: {[*VOTE_KINDS, 'ppr', 'time']}")
-    k, w, w_time = float(p["rrf_k"]), float(p["memory_weight"]), float(p["time_weight"])
-    fused = rrf(score, k)
+    k, w, w_time = float(p["rank_k"]), float(p["memory_weight"]), float(p["time_weight"])
+    fused = np.array(score, dtype=np.float64)
     out: dict[str, np.ndarray] = {}
 
     def add(name: str, value: np.ndarray | None) -> None:
@@ -190,7 +195,7 @@ def fuse_memory(index, frame, pool: np.ndarray | None, score: np.ndarray, q_vecs
             return
         value = value if pool is None else value[pool]
         out[name] = value
-        fused = fused + w * rrf(value, k, only_positive=True)
+        fused = fused + w * k * rrf(value, k, only_positive=True)
 
     vote_kinds = [s for s in wanted if s in VOTE_KINDS] if w > 0 else []
     seed_kinds = tuple(p["ppr_kinds"]) if "ppr" in wanted and w > 0 else ()
@@ -209,5 +214,6 @@ def fuse_memory(index, frame, pool: np.ndarray | None, score: np.ndarray, q_vecs
         if sub is not None and sub.any():
             # the turns in the question's windows, ranked among themselves by their score
             out["time_window"] = sub.astype(np.float64)
-            fused = fused + w_time * rrf(np.where(sub, score - float(score.min()) + 1.0, 0.0), k, only_positive=True)
+            in_window = np.where(sub, score - float(score.min()) + 1.0, 0.0)
+            fused = fused + w_time * k * rrf(in_window, k, only_positive=True)
     return fused, out

@@ -47,21 +47,21 @@ def test_a_matching_fact_votes_for_its_turn(cache):
     query = "Where will Lena work from August 2024?"
     plain = run_search(index, _auto(), query, 40)
     k, w = 10, 1.0
-    fused = run_search(index, _auto(memory_weight=w, rrf_k=k, memory_signals=["fact"]), query, 40)
+    fused = run_search(index, _auto(memory_weight=w, rank_k=k, memory_signals=["fact"]), query, 40)
     evidence = [index.turn_by_source[e] for e in _evidence("tomas-lena:q6")]
     turn = max(evidence, key=lambda t: _rank(plain, t))  # the one its own words rank worst
     assert _rank(fused, turn) < _rank(plain, turn)
     node = next(n for n in fused.nodes if n.node_id == turn)
     assert node.signals["fact_vote"] > 0
-    # the fused score is reciprocal rank: the turn ranking's term plus w times the vote's
+    # the fused score: the turn's own score plus w · k / (k + its rank by the vote)
     frame = turn_frame(index)
     mem = memory.memory_frame(index, frame, ("fact",))
     # a wordllama store: the question vector comes from its embedder, not the token vectors
     votes = mem.votes(mem.vectors @ memory.query_vector(index, np.zeros((0, 0)), query), "fact")
     assert node.signals["fact_vote"] == pytest.approx(votes[frame.pos[turn]], abs=1e-5)
     vote_rank = memory.ranks(votes)[frame.pos[turn]]
-    base_rank = _rank(plain, turn) + 1
-    assert node.score == pytest.approx(1 / (k + base_rank) + w / (k + vote_rank), rel=1e-6)
+    own = next(n for n in plain.nodes if n.node_id == turn).score
+    assert node.score == pytest.approx(own + w * k / (k + vote_rank), rel=1e-6)
     # every turn some fact cites has a vote; the others none
     cited = np.diff(mem.cite_ptr) > 0
     assert (votes[~cited] == 0).all() and cited.any()
@@ -83,7 +83,7 @@ def test_ppr_from_matched_memories_reaches_turns_the_question_does_not_name(cach
     # the same through a capped neighbourhood (a haystack's graph)
     capped = memory.ppr_term(index, frame, mem, sims, seeds=1, seed_kinds=("fact",), max_nodes=50)
     assert capped is not None and capped[frame.pos[turn]] > 0
-    res = run_search(index, _auto(memory_weight=1.0, rrf_k=10, memory_signals=["ppr"]), index.texts[row], 10)
+    res = run_search(index, _auto(memory_weight=1.0, rank_k=10, memory_signals=["ppr"]), index.texts[row], 10)
     assert all("ppr" in n.signals for n in res.nodes)
     # "Which evening is Lena busy every week and why?": the graph from the matched memories
     # lifts the evidence turn
@@ -91,7 +91,7 @@ def test_ppr_from_matched_memories_reaches_turns_the_question_does_not_name(cach
     query = "Which evening is Lena busy every week and why?"
     (turn,) = [index.turn_by_source[e] for e in _evidence("tomas-lena:q7")]
     plain = run_search(index, _auto(), query, 40)
-    fused = run_search(index, _auto(memory_weight=1.0, rrf_k=10, memory_signals=["ppr"]), query, 40)
+    fused = run_search(index, _auto(memory_weight=1.0, rank_k=10, memory_signals=["ppr"]), query, 40)
     assert _rank(fused, turn) < _rank(plain, turn)
 
 
@@ -106,7 +106,7 @@ def test_a_relative_date_picks_the_session_it_means(cache):
     assert windows >= 1 and inside is not None
     picked = {index.turns[frame.ids[p]].session_id for p in np.flatnonzero(inside)}
     assert picked == {session}
-    strategy = _auto(time_weight=2.0, rrf_k=10, memory_signals=["time"])
+    strategy = _auto(time_weight=2.0, rank_k=10, memory_signals=["time"])
     res = run_search(index, strategy, "What did I do two months ago?", 5, question_time=asked.isoformat())
     assert res.turns[0].session_id == session
     assert res.nodes[0].signals["time_window"] == 1.0
@@ -119,7 +119,7 @@ def test_memory_off_is_the_turn_ranking(cache):
     query = "Who looks after Biscuit during the Lisbon trip?"
     off = run_search(index, _auto(memory_weight=0.0), query, 10)
     assert not any(k in off.nodes[0].signals for k in ("fact_vote", "ppr", "time_window"))
-    on = run_search(index, _auto(memory_weight=0.5, rrf_k=10, memory_signals=["fact", "ppr"]), query, 10)
+    on = run_search(index, _auto(memory_weight=0.5, rank_k=10, memory_signals=["fact", "ppr"]), query, 10)
     assert {"fact_vote", "ppr", "maxsim", "session_prior"} <= set(on.nodes[0].signals)
     with pytest.raises(ValueError, match="unknown memory signal"):
         run_search(index, _auto(memory_weight=0.5, memory_signals=["facts"]), query, 10)
