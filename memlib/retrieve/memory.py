@@ -61,13 +61,13 @@ def _vectors(index, rows: np.ndarray, kinds: tuple[str, ...]) -> np.ndarray:
         return np.zeros((0, 0), dtype=np.float32)
     if "embeddings" in index.__dict__:
         return np.ascontiguousarray(index.embeddings[rows])
-    from memlib.retrieve.tenant import _embedding_matrix
+    from memlib.retrieve.tenant import embedding_matrix
 
     tbl = index.reader.nodes(index.tenant, columns=["node_id", "embedding"], kinds=kinds)
     if tbl.num_rows != rows.size:
         raise RuntimeError(f"tenant {index.tenant!r}: Lance holds {tbl.num_rows} nodes of kinds {list(kinds)}, "
                            f"its view {rows.size} (version {index.version})")
-    matrix = _embedding_matrix(tbl.column("embedding"), index.reader.dim)
+    matrix = embedding_matrix(tbl.column("embedding"), index.reader.dim)
     where = {int(r): i for i, r in enumerate(rows.tolist())}
     order = np.asarray([where[index.row_of[n]] for n in tbl.column("node_id").to_pylist()], dtype=np.int64)
     out = np.empty_like(matrix)

@@ -28,6 +28,11 @@ def _auto(**params):
     return get_strategy("auto", retrieve_config(), **params)
 
 
+def _turns_only():
+    """``auto`` without its memory signals: the turn ranking alone."""
+    return _auto(memory_weight=0.0, time_weight=0.0)
+
+
 def _evidence(question_id: str) -> list[str]:
     rows = [json.loads(line) for line in SAMPLE.read_text().splitlines() if '"question"' in line]
     return next(r["evidence"] for r in rows if r.get("question_id") == question_id)
@@ -45,9 +50,9 @@ def test_a_matching_fact_votes_for_its_turn(cache):
     # the fact the build extracted from it matches the question and lifts it
     index = cache.get("tomas-lena")
     query = "Where will Lena work from August 2024?"
-    plain = run_search(index, _auto(), query, 40)
+    plain = run_search(index, _turns_only(), query, 40)
     k, w = 10, 1.0
-    fused = run_search(index, _auto(memory_weight=w, rank_k=k, memory_signals=["fact"]), query, 40)
+    fused = run_search(index, _auto(memory_weight=w, time_weight=0.0, rank_k=k, memory_signals=["fact"]), query, 40)
     evidence = [index.turn_by_source[e] for e in _evidence("tomas-lena:q6")]
     turn = max(evidence, key=lambda t: _rank(plain, t))  # the one its own words rank worst
     assert _rank(fused, turn) < _rank(plain, turn)
@@ -90,8 +95,8 @@ def test_ppr_from_matched_memories_reaches_turns_the_question_does_not_name(cach
     index = cache.get("tomas-lena")
     query = "Which evening is Lena busy every week and why?"
     (turn,) = [index.turn_by_source[e] for e in _evidence("tomas-lena:q7")]
-    plain = run_search(index, _auto(), query, 40)
-    fused = run_search(index, _auto(memory_weight=1.0, rank_k=10, memory_signals=["ppr"]), query, 40)
+    plain = run_search(index, _turns_only(), query, 40)
+    fused = run_search(index, _auto(memory_weight=1.0, time_weight=0.0, rank_k=10, memory_signals=["ppr"]), query, 40)
     assert _rank(fused, turn) < _rank(plain, turn)
 
 
@@ -117,10 +122,12 @@ def test_a_relative_date_picks_the_session_it_means(cache):
 def test_memory_off_is_the_turn_ranking(cache):
     index = cache.get("maya")
     query = "Who looks after Biscuit during the Lisbon trip?"
-    off = run_search(index, _auto(memory_weight=0.0), query, 10)
+    off = run_search(index, _turns_only(), query, 10)
     assert not any(k in off.nodes[0].signals for k in ("fact_vote", "ppr", "time_window"))
     on = run_search(index, _auto(memory_weight=0.5, rank_k=10, memory_signals=["fact", "ppr"]), query, 10)
     assert {"fact_vote", "ppr", "maxsim", "session_prior"} <= set(on.nodes[0].signals)
+    default = run_search(index, _auto(), query, 10)  # the defaults read the memory
+    assert {"fact_vote", "ppr"} <= set(default.nodes[0].signals)
     with pytest.raises(ValueError, match="unknown memory signal"):
         run_search(index, _auto(memory_weight=0.5, memory_signals=["facts"]), query, 10)
 
