@@ -17,7 +17,7 @@ VOTE_KINDS = ("fact", "event", "entity", "clue", "reflection", "triplet", "conce
 
 class MemoryFrame:
     """A tenant's derived nodes of ``kinds`` aligned with its :class:`~memlib.retrieve.signals.TurnFrame`:
-    their unit vectors (the build's passage vectors), kinds, times, and for each turn the nodes
+    their unit vectors (the build's passage vectors), kinds, and for each turn the nodes
     citing it through provenance (CSC-like: ``cite_ptr``/``cite_row``). Built once per tenant view."""
 
     def __init__(self, index, frame, kinds: tuple[str, ...]):
@@ -39,9 +39,6 @@ class MemoryFrame:
         self.kind = np.asarray(index.kinds[rows], dtype=object) if rows.size else np.zeros(0, dtype=object)
         self.node_ids = [index.node_ids[r] for r in rows.tolist()]
         self.vectors = _vectors(index, rows, kinds)
-        times = index.times
-        self.times = np.asarray([times[r].timestamp() if times[r] is not None else np.nan for r in rows.tolist()],
-                                dtype=np.float64)
 
     def votes(self, sims: np.ndarray, kind: str) -> np.ndarray:
         """Per turn: the best cosine (clipped at 0) of a node of ``kind`` citing it (0: none does)."""
