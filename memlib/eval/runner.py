@@ -85,6 +85,8 @@ class StrategyFailed(RuntimeError):
 def search_rows(cache: TenantCache, name: str, cfg: MemlibConfig, qs: pl.DataFrame, depth: int,
                  progress: Progress | None) -> list[dict[str, Any]]:
     strategy = get_strategy(name, cfg)
+    # a strategy that reads the question's time (``auto``) is given it, as LongMemEval asks
+    timed = "question_time" in getattr(strategy, "defaults", {}) and "question_time" in qs.columns
     rows: list[dict[str, Any]] = []
     warmed: set[str] = set()
     for i, q in enumerate(qs.iter_rows(named=True)):
@@ -98,7 +100,8 @@ def search_rows(cache: TenantCache, name: str, cfg: MemlibConfig, qs: pl.DataFra
                 run_search(cache.get(tenant), strategy, q["question"], depth)
                 warmup_ms = 1000.0 * (time.perf_counter() - started)
                 warmed.add(tenant)
-            res = run_search(cache.get(tenant), strategy, q["question"], depth)
+            extra = {"question_time": q["question_time"]} if timed and q["question_time"] is not None else {}
+            res = run_search(cache.get(tenant), strategy, q["question"], depth, **extra)
         except _RUN_ERRORS:  # the store, the embedder or the input: every strategy would fail alike
             raise
         except Exception as exc:  # noqa: BLE001 - named with its strategy and question

@@ -36,6 +36,25 @@ Score of a turn (the z terms standardized over the tenant's turns):
 * ``graph_weight`` (off by default) adds GAAMA-style PPR mass from the top turns when the
   tenant has a graph; without a graph the term is skipped (clean fallback).
 
+Then the memory the build made (memlib/retrieve/memory.py, docs/decisions/0032-auto-reads-memory.md):
+each signal adds a reciprocal-rank bonus, ``w · k / (k + rank of the turn by the signal)`` over
+the turns it gives a positive value (``rank_k`` 20; the signal's top turn gains w standard
+deviations):
+
+* ``fact_vote`` (``memory_weight`` 1.5): the best cosine between the question's vector and a fact
+  citing the turn (the question's vector pooled from the token vectors already encoded);
+* ``ppr`` (``memory_weight``): GAAMA personalized PageRank over the tenant graph, seeded by the
+  ``ppr_seeds`` (10) facts and events nearest the question (cos²); it reaches turns the question
+  does not name, through entities, concepts, sessions and neighbouring turns;
+* ``time_window`` (``time_weight`` 4): the turns whose session time falls in a window of the
+  question's temporal expressions ("two months ago", "last Wednesday", "in May 2023"), resolved
+  against the question's time (``question_time``; the evaluation passes LongMemEval's question
+  date) or, without one, the tenant's latest turn time; ranked among themselves by their score.
+
+``memory_signals`` lists the signals (also ``event``, ``entity``, ``clue``, ``reflection``,
+``triplet``, ``concept`` votes: measured and not kept, decision 0032); ``memory_weight`` and
+``time_weight`` 0 give the turn ranking alone.
+
 Token matrices are cached per tenant in memory and, with ``disk_cache`` (default), under
 ``cache_dir`` (default ``<store>/cache/late``) so a restarted server does not re-encode.
 
@@ -45,10 +64,12 @@ configuration for both datasets; the cross-validated figures are in docs/evaluat
 ("Cross-validated"), not copied here. The defaults are the grid's best on all questions
 (the session lead grid, docs/decisions/0016-auto-parameters.md): session_weight 0.5,
 adjacent_weight 0.3, assistant_penalty 4, session_lead 1, query_max_df 1.0 (dropping frequent
-query tokens, 0.15 before, was never chosen), idf on (always chosen). Tried and dropped (not
-chosen, or no cross-validated gain): token-count normalisation, scoring a long turn by its best
-chunk of tokens, the session read as one MaxSim document, fact/event nodes voting for their turns
-(fact-augmented keys), dense turn vectors fused in, a cap on turns per session.
+query tokens, 0.15 before, was never chosen), idf on (always chosen); the memory grid
+(decision 0032): memory_weight 1.5, time_weight 4, rank_k 20. Tried and dropped (not chosen, or
+no cross-validated gain): token-count normalisation, scoring a long turn by its best chunk of
+tokens, the session read as one MaxSim document, fact text appended to its turn's MaxSim keys
+(fact-augmented keys), dense turn vectors fused in, a cap on turns per session, a plain
+reciprocal-rank fusion of the turn ranking with the memory signals (decision 0032).
 
 Cost: the int8 encoder (``encoder``, a dynamically quantized MiniLM, windowed) and int8
 MaxSim (``int8_maxsim``) keep a query at a few ms of CPU; figures in
@@ -63,6 +84,7 @@ import numpy as np
 from memlib.embed import token_encoder, token_model
 from memlib.retrieve import first_stage, kernels, late, matrix_cache
 from memlib.retrieve.base import RetrievedNode, StrategyBase
+from memlib.retrieve.memory import fuse_memory
 from memlib.retrieve.registry import register
 from memlib.retrieve.signals import turn_frame, zscore
 
@@ -101,9 +123,9 @@ def _row_ids(index, encoder, matrix) -> np.ndarray | None:
 
 
 def scored_turns(index, frame, query: str, p: dict[str, Any], model_cache: str | None = None
-                 ) -> tuple[np.ndarray | None, np.ndarray]:
-    """(positions scored, their idf-MaxSim): every turn (positions None) on a tenant of at most
-    ``first_stage_turns`` turns, else the first stage's candidates and their neighbours in
+                 ) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
+    """(positions scored, their idf-MaxSim, the query's token vectors): every turn (positions
+    None) on a tenant of at most ``first_stage_turns`` turns, else the first stage's candidates and their neighbours in
     their sessions that are not assistant turns (memlib/retrieve/first_stage.py); the other
     turns are not ranked."""
     encoder, matrix, q_ids, q_vecs = _query(index, query, p, model_cache)
@@ -112,7 +134,7 @@ def scored_turns(index, frame, query: str, p: dict[str, Any], model_cache: str |
             if 0 < limit < matrix.n_turns else None)
     if post is None:
         return None, late.maxsim(matrix, q_ids, q_vecs, bool(p.get("idf", True)),
-                                 exact=not p.get("int8_maxsim", True)).astype(np.float64)
+                                 exact=not p.get("int8_maxsim", True)).astype(np.float64), q_vecs
     stage = first_stage.StageParams(int(p["candidates"]), int(p["assistant_candidates"]), int(p["expand"]),
                                     float(p["min_cos"]), float(p["stage_max_df"]))
     sim = post.similarity(q_vecs) if q_ids.size else None
@@ -123,7 +145,7 @@ def scored_turns(index, frame, query: str, p: dict[str, Any], model_cache: str |
     pool = np.unique(np.r_[cand, near[~frame.assistant[near]]])
     return pool, first_stage.maxsim_rows(matrix, post, pool, q_ids, q_vecs, bool(p.get("idf", True)),
                                          exact=not p.get("int8_maxsim", True), centroid_sim=sim,
-                                         exact_min_cos=float(p.get("exact_min_cos", -1.0))).astype(np.float64)
+                                         exact_min_cos=float(p.get("exact_min_cos", -1.0))).astype(np.float64), q_vecs
 
 
 def _neighbours(frame, cand: np.ndarray) -> np.ndarray:
@@ -153,7 +175,9 @@ class Auto(StrategyBase):
                 "query_max_df": 1.0, "int8_maxsim": True, "first_stage_turns": 4000, "candidates": 64,
                 "assistant_candidates": 8, "expand": 32, "min_cos": 0.4, "stage_max_df": 0.2,
                 "exact_min_cos": 0.2,
-                "participant_weight": 1.0}
+                "participant_weight": 1.0, "memory_weight": 1.5, "time_weight": 4.0, "rank_k": 20.0,
+                "memory_signals": ["fact", "ppr", "time"], "ppr_kinds": ["fact", "event"], "ppr_seeds": 10,
+                "ppr_max_nodes": 20000, "question_time": None}
 
     wants_config = True  # for embed.model_cache
 
@@ -170,8 +194,9 @@ class Auto(StrategyBase):
         frame = turn_frame(tenant)
         if not frame.ids or k <= 0:
             return []
-        pool, ms = scored_turns(tenant, frame, query, p, self.model_cache)
+        pool, ms, q_vecs = scored_turns(tenant, frame, query, p, self.model_cache)
         named = frame.named_participants(query) if float(p["participant_weight"]) > 0 else None
+        whole = frame
         if pool is not None:
             frame, named = frame.subset(pool), None if named is None else named[pool]
         z_ms = zscore(ms)
@@ -189,11 +214,15 @@ class Auto(StrategyBase):
                 score = score + float(p["graph_weight"]) * zscore(graph)
         lead = frame.session_leaders(score)
         score = score + float(p["session_lead"]) * lead
+        memory: dict[str, np.ndarray] = {}
+        if float(p["memory_weight"]) > 0 or float(p["time_weight"]) > 0:
+            score, memory = fuse_memory(tenant, whole, pool, score, q_vecs, query, p)
         top = np.argsort(-score, kind="stable")[:k]
         signals = {frame.ids[i]: {"maxsim": float(ms[i]), "z_maxsim": float(z_ms[i]), "session_prior": float(prior[i]),
                                   "adjacent": float(adj[i]), "assistant": bool(frame.assistant[i]),
                                   "session_lead": bool(lead[i]),
                                   **({"named_participant": bool(named[i])} if named is not None else {}),
-                                  **({"graph": float(graph[i])} if graph is not None else {})}
+                                  **({"graph": float(graph[i])} if graph is not None else {}),
+                                  **{name: float(v[i]) for name, v in memory.items()}}
                    for i in top}
         return kernels.make_nodes(tenant, [(frame.ids[i], float(score[i])) for i in top], signals, score_name="auto")

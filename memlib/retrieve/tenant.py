@@ -97,7 +97,7 @@ class TurnInfo(NamedTuple):
     role: str | None = None
 
 
-def _embedding_matrix(col: pa.ChunkedArray, dim: int) -> np.ndarray:
+def embedding_matrix(col: pa.ChunkedArray, dim: int) -> np.ndarray:
     """FixedSizeList column -> (n, dim) float32, rows L2-normalized, null rows zero."""
     n = len(col)
     if n == 0:
@@ -217,7 +217,7 @@ class TenantIndex:
             tbl = self.reader.nodes(self.tenant, columns=NODE_COLUMNS)
             self.view_used = False
         if "embedding" in tbl.schema.names:
-            self.embeddings = _embedding_matrix(tbl.column("embedding"), self.reader.dim)
+            self.embeddings = embedding_matrix(tbl.column("embedding"), self.reader.dim)
             tbl = tbl.drop_columns(["embedding"])
         self._nodes = tbl  # mapped from the view: its columns become Python objects when first read
 
@@ -275,7 +275,7 @@ class TenantIndex:
                                    f"{self.n_nodes} (version {self.version})")
             order = pa.array([self.row_of[n] for n in tbl.column("node_id").to_pylist()], pa.int64())
             tbl = tbl.take(pc.sort_indices(order))
-            matrix = _embedding_matrix(tbl.column("embedding"), self.reader.dim)
+            matrix = embedding_matrix(tbl.column("embedding"), self.reader.dim)
             self._embedding_bytes = matrix.nbytes
             return matrix
 

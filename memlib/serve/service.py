@@ -155,7 +155,9 @@ class SearchService:
         idx = self.cache.get(tenant)
         for name in self.strategy_names:
             try:
-                run_search(idx, self.strategy(name), "warm up query", 1)
+                # a relative date: ``auto`` resolves it with dateparser, whose first parse loads its
+                # language data (seconds), here rather than in a client's query
+                run_search(idx, self.strategy(name), "warm up query of last week", 1)
             except Exception as exc:  # noqa: BLE001 - a broken strategy is reported per request, not at start
                 log.warning("warm-up of strategy %s failed: %s", name, exc)
 

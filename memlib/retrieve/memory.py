@@ -1,0 +1,216 @@
+"""``auto``'s reads of the memory graph: derived memories voting for their turns, the question's
+time windows, personalized PageRank from the memories the question matches, and the rank fusion
+that joins them to the turn ranking (docs/decisions/0032-auto-reads-memory.md)."""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+
+from memlib.config import GraphConfig
+from memlib.graph.subgraph import subgraph
+from memlib.graph.variants import gaama_ppr_scores
+
+VOTE_KINDS = ("fact", "event", "entity", "clue", "reflection", "triplet", "concept")
+
+
+class MemoryFrame:
+    """A tenant's derived nodes of ``kinds`` aligned with its :class:`~memlib.retrieve.signals.TurnFrame`:
+    their unit vectors (the build's passage vectors), kinds, and for each turn the nodes
+    citing it through provenance (CSC-like: ``cite_ptr``/``cite_row``). Built once per tenant view."""
+
+    def __init__(self, index, frame, kinds: tuple[str, ...]):
+        rows = index.rows_of_kind(kinds)
+        prov = index.provenance
+        owner, turn = [], []
+        for j, r in enumerate(rows.tolist()):
+            for t in prov[r]:
+                p = frame.pos.get(t)
+                if p is not None:
+                    owner.append(j)
+                    turn.append(p)
+        owner_a, turn_a = np.asarray(owner, dtype=np.int64), np.asarray(turn, dtype=np.int64)
+        order = np.lexsort((owner_a, turn_a))
+        self.cite_row = owner_a[order]
+        self.cite_ptr = np.zeros(len(frame.ids) + 1, dtype=np.int64)
+        np.cumsum(np.bincount(turn_a, minlength=len(frame.ids)), out=self.cite_ptr[1:])
+        self.rows = rows
+        self.kind = np.asarray(index.kinds[rows], dtype=object) if rows.size else np.zeros(0, dtype=object)
+        self.node_ids = [index.node_ids[r] for r in rows.tolist()]
+        self.vectors = _vectors(index, rows, kinds)
+
+    def votes(self, sims: np.ndarray, kind: str) -> np.ndarray:
+        """Per turn: the best cosine (clipped at 0) of a node of ``kind`` citing it (0: none does)."""
+        val = np.where(self.kind == kind, np.maximum(sims, 0.0), 0.0)[self.cite_row]
+        out = np.zeros(self.cite_ptr.size - 1)
+        has = np.flatnonzero(np.diff(self.cite_ptr) > 0)
+        if has.size and val.size:
+            out[has] = np.maximum.reduceat(val, self.cite_ptr[has])
+        return out
+
+
+def _vectors(index, rows: np.ndarray, kinds: tuple[str, ...]) -> np.ndarray:
+    """Unit vectors of the nodes at ``rows`` (all of ``kinds``): sliced from the tenant's matrix when
+    another strategy loaded it, else read from Lance for these kinds only (``auto`` does not load
+    every node's vector, docs/decisions/0028-tenant-views.md)."""
+    if rows.size == 0:
+        return np.zeros((0, 0), dtype=np.float32)
+    if "embeddings" in index.__dict__:
+        return np.ascontiguousarray(index.embeddings[rows])
+    from memlib.retrieve.tenant import embedding_matrix
+
+    tbl = index.reader.nodes(index.tenant, columns=["node_id", "embedding"], kinds=kinds)
+    if tbl.num_rows != rows.size:
+        raise RuntimeError(f"tenant {index.tenant!r}: Lance holds {tbl.num_rows} nodes of kinds {list(kinds)}, "
+                           f"its view {rows.size} (version {index.version})")
+    matrix = embedding_matrix(tbl.column("embedding"), index.reader.dim)
+    where = {int(r): i for i, r in enumerate(rows.tolist())}
+    order = np.asarray([where[index.row_of[n]] for n in tbl.column("node_id").to_pylist()], dtype=np.int64)
+    out = np.empty_like(matrix)
+    out[order] = matrix
+    return out
+
+
+def memory_frame(index, frame, kinds: tuple[str, ...]) -> MemoryFrame:
+    """The tenant's :class:`MemoryFrame` of ``kinds`` (memoized on the tenant view)."""
+    return index.memo(("auto_memory", kinds), lambda: MemoryFrame(index, frame, kinds))
+
+
+def query_vector(index, q_vecs: np.ndarray, query: str) -> np.ndarray | None:
+    """The question's vector in the space of the tenant's node vectors. A store embedded by
+    ``minilm-tokens`` (the default) pools a text's token vectors into its vector
+    (memlib/embed/tokens_backend.py), so the question's is the normalized mean of the token
+    vectors ``auto`` already has: no second encoding. Another embedder's store: the tenant's
+    query embedder (None when the view has none)."""
+    from memlib.embed.space import built_space
+
+    space = built_space(index.reader.manifest)
+    if space is None or space.get("backend") == "minilm-tokens":
+        if q_vecs.size == 0:
+            return None
+        v = np.asarray(q_vecs, dtype=np.float32).mean(axis=0)
+        return v / max(float(np.linalg.norm(v)), 1e-12)
+    if index.embedder is None:
+        return None
+    from memlib.retrieve.graphview import query_vector as embedded
+
+    v = embedded(index, query)
+    return v / max(float(np.linalg.norm(v)), 1e-12)
+
+
+def ppr_term(index, frame, mem: MemoryFrame, sims: np.ndarray, seeds: int, seed_kinds: tuple[str, ...],
+             max_nodes: int, cfg: GraphConfig | None = None) -> np.ndarray | None:
+    """Per turn: GAAMA personalized PageRank mass from the ``seeds`` memories of ``seed_kinds``
+    nearest the question (weights cos²), over the tenant graph (a graph of more than
+    ``max_nodes`` vertices: the seeds' depth-2 neighbourhood capped at ``max_nodes``). None
+    without a graph or a seed."""
+    if not index.has_graph or seeds <= 0:
+        return None
+    cand = np.flatnonzero(np.isin(mem.kind, seed_kinds) & (sims > 0))
+    if cand.size == 0:
+        return None
+    top = cand[np.argsort(-sims[cand], kind="stable")[:seeds]]
+    weights = {mem.node_ids[j]: float(sims[j]) ** 2 for j in top.tolist()}
+    graph = index.graph
+    cfg = cfg or GraphConfig()
+    if graph.num_nodes > max_nodes:
+        graph = subgraph(graph, weights, 2, max_nodes)
+    mass = gaama_ppr_scores(graph, weights, cfg)
+    verts = graph.vertices(frame.ids)
+    return np.where(verts >= 0, mass[np.maximum(verts, 0)], 0.0)
+
+
+def _epoch(value: Any) -> datetime | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    parsed = datetime.fromisoformat(str(value))
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+
+
+def time_term(frame, query: str, question_time: Any) -> tuple[np.ndarray | None, int]:
+    """(per turn: whether its session's time falls in a window of the question's temporal
+    expressions resolved against ``question_time`` (None: the tenant's latest turn time); None
+    when the question has no such expression or no turn has a time, number of windows)."""
+    from memlib.retrieve.intent import time_windows
+
+    known = frame.times[np.isfinite(frame.times)]
+    if known.size == 0:
+        return None, 0
+    anchor = _epoch(question_time) or datetime.fromtimestamp(float(known.max()), tz=timezone.utc)
+    windows = time_windows(query, anchor)
+    if not windows:
+        return None, 0
+    inside = np.zeros(frame.times.size, dtype=bool)
+    for a, b in windows:
+        inside |= (frame.times >= a.timestamp()) & (frame.times < b.timestamp())
+    return (inside if inside.any() else None), len(windows)
+
+
+def ranks(score: np.ndarray) -> np.ndarray:
+    """1-based rank of each entry of ``score`` (higher first; ties: the earlier position first)."""
+    out = np.empty(score.size, dtype=np.float64)
+    out[np.argsort(-score, kind="stable")] = np.arange(1, score.size + 1)
+    return out
+
+
+def rrf(score: np.ndarray, k: float, only_positive: bool = False) -> np.ndarray:
+    """Reciprocal-rank term 1 / (k + rank) of each entry; with ``only_positive``, 0 where the
+    score is not positive (a turn no memory cites gets no vote)."""
+    term = 1.0 / (k + ranks(score))
+    return np.where(score > 0, term, 0.0) if only_positive else term
+
+
+def fuse_memory(index, frame, pool: np.ndarray | None, score: np.ndarray, q_vecs: np.ndarray, query: str,
+                p: dict[str, Any]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """``auto``'s turn ``score`` (standard deviations, over the scored turns: ``pool`` positions of
+    ``frame``, or all) plus a reciprocal-rank bonus per memory signal of ``p["memory_signals"]``:
+    score + Σ_signal w_signal · k / (k + rank of the turn by the signal), over the turns the
+    signal gives a positive value (k ``rank_k``; the top turn of a signal gains w_signal standard
+    deviations, the k-th half that). The bonus reads a signal's ranks, not its scale (a cosine, a
+    PageRank mass), and the turn score keeps its margins: a plain reciprocal-rank fusion of the
+    turn ranking lost LongMemEval evidence that ``auto`` ranks first by a wide margin
+    (docs/decisions/0032-auto-reads-memory.md). Signals, weight ``memory_weight``: a kind of
+    :data:`VOTE_KINDS` (its best-matching node citing the turn, ``<kind>_vote``) and ``ppr``
+    (:func:`ppr_term`); weight ``time_weight``: ``time`` (the turns in the question's time
+    windows, ranked by their score).
+    Returns (fused score, the signals computed, by name)."""
+    raw = p["memory_signals"]
+    wanted = [x.strip() for x in raw.split("+")] if isinstance(raw, str) else list(raw)  # "fact+ppr" in a tune grid
+    unknown = sorted(set(wanted) - set(VOTE_KINDS) - {"ppr", "time"})
+    if unknown:
+        raise ValueError(f"auto: unknown memory signal(s) {unknown}; known: {[*VOTE_KINDS, 'ppr', 'time']}")
+    k, w, w_time = float(p["rank_k"]), float(p["memory_weight"]), float(p["time_weight"])
+    fused = np.array(score, dtype=np.float64)
+    out: dict[str, np.ndarray] = {}
+
+    def add(name: str, value: np.ndarray | None) -> None:
+        nonlocal fused
+        if value is None:
+            return
+        value = value if pool is None else value[pool]
+        out[name] = value
+        fused = fused + w * k * rrf(value, k, only_positive=True)
+
+    vote_kinds = [s for s in wanted if s in VOTE_KINDS] if w > 0 else []
+    seed_kinds = tuple(p["ppr_kinds"]) if "ppr" in wanted and w > 0 else ()
+    kinds = tuple(sorted(set(vote_kinds) | set(seed_kinds)))
+    if kinds:
+        mem = memory_frame(index, frame, kinds)
+        qvec = query_vector(index, q_vecs, query)
+        sims = mem.vectors @ qvec if qvec is not None and mem.vectors.size else np.zeros(len(mem.node_ids))
+        for kind in vote_kinds:
+            add(f"{kind}_vote", mem.votes(sims, kind))
+        if seed_kinds:
+            add("ppr", ppr_term(index, frame, mem, sims, int(p["ppr_seeds"]), seed_kinds, int(p["ppr_max_nodes"])))
+    if "time" in wanted and w_time > 0:
+        inside, _ = time_term(frame, query, p.get("question_time"))
+        sub = None if inside is None else inside if pool is None else inside[pool]
+        if sub is not None and sub.any():
+            # the turns in the question's windows, ranked among themselves by their score
+            out["time_window"] = sub.astype(np.float64)
+            in_window = np.where(sub, score - float(score.min()) + 1.0, 0.0)
+            fused = fused + w_time * k * rrf(in_window, k, only_positive=True)
+    return fused, out

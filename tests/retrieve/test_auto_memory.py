@@ -1,0 +1,139 @@
+"""``auto``'s memory signals on the sample store: a fact matching the question lifts its
+provenance turn, personalized PageRank from the matched memories reaches turns the question does
+not name, a relative date in the question picks the session it means, and ``signals`` names each
+(memlib/retrieve/memory.py, docs/decisions/0032-auto-reads-memory.md)."""
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import numpy as np
+import pytest
+
+from memlib.retrieve import memory
+from memlib.retrieve.kernels import run_search
+from memlib.retrieve.registry import get_strategy
+from memlib.retrieve.signals import turn_frame
+from tests.retrieve.conftest import SAMPLE, retrieve_config
+
+pytestmark = pytest.mark.ray
+
+
+def _rank(res, node_id: str) -> int:
+    ids = [t.node_id for t in res.turns]
+    return ids.index(node_id) if node_id in ids else len(ids) + 1
+
+
+def _auto(**params):
+    return get_strategy("auto", retrieve_config(), **params)
+
+
+def _turns_only():
+    """``auto`` without its memory signals: the turn ranking alone."""
+    return _auto(memory_weight=0.0, time_weight=0.0)
+
+
+def _evidence(question_id: str) -> list[str]:
+    rows = [json.loads(line) for line in SAMPLE.read_text().splitlines() if '"question"' in line]
+    return next(r["evidence"] for r in rows if r.get("question_id") == question_id)
+
+
+def _facts_with_one_turn(index):
+    """(fact row, its one provenance turn) of every fact citing exactly one turn."""
+    rows = index.rows_of_kind(["fact"])
+    return [(int(r), index.provenance[r][0]) for r in rows if len(index.provenance[r]) == 1
+            and index.provenance[r][0] in index.turns]
+
+
+def test_a_matching_fact_votes_for_its_turn(cache):
+    # "Where will Lena work from August 2024?": the turn saying so is far down by its own words;
+    # the fact the build extracted from it matches the question and lifts it
+    index = cache.get("tomas-lena")
+    query = "Where will Lena work from August 2024?"
+    plain = run_search(index, _turns_only(), query, 40)
+    k, w = 10, 1.0
+    fused = run_search(index, _auto(memory_weight=w, time_weight=0.0, rank_k=k, memory_signals=["fact"]), query, 40)
+    evidence = [index.turn_by_source[e] for e in _evidence("tomas-lena:q6")]
+    turn = max(evidence, key=lambda t: _rank(plain, t))  # the one its own words rank worst
+    assert _rank(fused, turn) < _rank(plain, turn)
+    node = next(n for n in fused.nodes if n.node_id == turn)
+    assert node.signals["fact_vote"] > 0
+    # the fused score: the turn's own score plus w · k / (k + its rank by the vote)
+    frame = turn_frame(index)
+    mem = memory.memory_frame(index, frame, ("fact",))
+    # a wordllama store: the question vector comes from its embedder, not the token vectors
+    votes = mem.votes(mem.vectors @ memory.query_vector(index, np.zeros((0, 0)), query), "fact")
+    assert node.signals["fact_vote"] == pytest.approx(votes[frame.pos[turn]], abs=1e-5)
+    vote_rank = memory.ranks(votes)[frame.pos[turn]]
+    own = next(n for n in plain.nodes if n.node_id == turn).score
+    assert node.score == pytest.approx(own + w * k / (k + vote_rank), rel=1e-6)
+    # every turn some fact cites has a vote; the others none
+    cited = np.diff(mem.cite_ptr) > 0
+    assert (votes[~cited] == 0).all() and cited.any()
+
+
+def test_ppr_from_matched_memories_reaches_turns_the_question_does_not_name(cache):
+    index = cache.get("maya")
+    frame = turn_frame(index)
+    mem = memory.memory_frame(index, frame, ("event", "fact"))
+    row, turn = _facts_with_one_turn(index)[0]
+    j = mem.node_ids.index(index.node_ids[row])
+    sims = np.zeros(len(mem.node_ids))
+    sims[j] = 1.0  # the question matches this one fact only
+    mass = memory.ppr_term(index, frame, mem, sims, seeds=1, seed_kinds=("fact",), max_nodes=20000)
+    assert mass is not None and mass.shape == (len(frame.ids),)
+    assert mass[frame.pos[turn]] > 0  # its own turn
+    others = [frame.ids[p] for p in np.flatnonzero(mass > 0) if frame.ids[p] != turn]
+    assert others  # turns reached through the graph (entities, concepts, neighbours), not cited by the fact
+    # the same through a capped neighbourhood (a haystack's graph)
+    capped = memory.ppr_term(index, frame, mem, sims, seeds=1, seed_kinds=("fact",), max_nodes=50)
+    assert capped is not None and capped[frame.pos[turn]] > 0
+    res = run_search(index, _auto(memory_weight=1.0, rank_k=10, memory_signals=["ppr"]), index.texts[row], 10)
+    assert all("ppr" in n.signals for n in res.nodes)
+    # "Where does Raj work now?": the graph from the matched memories lifts the evidence turn its
+    # own words rank worst
+    index = cache.get("raj")
+    query = "Where does Raj work now?"
+    plain = run_search(index, _turns_only(), query, 40)
+    fused = run_search(index, _auto(memory_weight=1.0, time_weight=0.0, rank_k=10, memory_signals=["ppr"]), query, 40)
+    turn = max((index.turn_by_source[e] for e in _evidence("raj:q3")), key=lambda t: _rank(plain, t))
+    assert _rank(fused, turn) < _rank(plain, turn)
+
+
+def test_a_relative_date_picks_the_session_it_means(cache):
+    index = cache.get("maya")
+    frame = turn_frame(index)
+    sessions = sorted({(info.time, info.session_id) for info in index.turns.values() if info.time is not None})
+    assert len(sessions) >= 3
+    when, session = sessions[1]
+    asked = when + timedelta(days=61)  # "two months ago" from the question's date
+    inside, windows = memory.time_term(frame, "What did I do two months ago?", asked)
+    assert windows >= 1 and inside is not None
+    picked = {index.turns[frame.ids[p]].session_id for p in np.flatnonzero(inside)}
+    assert picked == {session}
+    strategy = _auto(time_weight=2.0, rank_k=10, memory_signals=["time"])
+    res = run_search(index, strategy, "What did I do two months ago?", 5, question_time=asked.isoformat())
+    assert res.turns[0].session_id == session
+    assert res.nodes[0].signals["time_window"] == 1.0
+    # no temporal expression: no term
+    assert memory.time_term(frame, "Who looks after Biscuit?", asked) == (None, 0)
+
+
+def test_memory_off_is_the_turn_ranking(cache):
+    index = cache.get("maya")
+    query = "Who looks after Biscuit during the Lisbon trip?"
+    off = run_search(index, _turns_only(), query, 10)
+    assert not any(k in off.nodes[0].signals for k in ("fact_vote", "ppr", "time_window"))
+    on = run_search(index, _auto(memory_weight=0.5, rank_k=10, memory_signals=["fact", "ppr"]), query, 10)
+    assert {"fact_vote", "ppr", "maxsim", "session_prior"} <= set(on.nodes[0].signals)
+    default = run_search(index, _auto(), query, 10)  # the defaults read the memory
+    assert {"fact_vote", "ppr"} <= set(default.nodes[0].signals)
+    with pytest.raises(ValueError, match="unknown memory signal"):
+        run_search(index, _auto(memory_weight=0.5, memory_signals=["facts"]), query, 10)
+
+
+def test_rrf_ranks_and_positive_only():
+    score = np.array([0.5, 2.0, -1.0, 2.0])
+    assert memory.ranks(score).tolist() == [3.0, 1.0, 4.0, 2.0]
+    term = memory.rrf(score, 10, only_positive=True)
+    assert term[2] == 0.0 and term[1] == pytest.approx(1 / 11) and term[3] == pytest.approx(1 / 12)
