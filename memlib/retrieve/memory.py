@@ -60,6 +60,9 @@ def _vectors(index, rows: np.ndarray, kinds: tuple[str, ...]) -> np.ndarray:
         return np.ascontiguousarray(index.embeddings[rows])
     from memlib.retrieve.tenant import embedding_matrix
 
+    # the tenant's Lance rows are checked against their digest first (once per process): a damaged
+    # row is never read (DamagedFileError, part "lance": the service answers 503 for this strategy)
+    index.reader.check_lance_rows(index.tenant, "nodes")
     tbl = index.reader.nodes(index.tenant, columns=["node_id", "embedding"], kinds=kinds)
     if tbl.num_rows != rows.size:
         raise RuntimeError(f"tenant {index.tenant!r}: Lance holds {tbl.num_rows} nodes of kinds {list(kinds)}, "
@@ -81,16 +84,16 @@ def query_vector(index, q_vecs: np.ndarray, query: str) -> np.ndarray | None:
     """The question's vector in the space of the tenant's node vectors. A store embedded by
     ``minilm-tokens`` (the default) pools a text's token vectors into its vector
     (memlib/embed/tokens_backend.py), so the question's is the normalized mean of the token
-    vectors ``auto`` already has: no second encoding. Another embedder's store: the tenant's
-    query embedder (None when the view has none)."""
+    vectors ``auto`` already has: no second encoding. Another embedder's store (or node vectors of
+    another size than the token vectors): the tenant's query embedder (None when it has none)."""
     from memlib.embed.space import built_space
 
     space = built_space(index.reader.manifest)
-    if space is None or space.get("backend") == "minilm-tokens":
-        if q_vecs.size == 0:
-            return None
+    pooled = space is None or space.get("backend") == "minilm-tokens"
+    if pooled and q_vecs.size and q_vecs.shape[-1] == index.reader.dim:
         v = np.asarray(q_vecs, dtype=np.float32).mean(axis=0)
         return v / max(float(np.linalg.norm(v)), 1e-12)
+    # another embedder's store (or one that does not name its embedder, with vectors of another size)
     if index.embedder is None:
         return None
     from memlib.retrieve.graphview import query_vector as embedded
