@@ -6,6 +6,7 @@ import errno
 import os
 import socket
 import sys
+import time
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -84,8 +85,14 @@ def serve_cmd(
         if cfg.serve.haproxy_ingress:  # an HAProxy an earlier run left on the port is ours to stop, not a conflict
             from jobs.serve_procs import haproxy_dir, stop_stale_haproxies
 
-            stop_stale_haproxies(bind, haproxy_dir(bind), lambda line: print(line, flush=True))
+            stopped = stop_stale_haproxies(bind, haproxy_dir(bind), lambda line: print(line, flush=True))
+        else:
+            stopped = []
         problem = port_problem(host or cfg.serve.host, bind)
+        deadline = time.monotonic() + 5.0
+        while problem and stopped and time.monotonic() < deadline:  # a stopped HAProxy's listener, closing
+            time.sleep(0.1)
+            problem = port_problem(host or cfg.serve.host, bind)
         if problem:
             fail(problem)
     from jobs.ray_logs import ray_logs_wanted
