@@ -124,11 +124,10 @@ def run_benchmark(sizes: list[int], queries: int, cfg: GraphConfig | None = None
                   gt_threads: int | None = None) -> dict[str, Any]:
     """``gt_threads`` pins graph-tool's OpenMP pool for this process (None: its default);
     on a shared, busy machine one thread avoids OpenMP spin-waiting against other work."""
-    import graph_tool
+    from memlib.graph.ppr import openmp_threads
 
     cfg = cfg or GraphConfig()
-    if gt_threads is not None:
-        graph_tool.openmp_set_num_threads(gt_threads)
+    threads = openmp_threads(gt_threads)
     return {"benchmark": "ppr", "damping": cfg.damping, "tol": cfg.tol, "expand_depth": cfg.expand_depth,
-            "seeds_per_query": SEEDS_PER_QUERY, "graph_tool_threads": graph_tool.openmp_get_num_threads(),
+            "seeds_per_query": SEEDS_PER_QUERY, "graph_tool_threads": threads,
             "results": [bench_size(n, queries, cfg) for n in sizes]}

@@ -214,19 +214,14 @@ class IdSums:
         return IdSums(ids, counts, sums)
 
     def changed_since(self, earlier: IdSums | None) -> np.ndarray:
-        """The ids whose rows' count or sum differ from ``earlier``'s (an id in only one of them
-        included): those whose mean changed. Every id when ``earlier`` is None (not known)."""
+        """The ids whose count or sum differ from ``earlier``'s (None: every id): their means moved."""
         if earlier is None:
             return self.ids.copy()
         ids = np.union1d(self.ids, earlier.ids)
-        counts = np.zeros((2, ids.size), np.int64)
-        sums = np.zeros((2, ids.size, self.sums.shape[1]), np.int64)
+        counts, sums = np.zeros((2, ids.size), np.int64), np.zeros((2, ids.size, self.sums.shape[1]), np.int64)
         for k, part in enumerate((self, earlier)):
-            at = np.searchsorted(ids, part.ids)
-            counts[k, at] = part.counts
-            sums[k, at] = part.sums
-        differ = (counts[0] != counts[1]) | (sums[0] != sums[1]).any(axis=1)
-        return ids[differ]
+            counts[k, np.searchsorted(ids, part.ids)], sums[k, np.searchsorted(ids, part.ids)] = part.counts, part.sums
+        return ids[(counts[0] != counts[1]) | (sums[0] != sums[1]).any(axis=1)]
 
     def count_of(self, ids: np.ndarray) -> np.ndarray:
         """How many rows carry each of ``ids`` (0 for an id in no row)."""

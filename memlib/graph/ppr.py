@@ -154,3 +154,12 @@ def run_kernel(tr: Transition, teleport: np.ndarray, damping: float, tol: float,
     if kernel is Kernel.GRAPH_TOOL:
         return gt_personalized_pagerank(gt_transition_graph(tr), teleport, damping, tol, max_iter)
     return personalized_pagerank(tr.pt, teleport, damping, tol, max_iter)
+
+
+def openmp_threads(n: int | None = None) -> int:
+    """graph-tool's OpenMP threads in this process: set to ``n`` when given; returns the count."""
+    import graph_tool
+
+    if n is not None:
+        graph_tool.openmp_set_num_threads(n)
+    return graph_tool.openmp_get_num_threads()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pyarrow as pa
 
@@ -37,6 +37,7 @@ class ReaderChecks:
     manifest: dict[str, Any]
     path: Path
     version_dir: Path
+    part_of: Callable[[str], str]  # tenant -> the part holding its files
 
     def damage(self, tenant: str, *, contents: bool = True, changed_only: bool = False) -> list[DamagedFileError]:
         """The files of ``tenant``'s part whose size, or with ``contents`` whose checksum, is not the
@@ -66,8 +67,6 @@ class ReaderChecks:
         """:meth:`damage` as lines, each naming its path."""
         return [str(e) for e in self.damage(tenant, contents=contents, changed_only=changed_only)]
 
-    def part_of(self, tenant: str) -> str:  # pragma: no cover - StoreReader's
-        raise NotImplementedError
 
     # -- Lance -------------------------------------------------------------------------------
     def lance_table(self, name: str):
