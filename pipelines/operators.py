@@ -175,7 +175,7 @@ class SessionLocalOp(Operator):
         ctx = BuildContext.of(ctx, *fields)
         self.cfg = cfg = ctx.cfg
         self.plan = get_recipe(ctx.recipe)
-        self.store = SessionStore(ctx.store, ctx.session_key, cfg.embed.dim)
+        self.store = SessionStore(ctx.store, ctx.session_key, cfg.embed.dim, trust_unchanged=True)
         self.nlp = prepare(cfg, self.plan)  # spaCy and the steps' modules, loaded while the embed pass runs
         self.own = own_encoder(cfg, self.plan)  # fact drafts' own vectors (default embedder), model loaded now
         if self.own is not None:

@@ -134,6 +134,7 @@ def trusted_blocks(store: SessionStore, keys: list[str], building: list[TenantSh
         bad = store.verify(set(kept.values()))
         bad.update({b: f"index file unreadable: {why}" for b, why in store.unreadable.items()})
         if not bad:
+            store.record_mtimes(set(kept.values()))
             return kept
         idx = store.index()
         mine = {s.tenant_id for s in building}
@@ -265,7 +266,7 @@ def session_stats(plan: SessionPlan, blocks: list[dict[str, Any]], pass_s: float
 def prepare_staged(shards: list[TenantShard], ctx: BuildContext) -> SessionPlan:
     """What the driver does before the dataset starts (no Ray needed): the pending sessions of
     ``shards`` packed into block files. :func:`jobs.builder.driver.run_build` prepares while Ray starts."""
-    store = SessionStore(ctx.store, ctx.session_key, ctx.cfg.embed.dim)
+    store = SessionStore(ctx.store, ctx.session_key, ctx.cfg.embed.dim, trust_unchanged=True)
     return plan_sessions(shards, store, ctx.session_key, ctx.work_dir / "blocks", ctx.cfg.ray.block_turns,
                          ctx.reuse)
 

@@ -126,7 +126,7 @@ class TenantOp(Operator):
         self.cfg = cfg
         self.recipe = ctx.recipe
         self.store_dir = ctx.store
-        self.sessions = SessionStore(ctx.store, ctx.session_key, cfg.embed.dim)
+        self.sessions = SessionStore(ctx.store, ctx.session_key, cfg.embed.dim, trust_unchanged=True)
         self.session_key = ctx.session_key
         self.staged = StagedFiles()
         self._published: dict | None = None

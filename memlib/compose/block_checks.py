@@ -3,7 +3,9 @@ commit point written after the block's files, names the size and CRC-32 of each 
 Parquet metadata; each file is checked before it is read, once per file identity in a process
 (memlib/io/checksums.py). A block whose bytes are not the ones written is never read: the build
 drops it and computes its sessions again, the service reports its tenants unavailable
-(docs/decisions/0031-kept-file-checksums.md)."""
+(docs/decisions/0031-kept-file-checksums.md). Each checksum also names the file's mtime when it
+was hashed; a build's store (``trust_unchanged``) hashes only the files written since, as it does
+the published files it carries (docs/decisions/0038-kept-blocks-by-mtime.md)."""
 from __future__ import annotations
 
 import json
@@ -36,11 +38,15 @@ class BlockChecks:
     root: Path
     _read: dict
     unreadable: dict[str, str]
+    trust_unchanged: bool = False  # a file with the size and mtime it was hashed at is not hashed again
 
     def _commit(self, block: str, index: pa.Table) -> None:
         """Write the block's index file, naming the checksums of the files written before it."""
-        sums = json.dumps(checksums.crcs_of(self.root / "blocks" / block, list(BLOCK_FILES)), sort_keys=True)
-        replace_parquet(index.replace_schema_metadata({SUMS_KEY: sums.encode()}),
+        sums = checksums.crcs_of(self.root / "blocks" / block, list(BLOCK_FILES), mtimes=True)
+        self._write_index(block, index, sums)
+
+    def _write_index(self, block: str, index: pa.Table, sums: dict) -> None:
+        replace_parquet(index.replace_schema_metadata({SUMS_KEY: json.dumps(sums, sort_keys=True).encode()}),
                         self.root / "index" / f"{block}.parquet")
 
     def _read_index(self, f: Path) -> tuple[pa.Table, dict] | None:
@@ -62,9 +68,28 @@ class BlockChecks:
         """``bdir/name``, once its bytes have the checksum its index file names (blocks kept before
         checksums were are read as they are)."""
         expected = self._read.get(bdir.name, (None, None, {}))[2].get(name)
-        if expected is not None:
+        if expected is not None and not (self.trust_unchanged and checksums.unchanged_since_checked(bdir / name, expected)):
             checksums.check(bdir / name, expected)
         return bdir / name
+
+    def record_mtimes(self, blocks: Iterable[str]) -> int:
+        """Give the checksums of ``blocks`` that name no mtime (kept before they did) the mtime at
+        which this process found their bytes whole, rewriting those index files; the number
+        rewritten. Only a build calls it (it holds the store's lock)."""
+        done = 0
+        for b in sorted(set(blocks)):
+            known = self._read.get(b)
+            if known is None or all(len(e) > 2 for e in known[2].values()):
+                continue
+            bdir = self.root / "blocks" / b
+            sums = {n: checksums.carried_entry(bdir / n, bdir / n, list(e)) for n, e in known[2].items()}
+            if all(len(e) > 2 for e in sums.values()):
+                index = pq.read_table(self.root / "index" / f"{b}.parquet")
+                self._write_index(b, index, sums)
+                done += 1
+        if done:
+            self._index = None
+        return done
 
     def verify(self, blocks: Iterable[str] | None = None) -> dict[str, str]:
         """Block -> why it is damaged, of ``blocks`` (every kept block when None): each file its

@@ -108,8 +108,10 @@ def _empty_index() -> pa.Table:
 class SessionStore(BlockChecks):
     """The kept session outputs of one store and build key."""
 
-    def __init__(self, store: str | Path, build_key: str, dim: int = schema.DEFAULT_EMBED_DIM):
+    def __init__(self, store: str | Path, build_key: str, dim: int = schema.DEFAULT_EMBED_DIM,
+                 trust_unchanged: bool = False):
         self.root = Path(store) / SESSIONS_SUBDIR / build_key
+        self.trust_unchanged = trust_unchanged  # a build's: see memlib.compose.block_checks
         self.dim = dim
         self._index: pa.Table | None = None
         # index file -> (its (inode, mtime, size) when read, its rows, its block's checksums): a refresh

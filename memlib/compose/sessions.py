@@ -69,14 +69,15 @@ def sort_turns(turns: pa.Table) -> pa.Table:
 def session_keys(turns: pa.Table, build_key: str) -> pa.Array:
     """Per turn row: the key of its session = sha256 of the build key and every hashed column of
     the session's turns in order (so any edit, insertion or deletion in it changes the key)."""
-    df = pl.from_arrow(sort_turns(turns).select(_HASHED)).with_row_index("_r")
-    keyed = {}
-    for (t, c, s), part in df.group_by(SESSION_COLUMNS, maintain_order=True):
-        h = hashlib.sha256(build_key.encode("utf-8"))
-        for row in part.drop("_r").iter_rows():
-            h.update(b"\x1e" + b"\x1f".join(ids.escape(("" if v is None else str(v)).encode("utf-8", "surrogatepass"))
-                                            for v in row))
-        keyed[(t, c, s)] = h.hexdigest()[:32]
+    seed = hashlib.sha256(build_key.encode("utf-8"))
+    hashes: dict[tuple, Any] = {}  # session -> its hash, fed its rows in sorted order (one pass)
+    for row in pl.from_arrow(sort_turns(turns).select(_HASHED)).iter_rows():
+        h = hashes.get(row[:3])
+        if h is None:
+            h = hashes[row[:3]] = seed.copy()
+        h.update(b"\x1e" + b"\x1f".join(ids.escape(("" if v is None else str(v)).encode("utf-8", "surrogatepass"))
+                                        for v in row))
+    keyed = {k: h.hexdigest()[:32] for k, h in hashes.items()}
     rows = pl.from_arrow(turns.select(SESSION_COLUMNS)).iter_rows()
     return pa.array([keyed[r] for r in rows], pa.string())
 

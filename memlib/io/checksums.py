@@ -52,9 +52,14 @@ def crc_of(path: Path) -> list[int]:
     return [size, crc]
 
 
-def crcs_of(directory: Path, names: list[str]) -> dict[str, list[int]]:
-    """The checksums of the files ``names`` of ``directory`` that exist."""
-    return {n: crc_of(directory / n) for n in names if (directory / n).is_file()}
+def crcs_of(directory: Path, names: list[str], mtimes: bool = False) -> dict[str, list[int]]:
+    """The checksums of the files ``names`` of ``directory`` that exist; with ``mtimes``, each
+    ``[size, crc32, mtime_ns]`` (the mtime it had when hashed, see :func:`unchanged_since_checked`)."""
+    out = {}
+    for n in names:
+        if (directory / n).is_file():
+            out[n] = crc_of(directory / n) + ([os.stat(directory / n).st_mtime_ns] if mtimes else [])
+    return out
 
 
 _VERIFIED: dict[str, tuple[int, int, int, int]] = {}  # path -> identity checked against its crc

@@ -152,3 +152,88 @@ def test_sessions_parsed_together_give_what_each_gives_alone(locomo_path):
         for name, table in alone.tables.items():
             assert table.equals(together[i].tables[name]), (i, name)
     assert sum(together[i].table("fact_drafts").num_rows for i in range(len(sessions))) > 0
+
+
+def _one_block(root, dim: int = 8):
+    import numpy as np
+
+    from memlib.compose import session_store as ss
+    from memlib.compose.sessions import SessionOutput
+    from memlib.compose.vectors import TOKEN_DIM, TurnVectors
+
+    rng = np.random.default_rng(2)
+    tv = TurnVectors(["t0", "t1"], rng.normal(size=(2, dim)).astype(np.float32),
+                     [rng.integers(1000, 2000, 3).astype(np.int32) for _ in range(2)],
+                     [rng.normal(size=(3, TOKEN_DIM)).astype(np.float16) for _ in range(2)])
+    store = ss.SessionStore(root, "k", dim=dim)
+    index = pa.table({"session_key": ["s1"], "tenant_id": ["x"], "turns": pa.array([2], pa.int32())})
+    store.write_block("b1", SessionOutput({}), tv.table(["s1", "s1"], ["x", "x"], dim), index)
+    return store.root / "blocks" / "b1" / "turn_vectors.arrow"
+
+
+def _flip_keeping_mtime(path) -> None:
+    import os
+
+    st = os.stat(path)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # damage below the file system: same mtime
+
+
+def test_a_builds_kept_blocks_are_hashed_only_when_written_since_and_verify_hashes_every_byte(tmp_path):
+    """A block's checksums name each file's mtime at hashing: a build's store (``trust_unchanged``)
+    trusts a file with that size and mtime without reading it, and hashes one written since; the
+    service's store and ``verify`` hash every file (docs/decisions/0038-kept-blocks-by-mtime.md)."""
+    from memlib.compose import session_store as ss
+    from memlib.io import checksums
+
+    path = _one_block(tmp_path)
+    build = ss.SessionStore(tmp_path, "k", dim=8, trust_unchanged=True)
+    build.index()
+    assert all(len(e) == 3 for e in build._read["b1"][2].values())
+    checksums.forget()
+    _flip_keeping_mtime(path)  # same size, same mtime: what a build does not read again
+    assert build.verify() == {}
+    served = ss.SessionStore(tmp_path, "k", dim=8)
+    assert "content checksum" in served.verify()["b1"]
+    checksums.forget()
+    data = bytearray(path.read_bytes())
+    data[0] ^= 0xFF
+    path.write_bytes(bytes(data))  # written since: hashed, found
+    build = ss.SessionStore(tmp_path, "k", dim=8, trust_unchanged=True)
+    build.index()
+    assert "turn_vectors.arrow" in build.verify()["b1"]
+
+
+def test_a_build_gives_blocks_kept_before_mtimes_their_mtime_once_their_bytes_are_checked(tmp_path):
+    """A block whose checksums name no mtime (kept by an earlier version) is hashed in full, then
+    ``record_mtimes`` rewrites its index file with the mtimes: the next build stats it only. A
+    damaged one gets none."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    from memlib.compose import block_checks as bc
+    from memlib.compose import session_store as ss
+    from memlib.io import checksums
+
+    path = _one_block(tmp_path)
+    idx_file = tmp_path / ss.SESSIONS_SUBDIR / "k" / "index" / "b1.parquet"
+    t = pq.read_table(idx_file)
+    old = {n: e[:2] for n, e in json.loads(t.schema.metadata[bc.SUMS_KEY]).items()}
+    pq.write_table(t.replace_schema_metadata({bc.SUMS_KEY: json.dumps(old).encode()}), idx_file)
+    checksums.forget()
+    build = ss.SessionStore(tmp_path, "k", dim=8, trust_unchanged=True)
+    build.index()
+    assert build.verify() == {} and build.record_mtimes(["b1"]) == 1
+    build.refresh()
+    build.index()
+    assert all(len(e) == 3 for e in build._read["b1"][2].values())
+    assert build.record_mtimes(["b1"]) == 0
+    pq.write_table(t.replace_schema_metadata({bc.SUMS_KEY: json.dumps(old).encode()}), idx_file)
+    checksums.forget()
+    _flip_keeping_mtime(path)
+    build = ss.SessionStore(tmp_path, "k", dim=8, trust_unchanged=True)
+    build.index()
+    assert "b1" in build.verify() and build.record_mtimes(["b1"]) == 0
