@@ -68,7 +68,9 @@ class BlockChecks:
         """``bdir/name``, once its bytes have the checksum its index file names (blocks kept before
         checksums were are read as they are)."""
         expected = self._read.get(bdir.name, (None, None, {}))[2].get(name)
-        if expected is not None and not (self.trust_unchanged and checksums.unchanged_since_checked(bdir / name, expected)):
+        if expected is None:
+            return bdir / name
+        if not (self.trust_unchanged and checksums.unchanged_since_checked(bdir / name, expected)):
             checksums.check(bdir / name, expected)
         return bdir / name
 

@@ -17,15 +17,26 @@ class Finalized:
     dropped_by_kind: dict[str, int]
 
 
-def dedup_nodes(nodes: pa.Table) -> pa.Table:
-    """One row per node id (first occurrence wins), order kept."""
+def _first_rows(nodes: pa.Table) -> pa.Array | None:
+    """The row of each node id's first occurrence, in row order; None when every id is once."""
     if nodes.num_rows == 0 or pc.count_distinct(nodes.column("node_id"), mode="all").as_py() == nodes.num_rows:
-        return nodes
+        return None
     idx = pa.array(range(nodes.num_rows), pa.int64())
     first = (nodes.select(["node_id"]).append_column("_i", idx)
              .group_by("node_id", use_threads=False).aggregate([("_i", "min")]))
     col = first.column("_i_min")
-    return nodes.take(pc.take(col, pc.sort_indices(col)))
+    return pc.take(col, pc.sort_indices(col))
+
+
+def sorted_unique_nodes(nodes: pa.Table) -> pa.Table:
+    """One row per node id (its first occurrence), sorted by (kind, node_id): one take of the rows
+    (the embeddings are most of a tenant's bytes)."""
+    rows = _first_rows(nodes)
+    keys = nodes.select(["kind", "node_id"])
+    if rows is not None:
+        keys = keys.take(rows)
+    order = pc.sort_indices(keys, sort_keys=[("kind", "ascending"), ("node_id", "ascending")])
+    return nodes.take(order if rows is None else pc.take(rows, order))
 
 
 def dedup_edges(edges: pa.Table) -> pa.Table:
@@ -56,10 +67,9 @@ def kind_counts(table: pa.Table, column: str = "kind") -> dict[str, int]:
 
 def finalize(nodes: pa.Table, edges: pa.Table, dim: int) -> Finalized:
     """Deduplicate, drop dangling edges (counted), sort deterministically and conform."""
-    nodes = dedup_nodes(schema.conform(nodes, schema.nodes_schema(dim), name="nodes"))
+    nodes = sorted_unique_nodes(schema.conform(nodes, schema.nodes_schema(dim), name="nodes"))
     edges = dedup_edges(schema.conform(edges, schema.EDGES, name="edges"))
     kept, dropped = drop_dangling(nodes, edges)
-    nodes = nodes.sort_by([("kind", "ascending"), ("node_id", "ascending")])
     kept = kept.sort_by([("kind", "ascending"), ("src", "ascending"), ("dst", "ascending")])
     return Finalized(nodes=nodes, edges=kept, dropped_edges=dropped.num_rows,
                      dropped_by_kind=kind_counts(dropped))

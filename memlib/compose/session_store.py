@@ -229,7 +229,12 @@ class SessionStore(BlockChecks):
         few threads (Parquet decoding and file reads release the GIL): 2,500 kept LongMemEval
         sessions in 108 blocks took 3.0-3.5 s one block after another and 1.75-2.3 s this way,
         page cache warm (docs/decisions/0013-kept-vectors-by-reference.md)."""
+        keys = list(keys)
         found = self._blocks_of(keys, blocks)
+        # blocks in the order of the first session each is read for: a tenant's sessions are packed
+        # into blocks in its session order, so the parts come out in that order (no reordering take)
+        first = {k: i for i, k in reversed(list(enumerate(keys)))}
+        found.sort(key=lambda b: min(first.get(k, len(first)) for k in b[1].to_pylist()))
         if len(found) == 1:
             parts = [self._read_block(found[0])]
         else:
