@@ -26,7 +26,8 @@ from memlib.io.files import replace_parquet
 log = logging.getLogger("memlib.compose")
 SUMS_KEY = b"memlib.checksums"  # the index file's metadata: block file name -> [size, crc32]
 VECTORS_FILE = "turn_vectors.arrow"
-BLOCK_FILES = (*(f"{n}.parquet" for n in SESSION_TABLES), VECTORS_FILE, INT8T_FILE)
+BLOCK_FILES = (*(f"{n}.arrow" for n in SESSION_TABLES), *(f"{n}.parquet" for n in SESSION_TABLES),
+               VECTORS_FILE, INT8T_FILE)  # the files that exist (session tables: .parquet in older blocks)
 
 __all__ = ["BlockChecks", "DamagedFileError"]
 

@@ -95,7 +95,10 @@ def _in_session_order(table: pa.Table, order: pa.Array) -> pa.Table:
     rank = rank.to_numpy(zero_copy_only=False)
     if rank.size < 2 or bool((np.diff(rank) >= 0).all()):
         return table
-    return table.take(pa.array(np.argsort(rank, kind="stable"), pa.int64()))
+    perm = np.argsort(rank, kind="stable")
+    moved = np.flatnonzero(perm != np.arange(perm.size))
+    a, b = int(moved[0]), int(moved[-1]) + 1  # only rows in [a, b) move (a new session in a kept block's range)
+    return pa.concat_tables([table.slice(0, a), table.take(pa.array(perm[a:b], pa.int64())), table.slice(b)])
 
 
 def _pooled_backend(cfg: MemlibConfig) -> bool:

@@ -3,7 +3,8 @@
 Layout under the store (one directory per build key, so a config change never reads
 outputs of another configuration)::
 
-    cache/sessions/<build_key>/blocks/<block_id>/<table>.parquet   SESSION_TABLES
+    cache/sessions/<build_key>/blocks/<block_id>/<table>.arrow     SESSION_TABLES (Arrow IPC; .parquet
+                                                                     in blocks kept before 0038)
     cache/sessions/<build_key>/blocks/<block_id>/turn_vectors.arrow  turn vectors (Arrow IPC file)
     cache/sessions/<build_key>/blocks/<block_id>/token_int8t.arrow   their int8 rows, transposed per
                                                                      session (memlib/compose/kept_tokens.py);
@@ -37,12 +38,20 @@ import pyarrow.parquet as pq
 
 from memlib import schema
 from memlib.compose.block_checks import BlockChecks, DamagedFileError  # noqa: F401 - DamagedFileError re-exported
+from memlib.compose.block_files import (  # noqa: F401 - _read_vectors and _with_int8_rows: also the tests'
+    VECTORS,
+    _read_table,
+    _read_vectors,
+    _table_path,
+    _vectors_path,
+    _with_int8_rows,
+    _write,
+)
 from memlib.compose.kept_tokens import INT8T_FILE
 from memlib.compose.kept_tokens import read_int8t as _read_int8t
 from memlib.compose.kept_tokens import write_int8t as _write_int8t
 from memlib.compose.sessions import SESSION_TABLES, SessionOutput, keyed_schema
 from memlib.compose.vectors import TurnVectors
-from memlib.io.files import replace_arrow, replace_parquet
 
 log = logging.getLogger("memlib.compose")
 SESSIONS_SUBDIR = Path("cache") / "sessions"
@@ -51,7 +60,6 @@ READ_THREADS = 4  # blocks read at once by SessionStore.read
 # block holds up to ray.block_turns turns of many tenants), which were decoded once per tenant
 BLOCK_CACHE = 8
 MAPPED_BLOCKS = 1024
-VECTORS = "turn_vectors"
 # the turn vectors (token vectors included: most of a kept session's bytes) are an uncompressed
 # Arrow IPC file, memory-mapped when read; the session build key names that format
 # (memlib.compose.keys VECTORS_FORMAT, where the measurement is)
@@ -67,38 +75,6 @@ def block_id(session_keys: Iterable[str]) -> str:
     for k in sorted(set(session_keys)):
         h.update(k.encode("ascii") + b"\n")
     return h.hexdigest()[:24]
-
-
-# float16 token vectors do not compress (zstd keeps ~92 % of their size) and decompressing them
-# was most of the time a tenant took to read its sessions back: stored as they are (measured on
-# 20 blocks of LongMemEval sessions: read 1.39 -> 0.40 s, write 1.91 -> 1.00 s, +8 % on disk)
-_RAW = frozenset({"token_vectors"})
-
-
-def _write(table: pa.Table, path: Path) -> None:
-    if path.suffix == ".arrow":
-        replace_arrow(table, path)
-    else:
-        replace_parquet(table, path, {c: "none" if c in _RAW else "zstd" for c in table.column_names})
-
-
-def _vectors_path(bdir: Path) -> Path:
-    return bdir / f"{VECTORS}.arrow"
-
-
-def _with_int8_rows(vectors: pa.Table) -> pa.Table:
-    """``vectors`` with each turn's int8 rows and scales (the kernel's quantization of its float16
-    vectors, row by row: what the embed pass computes) when it lacks them."""
-    if "token_int8" in vectors.column_names and vectors.column("token_int8").null_count == 0:
-        return vectors
-    return TurnVectors.from_table(vectors).table(vectors.column("session_key").to_pylist(),
-                                                 vectors.column("tenant_id").to_pylist(),
-                                                 vectors.schema.field("vector").type.list_size)
-
-
-def _read_vectors(path: Path) -> pa.Table:
-    """A block's turn vectors, memory-mapped (no copy: the table's buffers are the file's pages)."""
-    return pa.ipc.open_file(pa.memory_map(str(path))).read_all()
 
 
 def _empty_index() -> pa.Table:
@@ -129,7 +105,7 @@ class SessionStore(BlockChecks):
         """Write one block's tables, then its index entry (the commit point)."""
         bdir = self.root / "blocks" / block
         for name in SESSION_TABLES:
-            _write(schema.conform(output.table(name), keyed_schema(name), name=name), bdir / f"{name}.parquet")
+            _write(schema.conform(output.table(name), keyed_schema(name), name=name), bdir / f"{name}.arrow")
         vectors = schema.conform(vectors, schema.turn_vectors_schema(self.dim), name=VECTORS)
         _write(_write_int8t(vectors, bdir), _vectors_path(bdir))
         self._commit(block, schema.conform(index, INDEX, name="session_index"))
@@ -256,7 +232,7 @@ class SessionStore(BlockChecks):
         # read whole and filter: a ``filters=`` read goes through the dataset layer, 6.5x
         # slower on the token vectors' binary column (0.39 against 0.06 s for 4 blocks)
         return self._cached(self._blocks, BLOCK_CACHE, bdir, lambda: (
-            {name: pq.read_table(self._checked(bdir, f"{name}.parquet")) for name in SESSION_TABLES},
+            {name: _read_table(self._checked(bdir, _table_path(bdir, name).name)) for name in SESSION_TABLES},
             self._mapped(bdir)))
 
     def _cached(self, cache: OrderedDict, limit: int, bdir: Path, make):
@@ -388,9 +364,11 @@ class SessionStore(BlockChecks):
     def _rewrite(self, block: str, keep: set[str]) -> None:
         bdir = self.root / "blocks" / block
         flt = pc.field("session_key").isin(sorted(keep))
-        for name in SESSION_TABLES:
-            path = bdir / f"{name}.parquet"
-            _write(pq.read_table(path, filters=flt), path)
+        for name in SESSION_TABLES:  # in the format the block has
+            path = _table_path(bdir, name)
+            table = _read_table(path)
+            _write(table.filter(pc.is_in(table.column("session_key"), value_set=pa.array(sorted(keep), pa.string()))),
+                   path)
         vectors = _read_vectors(_vectors_path(bdir))
         vectors = vectors.filter(pc.is_in(vectors.column("session_key"), value_set=pa.array(sorted(keep), pa.string())))
         _write(_write_int8t(_with_int8_rows(vectors), bdir), _vectors_path(bdir))

@@ -154,20 +154,25 @@ def test_sessions_parsed_together_give_what_each_gives_alone(locomo_path):
     assert sum(together[i].table("fact_drafts").num_rows for i in range(len(sessions))) > 0
 
 
-def _one_block(root, dim: int = 8):
+def _turn_vectors(keys: list[str], dim: int = 8) -> pa.Table:
     import numpy as np
 
-    from memlib.compose import session_store as ss
-    from memlib.compose.sessions import SessionOutput
     from memlib.compose.vectors import TOKEN_DIM, TurnVectors
 
     rng = np.random.default_rng(2)
-    tv = TurnVectors(["t0", "t1"], rng.normal(size=(2, dim)).astype(np.float32),
-                     [rng.integers(1000, 2000, 3).astype(np.int32) for _ in range(2)],
-                     [rng.normal(size=(3, TOKEN_DIM)).astype(np.float16) for _ in range(2)])
+    tv = TurnVectors([f"t{i}" for i in range(len(keys))], rng.normal(size=(len(keys), dim)).astype(np.float32),
+                     [rng.integers(1000, 2000, 3).astype(np.int32) for _ in keys],
+                     [rng.normal(size=(3, TOKEN_DIM)).astype(np.float16) for _ in keys])
+    return tv.table(keys, ["x"] * len(keys), dim)
+
+
+def _one_block(root, dim: int = 8):
+    from memlib.compose import session_store as ss
+    from memlib.compose.sessions import SessionOutput
+
     store = ss.SessionStore(root, "k", dim=dim)
     index = pa.table({"session_key": ["s1"], "tenant_id": ["x"], "turns": pa.array([2], pa.int32())})
-    store.write_block("b1", SessionOutput({}), tv.table(["s1", "s1"], ["x", "x"], dim), index)
+    store.write_block("b1", SessionOutput({}), _turn_vectors(["s1", "s1"], dim), index)
     return store.root / "blocks" / "b1" / "turn_vectors.arrow"
 
 
@@ -237,3 +242,53 @@ def test_a_build_gives_blocks_kept_before_mtimes_their_mtime_once_their_bytes_ar
     build = ss.SessionStore(tmp_path, "k", dim=8, trust_unchanged=True)
     build.index()
     assert "b1" in build.verify() and build.record_mtimes(["b1"]) == 0
+
+
+def test_rows_in_session_order_move_only_the_rows_out_of_place():
+    """A nightly's kept blocks come in session order but for a new session inside a kept block's
+    range: the rows come out grouped by session in the tenant's order, within a session as read,
+    as a full sort gives them."""
+    import numpy as np
+
+    from memlib.compose.reference import _in_session_order
+
+    order = pa.array([f"s{i}" for i in range(6)], pa.string())
+    for keys in (["s0", "s1", "s3", "s3", "s4", "s2", "s5"], ["s5", "s0", "s1"], ["s0", "s2", "s1", "s1", "s3"],
+                 ["s0", "s1", "s2"], ["s9", "s1", "s0"]):
+        t = pa.table({"session_key": keys, "row": list(range(len(keys)))})
+        rank = [order.to_pylist().index(k) if k in order.to_pylist() else len(order) for k in keys]
+        want = [t.column("row").to_pylist()[i] for i in np.argsort(rank, kind="stable")]
+        assert _in_session_order(t, order).column("row").to_pylist() == want
+
+
+def test_a_block_kept_with_parquet_session_tables_is_read_and_rewritten_as_it_is(tmp_path):
+    """Blocks are written with Arrow IPC session tables (mapped when read); a block an earlier
+    version kept with Parquet ones gives the same rows, is checked against its checksums, and a
+    rewrite (hard deletion) keeps its format."""
+    import pyarrow.parquet as pq
+
+    from memlib.compose import session_store as ss
+    from memlib.compose.sessions import SESSION_TABLES, SessionOutput
+
+    _one_block(tmp_path)  # session s1 of tenant x
+    store = ss.SessionStore(tmp_path, "k", dim=8)
+    bdir = store.root / "blocks" / "b1"
+    assert all((bdir / f"{n}.arrow").exists() and not (bdir / f"{n}.parquet").exists() for n in SESSION_TABLES)
+    nodes = pa.table({"session_key": ["s1", "s2"], "node_id": ["n1", "n2"], "tenant_id": ["x", "x"],
+                      "kind": ["turn", "turn"], "text": ["a", "b"]})
+    out = SessionOutput({"nodes": ss.schema.conform(nodes, ss.keyed_schema("nodes"), name="nodes")})
+    index = pa.table({"session_key": ["s1", "s2"], "tenant_id": ["x", "x"], "turns": pa.array([1, 1], pa.int32())})
+    store.write_block("b2", out, _turn_vectors(["s1", "s2"]), index)
+    b2 = store.root / "blocks" / "b2"
+    want = store.read(["s1", "s2"], ["b2"])[0].table("nodes")
+    for n in SESSION_TABLES:  # as an earlier version kept it
+        pq.write_table(ss._read_table(b2 / f"{n}.arrow"), b2 / f"{n}.parquet")
+        (b2 / f"{n}.arrow").unlink()
+    store._commit("b2", ss.schema.conform(index, ss.INDEX, name="session_index"))
+    old = ss.SessionStore(tmp_path, "k", dim=8)
+    assert old.verify() == {}
+    assert old.read(["s1", "s2"], ["b2"])[0].table("nodes").equals(want)
+    old._rewrite("b2", {"s2"})
+    assert (b2 / "nodes.parquet").exists() and not (b2 / "nodes.arrow").exists()
+    old.refresh()
+    assert old.read(["s2"], ["b2"])[0].table("nodes").column("node_id").to_pylist() == ["n2"]

@@ -102,7 +102,7 @@ def test_a_nightly_drops_damaged_kept_blocks_and_lance_rows_and_publishes_what_a
     ks = kept(store)
     blocks = sorted(set(ks.index().column("block").to_pylist()))
     for i, block in enumerate(blocks):  # every block: whichever sessions the run reuses are damaged
-        damage(ks.root / "blocks" / block / ("turn_vectors.arrow", "nodes.parquet", "token_int8t.arrow")[i % 3],
+        damage(ks.root / "blocks" / block / ("turn_vectors.arrow", "nodes.arrow", "token_int8t.arrow")[i % 3],
                ("flip", "truncate")[i % 2])
     node, vec = vector_bytes(store, "fact", "maya")
     damage_lance(store, "fact", "flip")

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from memlib import schema
 from memlib.compose.steps import blend_own
@@ -52,9 +51,11 @@ def test_blend_sums_pooled_and_own_vectors_and_encodes_only_what_no_session_kept
 
 
 def test_the_sessions_keep_each_fact_drafts_own_vector_and_the_tenant_stage_encodes_none(built_store: Path):
+    from memlib.compose.block_files import _read_table
+
     manifest = json.loads((built_store / "manifest.json").read_text())
-    kept = [pq.read_table(p) for p in sorted((built_store / "cache").rglob("fact_vectors.parquet"))]
-    drafts = [pq.read_table(p) for p in sorted((built_store / "cache").rglob("fact_drafts.parquet"))]
+    kept = [_read_table(p) for p in sorted((built_store / "cache").rglob("fact_vectors.arrow"))]
+    drafts = [_read_table(p) for p in sorted((built_store / "cache").rglob("fact_drafts.arrow"))]
     kept, drafts = pa.concat_tables(kept), pa.concat_tables(drafts)
     assert kept.num_rows == drafts.num_rows > 0
     assert sorted(kept.column("node_id").to_pylist()) == sorted(drafts.column("node_id").to_pylist())
