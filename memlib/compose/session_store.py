@@ -318,26 +318,32 @@ class SessionStore(BlockChecks):
 
     # ---- upgrading -------------------------------------------------------------------------------
     def upgrade(self) -> dict[str, int]:
-        """Give every kept block written by an older version its transposed sessions (from its
-        turns' int8 rows, or the kernel's quantization of their float16 vectors when it kept none:
-        what the embed pass computes), and drop its per-turn int8 rows: the layout a build writes
-        now. Only blocks without transposed sessions are rewritten (blocks kept before checksums get
-        them); a block that cannot be read is left as it is (readers fall back as before). Each
-        block's index file is rewritten last, so readers map the new files."""
+        """Give every kept block written by an older version the layout a build writes now: its
+        session tables as Arrow IPC files (from its checked Parquet ones), and its transposed
+        sessions (from its turns' int8 rows, or the kernel's quantization of their float16 vectors
+        when it kept none: what the embed pass computes) without per-turn int8 rows. Blocks kept
+        before checksums get them; a block that cannot be read, or is damaged, is left as it is
+        (readers fall back as before; a build drops a damaged one). Each block's index file is
+        rewritten last, so readers map the new files."""
         done = skipped = 0
         for b in sorted(set(self.index().column("block").to_pylist())):
             bdir = self.root / "blocks" / b
             try:
+                changed = False
+                for name in SESSION_TABLES:
+                    if _table_path(bdir, name).suffix == ".parquet":
+                        _write(_read_table(self._checked(bdir, f"{name}.parquet")), bdir / f"{name}.arrow")
+                        (bdir / f"{name}.parquet").unlink()
+                        changed = True
                 vectors = _read_vectors(_vectors_path(bdir))
-                if _read_int8t(bdir) is not None or vectors.column("token_ids").null_count:
-                    if not self._read.get(b, (None, None, {}))[2]:  # kept before checksums: given them
-                        self._commit(b, pq.read_table(self.root / "index" / f"{b}.parquet"))
-                    continue  # upgraded already, or no token vectors to quantize
-                _write(_write_int8t(_with_int8_rows(vectors), bdir), _vectors_path(bdir))
-                # a new signature (cached maps of the block are dropped) naming the new checksums
-                self._commit(b, pq.read_table(self.root / "index" / f"{b}.parquet").replace_schema_metadata(None))
-                done += 1
-            except (OSError, pa.ArrowException, ValueError) as exc:
+                if _read_int8t(bdir) is None and not vectors.column("token_ids").null_count:
+                    _write(_write_int8t(_with_int8_rows(vectors), bdir), _vectors_path(bdir))
+                    changed = True
+                if changed or not self._read.get(b, (None, None, {}))[2]:
+                    # a new signature (cached maps of the block are dropped) naming the new checksums
+                    self._commit(b, pq.read_table(self.root / "index" / f"{b}.parquet").replace_schema_metadata(None))
+                    done += changed
+            except (OSError, pa.ArrowException, ValueError, DamagedFileError) as exc:
                 log.warning("kept block %s not upgraded (%s)", b, str(exc)[:160])
                 skipped += 1
         self._index = None

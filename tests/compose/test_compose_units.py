@@ -292,3 +292,7 @@ def test_a_block_kept_with_parquet_session_tables_is_read_and_rewritten_as_it_is
     assert (b2 / "nodes.parquet").exists() and not (b2 / "nodes.arrow").exists()
     old.refresh()
     assert old.read(["s2"], ["b2"])[0].table("nodes").column("node_id").to_pylist() == ["n2"]
+    assert old.upgrade()["session_blocks_upgraded"] == 1  # memlib build --compact: the layout a build writes
+    assert all((b2 / f"{n}.arrow").exists() and not (b2 / f"{n}.parquet").exists() for n in SESSION_TABLES)
+    now = ss.SessionStore(tmp_path, "k", dim=8)
+    assert now.verify() == {} and now.read(["s2"], ["b2"])[0].table("nodes").column("node_id").to_pylist() == ["n2"]
