@@ -50,27 +50,44 @@ def row_columns(table: pa.Table) -> list[str]:
 
 
 def _comparable(table: pa.Table, columns: list[str]):
-    """``table``'s ``columns`` in a form polars joins on: lists as strings, the vector as its bytes."""
-    cols = {}
-    for name in columns:
-        col = table.column(name).combine_chunks()
-        if name == "embedding" and col.null_count == 0:
-            dim = col.type.list_size
-            flat = np.ascontiguousarray(col.flatten().to_numpy(zero_copy_only=False), dtype=np.float32)
-            col = pa.FixedSizeBinaryArray.from_buffers(pa.binary(dim * 4), len(col),
-                                                       [None, pa.py_buffer(flat.tobytes())]).cast(pa.binary())
-        elif name == "embedding":
-            col = pa.array([None if v is None else np.asarray(v, np.float32).tobytes() for v in col.to_pylist()])
-        cols[name] = col
+    """``table``'s ``columns`` in a form polars joins on (lists as strings)."""
     import polars as pl
 
-    frame = pl.from_arrow(pa.table(cols))
+    frame = pl.from_arrow(table.select(columns))
     lists = [n for n in columns if isinstance(frame.schema[n], pl.List)]
     # a list as one string, each item prefixed by its length (no separator is ambiguous) and the
     # whole by "[" (an empty list is not a null one)
     return frame.with_columns(
         (pl.lit("[") + pl.col(n).list.eval(pl.element().str.len_bytes().cast(pl.String) + ":" + pl.element())
          .list.join("")).alias(n) for n in lists)
+
+
+def _vector_bits(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(valid mask, the vectors' float32 bits as uint32 rows) of a vector column (a row of another
+    length than the others counts as not valid: it equals no vector of the other side)."""
+    col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    valid = col.is_valid().to_numpy(zero_copy_only=False)
+    if pa.types.is_fixed_size_list(col.type):
+        dim = col.type.list_size
+        flat = col.values.slice(col.offset * dim, len(col) * dim).to_numpy(zero_copy_only=False)
+        return valid, np.ascontiguousarray(flat, dtype=np.float32).view(np.uint32).reshape(len(col), dim)
+    rows = [np.asarray(v if v is not None else [], np.float32).view(np.uint32) for v in col.to_pylist()]
+    width = max((r.size for r in rows), default=0)
+    fits = np.array([r.size == width for r in rows], dtype=bool)
+    bits = np.stack([r if r.size == width else np.zeros(width, np.uint32) for r in rows]) if rows else np.zeros((0, 0))
+    return valid & fits if rows else valid, bits
+
+
+def _same_vectors(new: pa.ChunkedArray, rows: np.ndarray, old: pa.ChunkedArray, prev: np.ndarray) -> np.ndarray:
+    """Per pair (``new[rows[i]]``, ``old[prev[i]]``): the same vector to the bit, or both null."""
+    nv, nb = _vector_bits(new)
+    ov, ob = _vector_bits(old)
+    if nb.shape[1:] != ob.shape[1:]:
+        return ~nv[rows] & ~ov[prev]
+    both = nv[rows] & ov[prev]
+    same = ~nv[rows] & ~ov[prev]
+    same[both] = (nb[rows[both]] == ob[prev[both]]).all(axis=1)
+    return same
 
 
 def lance_delta(new: pa.Table, old: pa.Table | None) -> LanceDelta:
@@ -82,10 +99,14 @@ def lance_delta(new: pa.Table, old: pa.Table | None) -> LanceDelta:
     columns = row_columns(new)
     if set(columns) - set(old.column_names):
         return LanceDelta(rows, None)
-    now, before = _comparable(new, columns), _comparable(old, columns)
-    same = now.with_row_index("_row").join(before, on=columns, how="semi", nulls_equal=True)
+    keys = [c for c in columns if c != "embedding"]  # vectors compared apart, as bits (no bytes copied)
+    now, before = _comparable(new, keys).with_row_index("_row"), _comparable(old, keys).with_row_index("_prev")
+    pairs = now.join(before, on=keys, how="inner", nulls_equal=True)
+    at, prev = pairs["_row"].to_numpy().astype(np.int64), pairs["_prev"].to_numpy().astype(np.int64)
+    if "embedding" in columns:
+        at = at[_same_vectors(new.column("embedding"), at, old.column("embedding"), prev)]
     unchanged = np.zeros(new.num_rows, dtype=bool)
-    unchanged[same["_row"].to_numpy()] = True
+    unchanged[at] = True
     new_ids = set(new.column("node_id").to_pylist())
     kept_ids = set(pc.filter(new.column("node_id"), pa.array(unchanged)).to_pylist())
     delete = [n for n in old.column("node_id").to_pylist() if n not in kept_ids]

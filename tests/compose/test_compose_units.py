@@ -296,3 +296,26 @@ def test_a_block_kept_with_parquet_session_tables_is_read_and_rewritten_as_it_is
     assert all((b2 / f"{n}.arrow").exists() and not (b2 / f"{n}.parquet").exists() for n in SESSION_TABLES)
     now = ss.SessionStore(tmp_path, "k", dim=8)
     assert now.verify() == {} and now.read(["s2"], ["b2"])[0].table("nodes").column("node_id").to_pylist() == ["n2"]
+
+
+def test_rows_added_in_order_give_what_add_at_gives_to_the_bit():
+    """Pooling adds each node's provenance rows with one vectorized step per rank: the sums are
+    np.add.at's to the bit (negative zeros and long provenance lists included)."""
+    import numpy as np
+
+    from memlib.compose.vectors import add_in_order
+
+    rng = np.random.default_rng(1)
+    for _ in range(40):
+        n = int(rng.integers(1, 40))
+        node = np.repeat(np.arange(n), rng.integers(0, 7, n))
+        if node.size:
+            node[-1] = n - 1
+            node = np.sort(np.r_[node, np.full(30, n - 1)])  # one node with a long list
+        src = rng.integers(0, 20, node.size)
+        rows = rng.normal(size=(20, 5)).astype(np.float32)
+        rows[0] = -0.0
+        want, got = np.zeros((n, 5), np.float32), np.zeros((n, 5), np.float32)
+        np.add.at(want, node, rows[src])
+        add_in_order(got, node, src, rows)
+        assert np.array_equal(want.view(np.uint32), got.view(np.uint32))

@@ -78,3 +78,18 @@ def test_importance_comes_from_its_table_else_from_the_row():
     assert with_importance(nodes, imp).column("importance").to_pylist() == [0.5, 0.25, 0.75]
     cleared = lance_rows(nodes)
     assert with_importance(cleared, imp).column("importance").to_pylist() == [0.5, None, 0.75]
+
+
+def test_a_null_vector_equals_only_a_null_one_and_a_sliced_column_is_read_at_its_offset():
+    old = _nodes(12)
+    emb = old.column("embedding").combine_chunks()
+    with_null = pa.FixedSizeListArray.from_arrays(emb.values, emb.type.list_size,
+                                                  mask=pa.array([i in (2, 3) for i in range(12)]))
+    at = old.column_names.index("embedding")
+    old = old.set_column(at, old.schema.field("embedding"), with_null)
+    new = old.set_column(at, old.schema.field("embedding"), emb)  # rows 2 and 3 get vectors
+    new = pa.concat_tables([new.slice(0, 5), new.slice(5)])  # chunks with offsets
+    d = lance_delta(new, old.drop_columns(["importance"]))
+    assert sorted(d.delete) == ["n2", "n3"]
+    same = lance_delta(old.slice(1), old.drop_columns(["importance"]))
+    assert same.delete == ["n0"] and same.rows.num_rows == 0
