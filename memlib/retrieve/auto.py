@@ -22,6 +22,10 @@ Score of a turn (the z terms standardized over the tenant's turns):
   LongMemEval's user/assistant) or nobody is named; in a tenant holding many people's
   conversations it keeps "When did Melanie run a charity race?" on Melanie's sessions
   (docs/decisions/0016-auto-parameters.md);
+* named speaker (``speaker_term``): the turns the person the query names speaks themselves gain
+  ``participant_weight`` too (a turn's text does not hold its speaker's name; LoCoMo's evidence is
+  the named person's own turns), and (``speaker_gate``) the memory votes below go to those turns
+  only (docs/decisions/0037-named-speaker-turns.md);
 * session lead: the best-scored turn of each session is lifted (applied last), so the top
   ranks cover more sessions;
 * first stage: on a tenant of more than ``first_stage_turns`` turns only candidates are
