@@ -216,6 +216,10 @@ class Auto(StrategyBase):
             score = score - float(p["assistant_penalty"]) * frame.assistant
         if named is not None:
             score = score + float(p["participant_weight"]) * named
+        if speaks is not None and speaks.size and not speaks[int(np.argmax(score))]:
+            # the best-matching turn is another person's: the question is about what that person did
+            # (a question naming the wrong person), no term and no gate (decision 0037)
+            speaks = np.zeros(speaks.size, dtype=bool)
         if speaks is not None and p["speaker_term"]:
             score = score + float(p["participant_weight"]) * speaks
         graph = None
