@@ -177,3 +177,19 @@ def test_the_named_speakers_turns_get_the_term_and_the_memory_votes(cache):
     assert not frame.named_speakers(asked).any()
     assert ([r.node_id for r in run_search(index, _auto(), asked, 10).nodes]
             == [r.node_id for r in run_search(index, _auto(speaker_term=False, speaker_gate=False), asked, 10).nodes])
+
+
+def test_a_question_naming_the_wrong_person_keeps_its_ranking(cache):
+    """Tomas fixed the wheels, the question says Lena: the best-matching turn is Tomas's, so
+    Lena's turns get neither the term nor the gate (LoCoMo's adversarial questions, decision 0037)."""
+    index = cache.get("tomas-lena")
+    query = "How many wheels did Lena fix on Saturday?"
+    off = dict(speaker_term=False, speaker_gate=False)
+    # the turn score alone (memory and session lead off): its best turn is Tomas's
+    plain = run_search(index, _auto(memory_weight=0.0, time_weight=0.0, session_lead=0.0, **off), query, 5)
+    assert turn_frame(index).named_speakers(query).any()
+    assert index.turns[plain.turns[0].node_id].speaker == "Tomas"
+    assert "Lena" in {index.turns[t.node_id].speaker for t in plain.turns[1:]}
+    fused = run_search(index, _auto(), query, 20)
+    assert not any(n.signals["named_speaker"] for n in fused.nodes)
+    assert [n.node_id for n in fused.nodes] == [n.node_id for n in run_search(index, _auto(**off), query, 20).nodes]
