@@ -25,7 +25,8 @@ Score of a turn (the z terms standardized over the tenant's turns):
 * named speaker (``speaker_term``): the turns the person the query names speaks themselves gain
   ``participant_weight`` too (a turn's text does not hold its speaker's name; LoCoMo's evidence is
   the named person's own turns), and (``speaker_gate``) the memory votes below go to those turns
-  only (docs/decisions/0037-named-speaker-turns.md);
+  only; both only when that person speaks the best-matching turn (a question naming the wrong
+  person keeps its ranking, docs/decisions/0037-named-speaker-turns.md);
 * session lead: the best-scored turn of each session is lifted (applied last), so the top
   ranks cover more sessions;
 * first stage: on a tenant of more than ``first_stage_turns`` turns only candidates are
