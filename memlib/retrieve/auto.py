@@ -22,6 +22,11 @@ Score of a turn (the z terms standardized over the tenant's turns):
   LongMemEval's user/assistant) or nobody is named; in a tenant holding many people's
   conversations it keeps "When did Melanie run a charity race?" on Melanie's sessions
   (docs/decisions/0016-auto-parameters.md);
+* named speaker (``speaker_term``): the turns the person the query names speaks themselves gain
+  ``participant_weight`` too (a turn's text does not hold its speaker's name; LoCoMo's evidence is
+  the named person's own turns), and (``speaker_gate``) the memory votes below go to those turns
+  only; both only when that person speaks the best-matching turn (a question naming the wrong
+  person keeps its ranking, docs/decisions/0037-named-speaker-turns.md);
 * session lead: the best-scored turn of each session is lifted (applied last), so the top
   ranks cover more sessions;
 * first stage: on a tenant of more than ``first_stage_turns`` turns only candidates are
@@ -175,7 +180,8 @@ class Auto(StrategyBase):
                 "query_max_df": 1.0, "int8_maxsim": True, "first_stage_turns": 4000, "candidates": 64,
                 "assistant_candidates": 8, "expand": 32, "min_cos": 0.4, "stage_max_df": 0.2,
                 "exact_min_cos": 0.2,
-                "participant_weight": 1.0, "memory_weight": 1.5, "time_weight": 4.0, "rank_k": 20.0,
+                "participant_weight": 1.0, "speaker_term": True, "speaker_gate": True,
+                "memory_weight": 1.5, "time_weight": 4.0, "rank_k": 20.0,
                 "memory_signals": ["fact", "ppr", "time"], "ppr_kinds": ["fact", "event"], "ppr_seeds": 10,
                 "ppr_max_nodes": 20000, "question_time": None}
 
@@ -196,9 +202,13 @@ class Auto(StrategyBase):
             return []
         pool, ms, q_vecs = scored_turns(tenant, frame, query, p, self.model_cache)
         named = frame.named_participants(query) if float(p["participant_weight"]) > 0 else None
+        # the turns the person the question names speaks (decision 0037): a term, and the memory
+        # votes' gate
+        speaks = frame.named_speakers(query) if p["speaker_term"] or p["speaker_gate"] else None
         whole = frame
         if pool is not None:
             frame, named = frame.subset(pool), None if named is None else named[pool]
+            speaks = None if speaks is None else speaks[pool]
         z_ms = zscore(ms)
         prior = zscore(frame.session_prior(ms, int(p["session_top"])))
         adj = zscore(frame.adjacent(ms))
@@ -207,6 +217,12 @@ class Auto(StrategyBase):
             score = score - float(p["assistant_penalty"]) * frame.assistant
         if named is not None:
             score = score + float(p["participant_weight"]) * named
+        if speaks is not None and speaks.size and not speaks[int(np.argmax(score))]:
+            # the best-matching turn is another person's: the question is about what that person did
+            # (a question naming the wrong person), no term and no gate (decision 0037)
+            speaks = np.zeros(speaks.size, dtype=bool)
+        if speaks is not None and p["speaker_term"]:
+            score = score + float(p["participant_weight"]) * speaks
         graph = None
         if float(p["graph_weight"]) > 0:
             graph = graph_term(tenant, frame, ms, int(p["graph_seeds"]))
@@ -216,12 +232,14 @@ class Auto(StrategyBase):
         score = score + float(p["session_lead"]) * lead
         memory: dict[str, np.ndarray] = {}
         if float(p["memory_weight"]) > 0 or float(p["time_weight"]) > 0:
-            score, memory = fuse_memory(tenant, whole, pool, score, q_vecs, query, p)
+            score, memory = fuse_memory(tenant, whole, pool, score, q_vecs, query, p,
+                                        only=speaks if p["speaker_gate"] else None)
         top = np.argsort(-score, kind="stable")[:k]
         signals = {frame.ids[i]: {"maxsim": float(ms[i]), "z_maxsim": float(z_ms[i]), "session_prior": float(prior[i]),
                                   "adjacent": float(adj[i]), "assistant": bool(frame.assistant[i]),
                                   "session_lead": bool(lead[i]),
                                   **({"named_participant": bool(named[i])} if named is not None else {}),
+                                  **({"named_speaker": bool(speaks[i])} if speaks is not None else {}),
                                   **({"graph": float(graph[i])} if graph is not None else {}),
                                   **{name: float(v[i]) for name, v in memory.items()}}
                    for i in top}

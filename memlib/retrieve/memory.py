@@ -167,7 +167,7 @@ def rrf(score: np.ndarray, k: float, only_positive: bool = False) -> np.ndarray:
 
 
 def fuse_memory(index, frame, pool: np.ndarray | None, score: np.ndarray, q_vecs: np.ndarray, query: str,
-                p: dict[str, Any]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+                p: dict[str, Any], only: np.ndarray | None = None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """``auto``'s turn ``score`` (standard deviations, over the scored turns: ``pool`` positions of
     ``frame``, or all) plus a reciprocal-rank bonus per memory signal of ``p["memory_signals"]``:
     score + Σ_signal w_signal · k / (k + rank of the turn by the signal), over the turns the
@@ -179,6 +179,9 @@ def fuse_memory(index, frame, pool: np.ndarray | None, score: np.ndarray, q_vecs
     :data:`VOTE_KINDS` (its best-matching node citing the turn, ``<kind>_vote``) and ``ppr``
     (:func:`ppr_term`); weight ``time_weight``: ``time`` (the turns in the question's time
     windows, ranked by their score).
+    ``only`` (per scored turn, optional): when some but not all turns are marked, the memory votes
+    (kinds and ``ppr``, not ``time``) go to the marked turns only, ranked among them: ``auto``
+    marks the turns the person the question names speaks (docs/decisions/0037-named-speaker-turns.md).
     Returns (fused score, the signals computed, by name)."""
     raw = p["memory_signals"]
     wanted = [x.strip() for x in raw.split("+")] if isinstance(raw, str) else list(raw)  # "fact+ppr" in a tune grid
@@ -188,12 +191,15 @@ def fuse_memory(index, frame, pool: np.ndarray | None, score: np.ndarray, q_vecs
     k, w, w_time = float(p["rank_k"]), float(p["memory_weight"]), float(p["time_weight"])
     fused = np.array(score, dtype=np.float64)
     out: dict[str, np.ndarray] = {}
+    gate = only if only is not None and only.any() and not only.all() else None
 
     def add(name: str, value: np.ndarray | None) -> None:
         nonlocal fused
         if value is None:
             return
         value = value if pool is None else value[pool]
+        if gate is not None:
+            value = np.where(gate, value, 0.0)
         out[name] = value
         fused = fused + w * k * rrf(value, k, only_positive=True)
 

@@ -122,6 +122,23 @@ class TurnFrame:
         named[np.concatenate(hits)] = True
         return named[self.session]
 
+    def named_speakers(self, query: str) -> np.ndarray:
+        """Per turn: whether its own speaker is named in ``query`` (a query word equal to the first
+        word of the speaker's name, case-insensitive). All false when the query names nobody who
+        speaks in the tenant (docs/decisions/0037-named-speaker-turns.md)."""
+        names, codes = self.speaker_codes
+        words = set(_WORD.findall(query.lower()))
+        hit = np.asarray([bool(n) and n in words for n in names.tolist()], dtype=bool)
+        return hit[codes] if hit.any() else np.zeros(codes.size, dtype=bool)
+
+    @cached_property
+    def speaker_codes(self) -> tuple[np.ndarray, np.ndarray]:
+        """(the distinct speaker names, each turn's index into them)."""
+        if self.speaker.size == 0:
+            return np.zeros(0, dtype=object), np.zeros(0, dtype=np.int64)
+        names, codes = np.unique(self.speaker.astype(str), return_inverse=True)
+        return names.astype(object), codes.astype(np.int64)
+
     @cached_property
     def by_role(self) -> tuple[np.ndarray, np.ndarray]:
         """(positions of turns that are not an assistant's, positions of assistant turns)."""

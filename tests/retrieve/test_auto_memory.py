@@ -52,7 +52,9 @@ def test_a_matching_fact_votes_for_its_turn(cache):
     query = "Where will Lena work from August 2024?"
     plain = run_search(index, _turns_only(), query, 40)
     k, w = 10, 1.0
-    fused = run_search(index, _auto(memory_weight=w, time_weight=0.0, rank_k=k, memory_signals=["fact"]), query, 40)
+    # the votes of every turn (the named speaker's gate off: tested below)
+    fused = run_search(index, _auto(memory_weight=w, time_weight=0.0, rank_k=k, memory_signals=["fact"],
+                                    speaker_gate=False), query, 40)
     evidence = [index.turn_by_source[e] for e in _evidence("tomas-lena:q6")]
     turn = max(evidence, key=lambda t: _rank(plain, t))  # the one its own words rank worst
     assert _rank(fused, turn) < _rank(plain, turn)
@@ -137,3 +139,57 @@ def test_rrf_ranks_and_positive_only():
     assert memory.ranks(score).tolist() == [3.0, 1.0, 4.0, 2.0]
     term = memory.rrf(score, 10, only_positive=True)
     assert term[2] == 0.0 and term[1] == pytest.approx(1 / 11) and term[3] == pytest.approx(1 / 12)
+
+
+def test_the_named_speakers_turns_get_the_term_and_the_memory_votes(cache):
+    """A question naming a person who speaks in the tenant: that person's turns gain
+    ``participant_weight`` standard deviations, and the memory votes go to them only
+    (docs/decisions/0037-named-speaker-turns.md)."""
+    index = cache.get("tomas-lena")
+    frame = turn_frame(index)
+    query = "Where will Lena work from August 2024?"
+    speaks = frame.named_speakers(query)
+    assert speaks.any() and not speaks.all()
+    assert set(frame.speaker[speaks]) == {"lena"}
+    n = len(frame.ids)
+    # the term: with the memory and the session lead off, exactly participant_weight on Lena's turns
+    common = dict(memory_weight=0.0, time_weight=0.0, session_lead=0.0, speaker_gate=False)
+    on = {r.node_id: r for r in run_search(index, _auto(**common, participant_weight=0.75), query, n).nodes}
+    off = {r.node_id: r.score for r in run_search(index, _auto(**common, speaker_term=False,
+                                                                participant_weight=0.75), query, n).nodes}
+    assert set(on) == set(off) == set(frame.ids)
+    for t, node in on.items():
+        assert node.signals["named_speaker"] == bool(speaks[frame.pos[t]])
+        assert node.score - off[t] == pytest.approx(0.75 if speaks[frame.pos[t]] else 0.0, abs=1e-9)
+    # the gate: fact votes and PPR only on Lena's turns, ranked among them; without the gate some
+    # of Tomas's turns have votes
+    params = dict(memory_weight=1.0, time_weight=0.0, rank_k=10, memory_signals=["fact", "ppr"])
+    gated = run_search(index, _auto(**params), query, n).nodes
+    open_ = run_search(index, _auto(**params, speaker_gate=False), query, n).nodes
+    tomas = [r for r in open_ if not r.signals["named_speaker"]]
+    assert any(r.signals["fact_vote"] > 0 or r.signals["ppr"] > 0 for r in tomas)
+    for r in gated:
+        if not r.signals["named_speaker"]:
+            assert r.signals["fact_vote"] == 0.0 and r.signals["ppr"] == 0.0
+    assert any(r.signals["fact_vote"] > 0 for r in gated)
+    # a question naming nobody who speaks: no term, no gate (the same ranking either way)
+    asked = "Which shop sold bikes on opening day?"
+    assert not frame.named_speakers(asked).any()
+    assert ([r.node_id for r in run_search(index, _auto(), asked, 10).nodes]
+            == [r.node_id for r in run_search(index, _auto(speaker_term=False, speaker_gate=False), asked, 10).nodes])
+
+
+def test_a_question_naming_the_wrong_person_keeps_its_ranking(cache):
+    """Tomas fixed the wheels, the question says Lena: the best-matching turn is Tomas's, so
+    Lena's turns get neither the term nor the gate (LoCoMo's adversarial questions, decision 0037)."""
+    index = cache.get("tomas-lena")
+    query = "How many wheels did Lena fix on Saturday?"
+    off = dict(speaker_term=False, speaker_gate=False)
+    # the turn score alone (memory and session lead off): its best turn is Tomas's
+    plain = run_search(index, _auto(memory_weight=0.0, time_weight=0.0, session_lead=0.0, **off), query, 5)
+    assert turn_frame(index).named_speakers(query).any()
+    assert index.turns[plain.turns[0].node_id].speaker == "Tomas"
+    assert "Lena" in {index.turns[t.node_id].speaker for t in plain.turns[1:]}
+    fused = run_search(index, _auto(), query, 20)
+    assert not any(n.signals["named_speaker"] for n in fused.nodes)
+    assert [n.node_id for n in fused.nodes] == [n.node_id for n in run_search(index, _auto(**off), query, 20).nodes]

@@ -182,6 +182,20 @@ def test_named_participants_marks_the_sessions_of_a_named_speaker():
     assert not frame.named_participants("when did I buy the car?").any()
 
 
+def test_named_speakers_marks_the_turns_a_named_person_speaks():
+    frame = _frame([0, 0, 1, 1, 2, 2])
+    frame.speaker = np.array(["caroline", "melanie", "user", "assistant", "melanie", ""], dtype=object)
+    assert frame.named_speakers("What did Melanie's kids paint?").tolist() == [False, True, False, False, True, False]
+    assert frame.named_speakers("did CAROLINE and melanie meet").tolist() == [True, True, False, False, True, False]
+    # nobody named (a speakerless turn never matches)
+    assert not frame.named_speakers("when did I buy the car?").any()
+    # a subset keeps each turn's speaker
+    sub = _frame([0, 0, 1, 1, 2, 2])
+    sub.ids, sub.speaker = list("abcdef"), frame.speaker
+    sub.times, sub.assistant = np.zeros(6), np.zeros(6, dtype=bool)
+    assert sub.subset(np.array([1, 4, 5])).named_speakers("Melanie?").tolist() == [True, True, False]
+
+
 @pytest.mark.ray
 def test_a_tenant_scored_by_candidates_does_not_prepack_the_whole_int8_product(sample_store):
     from memlib.retrieve.tenant_cache import TenantCache
