@@ -427,7 +427,7 @@ def test_upgrading_blocks_kept_by_older_versions_gives_what_a_build_writes(sampl
             else:
                 at = old.schema.get_field_index("token_scales")
                 old = old.set_column(at, old.schema.field(at), pa.nulls(old.num_rows, pa.binary()))
-            session_store.replace_arrow(old, path)
+            session_store._write(old, path)
             kept_tokens.int8t_path(b).unlink()
         kept = session_store.SessionStore(root, src.name)
         assert kept.upgrade() == {"session_blocks_upgraded": len(now), "session_blocks_not_upgraded": 0}
