@@ -41,7 +41,7 @@ from memlib.io.readers import input_sources
 from memlib.io.remote import staged_input
 from memlib.io.store import StoreError, read_manifest
 from pipelines.context import BuildContext
-from pipelines.inline import inline_fits
+from pipelines.inline import inline_fits, prewarm
 
 
 def run_config(cfg: MemlibConfig, base: dict[str, Any] | None, out: str, progress: Progress) -> MemlibConfig:
@@ -92,8 +92,10 @@ def plan_and_shard(run: Run, options: BuildOptions) -> Sharded:
                              f"({', '.join(plan.carry[:5])}) would keep the old model's vectors, and a store cannot "
                              f"mix the vectors of two models. To switch, rebuild the store whole (`memlib build` "
                              f"without --incremental)")
-        if inline:  # sharded first: its pending turns decide
-            sharded = shard_and_prepare(run, sources, read.failed)
+        if inline:  # sharded first: its pending turns decide (what the operators load, meanwhile)
+            with ThreadPoolExecutor(1, thread_name_prefix="memlib-warm") as warm:
+                warm.submit(prewarm, run.ctx)
+                sharded = shard_and_prepare(run, sources, read.failed)
             work = sharded.sessions.pending_turns if sharded.sessions else 0
             if inline_fits(run.ctx, len(sharded.to_build), work):
                 run.inline = True
