@@ -169,6 +169,9 @@ def run_build(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: str | Pa
     sessions before its tenant-level stages."""
     opts = BuildOptions(**options)
     get_recipe(opts.recipe)
+    # workers of a Ray started earlier in this process keep the directory it started in: a
+    # relative path means the driver's directory now, so it is made absolute here
+    input_path, out = _absolute(input_path), _absolute(out)
     pl.thread_pool_size()  # polars sizes its pool now: Ray's start sets POLARS_MAX_THREADS=1 for a moment
     run = start_run(cfg, (input_path, str(fmt)), out, full, opts)
     sharded = plan_and_shard(run, opts)
@@ -179,6 +182,13 @@ def run_build(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: str | Pa
         opts.progress("unchanged", {"version": run.base["version"], "store": run.out})
         return run.base
     return publish(run, tenants_phase(run, sharded))
+
+
+def _absolute(path: str | Path) -> str | Path:
+    """``path`` made absolute against the current directory (a URI is left as it is)."""
+    if "://" in str(path):
+        return path
+    return Path(path).absolute() if isinstance(path, Path) else str(Path(path).absolute())
 
 
 def run_incremental(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: str | Path,

@@ -18,18 +18,18 @@ VECTORS = "turn_vectors"
 _RAW = frozenset({"token_vectors"})
 
 
-def _write(table: pa.Table, path: Path) -> None:
+def write_file(table: pa.Table, path: Path) -> None:
     if path.suffix == ".arrow":
         replace_arrow(table, path)
     else:
         replace_parquet(table, path, {c: "none" if c in _RAW else "zstd" for c in table.column_names})
 
 
-def _vectors_path(bdir: Path) -> Path:
+def vectors_path(bdir: Path) -> Path:
     return bdir / f"{VECTORS}.arrow"
 
 
-def _table_path(bdir: Path, name: str) -> Path:
+def table_path(bdir: Path, name: str) -> Path:
     """A block's session table ``name``: an uncompressed Arrow IPC file, mapped when read (a nightly
     reads every kept session of a tenant it builds: decoding them from Parquet was 2.5 s of a
     2,500-session tenant's, docs/decisions/0038-kept-blocks-by-mtime.md); Parquet in a block kept
@@ -38,13 +38,13 @@ def _table_path(bdir: Path, name: str) -> Path:
     return arrow if arrow.exists() else bdir / f"{name}.parquet"
 
 
-def _read_table(path: Path) -> pa.Table:
+def read_table(path: Path) -> pa.Table:
     if path.suffix == ".arrow":
         return pa.ipc.open_file(pa.memory_map(str(path))).read_all()
     return pq.read_table(path)
 
 
-def _with_int8_rows(vectors: pa.Table) -> pa.Table:
+def with_int8_rows(vectors: pa.Table) -> pa.Table:
     """``vectors`` with each turn's int8 rows and scales (the kernel's quantization of its float16
     vectors, row by row: what the embed pass computes) when it lacks them."""
     if "token_int8" in vectors.column_names and vectors.column("token_int8").null_count == 0:
@@ -54,6 +54,6 @@ def _with_int8_rows(vectors: pa.Table) -> pa.Table:
                                                  vectors.schema.field("vector").type.list_size)
 
 
-def _read_vectors(path: Path) -> pa.Table:
+def read_vectors(path: Path) -> pa.Table:
     """A block's turn vectors, memory-mapped (no copy: the table's buffers are the file's pages)."""
     return pa.ipc.open_file(pa.memory_map(str(path))).read_all()

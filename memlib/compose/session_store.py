@@ -38,15 +38,13 @@ import pyarrow.parquet as pq
 
 from memlib import schema
 from memlib.compose.block_checks import BlockChecks, DamagedFileError  # noqa: F401 - DamagedFileError re-exported
-from memlib.compose.block_files import (  # noqa: F401 - _read_vectors and _with_int8_rows: also the tests'
-    VECTORS,
-    _read_table,
-    _read_vectors,
-    _table_path,
-    _vectors_path,
-    _with_int8_rows,
-    _write,
-)
+from memlib.compose.block_files import VECTORS
+from memlib.compose.block_files import read_table as _read_table
+from memlib.compose.block_files import read_vectors as _read_vectors  # noqa: F401 - also the tests'
+from memlib.compose.block_files import table_path as _table_path
+from memlib.compose.block_files import vectors_path as _vectors_path
+from memlib.compose.block_files import with_int8_rows as _with_int8_rows
+from memlib.compose.block_files import write_file as _write
 from memlib.compose.kept_tokens import INT8T_FILE
 from memlib.compose.kept_tokens import read_int8t as _read_int8t
 from memlib.compose.kept_tokens import write_int8t as _write_int8t

@@ -57,3 +57,19 @@ def test_a_stopped_local_ray_gives_back_the_environment():
             "print(during, (os.environ.get('RAY_AUTH_MODE'), 'RAY_AUTH_TOKEN' in os.environ))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180, check=True)
     assert out.stdout.strip().splitlines()[-1] == "('token', True) ('disabled', False)", out.stdout + out.stderr
+
+
+@pytest.mark.ray
+def test_relative_paths_are_the_callers_directory_when_ray_runs_already(ray_local, tmp_path, monkeypatch):
+    """Ray's workers keep the directory Ray was started in: a build given relative paths after the
+    caller changed directory reads and writes under the caller's directory (before, the workers
+    wrote the tenants' files under Ray's, and the driver published a version with no tenant)."""
+    import shutil
+
+    from jobs.api import build
+
+    shutil.copy(SAMPLE_PATH, tmp_path / "in.jsonl")
+    monkeypatch.chdir(tmp_path)
+    manifest = build("in.jsonl", "store/")
+    assert sorted(manifest["tenants"]) == ["elena", "maya", "raj", "tomas-lena"]
+    assert (tmp_path / "store" / "manifest.json").is_file()

@@ -51,7 +51,7 @@ def test_blend_sums_pooled_and_own_vectors_and_encodes_only_what_no_session_kept
 
 
 def test_the_sessions_keep_each_fact_drafts_own_vector_and_the_tenant_stage_encodes_none(built_store: Path):
-    from memlib.compose.block_files import _read_table
+    from memlib.compose.block_files import read_table as _read_table
 
     manifest = json.loads((built_store / "manifest.json").read_text())
     kept = [_read_table(p) for p in sorted((built_store / "cache").rglob("fact_vectors.arrow"))]
