@@ -85,8 +85,9 @@ def merged_edges(parts: list[pl.DataFrame]) -> pa.Table:
     if not parts:
         return schema.empty(schema.EDGES)
     df = pl.concat(parts, how="vertical_relaxed")
+    turns = pl.col("provenance").list.explode(keep_nulls=False, empty_as_null=False)
     merged = (df.group_by(EDGE_KEY, maintain_order=True)
-              .agg(pl.col("provenance").flatten().drop_nulls().unique().sort().alias("provenance"))
+              .agg(turns.drop_nulls().unique().sort().alias("provenance"))
               .with_columns(pl.lit(1.0, dtype=pl.Float32).alias("weight")))
     return schema.conform(merged.to_arrow(), schema.EDGES, name="edges")
 
