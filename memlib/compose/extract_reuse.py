@@ -17,6 +17,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memlib import schema
+from memlib.config import Backend
+from memlib.extract.base import Extraction
 from memlib.extract.prior import Prior, session_key
 
 if TYPE_CHECKING:
@@ -46,10 +48,10 @@ def prior_of(state: BuildState) -> Prior | None:
     if previous is None or state.changes is None or getattr(previous, "extracted", None) is None:
         return None
     rows = previous.extracted
-    is_turn = pc.equal(rows.column("kind"), schema.NodeKind.TURN.value)
-    nodes = state.all_nodes()
+    nodes = pa.concat_tables(state.nodes) if state.nodes else schema.empty(schema.NODES_NO_EMBEDDING)
+    nodes = nodes.select(_TURN_COLUMNS + ["kind"])
     now = pl.from_arrow(nodes.filter(pc.equal(nodes.column("kind"), schema.NodeKind.TURN.value)).select(_TURN_COLUMNS))
-    was = pl.from_arrow(rows.filter(is_turn).select(_TURN_COLUMNS))
+    was = pl.from_arrow(rows[schema.NodeKind.TURN.value].select(_TURN_COLUMNS))
     both = now.join(was, on="node_id", how="full", suffix="_was", coalesce=False)
     same = pl.all_horizontal([pl.col(c).eq_missing(pl.col(f"{c}_was")) for c in _TURN_COLUMNS])
     changed = both.filter(~same)
@@ -64,7 +66,6 @@ def prior_of(state: BuildState) -> Prior | None:
                                                                                          pa.string())))
                    .column("speaker").drop_null().to_pylist())
     speakers |= {json.loads(a).get("speaker") for a in theirs["attributes"].to_list() if a} - {None}
-    rows = rows.filter(pc.invert(is_turn))
     return Prior(rows, frozenset(dirty), frozenset(ours["node_id"].to_list() + theirs["node_id"].to_list()),
                  frozenset(speakers), extends=theirs.height == 0)
 
@@ -78,9 +79,18 @@ def finish_facts(state: BuildState, prior: Prior) -> ExtractResult:
 
 
 def finish_triplets(state: BuildState, prior: Prior) -> ExtractResult:
-    from memlib.extract.triplets_reuse import finish_reusing
+    from memlib.extract.base import backend_of
+    from memlib.extract.triplets_reuse import fact_entities, finish_reusing
 
-    result, copied = finish_reusing(state.drafts["entity_mentions"], state.drafts["triplet_drafts"], state.facts,
+    facts = None
+    if state.facts is not None and backend_of(state.cfg, Extraction.FACTS) is Backend.HEURISTIC:
+        # a heuristic fact's entities attribute is its draft's entities, its provenance its turn
+        drafts = pl.from_arrow(state.drafts["fact_drafts"].select(["node_id", "turn_node_id", "entities"]))
+        facts = drafts.select("node_id", pl.concat_list("turn_node_id").alias("provenance"),
+                              pl.col("entities").alias("names"))
+    elif state.facts is not None:
+        facts = fact_entities(state.facts)
+    result, copied = finish_reusing(state.drafts["entity_mentions"], state.drafts["triplet_drafts"], facts,
                                     state.cfg.triplets.description_chars, prior)
     state.extract_reuse["triplets_rows_copied"] = copied
     return result

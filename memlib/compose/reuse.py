@@ -52,9 +52,9 @@ class PreviousTenant:
     sums: IdSums | None = None  # the tenant's per-id sums (schema.TOKEN_SUMS)
     clue_inputs: dict[str, str] = field(default_factory=dict)  # clue id (before the merge) -> clue_key
     rows: pa.Table | None = None  # its published Lance rows, every column but importance
-    # its turn, fact, concept, triplet and entity rows without embedding and importance, when the
-    # nodes it was made of have every column (the extraction steps copy them: memlib.extract.prior)
-    extracted: pa.Table | None = None
+    # kind -> its turn, fact, concept, triplet and entity rows without embedding and importance, when
+    # the nodes it was made of have every column (the extraction steps copy them: memlib.extract.prior)
+    extracted: dict[str, pa.Table] | None = None
 
     @classmethod
     def of(cls, nodes: pa.Table, edges: pa.Table, fallbacks: pa.Table | None = None,
@@ -87,13 +87,13 @@ _EXTRACTED = [schema.NodeKind.TURN, schema.NodeKind.FACT, schema.NodeKind.CONCEP
               schema.NodeKind.ENTITY]
 
 
-def _extracted(nodes: pa.Table) -> pa.Table | None:
+def _extracted(nodes: pa.Table) -> dict[str, pa.Table] | None:
     """:attr:`PreviousTenant.extracted` of published ``nodes``; None when they lack a column."""
     cols = [f.name for f in schema.NODES_NO_EMBEDDING if f.name != "importance"]
     if any(c not in nodes.column_names for c in cols):
         return None
-    kinds = pa.array([k.value for k in _EXTRACTED], pa.string())
-    return nodes.select(cols).filter(pc.is_in(nodes.column("kind"), kinds))
+    rows = nodes.select(cols)
+    return {k.value: rows.filter(pc.equal(rows.column("kind"), k.value)) for k in _EXTRACTED}
 
 
 def load_previous(store: str | Path, tenant: str, session_key: str,

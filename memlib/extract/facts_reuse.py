@@ -35,20 +35,23 @@ _CONCEPT_ATTRS = pl.Struct({"label": pl.String, "aliases": pl.List(pl.String), "
 _FACT_ATTRS = pl.Struct({"concepts": pl.List(pl.String), "concept_ids": pl.List(pl.String)})
 
 
-def _canon(labels: pl.DataFrame, tenant: str, threshold: float, published: pl.DataFrame | None) -> pl.DataFrame:
+def _canon(labels: pl.DataFrame, tenant: str, threshold: float, published: pl.DataFrame,
+           extends: bool) -> pl.DataFrame:
     """Per distinct label (``labels``: label, count): its cluster's concept id and canonical label.
-    ``published``: the published concepts' aliases (one row per concept), known clusters."""
+    ``published``: the published concepts (node_id, label, aliases); when ``extends``, their
+    aliases are clusters already known."""
     names = labels["label"].to_list()
     keys = {name: token_key(name) for name in names}
     groups = None
-    if published is not None:
+    if extends:
         groups = [{keys[a] for a in aliases} for aliases in published["aliases"].to_list()]
+    cids = dict(zip(published["label"].to_list(), published["node_id"].to_list()))  # a label's id is its key's
     rep = _cluster(sorted(set(keys.values())), threshold, groups)
     ranked = (labels.with_columns(pl.Series("rep", [rep[keys[n]] for n in names], dtype=pl.String))
               .sort(["rep", "count", "label"], descending=[False, True, False]))
     best = ranked.group_by("rep", maintain_order=True).agg(pl.col("label").first().alias("canonical"))
-    best = best.with_columns(pl.Series("cid", [concept_id(tenant, token_key(c)) for c in best["canonical"].to_list()],
-                                       dtype=pl.String))
+    best = best.with_columns(pl.Series("cid", [cids.get(c) or concept_id(tenant, token_key(c))
+                                               for c in best["canonical"].to_list()], dtype=pl.String))
     return ranked.join(best, on="rep", how="left").select("label", "cid", "canonical")
 
 
@@ -68,10 +71,8 @@ def finish_reusing(drafts: pa.Table, threshold: float, prior: Prior) -> tuple[Ex
     concepts = prior.of_kind(NodeKind.CONCEPT)
     attrs = pl.from_arrow(concepts.select(["node_id", "text", "provenance", "attributes"])).with_columns(
         pl.col("attributes").str.json_decode(_CONCEPT_ATTRS).alias("a")).unnest("a")
-    known = None
-    if prior.extends and set(attrs["aliases"].explode().drop_nulls().to_list()) <= set(counts["label"].to_list()):
-        known = attrs.select("aliases")
-    canon = _canon(counts, tenant, threshold, known)
+    extends = prior.extends and set(attrs["aliases"].explode().drop_nulls().to_list()) <= set(counts["label"].to_list())
+    canon = _canon(counts, tenant, threshold, attrs, extends)
     links = (occ.rename({"labels": "label"}).join(canon, on="label", how="left", maintain_order="left")
              .unique(subset=["f", "cid"], keep="first", maintain_order=True))
     facts, copied_facts = _facts(drafts, df, links, prior)

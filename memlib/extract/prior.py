@@ -27,21 +27,22 @@ _SEP = "\x1f"
 class Prior:
     """A tenant's published build as the extraction steps reuse it.
 
-    ``rows``: its published fact, concept, triplet and entity rows (``NODES_NO_EMBEDDING``, no
-    importance). ``dirty``: the sessions (``conversation_id \\x1f session_id``) whose drafts may
+    ``rows``: node kind -> its published rows of the kind (``NODES_NO_EMBEDDING``, no importance).
+    ``dirty``: the sessions (``conversation_id \\x1f session_id``) whose drafts may
     differ from those the published build was made of: a session with an added, removed or
     changed turn (a draft is a function of its session's turns). ``dirty_turns``: the turn ids of
     those sessions, published and current; ``dirty_speakers``: their speakers. ``extends``: no
     published turn is in a dirty session (only new sessions were added), so every published
     draft is still there, unchanged."""
-    rows: pa.Table
+    rows: dict[str, pa.Table]
     dirty: frozenset[str]
     dirty_turns: frozenset[str]
     dirty_speakers: frozenset[str]
     extends: bool
 
     def of_kind(self, kind: schema.NodeKind) -> pa.Table:
-        return self.rows.filter(pc.equal(self.rows.column("kind"), kind.value))
+        rows = self.rows.get(kind.value)
+        return rows if rows is not None else schema.empty(schema.NODES_NO_EMBEDDING)
 
     def clean(self, conversation_ids: pa.ChunkedArray, session_ids: pa.ChunkedArray) -> np.ndarray:
         """Per row: whether its session is not dirty (its drafts are the published ones)."""

@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 
 from memlib import schema
 from memlib.extract.base import ExtractResult
-from memlib.extract.entities import EntityIndex, entity_key
+from memlib.extract.entities import entity_key, entity_rows
 from memlib.extract.prior import Prior, assemble, edge_frame, merged_edges, positions, take_rows
 from memlib.extract.tables import node_table
 from memlib.extract.triplets import triplet_node
@@ -53,10 +53,11 @@ class _Keys:
         return self.keys(names).replace_strict(self.id_of, default=None, return_dtype=pl.String)
 
 
-def finish_reusing(mentions: pa.Table, triplets: pa.Table, facts: pa.Table | None, cap: int,
+def finish_reusing(mentions: pa.Table, triplets: pa.Table, facts: pl.DataFrame | None, cap: int,
                    prior: Prior) -> tuple[ExtractResult, int]:
     """``HeuristicTriplets.finish`` of one tenant's drafts, reusing ``prior``, and how many of its
-    nodes are published rows copied."""
+    nodes are published rows copied. ``facts``: the tenant's facts' entity names
+    (:func:`fact_entities`), None when the build has no facts."""
     mentions = schema.conform(mentions, schema.ENTITY_MENTIONS, name="entity_mentions")
     triplets = schema.conform(triplets, schema.TRIPLET_DRAFTS, name="triplet_drafts")
     tenants = {*mentions.column("tenant_id").unique().to_pylist(), *triplets.column("tenant_id").unique().to_pylist()}
@@ -71,7 +72,7 @@ def finish_reusing(mentions: pa.Table, triplets: pa.Table, facts: pa.Table | Non
     t = pl.from_arrow(triplets.select(["node_id", "turn_node_id", "relation", "subject_entity", "object_entity"]))
     t = t.with_columns(keys.ids(t["subject_entity"]).alias("s"), keys.ids(t["object_entity"]).alias("o"))
     (found, copied_triplets), (entities, copied_entities) = (_triplet_nodes(triplets, prior),
-                                                              _entity_nodes(mentions, m, keys, cap, prior))
+                                                              _entity_nodes(m, keys, cap, prior))
     nodes = pa.concat_tables([found, entities])
     cited = m.filter(pl.col("turn_node_id").is_not_null() & pl.col("eid").is_not_null())
     prov = pl.concat_list("turn_node_id")
@@ -99,7 +100,7 @@ def _triplet_nodes(triplets: pa.Table, prior: Prior) -> tuple[pa.Table, int]:
     return assemble(take_rows(published, at[copied]), copied, built, redo), int(copied.size)
 
 
-def _entity_nodes(mentions: pa.Table, m: pl.DataFrame, keys: _Keys, cap: int, prior: Prior) -> tuple[pa.Table, int]:
+def _entity_nodes(m: pl.DataFrame, keys: _Keys, cap: int, prior: Prior) -> tuple[pa.Table, int]:
     """One row per entity key, in key order (as ``EntityIndex.rows``)."""
     published = prior.of_kind(NodeKind.ENTITY)
     touched = set(m.filter(pl.col("turn_node_id").is_in(list(prior.dirty_turns)))["key"].drop_nulls().to_list())
@@ -109,13 +110,7 @@ def _entity_nodes(mentions: pa.Table, m: pl.DataFrame, keys: _Keys, cap: int, pr
     known = set(published.column("node_id").to_pylist())
     order = sorted(keys.present)
     redo_keys = [k for k in order if k in touched or keys.id_of[k] in stale or keys.id_of[k] not in known]
-    index = EntityIndex()
-    if redo_keys:
-        rows = np.flatnonzero(m["key"].is_in(redo_keys).fill_null(False).to_numpy())
-        for r in take_rows(mentions, rows).to_pylist():
-            cite = (r["turn_node_id"], r["turn_id"], r["sentence"]) if r["turn_node_id"] is not None else None
-            index.add(r["tenant_id"], r["name"], r["label"], cite)
-    built = node_table(index.rows(cap))
+    built = node_table(entity_rows(keys.tenant, m.filter(pl.col("key").is_in(redo_keys)), cap) if redo_keys else [])
     redo = set(redo_keys)
     at = {k: i for i, k in enumerate(order)}
     copy_keys = [k for k in order if k not in redo]
@@ -124,13 +119,19 @@ def _entity_nodes(mentions: pa.Table, m: pl.DataFrame, keys: _Keys, cap: int, pr
                     np.array([at[k] for k in redo_keys], np.int64)), len(copy_keys)
 
 
-def _fact_mentions(facts: pa.Table | None, keys: _Keys, tenant: str) -> pl.DataFrame:
-    """MENTIONS fact -> entity for the names of each fact's ``entities`` attribute."""
-    if facts is None or facts.num_rows == 0:
-        return pl.DataFrame()
+def fact_entities(facts: pa.Table) -> pl.DataFrame:
+    """(node_id, provenance, names) of the fact nodes of ``facts``: the names of their ``entities``
+    attribute, as ``triplets._fact_mentions`` reads them."""
     facts = facts.filter(pc.equal(facts.column("kind"), NodeKind.FACT.value))
-    f = pl.from_arrow(facts.select(["node_id", "provenance", "attributes"])).with_columns(
-        pl.col("attributes").str.json_decode(_ENTITIES).struct.field("entities").alias("name"))
-    f = f.explode("name").drop_nulls("name")
-    f = f.with_columns(keys.ids(f["name"]).alias("eid")).filter(pl.col("eid").is_not_null())
+    names = pl.col("attributes").str.json_decode(_ENTITIES).struct.field("entities")
+    return pl.from_arrow(facts.select(["node_id", "provenance", "attributes"])).select(
+        "node_id", "provenance", names.alias("names"))
+
+
+def _fact_mentions(facts: pl.DataFrame | None, keys: _Keys, tenant: str) -> pl.DataFrame:
+    """MENTIONS fact -> entity for each fact's entity names (:func:`fact_entities`)."""
+    if facts is None or facts.height == 0:
+        return pl.DataFrame()
+    f = facts.explode("names").drop_nulls("names")
+    f = f.with_columns(keys.ids(f["names"]).alias("eid")).filter(pl.col("eid").is_not_null())
     return edge_frame(tenant, pl.col("node_id"), pl.col("eid"), EdgeKind.MENTIONS, pl.col("provenance"), f)
