@@ -18,6 +18,9 @@ whole tenant. Two of them cost what exists unless they start from the published 
 - SIMILAR edges between turns (:func:`memlib.text.clues.similar_edges_changed`): only the pairs
   with an added turn, and those of the turns a removed turn was a neighbour of, are scored.
 
+The facts and triplets steps copy the published rows whose inputs did not change
+(:mod:`memlib.compose.extract_reuse`, from :attr:`PreviousTenant.extracted`).
+
 "Only added and removed turns" (:func:`turn_changes`): every published turn still in the input has
 the same text and vector (a new session, a deleted session or a forgotten conversation). Anything
 else (an edited turn, another build key) and the steps run over the whole tenant as in a full

@@ -75,7 +75,14 @@ def finish_reusing(drafts: pa.Table, threshold: float, prior: Prior) -> tuple[Ex
     canon = _canon(counts, tenant, threshold, attrs, extends)
     links = (occ.rename({"labels": "label"}).join(canon, on="label", how="left", maintain_order="left")
              .unique(subset=["f", "cid"], keep="first", maintain_order=True))
-    facts, copied_facts = _facts(drafts, df, links, prior)
+    # a label an alias of a published concept was linked to it: its published id and label
+    was = (attrs.select(pl.col("aliases").alias("label"), pl.col("node_id").alias("was_cid"),
+                        pl.col("label").alias("was_canonical")).explode("label").drop_nulls("label")
+           .unique(subset=["label"], keep="first"))
+    moved = canon.join(was, on="label", how="left").filter(
+        ~(pl.col("cid").eq_missing(pl.col("was_cid")) & pl.col("canonical").eq_missing(pl.col("was_canonical"))))
+    touched = occ.filter(pl.col("labels").is_in(moved["label"].implode()))["f"].unique().to_numpy()
+    facts, copied_facts = _facts(drafts, df, links, prior, touched)
     built, copied_concepts = _concepts(links, attrs, concepts, tenant)
     edges = merged_edges([
         edge_frame(tenant, pl.col("node_id"), pl.col("turn_node_id"), EdgeKind.DERIVED_FROM,
@@ -88,9 +95,12 @@ def finish_reusing(drafts: pa.Table, threshold: float, prior: Prior) -> tuple[Ex
     return ExtractResult(pa.concat_tables([facts, built]), edges), copied_facts + copied_concepts
 
 
-def _facts(drafts: pa.Table, df: pl.DataFrame, links: pl.DataFrame, prior: Prior) -> tuple[pa.Table, int]:
+def _facts(drafts: pa.Table, df: pl.DataFrame, links: pl.DataFrame, prior: Prior,
+           touched: np.ndarray) -> tuple[pa.Table, int]:
     """Every draft's fact row, in draft order: the published one when its session is unchanged and
-    its concepts are the published ones, else built."""
+    its concepts are the published ones, else built. ``touched``: the drafts with a label whose
+    concept may not be the published one (the others link the same labels to the same concepts
+    as published); only their published concepts are read back."""
     per_fact = links.group_by("f").agg(pl.col("cid").alias("ids"), pl.col("canonical").alias("names"))
     now = df.select("f").join(per_fact, on="f", how="left").sort("f").with_columns(
         pl.col("ids").fill_null(pl.lit([], dtype=pl.List(pl.String))),
@@ -98,8 +108,10 @@ def _facts(drafts: pa.Table, df: pl.DataFrame, links: pl.DataFrame, prior: Prior
     published = prior.of_kind(NodeKind.FACT)
     at = positions(drafts.column("node_id"), published.column("node_id"))
     clean = prior.clean(drafts.column("conversation_id"), drafts.column("session_id")) & (at >= 0)
-    cand = np.flatnonzero(clean)
-    copy = np.zeros(drafts.num_rows, dtype=bool)
+    check = np.zeros(drafts.num_rows, dtype=bool)
+    check[touched] = True
+    copy = clean & ~check
+    cand = np.flatnonzero(clean & check)
     if cand.size:
         was = pl.from_arrow(take_rows(published, at[cand]).select(["attributes"])).select(
             pl.col("attributes").str.json_decode(_FACT_ATTRS).alias("a")).unnest("a")
