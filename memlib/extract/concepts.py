@@ -102,7 +102,7 @@ def token_key(label: str) -> str:
     return "_".join(sorted({stem(w) for w in label.split("_")}))
 
 
-def _cluster(keys: list[str], threshold: float, groups: Iterable[Iterable[str]] | None = None) -> dict[str, str]:
+def cluster(keys: list[str], threshold: float, groups: Iterable[Iterable[str]] | None = None) -> dict[str, str]:
     """Union keys whose token sets have Jaccard >= threshold; key -> representative key (the
     smallest key of its cluster).
 
@@ -157,7 +157,7 @@ def canonicalize(occurrences: Iterable[tuple[str, str]], threshold: float) -> di
     out = {}
     for tenant, names in labels.items():
         keys = {name: token_key(name) for name in names}
-        rep = _cluster(sorted(set(keys.values())), threshold)
+        rep = cluster(sorted(set(keys.values())), threshold)
         best: dict[str, str] = {}
         for name in sorted(names, key=lambda n: (-counts[tenant, n], n)):
             best.setdefault(rep[keys[name]], name)

@@ -5,7 +5,7 @@ the same edges; docs/decisions/0035-incremental-canonicalization.md):
 
 - clusters: when only new sessions were added (:attr:`Prior.extends`), the published concepts'
   aliases are clusters already known, and only the labels of no published concept are compared
-  with the others (:func:`memlib.extract.concepts._cluster` with ``groups``: a new label that
+  with the others (:func:`memlib.extract.concepts.cluster` with ``groups``: a new label that
   joins a cluster or bridges two is found there); after a removal or a changed session every
   label is clustered again (a removed label can split a cluster);
 - a cluster's canonical label is its most frequent over every draft (counted in columns), the
@@ -24,8 +24,8 @@ import pyarrow as pa
 
 from memlib import schema
 from memlib.extract.base import ExtractResult
-from memlib.extract.concepts import _cluster, token_key
-from memlib.extract.facts import _fact_row
+from memlib.extract.concepts import cluster, token_key
+from memlib.extract.facts import fact_row
 from memlib.extract.prior import Prior, assemble, edge_frame, merged_edges, positions, take_rows
 from memlib.extract.rows import ConceptAttributes, NodeRow, concept_id
 from memlib.extract.tables import node_table
@@ -46,7 +46,7 @@ def _canon(labels: pl.DataFrame, tenant: str, threshold: float, published: pl.Da
     if extends:
         groups = [{keys[a] for a in aliases} for aliases in published["aliases"].to_list()]
     cids = dict(zip(published["label"].to_list(), published["node_id"].to_list()))  # a label's id is its key's
-    rep = _cluster(sorted(set(keys.values())), threshold, groups)
+    rep = cluster(sorted(set(keys.values())), threshold, groups)
     ranked = (labels.with_columns(pl.Series("rep", [rep[keys[n]] for n in names], dtype=pl.String))
               .sort(["rep", "count", "label"], descending=[False, True, False]))
     best = ranked.group_by("rep", maintain_order=True).agg(pl.col("label").first().alias("canonical"))
@@ -121,7 +121,7 @@ def _facts(drafts: pa.Table, df: pl.DataFrame, links: pl.DataFrame, prior: Prior
     redo = np.flatnonzero(~copy)
     rows = take_rows(drafts, redo).to_pylist()
     mine = now[redo.tolist()]
-    built = [_fact_row(r, list(zip(ids, names)))
+    built = [fact_row(r, list(zip(ids, names)))
              for r, ids, names in zip(rows, mine["ids"].to_list(), mine["names"].to_list())]
     copied = np.flatnonzero(copy)
     return assemble(take_rows(published, at[copied]), copied, node_table(built), redo), int(copied.size)

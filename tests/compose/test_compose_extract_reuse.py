@@ -115,3 +115,25 @@ def test_an_edited_turn_runs_the_steps_in_full(conversation):
     got = build(list(range(n)), published, edit=edit)
     assert "facts_rows_copied" not in got.reused
     _assert_same(got, build(list(range(n)), edit=edit))
+
+
+def test_a_session_whose_date_changed_is_rebuilt_and_equals_a_full_build(conversation):
+    """Same turn texts (so the run is still an append), another session date: its drafts' times and
+    resolved dates change, so the session is dirty and its rows are built again."""
+    import datetime as dt
+
+    from memlib.compose.sessions import session_local
+
+    n, build, cfg, plan = conversation["n"], conversation["build"], conversation["cfg"], conversation["plan"]
+    published = _published(build(list(range(n))))
+
+    def redate(s, out, tv, key):
+        col = s.column_names.index("session_time")
+        times = [t + dt.timedelta(days=3) if t is not None else None for t in s.column("session_time").to_pylist()]
+        s = s.set_column(col, s.schema.field("session_time"), pa.array(times, s.schema.field("session_time").type))
+        out, _ = session_local((s, tv.vectors, key + "d"), cfg, plan, conversation["nlp"])
+        return s, out, tv, key + "d"
+
+    got = build(list(range(n)), published, edit=redate)
+    assert got.reused["appended_only"] == 1 and got.reused["facts_rows_copied"] > 0
+    _assert_same(got, build(list(range(n)), edit=redate))

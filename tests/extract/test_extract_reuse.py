@@ -11,7 +11,7 @@ import pytest
 from memlib import schema
 from memlib.config import MemlibConfig
 from memlib.extract.base import ExtractionContext
-from memlib.extract.concepts import _cluster
+from memlib.extract.concepts import cluster
 from memlib.extract.facts import finish_drafts
 from memlib.extract.facts_reuse import finish_reusing as facts_reusing
 from memlib.extract.prior import Prior, session_key
@@ -100,9 +100,9 @@ def test_a_removed_session_that_splits_a_cluster_is_clustered_again():
 
 def test_seeded_clusters_equal_clusters_of_every_pair():
     keys = ["a_b", "b_c", "c_d", "d_e", "x_y", "a_b_c", "y_z", "e_f"]
-    full = _cluster(sorted(keys), T)
+    full = cluster(sorted(keys), T)
     known = [{"a_b", "a_b_c", "b_c"}, {"x_y"}, {"d_e"}]  # clusters of the pairs among the grouped keys
-    assert _cluster(sorted(keys), T, known) == full
+    assert cluster(sorted(keys), T, known) == full
 
 
 def _mention(session, i, name, label="PERSON", sentence=None):
