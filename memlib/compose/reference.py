@@ -199,7 +199,8 @@ def _reused(state: BuildState) -> dict[str, Any]:
         return {"appended_only": 0}
     removed = {"removed_turns": len(state.changes.removed)} if state.changes.removed else {}
     return {"appended_only": int(not removed), "appended_turns": len(state.changes.added), **removed,
-            "node_vectors": state.reused_vectors, "node_vectors_refilled": state.refilled_vectors}
+            "node_vectors": state.reused_vectors, "node_vectors_refilled": state.refilled_vectors,
+            **state.extract_reuse}
 
 
 def prepare_tenant_steps(cfg: MemlibConfig, recipe: str | Sequence[Step] = DEFAULT_RECIPE) -> None:

@@ -18,6 +18,9 @@ whole tenant. Two of them cost what exists unless they start from the published 
 - SIMILAR edges between turns (:func:`memlib.text.clues.similar_edges_changed`): only the pairs
   with an added turn, and those of the turns a removed turn was a neighbour of, are scored.
 
+The facts and triplets steps copy the published rows whose inputs did not change
+(:mod:`memlib.compose.extract_reuse`, from :attr:`PreviousTenant.extracted`).
+
 "Only added and removed turns" (:func:`turn_changes`): every published turn still in the input has
 the same text and vector (a new session, a deleted session or a forgotten conversation). Anything
 else (an edited turn, another build key) and the steps run over the whole tenant as in a full
@@ -52,10 +55,14 @@ class PreviousTenant:
     sums: IdSums | None = None  # the tenant's per-id sums (schema.TOKEN_SUMS)
     clue_inputs: dict[str, str] = field(default_factory=dict)  # clue id (before the merge) -> clue_key
     rows: pa.Table | None = None  # its published Lance rows, every column but importance
+    # kind -> its turn, fact, concept, triplet and entity rows without embedding and importance, when
+    # the nodes it was made of have every column (the extraction steps copy them: memlib.extract.prior)
+    extracted: dict[str, pa.Table] | None = None
 
     @classmethod
     def of(cls, nodes: pa.Table, edges: pa.Table, fallbacks: pa.Table | None = None,
            sums: pa.Table | None = None) -> PreviousTenant:
+        extracted = _extracted(nodes)
         nodes = nodes.select(NODE_COLUMNS)
         turns = nodes.filter(pc.equal(nodes.column("kind"), schema.NodeKind.TURN.value)).column("node_id")
         similar = edges.filter(pc.and_(pc.equal(edges.column("kind"), schema.EdgeKind.SIMILAR.value),
@@ -71,12 +78,25 @@ class PreviousTenant:
                                                                 list_views(fallbacks.column("ids")),
                                                                 list_views(fallbacks.column("counts")), local)}
         kept = IdSums.from_table(sums) if sums is not None and sums.num_rows else None
-        return cls(nodes, similar.select(["src", "dst", "weight"]), known, kept, clues)
+        return cls(nodes, similar.select(["src", "dst", "weight"]), known, kept, clues, extracted=extracted)
 
     def fallbacks_of(self, node_ids: list[str]) -> list[Fallback | None]:
         """Per node id: its published :class:`Fallback`, or None when the published build did not list it."""
         known = self.fallbacks or {}
         return [known.get(n) for n in node_ids]
+
+
+_EXTRACTED = [schema.NodeKind.TURN, schema.NodeKind.FACT, schema.NodeKind.CONCEPT, schema.NodeKind.TRIPLET,
+              schema.NodeKind.ENTITY]
+
+
+def _extracted(nodes: pa.Table) -> dict[str, pa.Table] | None:
+    """:attr:`PreviousTenant.extracted` of published ``nodes``; None when they lack a column."""
+    cols = [f.name for f in schema.NODES_NO_EMBEDDING if f.name != "importance"]
+    if any(c not in nodes.column_names for c in cols):
+        return None
+    rows = nodes.select(cols)
+    return {k.value: rows.filter(pc.equal(rows.column("kind"), k.value)) for k in _EXTRACTED}
 
 
 def load_previous(store: str | Path, tenant: str, session_key: str,

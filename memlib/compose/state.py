@@ -36,6 +36,8 @@ class BuildState:
     previous: Any = None                      # the tenant's published build (memlib.compose.reuse.PreviousTenant)
     changes: Any = None                       # turns added and removed since ``previous``, when that is all
                                               # that changed (memlib.compose.reuse.TurnChanges)
+    changes_checked: bool = False             # ``changes`` was found (memlib.compose.extract_reuse.ensure_changes)
+    extract_reuse: dict[str, int] = field(default_factory=dict)  # rows the extraction steps copied from ``previous``
     reused_vectors: int = 0                   # node vectors copied from ``previous``
     refilled_vectors: int = 0                 # node vectors given from their kept sums and the new means
     fallbacks: pa.Table | None = None         # schema.NODE_FALLBACKS of the derived nodes (token vectors only)

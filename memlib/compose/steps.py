@@ -76,13 +76,34 @@ def extract(state: BuildState, extraction: Extraction) -> None:
 
     if extraction not in configured(state.cfg):
         return
-    ctx = ExtractionContext(turns=state.turns, kept_turn_ids=kept_turn_ids(state), config=state.cfg,
-                            nlp=state.nlp, facts=state.facts, extras=state.extras)
-    result = extract_one(ctx, extraction, state.drafts)
-    state.nlp = ctx.nlp  # loaded once, reused by the next extraction
+    result = _extract_reusing(state, extraction)
+    if result is None:
+        ctx = ExtractionContext(turns=state.turns, kept_turn_ids=kept_turn_ids(state), config=state.cfg,
+                                nlp=state.nlp, facts=state.facts, extras=state.extras)
+        result = extract_one(ctx, extraction, state.drafts)
+        state.nlp = ctx.nlp  # loaded once, reused by the next extraction
     state.add(result.nodes, result.edges)
     if extraction is Extraction.FACTS:
         state.facts = result.nodes
+
+
+def _extract_reusing(state: BuildState, extraction: Extraction) -> ExtractResult | None:
+    """The heuristic facts or triplets step after a run that only added or removed turns of a
+    published tenant, copying its unchanged rows (:mod:`memlib.compose.extract_reuse`); None
+    when the step runs as in a full build."""
+    from memlib.extract.base import backend_of
+
+    if (extraction not in (Extraction.FACTS, Extraction.TRIPLETS) or state.previous is None
+            or backend_of(state.cfg, extraction) is not Backend.HEURISTIC or not state.drafts):
+        return None
+    from memlib.compose import extract_reuse
+
+    prior = state.reusing(extract_reuse.prior_of, state)
+    if prior is None:
+        return None
+    finish = extract_reuse.finish_facts if extraction is Extraction.FACTS else extract_reuse.finish_triplets
+    result = state.reusing(finish, state, prior)
+    return None if result is None else result.conformed(extraction.value)
 
 
 def embed_nodes(state: BuildState) -> None:
@@ -96,9 +117,9 @@ def embed_nodes(state: BuildState) -> None:
     prev = state.previous
     copied_rows = np.zeros(0, dtype=np.int64)  # rows whose whole published vector was copied
     if prev is not None and tv is not None:
-        from memlib.compose.reuse import turn_changes
+        from memlib.compose.extract_reuse import ensure_changes
 
-        state.changes = state.reusing(turn_changes, nodes, tv, prev)
+        ensure_changes(state)
     if tv is not None and tv.token_ids is not None and state.pooled_turns:
         from memlib.compose.reuse import fallbacks_table, pooled_reusing
         from memlib.embed.tokens_backend import content_tokenizer

@@ -102,8 +102,16 @@ def token_key(label: str) -> str:
     return "_".join(sorted({stem(w) for w in label.split("_")}))
 
 
-def _cluster(keys: list[str], threshold: float) -> dict[str, str]:
-    """Union keys whose token sets have Jaccard >= threshold; key -> representative key."""
+def cluster(keys: list[str], threshold: float, groups: Iterable[Iterable[str]] | None = None) -> dict[str, str]:
+    """Union keys whose token sets have Jaccard >= threshold; key -> representative key (the
+    smallest key of its cluster).
+
+    ``groups``: clusters already known (docs/decisions/0035-incremental-canonicalization.md):
+    each is united as it is, and only the keys of no group are compared, each with every key.
+    The clusters are those of comparing every pair when the groups are clusters of a subset of
+    ``keys``' pairs (every key of a group is in ``keys``, and a pair of grouped keys above the
+    threshold is in one group): a pair of ungrouped keys or of a grouped and an ungrouped one
+    is compared here, a pair of grouped keys is in one group."""
     parent = {k: k for k in keys}
 
     def find(k: str) -> str:
@@ -112,18 +120,30 @@ def _cluster(keys: list[str], threshold: float) -> dict[str, str]:
             k = parent[k]
         return k
 
+    def union(a: str, b: str) -> None:
+        a, b = find(a), find(b)
+        parent[max(a, b)] = min(a, b)
+
     sets = {k: frozenset(k.split("_")) for k in keys}
     index: dict[str, list[str]] = defaultdict(list)
     for k in keys:
         for w in sets[k]:
             index[w].append(k)
-    for k in keys:
-        cands = {c for w in sets[k] for c in index[w] if c > k}
+    todo: Iterable[str] = keys
+    if groups is not None:
+        grouped: set[str] = set()
+        for group in groups:
+            members = list(group)
+            for m in members[1:]:
+                union(members[0], m)
+            grouped.update(members)
+        todo = [k for k in keys if k not in grouped]
+    for k in todo:
+        cands = {c for w in sets[k] for c in index[w] if (c > k if groups is None else c != k)}
         for c in cands:
             inter = len(sets[k] & sets[c])
             if inter / len(sets[k] | sets[c]) >= threshold:
-                a, b = find(k), find(c)
-                parent[max(a, b)] = min(a, b)
+                union(k, c)
     return {k: find(k) for k in keys}
 
 
@@ -137,7 +157,7 @@ def canonicalize(occurrences: Iterable[tuple[str, str]], threshold: float) -> di
     out = {}
     for tenant, names in labels.items():
         keys = {name: token_key(name) for name in names}
-        rep = _cluster(sorted(set(keys.values())), threshold)
+        rep = cluster(sorted(set(keys.values())), threshold)
         best: dict[str, str] = {}
         for name in sorted(names, key=lambda n: (-counts[tenant, n], n)):
             best.setdefault(rep[keys[name]], name)

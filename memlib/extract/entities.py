@@ -88,3 +88,46 @@ class EntityIndex:
 
     def rows(self, cap: int) -> list[dict[str, Any]]:
         return [acc.node_row(cap) for _, acc in sorted(self.items.items())]
+
+
+def alias(name: str) -> str:
+    """The name an :class:`EntityAcc` counts for a mention's name."""
+    return " ".join(_POSSESSIVE.sub("", name).split())
+
+
+def entity_rows(tenant_id: str, mentions: Any, cap: int) -> list[dict[str, Any]]:
+    """``EntityIndex.rows`` of ``mentions`` (a polars frame in mention order: key, name, label,
+    turn_node_id, turn_id, sentence; keys of two characters or more), computed per column: the
+    name is the most frequent alias (the smallest of those tied), the label the most frequent
+    (the first seen of those tied), the description the first distinct citing sentences."""
+    import polars as pl
+
+    m = mentions.with_row_index("_i").with_columns(
+        pl.col("name").replace_strict({n: alias(n) for n in mentions["name"].unique().to_list()},
+                                      return_dtype=pl.String).alias("alias"))
+    names = (m.group_by("key", "alias").agg(pl.len().alias("n"))
+             .sort(["key", "n", "alias"], descending=[False, True, False])
+             .group_by("key", maintain_order=True).agg(pl.col("alias").first().alias("name"),
+                                                       pl.col("alias").sort().alias("aliases")))
+    labels = (m.group_by("key", "label").agg(pl.len().alias("n"), pl.col("_i").min().alias("first"))
+              .sort(["key", "n", "first"], descending=[False, True, False])
+              .group_by("key", maintain_order=True).agg(pl.col("label").first()))
+    cited = m.filter(pl.col("turn_node_id").is_not_null())
+    turns = cited.group_by("key").agg(pl.col("turn_node_id").unique().sort().alias("turns"),
+                                      pl.col("turn_id").unique().sort().alias("turn_ids"))
+    pieces: dict[str, list[tuple[str | None, str | None]]] = {}
+    for key, turn_id, sentence in (cited.unique(subset=["key", "sentence"], keep="first", maintain_order=True)
+                                   .select("key", "turn_id", "sentence").iter_rows()):
+        pieces.setdefault(key, []).append((turn_id, sentence))
+    rows = names.join(labels, on="key").join(turns, on="key", how="left").sort("key")
+    out = []
+    for r in rows.iter_rows(named=True):
+        acc = EntityAcc(tenant_id, r["key"])
+        acc.cites = [(None, t, s) for t, s in pieces.get(r["key"], [])]  # type: ignore[misc]
+        desc = acc.description(cap)
+        name = r["name"]
+        out.append({"node_id": acc.node_id, "tenant_id": tenant_id, "kind": NodeKind.ENTITY.value,
+                    "text": f"{name}: {desc}" if desc else name, "provenance": r["turns"] or [],
+                    "attributes": {"name": name, "label": r["label"], "aliases": r["aliases"], "description": desc,
+                                   "turn_ids": r["turn_ids"] or []}})
+    return out

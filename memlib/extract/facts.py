@@ -118,7 +118,7 @@ def draft_table(raw: list[RawFact], session_key: str | dict[str, str] = "") -> p
     return pa.Table.from_pylist(rows, schema=schema.FACT_DRAFTS)
 
 
-def _fact_row(f: dict[str, Any], concepts: list[tuple[str, str]]) -> dict[str, Any]:
+def fact_row(f: dict[str, Any], concepts: list[tuple[str, str]]) -> dict[str, Any]:
     labels = [c for _, c in concepts]
     attrs = FactAttributes(speaker=f["speaker"], turn_id=f["turn_id"], dates_mentioned=json.loads(f["dates"] or "[]"),
                            dated_by_mention=bool(f["dated_by_mention"]), entities=f["entities"] or [],
@@ -174,7 +174,7 @@ def finish_drafts(drafts: pa.Table, threshold: float) -> ExtractResult:
     per_fact: dict[str, list[tuple[str, str]]] = {}
     for link in links:
         per_fact.setdefault(link.fact, []).append((link.concept_id, link.canonical))
-    facts = [_fact_row(f, per_fact.get(f["node_id"], [])) for f in rows]
+    facts = [fact_row(f, per_fact.get(f["node_id"], [])) for f in rows]
     derived = [e for f in rows for e in derived_from(f["tenant_id"], f["node_id"], [f["turn_node_id"]])]
     nodes = node_table(facts + _concept_rows(links))
     return ExtractResult(nodes, edge_table(derived + _link_rows(links)))

@@ -170,15 +170,20 @@ def _index_mentions(mentions: pa.Table, index: EntityIndex, edges: list[dict[str
                           "kind": EdgeKind.MENTIONS, "provenance": [m["turn_node_id"]]})
 
 
+def triplet_node(t: dict[str, Any]) -> dict[str, Any]:
+    """The node row of a TRIPLET_DRAFTS row (for :func:`memlib.extract.tables.node_table`)."""
+    return {"node_id": t["node_id"], "tenant_id": t["tenant_id"], "conversation_id": t["conversation_id"],
+            "kind": NodeKind.TRIPLET.value, "text": t["text"], "time": t["time"],
+            "session_id": t["session_id"], "provenance": [t["turn_node_id"]],
+            "attributes": {"subject": t["subject"], "relation": t["relation"], "object": t["object"],
+                           "turn_id": t["turn_id"], "speaker": t["speaker"]}}
+
+
 def _triplet_rows(triplets: pa.Table, index: EntityIndex, nodes: list, edges: list) -> None:
     for t in triplets.to_pylist():
         nid, turn, tenant = t["node_id"], t["turn_node_id"], t["tenant_id"]
         prov = [turn]
-        nodes.append({"node_id": nid, "tenant_id": tenant, "conversation_id": t["conversation_id"],
-                      "kind": NodeKind.TRIPLET.value, "text": t["text"], "time": t["time"],
-                      "session_id": t["session_id"], "provenance": prov,
-                      "attributes": {"subject": t["subject"], "relation": t["relation"], "object": t["object"],
-                                     "turn_id": t["turn_id"], "speaker": t["speaker"]}})
+        nodes.append(triplet_node(t))
         edges.append({"tenant_id": tenant, "src": nid, "dst": turn, "kind": EdgeKind.DERIVED_FROM,
                       "provenance": prov})
         s_id = index.lookup(tenant, t["subject_entity"]) if t["subject_entity"] is not None else None

@@ -211,6 +211,8 @@ def test_nightly_reuses_unchanged_sessions_and_equals_a_full_build(ray_local, tm
     reused = m2["tenant_reused"]
     assert reused["ben"]["appended_only"] == 1 and reused["ben"]["appended_turns"] == 2
     assert reused["ben"]["node_vectors"] > 0 and reused["ana"] == {"appended_only": 0}
+    # and his facts and triplets steps copied the published rows of his first sessions (decision 0035)
+    assert reused["ben"]["facts_rows_copied"] > 0 and reused["ben"]["triplets_rows_copied"] > 0
     full = tmp_path / "full"
     _build(v2, full, "--set", "ray.tenant_batch_turns=1")  # each tenant in a row and a part of its own
     got, want = _published(store), _published(full)
