@@ -43,7 +43,7 @@ from memlib.serve.models import (
     search_response,
 )
 from memlib.serve.poller import VersionPoller
-from memlib.serve.requests import Limits, check_tenant_id, parse_search, validate_search
+from memlib.serve.requests import Limits, check_tenant_id, parse_search, question_time, validate_search
 
 log = logging.getLogger("memlib.serve")
 HOT_TENANTS_MAX = 1_000_000  # lines of serve.hot_tenants_file
@@ -294,7 +294,7 @@ class SearchService:
         with self._lock:
             self.asked[req.tenant] += 1
         try:
-            result = run_search(idx, strategy, req.query, req.k)
+            result = run_search(idx, strategy, req.query, req.k, **self._question_time(strategy, req))
         except DamagedFileError as exc:  # never answered from a damaged file, nor encoded anew (another ranking)
             if exc.part in PARTIAL:  # the graph, or Lance: the strategies that do not read it still answer
                 reason = self._broken(req.tenant, PARTIAL[exc.part], exc)
@@ -312,6 +312,14 @@ class SearchService:
                                                     f"{' '.join(str(exc).split())[:200]}") from None
         speakers = {t.node_id: idx.turns[t.node_id].speaker for t in result.turns}
         return search_response(result, idx.version, req.k, (time.perf_counter() - t0) * 1000.0, speakers)
+
+    @staticmethod
+    def _question_time(strategy: Strategy, req: SearchRequest) -> dict[str, object]:
+        """The request's ``question_time`` as a parameter of the strategies that take one (``auto``
+        resolves relative dates against it; the others rank without dates)."""
+        if req.question_time is None or "question_time" not in getattr(strategy, "defaults", {}):
+            return {}
+        return {"question_time": question_time(req.question_time)}
 
     def tenants(self, authorization: str | None) -> TenantsResponse:
         return self.visible_tenants(self.auth.authenticate(authorization))
