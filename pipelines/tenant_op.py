@@ -11,6 +11,7 @@ other tenants go on.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from pathlib import Path
@@ -26,6 +27,8 @@ from memlib.config import MemlibConfig
 from pipelines.context import BuildContext
 from pipelines.rows import FAILED_DIR, Operator, RowKind, batch_of, failure_reason, on_ray, rows
 from pipelines.shard import StagedFiles, TenantShard
+
+log = logging.getLogger("memlib.build")
 
 
 class SessionPassError(RuntimeError):
@@ -60,10 +63,14 @@ def write_part(version_dir: str | Path, built: list[dict[str, Any]], dim: int) -
     write_view(view_path(version_dir, VIEW_TURNS, part), VIEW_TURNS, {k: t["turns"] for k, t in by_tenant.items()},
                refs)
     # what auto's memory signals read: fact and event vectors, their citations, the graph's arrays
-    memory = {k: memory_table_from_nodes(t["nodes"], ordered(VIEW_TURNS, t["turns"]), t["graphs"].get(k), dim)
-              for k, t in by_tenant.items()}
-    write_view(view_path(version_dir, VIEW_MEMORY, part), VIEW_MEMORY, {k: m[0] for k, m in memory.items()},
-               {k: m[1] for k, m in memory.items()})
+    # (without it, a part's tenants read Lance and the graph file: docs/decisions/0036-memory-view.md)
+    try:
+        memory = {k: memory_table_from_nodes(t["nodes"], ordered(VIEW_TURNS, t["turns"]), t["graphs"].get(k), dim)
+                  for k, t in by_tenant.items()}
+        write_view(view_path(version_dir, VIEW_MEMORY, part), VIEW_MEMORY, {k: m[0] for k, m in memory.items()},
+                   {k: m[1] for k, m in memory.items()})
+    except Exception as exc:  # noqa: BLE001 - an optimization never fails a part
+        log.warning("part %s: no memory view (%s: %s)", part, type(exc).__name__, str(exc)[:160])
     # the rows the driver writes to Lance: a tenant's changed rows, or all of them (lance_delta)
     nodes = pa.concat_tables([t["lance_rows"] for t in built], promote_options="permissive")
     return part, str(replace_parquet(nodes, staged_path(version_dir, "nodes", part)))

@@ -122,14 +122,14 @@ def memory_views_from_tables(reader, version_dir: Path, parts: Mapping[str, list
     (a store written before memory views gets them as its parts are carried or compacted). A part
     whose node or turn views cannot be read gets none. Returns the number of files written."""
     from memlib.io.checksums import DamagedFileError
-    from memlib.io.views import VIEW_NODES, VIEW_TURNS, ViewError, read_batches, view_path, write_view
+    from memlib.io.views import VIEW_NODES, VIEW_TURNS, read_batches, view_path, write_view
 
     written = 0
     for part, members in sorted(parts.items()):
         try:
             nodes_b = read_batches(view_path(version_dir, VIEW_NODES, part))
             turns_b = read_batches(view_path(version_dir, VIEW_TURNS, part))
-        except (ViewError, OSError, ValueError):
+        except (OSError, ValueError):  # ViewError is a ValueError
             continue
         if not all(t in nodes_b and t in turns_b for t in members):
             continue
@@ -137,8 +137,11 @@ def memory_views_from_tables(reader, version_dir: Path, parts: Mapping[str, list
             tables, metas = {}, {}
             for t in members:
                 tables[t], metas[t] = _from_tables(reader, t, pa.Table.from_batches([nodes_b[t][0]]), turns_b[t][0])
-        except (DamagedFileError, ValueError) as exc:  # damaged rows are never copied into a view
+        except DamagedFileError as exc:  # damaged rows are never copied into a view
             log.warning("part %s: no memory view (%s)", part, exc)
+            continue
+        except Exception as exc:  # noqa: BLE001 - a view is an optimization: its tenants read Lance and the graph
+            log.warning("part %s: no memory view (%s: %s)", part, type(exc).__name__, str(exc)[:160])
             continue
         write_view(view_path(version_dir, VIEW_MEMORY, part), VIEW_MEMORY, tables, metas)
         written += 1

@@ -30,7 +30,14 @@ from memlib.retrieve.tenant_cache import TenantCache, default_cache_bytes
 from memlib.serve.auth import Authorizer, Principal
 from memlib.serve.errors import ApiError, ErrorCode
 from memlib.serve.explore import node_graph, session_view
-from memlib.serve.file_checks import FILES_UNREADABLE, GRAPH_UNREADABLE, PARTIAL, check_in_slices, graph_only
+from memlib.serve.file_checks import (
+    FILES_UNREADABLE,
+    GRAPH_UNREADABLE,
+    PARTIAL,
+    check_in_slices,
+    graph_only,
+    usable_damage,
+)
 from memlib.serve.metrics import ServiceMetrics
 from memlib.serve.models import (
     HealthResponse,
@@ -257,7 +264,7 @@ class SearchService:
             raise ApiError(ErrorCode.TENANT_UNAVAILABLE, f"tenant {tenant!r} is unavailable: {known}")
         try:
             if tenant not in self.cache:  # cold: its files as published (a stat each once checked)
-                bad = self.cache.reader.damage(tenant)
+                bad = usable_damage(self.cache.reader.damage(tenant))
                 if graph_only(bad):  # the strategies that read no graph still answer
                     self._broken(tenant, GRAPH_UNREADABLE, DamagedFileError(", ".join(map(str, bad[:3]))))
                 elif bad:
