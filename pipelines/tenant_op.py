@@ -39,8 +39,9 @@ def write_part(version_dir: str | Path, built: list[dict[str, Any]], dim: int) -
     """Write the tables of the tenants of one row (each a dict of table -> Arrow table, see
     :meth:`TenantOp.build_one`) as one part of the version; returns the part's name and its
     staged nodes file."""
+    from memlib.graph.memory_arrays import memory_table_from_nodes
     from memlib.io.files import replace_parquet
-    from memlib.io.memory_view import VIEW_MEMORY, memory_table_from_nodes
+    from memlib.io.memory_view import VIEW_MEMORY
     from memlib.io.store import TENANT_TABLES, StoreWriter, part_id
     from memlib.io.views import VIEW_NODES, VIEW_TURNS, ordered, view_path, write_view
     from pipelines.shard import staged_path

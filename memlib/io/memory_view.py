@@ -20,17 +20,16 @@ the checksum the manifest records for it (memlib/io/checksums.py); anything off 
 """
 from __future__ import annotations
 
-import logging
+import json
 import zlib
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-log = logging.getLogger("memlib.io")
-VIEW_MEMORY = "view_memory"
+from memlib.io.views import VIEW_MEMORY
+
 MEMORY_KINDS = ("event", "fact")  # what auto's default signals read (fact votes, PPR seeds), sorted
 _I32, _I64 = pa.list_(pa.int32()), pa.list_(pa.int64())
 MEMORY_FIELDS = [
@@ -39,9 +38,26 @@ MEMORY_FIELDS = [
     ("g_importance", pa.list_(pa.float64())), ("g_src", _I64), ("g_dst", _I64),
     ("g_edge_kind", pa.list_(pa.int16())), ("g_weight", pa.list_(pa.float64())), ("g_relation", _I32),
     ("a_indptr", _I64), ("a_nbr", _I64), ("a_eid", _I64), ("a_fwd", pa.list_(pa.int8())),
+    ("t_prob", pa.list_(pa.float64())), ("t_data", pa.list_(pa.float64())), ("t_indices", _I64), ("t_indptr", _I64),
+    ("t_sink", pa.list_(pa.int8())),
 ]
 MEMORY_COLUMNS = [name for name, _ in MEMORY_FIELDS]
 MEMORY_SCHEMA = pa.schema([pa.field(n, t) for n, t in MEMORY_FIELDS])
+
+
+def embedding_matrix(col: pa.ChunkedArray | pa.Array, dim: int) -> np.ndarray:
+    """FixedSizeList column -> (n, dim) float32, rows L2-normalized, null rows zero."""
+    n = len(col)
+    if n == 0:
+        return np.zeros((0, dim), dtype=np.float32)
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    valid = np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    mat = np.zeros((n, dim), dtype=np.float32)
+    if valid.any():
+        dense = arr.filter(pa.array(valid))
+        mat[valid] = dense.flatten().to_numpy(zero_copy_only=False).reshape(-1, dim)
+    norms = np.linalg.norm(mat, axis=1, keepdims=True)
+    return mat / np.maximum(norms, 1e-12)
 
 
 def ids_crc(ids: list[str]) -> int:
@@ -54,8 +70,8 @@ def memory_table(node_ids: list[str], kinds: list[str], provenance: list[Any], v
     """One tenant's memory view row and its metadata. ``node_ids``/``kinds``/``provenance``: the
     node view's columns in its order; ``vectors``: the unit vectors of its rows of
     :data:`MEMORY_KINDS` in that order; ``turn_ids``: the turn view's node ids in its order;
-    ``graph``: the tenant's :class:`~memlib.graph.model.MemoryGraph` as loaded from its stored bytes
-    (None: no graph)."""
+    ``graph``: the tenant graph's columns and vocabularies (memlib/graph/memory_arrays.py
+    ``graph_columns``; None: no graph)."""
     rows = np.flatnonzero(np.isin(np.asarray(kinds, dtype=object), MEMORY_KINDS)).astype(np.int32)
     if vectors.shape[0] != rows.size:
         raise ValueError(f"memory view: {vectors.shape[0]} vectors for {rows.size} nodes of kinds {MEMORY_KINDS}")
@@ -76,94 +92,20 @@ def memory_table(node_ids: list[str], kinds: list[str], provenance: list[Any], v
                             "mem_ids_crc": ids_crc([node_ids[r] for r in rows.tolist()]),
                             "turn_ids_crc": ids_crc(list(turn_ids)), "graph": graph is not None}
     if graph is not None:
-        adj = graph.adjacency()
-        cols.update(g_ids=graph.ids, g_kind=graph.kind, g_time=graph.time, g_importance=graph.importance,
-                    g_src=graph.src, g_dst=graph.dst, g_edge_kind=graph.edge_kind, g_weight=graph.weight,
-                    g_relation=graph.relation, a_indptr=adj.indptr, a_nbr=adj.nbr, a_eid=adj.eid,
-                    a_fwd=adj.fwd.astype(np.int8))
-        meta.update(node_kinds=list(graph.node_kinds), edge_kinds=list(graph.edge_kinds),
-                    relations=list(graph.relations))
+        cols.update({k: v for k, v in graph.items() if k in MEMORY_COLUMNS})
+        meta.update({k: graph[k] for k in ("node_kinds", "edge_kinds", "relations", "transition_key")})
     arrays = []
     for name, typ in MEMORY_FIELDS:
         values = cols.get(name)
-        values = [] if values is None else (values.tolist() if name == "g_ids" else values)
+        values = [] if values is None else (list(values) if name == "g_ids" else values)
         arrays.append(pa.array([values], typ) if name == "g_ids" else
                       pa.ListArray.from_arrays(pa.array([0, len(values)], pa.int32()),
                                                pa.array(values, typ.value_type)))
     return pa.Table.from_arrays(arrays, schema=MEMORY_SCHEMA), meta
 
 
-def memory_table_from_nodes(nodes: pa.Table, turns: pa.Table, graph_bytes: bytes | None,
-                            dim: int) -> tuple[pa.Table, dict[str, Any]]:
-    """:func:`memory_table` from a tenant's built tables: its nodes with their embeddings (in the
-    order its node view holds them), its turns in the turn view's order, its graph's bytes."""
-    from memlib.retrieve.tenant import embedding_matrix
-
-    kinds = nodes.column("kind").to_pylist()
-    typ = nodes.schema.field("embedding").type
-    dim = typ.list_size if getattr(typ, "list_size", 0) > 0 else dim
-    rows = np.flatnonzero(np.isin(np.asarray(kinds, dtype=object), MEMORY_KINDS))
-    vectors = embedding_matrix(nodes.column("embedding").take(pa.array(rows, pa.int64())), dim)
-    return memory_table(nodes.column("node_id").to_pylist(), kinds, nodes.column("provenance").to_pylist(),
-                        vectors, turns.column("node_id").to_pylist(), _graph(graph_bytes))
-
-
-def _graph(graph_bytes: bytes | None) -> Any:
-    if graph_bytes is None:
-        return None
-    from memlib.graph.build import load
-
-    return load(graph_bytes)
-
-
-def memory_views_from_tables(reader, version_dir: Path, parts: Mapping[str, list[str]]) -> int:
-    """Write the memory views of ``parts`` (part -> its live tenants) into ``version_dir``, from its
-    node and turn view files there, the embeddings of ``reader``'s pinned Lance rows and its graphs
-    (a store written before memory views gets them as its parts are carried or compacted). A part
-    whose node or turn views cannot be read gets none. Returns the number of files written."""
-    from memlib.io.checksums import DamagedFileError
-    from memlib.io.views import VIEW_NODES, VIEW_TURNS, read_batches, view_path, write_view
-
-    written = 0
-    for part, members in sorted(parts.items()):
-        try:
-            nodes_b = read_batches(view_path(version_dir, VIEW_NODES, part))
-            turns_b = read_batches(view_path(version_dir, VIEW_TURNS, part))
-        except (OSError, ValueError):  # ViewError is a ValueError
-            continue
-        if not all(t in nodes_b and t in turns_b for t in members):
-            continue
-        try:
-            tables, metas = {}, {}
-            for t in members:
-                tables[t], metas[t] = _from_tables(reader, t, pa.Table.from_batches([nodes_b[t][0]]), turns_b[t][0])
-        except DamagedFileError as exc:  # damaged rows are never copied into a view
-            log.warning("part %s: no memory view (%s)", part, exc)
-            continue
-        except Exception as exc:  # noqa: BLE001 - a view is an optimization: its tenants read Lance and the graph
-            log.warning("part %s: no memory view (%s: %s)", part, type(exc).__name__, str(exc)[:160])
-            continue
-        write_view(view_path(version_dir, VIEW_MEMORY, part), VIEW_MEMORY, tables, metas)
-        written += 1
-    return written
-
-
-def _from_tables(reader, tenant: str, view_nodes: pa.Table, view_turns: pa.RecordBatch) -> tuple[pa.Table, dict]:
-    from memlib.retrieve.tenant import embedding_matrix
-
-    reader.check_lance_rows(tenant, "nodes")  # its rows' digest first: damaged rows never reach a view
-    lance = reader.nodes(tenant, columns=["node_id", "embedding"], kinds=MEMORY_KINDS)
-    where = {n: i for i, n in enumerate(lance.column("node_id").to_pylist())}
-    ids = view_nodes.column("node_id").to_pylist()
-    kinds = view_nodes.column("kind").to_pylist()
-    rows = [i for i, k in enumerate(kinds) if k in MEMORY_KINDS]
-    if len(where) != len(rows) or any(ids[r] not in where for r in rows):
-        raise ValueError(f"tenant {tenant!r}: Lance holds {len(where)} nodes of kinds {list(MEMORY_KINDS)}, "
-                         f"its node view {len(rows)} (version {reader.version})")
-    vectors = embedding_matrix(lance.column("embedding").take(pa.array([where[ids[r]] for r in rows], pa.int64())),
-                               reader.dim)
-    return memory_table(ids, kinds, view_nodes.column("provenance").to_pylist(), vectors,
-                        view_turns.column("node_id").to_pylist(), _graph(reader.graph_bytes(tenant)))
+def json_key(key: tuple) -> str:
+    return json.dumps(key, sort_keys=True)
 
 
 @dataclass
@@ -236,7 +178,13 @@ def _graph_arrays(batch: pa.RecordBatch, meta: dict[str, Any]) -> dict[str, Any]
                         and int(adj["eid"].max()) < ne and int(adj["indptr"][-1]) == 2 * ne)
     if not inside:
         raise ValueError("graph arrays of disagreeing sizes")
+    t = {name[2:]: _flat(batch, name) for name in MEMORY_COLUMNS if name.startswith("t_")}
+    if not (t["prob"].size == t["data"].size == t["indices"].size == 2 * ne and t["indptr"].size == nv + 1
+            and t["sink"].size == nv and (ne == 0 or int(t["indices"].max()) < nv) and int(t["indptr"][-1]) == 2 * ne):
+        raise ValueError("transition arrays of disagreeing sizes")
     g.update(node_kinds=tuple(meta["node_kinds"]), edge_kinds=tuple(meta["edge_kinds"]),
              relations=tuple(meta["relations"]), adjacency=(adj["indptr"], adj["nbr"], adj["eid"],
-                                                            adj["fwd"].view(np.bool_)))
+                                                            adj["fwd"].view(np.bool_)),
+             transition=(meta["transition_key"], t["prob"], t["data"], t["indices"], t["indptr"],
+                         t["sink"].view(np.bool_)))
     return g

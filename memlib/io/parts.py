@@ -10,9 +10,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from memlib.io.files import StoreError, link_or_copy, of_tenants, part_id, replace_part, safe_name
-from memlib.io.memory_view import VIEW_MEMORY, memory_views_from_tables
 from memlib.io.views import (
     ALL_VIEWS,
+    VIEW_MEMORY,
     VIEW_SUFFIX,
     VIEW_TABLES,
     ViewError,
@@ -34,6 +34,9 @@ class Carried:
     every tenant each of those parts holds rows of (live or dead)."""
     parts: dict[str, str] = field(default_factory=dict)
     held: dict[str, list[str]] = field(default_factory=dict)
+    # carried parts without a memory view (a store written before them), part -> its carried tenants:
+    # the caller writes them (memlib/graph/memory_arrays.py ``memory_views_from_tables``)
+    unremembered: dict[str, list[str]] = field(default_factory=dict)
 
 
 class PartsCarrier:
@@ -91,7 +94,7 @@ class PartsCarrier:
                 group.append(tenant)
                 turns += n
         views_from_tables(self.base, self.version_dir, unviewed)
-        memory_views_from_tables(self.base, self.version_dir, {**unviewed, **unremembered})
+        out.unremembered = {**unviewed, **unremembered}
         return out
 
     def prune_parts(self, parts: dict[str, str], check: Iterable[str] = ()) -> None:

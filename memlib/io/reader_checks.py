@@ -10,8 +10,8 @@ import pyarrow as pa
 
 from memlib.io.checksums import GRAPH, LANCE, MEMORY_VIEW, DamagedFileError, check, check_size, unchanged_since_checked
 from memlib.io.lance_checks import LANCE_DATA_KEY, LANCE_DIGEST_KEY, LANCE_FILES_KEY, rows_digest
-from memlib.io.memory_view import VIEW_MEMORY
 from memlib.io.parts import GRAPHS
+from memlib.io.views import VIEW_MEMORY
 
 FILES_KEY = "files"  # version file (relative path) -> [size, crc32, mtime_ns] (memlib/io/checksums.py)
 LANCE_TABLES = {"nodes": "nodes.lance", "turn_text": "turn_text.lance"}

@@ -30,10 +30,10 @@ import pyarrow.parquet as pq
 
 from memlib import schema
 from memlib.io.files import atomic_write, of_tenants, safe_name
-from memlib.io.memory_view import MEMORY_COLUMNS, VIEW_MEMORY
 
 VIEW_NODES = "view_nodes"
 VIEW_TURNS = "view_turns"
+VIEW_MEMORY = "view_memory"  # a part's memory view (memlib/io/memory_view.py: its own columns)
 VIEW_TABLES = (VIEW_NODES, VIEW_TURNS)
 ALL_VIEWS = (*VIEW_TABLES, VIEW_MEMORY)  # what a carried part links, with its memory view (memlib/io/memory_view.py)
 VIEW_SUFFIX = ".arrow"
@@ -44,7 +44,7 @@ META_KEY = "memlib.tenant"  # a batch's custom metadata: the tenant's JSON objec
 VIEW_NODE_COLUMNS = ["node_id", "kind", "text", "time", "session_id", "provenance", "attributes", "importance"]
 VIEW_TURN_COLUMNS = ["node_id", "turn_id", "session_id", "session_index", "session_time", "turn_index",
                      "speaker", "role", "text"]
-COLUMNS = {VIEW_NODES: VIEW_NODE_COLUMNS, VIEW_TURNS: VIEW_TURN_COLUMNS, VIEW_MEMORY: MEMORY_COLUMNS}
+COLUMNS = {VIEW_NODES: VIEW_NODE_COLUMNS, VIEW_TURNS: VIEW_TURN_COLUMNS}
 OPEN_FILES = 256  # mapped view files a process keeps open (a file descriptor each)
 
 
@@ -58,7 +58,7 @@ def view_path(version_dir: Path, name: str, part: str) -> Path:
 
 def ordered(name: str, table: pa.Table) -> pa.Table:
     """``table``'s columns of view ``name``, its rows in the view's order (turns: conversation order)."""
-    table = table.select(COLUMNS[name])
+    table = table.select(COLUMNS[name]) if name in COLUMNS else table
     if name == VIEW_TURNS and table.num_rows:
         table = table.sort_by([("session_index", "ascending"), ("turn_index", "ascending")])
     return table

@@ -8,12 +8,14 @@ from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
 from memlib.config import GraphConfig
 from memlib.graph.model import Adjacency, MemoryGraph
+from memlib.graph.ppr import Transition
 from memlib.graph.subgraph import subgraph
-from memlib.graph.variants import gaama_ppr_scores
-from memlib.io.memory_view import MemoryView, read_memory_view
+from memlib.graph.variants import gaama_ppr_scores, transition_key
+from memlib.io.memory_view import MemoryView, json_key, read_memory_view
 from memlib.io.views import ViewError
 
 log = logging.getLogger("memlib.serve")
@@ -86,7 +88,7 @@ def _vectors(index, rows: np.ndarray, kinds: tuple[str, ...]) -> np.ndarray:
         return np.zeros((0, 0), dtype=np.float32)
     if "embeddings" in index.__dict__:
         return np.ascontiguousarray(index.embeddings[rows])
-    from memlib.retrieve.tenant import embedding_matrix
+    from memlib.io.memory_view import embedding_matrix
 
     # the tenant's Lance rows are checked against their digest first (once per process): a damaged
     # row is never read (DamagedFileError, part "lance": the service answers 503 for this strategy)
@@ -139,9 +141,16 @@ def tenant_graph(index) -> MemoryGraph | None:
     def make() -> MemoryGraph:
         g = dict(view.graph)
         indptr, nbr, eid, fwd = g.pop("adjacency")
+        key, prob, data, indices, t_indptr, sink = g.pop("transition")
         n = g["ids"].size
         degree = (np.bincount(g["src"], minlength=n) + np.bincount(g["dst"], minlength=n)).astype(np.int64)
-        return MemoryGraph(**g, degree=degree, _adj=Adjacency(indptr=indptr, nbr=nbr, eid=eid, fwd=fwd))
+        adj = Adjacency(indptr=indptr, nbr=nbr, eid=eid, fwd=fwd)
+        graph = MemoryGraph(**g, degree=degree, _adj=adj)
+        default = transition_key(GraphConfig())
+        if key == json_key(default):  # the PPR's transition as the build made it (the same floats)
+            pt = sp.csr_matrix((data, indices, t_indptr), shape=(n, n))
+            graph._cache[default] = Transition(pt=pt, sink=sink, rows=adj.rows(), cols=nbr, prob=prob)
+        return graph
     return index.memo(("memory_graph",), make)
 
 

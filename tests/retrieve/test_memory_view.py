@@ -13,6 +13,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from memlib.config import GraphConfig
+from memlib.graph.memory_arrays import memory_views_from_tables
+from memlib.graph.variants import gaama_transition, transition_key
 from memlib.io.checksums import crc_of
 from memlib.io.memory_view import MEMORY_KINDS, VIEW_MEMORY, read_memory_view
 from memlib.io.reader_checks import FILES_KEY
@@ -86,6 +89,10 @@ def test_the_build_writes_a_memory_view_that_maps_to_the_same_arrays(sample_stor
             (loaded.node_kinds, loaded.edge_kinds, loaded.relations)
         adj, ref = graph.adjacency(), loaded.adjacency()
         assert all(np.array_equal(getattr(adj, n), getattr(ref, n)) for n in ("indptr", "nbr", "eid", "fwd"))
+        key = transition_key(GraphConfig())  # the PPR's transition as the build made it
+        stored, made = graph._cache[key], gaama_transition(loaded, GraphConfig())
+        assert stored.pt.data.tobytes() == made.pt.data.tobytes() and (stored.pt != made.pt).nnz == 0
+        assert stored.prob.tobytes() == made.prob.tobytes() and np.array_equal(stored.sink, made.sink)
 
 
 def test_auto_ranks_the_same_with_and_without_memory_views(sample_store, tmp_path):
@@ -137,6 +144,8 @@ def test_a_store_without_memory_views_gets_them_as_its_parts_are_carried(sample_
     tenants = base.tenants()[:keep]
     w = StoreWriter(old, dim=base.dim)
     carried = w.carry_over(tenants, part_turns=10_000)
+    assert set(carried.unremembered) == {carried.parts[t] for t in tenants}
+    assert memory_views_from_tables(base, w.version_dir, carried.unremembered) == 1  # as a build's publish does
     manifest = dict(base.manifest, tenants={t: base.manifest["tenants"][t] | {"part": carried.parts[t]}
                                             for t in tenants}, part_tenants=carried.held)
     w.prune_parts(carried.parts)
@@ -150,6 +159,7 @@ def test_a_store_without_memory_views_gets_them_as_its_parts_are_carried(sample_
     # and from that version on, a part rewritten carries the memory views over
     w2 = StoreWriter(old, dim=new.dim)
     carried2 = w2.carry_over(tenants[:1], part_turns=10_000)
+    assert not carried2.unremembered  # linked or rewritten with the memory view
     m2 = dict(new.manifest, tenants={tenants[0]: new.manifest["tenants"][tenants[0]]
                                      | {"part": carried2.parts[tenants[0]]}}, part_tenants=carried2.held)
     w2.prune_parts(carried2.parts)
