@@ -14,6 +14,7 @@ needs Ray and lives above the library: ``jobs.api.build``.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -80,15 +81,20 @@ class Store:
     def strategies(self) -> list[str]:
         return list(self._service.strategy_names)
 
-    def search(self, tenant: str, query: str, *, strategy: str | None = None, k: int | None = None) -> SearchResponse:
+    def search(self, tenant: str, query: str, *, strategy: str | None = None, k: int | None = None,
+               question_time: str | datetime | None = None) -> SearchResponse:
         """What ``POST /v1/search`` answers: ranked nodes (``.results``) with their signals and
         provenance, the source turns (``.turns``) and the packed context (``.context``).
-        ``strategy`` and ``k`` default to ``retrieve.default_strategy`` and ``retrieve.k``."""
+        ``strategy`` and ``k`` default to ``retrieve.default_strategy`` and ``retrieve.k``;
+        ``question_time`` (ISO 8601, or a datetime): when the question is asked, which ``auto``
+        resolves relative dates against (default: the tenant's latest turn time)."""
         data: dict[str, Any] = {"tenant": tenant, "query": query}
         if strategy is not None:
             data["strategy"] = strategy
         if k is not None:
             data["k"] = k
+        if question_time is not None:
+            data["question_time"] = question_time.isoformat() if isinstance(question_time, datetime) else question_time
         return self._service.search(self._service.search_request(self._caller, data))
 
     def session(self, tenant: str, session_id: str, *, around: str | None = None, window: int = 5) -> SessionResponse:

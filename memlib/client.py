@@ -78,8 +78,12 @@ class MemlibClient:
         _raise_for(resp)
         return resp.json()
 
-    def search(self, tenant: str, query: str, strategy: str = "auto", k: int = 10) -> SearchResponse:
+    def search(self, tenant: str, query: str, strategy: str = "auto", k: int = 10,
+               question_time: str | None = None) -> SearchResponse:
+        """``question_time``: ISO 8601 time the question is asked at (relative dates resolve against it)."""
         body = {"tenant": tenant, "query": query, "strategy": strategy, "k": k}
+        if question_time is not None:
+            body["question_time"] = question_time
         return SearchResponse.model_validate(self._call("POST", "/v1/search", json=body))
 
     def tenants(self) -> list[str]:

@@ -11,6 +11,7 @@ other tenants go on.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from pathlib import Path
@@ -27,18 +28,22 @@ from pipelines.context import BuildContext
 from pipelines.rows import FAILED_DIR, Operator, RowKind, batch_of, failure_reason, on_ray, rows
 from pipelines.shard import StagedFiles, TenantShard
 
+log = logging.getLogger("memlib.build")
+
 
 class SessionPassError(RuntimeError):
     """A block holding some of the tenant's sessions failed in a session operator."""
 
 
-def write_part(version_dir: str | Path, built: list[dict[str, Any]]) -> tuple[str, str]:
+def write_part(version_dir: str | Path, built: list[dict[str, Any]], dim: int) -> tuple[str, str]:
     """Write the tables of the tenants of one row (each a dict of table -> Arrow table, see
     :meth:`TenantOp.build_one`) as one part of the version; returns the part's name and its
     staged nodes file."""
+    from memlib.graph.memory_arrays import memory_table_from_nodes
     from memlib.io.files import replace_parquet
+    from memlib.io.memory_view import VIEW_MEMORY
     from memlib.io.store import TENANT_TABLES, StoreWriter, part_id
-    from memlib.io.views import VIEW_NODES, VIEW_TURNS, view_path, write_view
+    from memlib.io.views import VIEW_NODES, VIEW_TURNS, ordered, view_path, write_view
     from pipelines.shard import staged_path
 
     version_dir = Path(version_dir)
@@ -58,6 +63,15 @@ def write_part(version_dir: str | Path, built: list[dict[str, Any]]) -> tuple[st
     write_view(view_path(version_dir, VIEW_NODES, part), VIEW_NODES, {k: t["nodes"] for k, t in by_tenant.items()})
     write_view(view_path(version_dir, VIEW_TURNS, part), VIEW_TURNS, {k: t["turns"] for k, t in by_tenant.items()},
                refs)
+    # what auto's memory signals read: fact and event vectors, their citations, the graph's arrays
+    # (without it, a part's tenants read Lance and the graph file: docs/decisions/0036-memory-view.md)
+    try:
+        memory = {k: memory_table_from_nodes(t["nodes"], ordered(VIEW_TURNS, t["turns"]), t["graphs"].get(k), dim)
+                  for k, t in by_tenant.items()}
+        write_view(view_path(version_dir, VIEW_MEMORY, part), VIEW_MEMORY, {k: m[0] for k, m in memory.items()},
+                   {k: m[1] for k, m in memory.items()})
+    except Exception as exc:  # noqa: BLE001 - an optimization never fails a part
+        log.warning("part %s: no memory view (%s: %s)", part, type(exc).__name__, str(exc)[:160])
     # the rows the driver writes to Lance: a tenant's changed rows, or all of them (lance_delta)
     nodes = pa.concat_tables([t["lance_rows"] for t in built], promote_options="permissive")
     return part, str(replace_parquet(nodes, staged_path(version_dir, "nodes", part)))
@@ -171,7 +185,7 @@ class TenantOp(Operator):
         if not built:
             return summaries
         try:
-            part, nodes_path = write_part(TenantShard(**items[0]["shard"]).version_dir, built)
+            part, nodes_path = write_part(TenantShard(**items[0]["shard"]).version_dir, built, self.cfg.embed.dim)
             written = {"part": part, "nodes_path": nodes_path}
         except Exception as exc:  # noqa: BLE001 - the row's tenants fail by name; other rows go on
             written = {"error": f"its part could not be written: {failure_reason(exc)}"}

@@ -106,6 +106,10 @@ def write_version(run: Run, summaries: list[dict[str, Any]]) -> Layout:
     kept = run.kept_as_published()
     carried = (writer.carry_over(kept, part_turns=cfg.ray.tenant_batch_turns, purge=purged(run))
                if kept else Carried())
+    if carried.unremembered:  # a store written before memory views gets them as its parts are carried
+        from memlib.graph.memory_arrays import memory_views_from_tables
+
+        memory_views_from_tables(writer.base, writer.version_dir, carried.unremembered)
     parts = {**carried.parts, **{s["tenant_id"]: s["part"] for s in summaries}}
     writer.prune_parts(parts, check={s["part"] for s in summaries if s["tenant_id"] in plan.resume})
     held = dict(carried.held)

@@ -38,7 +38,7 @@ def gaama_transition(graph: MemoryGraph, cfg: GraphConfig) -> Transition:
     (deg > hub → × hub/deg), normalized per source. Dampening the target is what lowers a
     hub's pass-through: per-source normalization would cancel a factor on the hub's own
     out-edges. Cached per (weights, hub degree) on the graph."""
-    key = ("gaama", tuple(sorted(cfg.edge_weights.items())), cfg.hub_degree)
+    key = transition_key(cfg)
 
     def make() -> Transition:
         adj = graph.adjacency()
@@ -46,6 +46,11 @@ def gaama_transition(graph: MemoryGraph, cfg: GraphConfig) -> Transition:
         damp = hub_factor(graph.degree, cfg.hub_degree)
         return transition_matrix(adj, base[adj.eid] * damp[adj.nbr])
     return graph.cached(key, make)
+
+
+def transition_key(cfg: GraphConfig) -> tuple:
+    """The key :func:`gaama_transition` caches its transition under on a graph."""
+    return ("gaama", tuple(sorted(cfg.edge_weights.items())), cfg.hub_degree)
 
 
 def gaama_ppr_scores(graph: MemoryGraph, seeds: Mapping[str, float], cfg: GraphConfig,

@@ -24,6 +24,7 @@ CHUNK = 8 << 20  # bytes hashed per call (zlib releases the GIL for the call)
 
 GRAPH = "graph"  # DamagedFileError.part: a tenant's graph file (the strategies reading no graph still answer)
 LANCE = "lance"  # DamagedFileError.part: Lance rows or files (the strategies reading no Lance still answer)
+MEMORY_VIEW = "memory_view"  # DamagedFileError.part: a part's memory view (never read; its tenants read around it)
 
 
 class DamagedFileError(StoreError):

@@ -10,7 +10,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from memlib.io.files import StoreError, link_or_copy, of_tenants, part_id, replace_part, safe_name
-from memlib.io.views import VIEW_SUFFIX, VIEW_TABLES, ViewError, read_batches, view_path, views_from_tables, write_view
+from memlib.io.views import (
+    ALL_VIEWS,
+    VIEW_MEMORY,
+    VIEW_SUFFIX,
+    VIEW_TABLES,
+    ViewError,
+    read_batches,
+    view_path,
+    views_from_tables,
+    write_view,
+)
 
 GRAPHS = "graphs"
 PART_KEY = "part"  # a tenant's entry in the manifest names its part
@@ -24,6 +34,9 @@ class Carried:
     every tenant each of those parts holds rows of (live or dead)."""
     parts: dict[str, str] = field(default_factory=dict)
     held: dict[str, list[str]] = field(default_factory=dict)
+    # carried parts without a memory view (a store written before them), part -> its carried tenants:
+    # the caller writes them (memlib/graph/memory_arrays.py ``memory_views_from_tables``)
+    unremembered: dict[str, list[str]] = field(default_factory=dict)
 
 
 class PartsCarrier:
@@ -49,6 +62,7 @@ class PartsCarrier:
         info, held = self.base.manifest.get("tenants", {}), self.base.held()
         remnants: list[str] = []
         unviewed: dict[str, list[str]] = {}  # new parts whose views come from the tables (written before views)
+        unremembered: dict[str, list[str]] = {}  # parts whose memory view comes from the tables (written before it)
         for part, members in self.base.parts().items():
             keep = [t for t in members if t in carried]
             if not keep:
@@ -61,6 +75,8 @@ class PartsCarrier:
                 self._link_part(part)
                 if not view_path(self.version_dir, VIEW_TABLES[0], part).exists():
                     unviewed[part] = keep
+                elif not view_path(self.version_dir, VIEW_MEMORY, part).exists():
+                    unremembered[part] = keep
                 out.parts.update((t, part) for t in keep)
                 out.held[part] = sorted(holds)
             else:
@@ -70,7 +86,7 @@ class PartsCarrier:
         for tenant in remnants + [""]:  # "" flushes the last group
             n = int((info.get(tenant) or {}).get("turns") or 0)
             if group and (not tenant or turns + n > part_turns):
-                new = self._rewrite_part(group, unviewed)
+                new = self._rewrite_part(group, unviewed, unremembered)
                 out.parts.update((t, new) for t in group)
                 out.held[new] = sorted(group)
                 group, turns = [], 0
@@ -78,6 +94,7 @@ class PartsCarrier:
                 group.append(tenant)
                 turns += n
         views_from_tables(self.base, self.version_dir, unviewed)
+        out.unremembered = {**unviewed, **unremembered}
         return out
 
     def prune_parts(self, parts: dict[str, str], check: Iterable[str] = ()) -> None:
@@ -87,7 +104,7 @@ class PartsCarrier:
         members: dict[str, list[str]] = {}
         for tenant, part in parts.items():
             members.setdefault(part, []).append(tenant)
-        for name in (*TENANT_TABLES, GRAPHS, *VIEW_TABLES):
+        for name in (*TENANT_TABLES, GRAPHS, *ALL_VIEWS):
             d = self.version_dir / name
             for f in sorted(d.iterdir()) if d.is_dir() else []:
                 if f.suffix not in (".parquet", ".gt", VIEW_SUFFIX):
@@ -104,8 +121,8 @@ class PartsCarrier:
 
     def _link_part(self, part: str) -> None:
         base = self.base.version_dir
-        for name in (*TENANT_TABLES, GRAPHS, *VIEW_TABLES):
-            src = base / name / f"{safe_name(part)}{VIEW_SUFFIX if name in VIEW_TABLES else '.parquet'}"
+        for name in (*TENANT_TABLES, GRAPHS, *ALL_VIEWS):
+            src = base / name / f"{safe_name(part)}{VIEW_SUFFIX if name in ALL_VIEWS else '.parquet'}"
             if src.exists():
                 dst = self.version_dir / name / src.name
                 dst.parent.mkdir(parents=True, exist_ok=True)
@@ -114,10 +131,12 @@ class PartsCarrier:
         if old.exists():
             link_or_copy(old, self.graph_path(part))
 
-    def _rewrite_part(self, tenants: list[str], unviewed: dict[str, list[str]]) -> str:
+    def _rewrite_part(self, tenants: list[str], unviewed: dict[str, list[str]],
+                      unremembered: dict[str, list[str]]) -> str:
         """Copy ``tenants``' rows from their published parts into one new part of this version
         (with their views; a part whose views cannot be copied goes into ``unviewed``, whose views
-        the caller writes from the tables in one read of them)."""
+        the caller writes from the tables in one read of them, and one whose memory view cannot
+        be copied into ``unremembered``)."""
         new = part_id(tenants, f"{self.version}/carried")
         sources = sorted({self.base.part_of(t) for t in tenants})
         for name in (*TENANT_TABLES, GRAPHS):
@@ -136,6 +155,9 @@ class PartsCarrier:
                                      view_path(self.version_dir, name, new)) for name in VIEW_TABLES]
         if not all(copied):  # some source part had no view (a store written before them)
             unviewed[new] = tenants
+        elif not self._rewrite_view(VIEW_MEMORY, [view_path(self.base.version_dir, VIEW_MEMORY, p) for p in sources],
+                                    tenants, view_path(self.version_dir, VIEW_MEMORY, new)):
+            unremembered[new] = tenants  # its node rows keep their order: the memory view's rows still hold
         return new
 
     @staticmethod

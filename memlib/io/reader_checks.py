@@ -8,9 +8,10 @@ from typing import Any, Callable
 
 import pyarrow as pa
 
-from memlib.io.checksums import GRAPH, LANCE, DamagedFileError, check, check_size, unchanged_since_checked
+from memlib.io.checksums import GRAPH, LANCE, MEMORY_VIEW, DamagedFileError, check, check_size, unchanged_since_checked
 from memlib.io.lance_checks import LANCE_DATA_KEY, LANCE_DIGEST_KEY, LANCE_FILES_KEY, rows_digest
 from memlib.io.parts import GRAPHS
+from memlib.io.views import VIEW_MEMORY
 
 FILES_KEY = "files"  # version file (relative path) -> [size, crc32, mtime_ns] (memlib/io/checksums.py)
 LANCE_TABLES = {"nodes": "nodes.lance", "turn_text": "turn_text.lance"}
@@ -52,7 +53,8 @@ class ReaderChecks:
         out = []
         for rel, expected in self._by_part.get(self.part_of(tenant), []):
             path = self.version_dir / rel
-            part = GRAPH if Path(rel).parts[0] == GRAPHS else None
+            top = Path(rel).parts[0]
+            part = GRAPH if top == GRAPHS else MEMORY_VIEW if top == VIEW_MEMORY else None
             if changed_only and unchanged_since_checked(path, expected):
                 continue
             try:

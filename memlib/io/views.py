@@ -33,7 +33,9 @@ from memlib.io.files import atomic_write, of_tenants, safe_name
 
 VIEW_NODES = "view_nodes"
 VIEW_TURNS = "view_turns"
+VIEW_MEMORY = "view_memory"  # a part's memory view (memlib/io/memory_view.py: its own columns)
 VIEW_TABLES = (VIEW_NODES, VIEW_TURNS)
+ALL_VIEWS = (*VIEW_TABLES, VIEW_MEMORY)  # what a carried part links, with its memory view (memlib/io/memory_view.py)
 VIEW_SUFFIX = ".arrow"
 VIEW_FORMAT = "1"
 TENANTS_KEY = b"memlib.tenants"
@@ -54,8 +56,9 @@ def view_path(version_dir: Path, name: str, part: str) -> Path:
     return Path(version_dir) / name / f"{safe_name(part)}{VIEW_SUFFIX}"
 
 
-def _ordered(name: str, table: pa.Table) -> pa.Table:
-    table = table.select(COLUMNS[name])
+def ordered(name: str, table: pa.Table) -> pa.Table:
+    """``table``'s columns of view ``name``, its rows in the view's order (turns: conversation order)."""
+    table = table.select(COLUMNS[name]) if name in COLUMNS else table
     if name == VIEW_TURNS and table.num_rows:
         table = table.sort_by([("session_index", "ascending"), ("turn_index", "ascending")])
     return table
@@ -70,7 +73,7 @@ def write_view(path: Path, name: str, tables: Mapping[str, pa.Table],
     tenants = list(tables)
     if not tenants:
         return path
-    tables_ = [_ordered(name, tables[t]) for t in tenants]
+    tables_ = [ordered(name, tables[t]) for t in tenants]
     base = tables_[0].schema
     batches = []
     for t, table in zip(tenants, tables_):

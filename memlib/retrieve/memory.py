@@ -3,15 +3,22 @@ time windows, personalized PageRank from the memories the question matches, and 
 that joins them to the turn ranking (docs/decisions/0032-auto-reads-memory.md)."""
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
 from memlib.config import GraphConfig
+from memlib.graph.model import Adjacency, MemoryGraph
+from memlib.graph.ppr import Transition
 from memlib.graph.subgraph import subgraph
-from memlib.graph.variants import gaama_ppr_scores
+from memlib.graph.variants import gaama_ppr_scores, transition_key
+from memlib.io.memory_view import MemoryView, json_key, read_memory_view
+from memlib.io.views import ViewError
 
+log = logging.getLogger("memlib.serve")
 VOTE_KINDS = ("fact", "event", "entity", "clue", "reflection", "triplet", "concept")
 
 
@@ -40,6 +47,29 @@ class MemoryFrame:
         self.node_ids = [index.node_ids[r] for r in rows.tolist()]
         self.vectors = _vectors(index, rows, kinds)
 
+    @classmethod
+    def mapped(cls, index, frame, kinds: tuple[str, ...], view: MemoryView) -> "MemoryFrame":
+        """The frame of ``kinds`` (all among the view's kinds) from the tenant's mapped memory view:
+        the same arrays as built from the node columns, with no Lance read and no provenance walk
+        (docs/decisions/0036-memory-view.md)."""
+        self = object.__new__(cls)
+        wanted = np.isin(index.kinds[view.mem_row], kinds)
+        sel = np.flatnonzero(wanted)
+        keep = wanted[view.cite_mem]
+        renumber = np.cumsum(wanted, dtype=np.int64) - 1
+        self.cite_row = renumber[view.cite_mem[keep]]
+        turns = view.cite_turn[keep]
+        self.cite_ptr = np.zeros(len(frame.ids) + 1, dtype=np.int64)
+        np.cumsum(np.bincount(turns, minlength=len(frame.ids)), out=self.cite_ptr[1:])
+        self.rows = view.mem_row[sel].astype(np.int64)
+        self.kind = np.asarray(index.kinds[self.rows], dtype=object) if self.rows.size else np.zeros(0, dtype=object)
+        ids = index.node_ids
+        self.node_ids = [ids[r] for r in self.rows.tolist()]
+        self.vectors = view.vectors if sel.size == view.mem_row.size else np.ascontiguousarray(view.vectors[sel])
+        if not self.rows.size:
+            self.vectors = np.zeros((0, 0), dtype=np.float32)
+        return self
+
     def votes(self, sims: np.ndarray, kind: str) -> np.ndarray:
         """Per turn: the best cosine (clipped at 0) of a node of ``kind`` citing it (0: none does)."""
         val = np.where(self.kind == kind, np.maximum(sims, 0.0), 0.0)[self.cite_row]
@@ -58,7 +88,7 @@ def _vectors(index, rows: np.ndarray, kinds: tuple[str, ...]) -> np.ndarray:
         return np.zeros((0, 0), dtype=np.float32)
     if "embeddings" in index.__dict__:
         return np.ascontiguousarray(index.embeddings[rows])
-    from memlib.retrieve.tenant import embedding_matrix
+    from memlib.io.memory_view import embedding_matrix
 
     # the tenant's Lance rows are checked against their digest first (once per process): a damaged
     # row is never read (DamagedFileError, part "lance": the service answers 503 for this strategy)
@@ -75,9 +105,53 @@ def _vectors(index, rows: np.ndarray, kinds: tuple[str, ...]) -> np.ndarray:
     return out
 
 
+def memory_view(index) -> MemoryView | None:
+    """The tenant's mapped memory view (memlib/io/memory_view.py), None when its version has none to
+    trust (a store written before them, a file that fails its checksum or disagrees with the tenant's
+    node and turn views): then the memory signals read Lance and the graph file (memoized)."""
+    def load() -> MemoryView | None:
+        try:
+            return read_memory_view(index.reader, index.tenant, index.node_ids, index.turn_order)
+        except ViewError as exc:
+            log.debug("tenant %s: memory signals read Lance and the graph (%s)", index.tenant, exc)
+            return None
+    return index.memo(("memory_view",), load)
+
+
 def memory_frame(index, frame, kinds: tuple[str, ...]) -> MemoryFrame:
-    """The tenant's :class:`MemoryFrame` of ``kinds`` (memoized on the tenant view)."""
-    return index.memo(("auto_memory", kinds), lambda: MemoryFrame(index, frame, kinds))
+    """The tenant's :class:`MemoryFrame` of ``kinds`` (memoized on the tenant view): mapped from its
+    memory view when that holds those kinds, else built from the node columns and Lance."""
+    def build() -> MemoryFrame:
+        view = memory_view(index) if frame.ids == index.turn_order else None
+        if view is not None and set(kinds) <= set(view.kinds):
+            return MemoryFrame.mapped(index, frame, kinds, view)
+        return MemoryFrame(index, frame, kinds)
+    return index.memo(("auto_memory", kinds), build)
+
+
+def tenant_graph(index) -> MemoryGraph | None:
+    """The tenant graph the PPR runs on: made from the memory view's arrays (no graph-tool load, the
+    adjacency as stored), else the graph file's (``index.graph``); None without a graph."""
+    view = memory_view(index)
+    if view is None:
+        return index.graph if index.has_graph else None
+    if view.graph is None:
+        return None
+
+    def make() -> MemoryGraph:
+        g = dict(view.graph)
+        indptr, nbr, eid, fwd = g.pop("adjacency")
+        key, prob, data, indices, t_indptr, sink = g.pop("transition")
+        n = g["ids"].size
+        degree = (np.bincount(g["src"], minlength=n) + np.bincount(g["dst"], minlength=n)).astype(np.int64)
+        adj = Adjacency(indptr=indptr, nbr=nbr, eid=eid, fwd=fwd)
+        graph = MemoryGraph(**g, degree=degree, _adj=adj)
+        default = transition_key(GraphConfig())
+        if key == json_key(default):  # the PPR's transition as the build made it (the same floats)
+            pt = sp.csr_matrix((data, indices, t_indptr), shape=(n, n))
+            graph._cache[default] = Transition(pt=pt, sink=sink, rows=adj.rows(), cols=nbr, prob=prob)
+        return graph
+    return index.memo(("memory_graph",), make)
 
 
 def query_vector(index, q_vecs: np.ndarray, query: str) -> np.ndarray | None:
@@ -108,20 +182,39 @@ def ppr_term(index, frame, mem: MemoryFrame, sims: np.ndarray, seeds: int, seed_
     nearest the question (weights cos²), over the tenant graph (a graph of more than
     ``max_nodes`` vertices: the seeds' depth-2 neighbourhood capped at ``max_nodes``). None
     without a graph or a seed."""
-    if not index.has_graph or seeds <= 0:
+    if seeds <= 0:
         return None
     cand = np.flatnonzero(np.isin(mem.kind, seed_kinds) & (sims > 0))
     if cand.size == 0:
         return None
+    graph = tenant_graph(index)
+    if graph is None:
+        return None
     top = cand[np.argsort(-sims[cand], kind="stable")[:seeds]]
     weights = {mem.node_ids[j]: float(sims[j]) ** 2 for j in top.tolist()}
-    graph = index.graph
     cfg = cfg or GraphConfig()
     if graph.num_nodes > max_nodes:
         graph = subgraph(graph, weights, 2, max_nodes)
     mass = gaama_ppr_scores(graph, weights, cfg)
-    verts = graph.vertices(frame.ids)
+    verts = frame_vertices(index, frame, graph)
     return np.where(verts >= 0, mass[np.maximum(verts, 0)], 0.0)
+
+
+def frame_vertices(index, frame, graph: MemoryGraph) -> np.ndarray:
+    """The vertex of each of ``frame``'s turns in ``graph`` (-1: not in it), as ``graph.vertices``
+    gives them. The tenant graph's are looked up once per tenant view (a 2,500-session tenant's
+    26,738 turns took 47 ms of dict lookups a query), a subgraph's mapped from them by its
+    ``parent_index``."""
+    root = graph if graph.parent is None else graph.parent
+    if len(frame.ids) != len(index.turn_order) or (graph.parent is not None and graph.parent_index is None):
+        return graph.vertices(frame.ids)
+    pv = index.memo(("frame_vertices", id(root)), lambda: root.vertices(frame.ids))
+    if graph.parent is None:
+        return pv
+    if graph.num_nodes == 0:
+        return np.full(pv.size, -1, dtype=np.int64)
+    pos = np.minimum(np.searchsorted(graph.parent_index, pv), graph.num_nodes - 1)
+    return np.where((pv >= 0) & (graph.parent_index[pos] == pv), pos, -1).astype(np.int64)
 
 
 def _epoch(value: Any) -> datetime | None:

@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from memlib.io.memory_view import embedding_matrix
 from memlib.io.store import StoreReader, sql_str
 from memlib.io.views import VIEW_NODES, VIEW_TURNS, ViewError
 from memlib.lazy import cached_property
@@ -95,21 +96,6 @@ class TurnInfo(NamedTuple):
     text: str
     speaker: str | None
     role: str | None = None
-
-
-def embedding_matrix(col: pa.ChunkedArray, dim: int) -> np.ndarray:
-    """FixedSizeList column -> (n, dim) float32, rows L2-normalized, null rows zero."""
-    n = len(col)
-    if n == 0:
-        return np.zeros((0, dim), dtype=np.float32)
-    arr = col.combine_chunks()
-    valid = np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-    mat = np.zeros((n, dim), dtype=np.float32)
-    if valid.any():
-        dense = arr.filter(pa.array(valid))
-        mat[valid] = dense.flatten().to_numpy(zero_copy_only=False).reshape(-1, dim)
-    norms = np.linalg.norm(mat, axis=1, keepdims=True)
-    return mat / np.maximum(norms, 1e-12)
 
 
 class _column(cached_property):  # noqa: N801 - used as a decorator, like cached_property

@@ -8,7 +8,7 @@ import threading
 import time
 from typing import Any
 
-from memlib.io.checksums import GRAPH, LANCE, DamagedFileError
+from memlib.io.checksums import GRAPH, LANCE, MEMORY_VIEW, DamagedFileError
 from memlib.retrieve.matrix_cache import damaged_tenants
 
 log = logging.getLogger("memlib.serve")
@@ -17,6 +17,13 @@ GRAPH_UNREADABLE = "graph file unreadable"  # only the strategies that read the 
 LANCE_UNREADABLE = "lance rows damaged"  # only the strategies that read Lance are refused
 PARTIAL = {GRAPH: GRAPH_UNREADABLE, LANCE: LANCE_UNREADABLE}  # DamagedFileError.part -> what is refused
 CHECK_DUTY = 0.1  # share of one core the background check of a version's files may take
+
+
+def usable_damage(damaged: list[DamagedFileError]) -> list[DamagedFileError]:
+    """The damage that stops a tenant's strategies: a damaged memory view is not (its checksum is checked
+    again where it is read, and its tenant's memory signals read Lance and the graph file instead,
+    docs/decisions/0036-memory-view.md); ``memlib verify`` still names it and a nightly rebuilds it."""
+    return [d for d in damaged if d.part != MEMORY_VIEW]
 
 
 def graph_only(damaged: list[DamagedFileError]) -> bool:
@@ -28,7 +35,7 @@ def tenant_damage(reader: Any, tenant: str, loaded: bool = False) -> DamagedFile
     """What is damaged of ``tenant``'s published files, the kept blocks its matrix refers to and its
     Lance rows (``part`` says what of it; None: nothing). ``loaded``: its files were checked as it
     loaded; only its Lance rows are left (read by the strategies that read Lance, on first use)."""
-    files = [] if loaded else reader.damage(tenant)
+    files = [] if loaded else usable_damage(reader.damage(tenant))
     if files and not graph_only(files):
         return DamagedFileError(f"published files damaged: {', '.join(map(str, files[:3]))}")
     kept = None if loaded else damaged_tenants(reader, [tenant]).get(tenant)

@@ -32,7 +32,7 @@ from memlib.serve.auth import Principal, Role
 from memlib.serve.errors import ApiError, ErrorCode
 from memlib.serve.explore import MAX_WINDOW
 from memlib.serve.mcp_text import pack_search, pack_session, pack_tenants
-from memlib.serve.models import MAX_QUERY_CHARS, SessionResponse, TenantsResponse
+from memlib.serve.models import MAX_QUERY_CHARS, QUESTION_TIME_DOC, SessionResponse, TenantsResponse
 from memlib.serve.service import SearchService
 
 log = logging.getLogger("memlib.serve")
@@ -68,7 +68,8 @@ def tool_list(service: SearchService) -> list[types.Tool]:
         "k": {"type": "integer", "minimum": 1, "maximum": limits.max_k,
               "description": f"result nodes to retrieve (default {limits.default_k})"},
         "strategy": {"type": "string", "enum": sorted(service.strategy_names),
-                     "description": f"retrieval strategy (default {limits.default_strategy})"}}}
+                     "description": f"retrieval strategy (default {limits.default_strategy})"},
+        "question_time": {"type": "string", "maxLength": 64, "description": QUESTION_TIME_DOC}}}
     session = {"type": "object", "additionalProperties": False, "required": ["session_id"], "properties": {
         "session_id": {"type": "string", "description": "a session id from a search_memory hit"},
         "tenant": _TENANT,

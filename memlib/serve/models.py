@@ -6,6 +6,9 @@ from typing import Any, Mapping
 from pydantic import BaseModel, ConfigDict, Field
 
 MAX_QUERY_CHARS = 4_000
+QUESTION_TIME_DOC = ("ISO 8601 time the question is asked at (2023-05-08, 2023-05-08T13:56:00Z); `auto` resolves "
+                     "relative dates in the question ('two months ago', 'last Wednesday') against it "
+                     "(default: the tenant's latest turn time)")
 
 
 class SearchRequest(BaseModel):
@@ -15,6 +18,7 @@ class SearchRequest(BaseModel):
     query: str = Field(..., min_length=1, max_length=MAX_QUERY_CHARS, description="the question")
     strategy: str | None = Field(None, description="retrieval strategy (default: retrieve.default_strategy)")
     k: int | None = Field(None, description="nodes to return, 1..serve.max_k (default: retrieve.k)")
+    question_time: str | None = Field(None, max_length=64, description=QUESTION_TIME_DOC)
 
 
 class ResultNode(BaseModel):

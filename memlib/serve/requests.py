@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import AsyncIterator, Collection
 
 from pydantic import ValidationError
@@ -114,4 +115,17 @@ def validate_search(data: dict, limits: Limits, strategies: Collection[str]) -> 
     k = limits.default_k if req.k is None else req.k
     if not 1 <= k <= limits.max_k:
         raise ApiError(ErrorCode.BAD_K, f"k={k} is outside 1..{limits.max_k} (serve.max_k)")
+    if req.question_time is not None:
+        question_time(req.question_time)
     return req.model_copy(update={"strategy": strategy, "k": k})
+
+
+def question_time(value: str) -> datetime:
+    """A request's ``question_time`` as a datetime (one without a zone is UTC); :class:`ApiError`
+    (422, ``bad_argument``) when it is not an ISO 8601 date or time."""
+    try:
+        parsed = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise ApiError(ErrorCode.BAD_ARGUMENT, f"question_time: {value[:64]!r} is not an ISO 8601 date or time "
+                                               "(e.g. 2023-05-08 or 2023-05-08T13:56:00Z)") from None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)

@@ -30,7 +30,14 @@ from memlib.retrieve.tenant_cache import TenantCache, default_cache_bytes
 from memlib.serve.auth import Authorizer, Principal
 from memlib.serve.errors import ApiError, ErrorCode
 from memlib.serve.explore import node_graph, session_view
-from memlib.serve.file_checks import FILES_UNREADABLE, GRAPH_UNREADABLE, PARTIAL, check_in_slices, graph_only
+from memlib.serve.file_checks import (
+    FILES_UNREADABLE,
+    GRAPH_UNREADABLE,
+    PARTIAL,
+    check_in_slices,
+    graph_only,
+    usable_damage,
+)
 from memlib.serve.metrics import ServiceMetrics
 from memlib.serve.models import (
     HealthResponse,
@@ -43,7 +50,7 @@ from memlib.serve.models import (
     search_response,
 )
 from memlib.serve.poller import VersionPoller
-from memlib.serve.requests import Limits, check_tenant_id, parse_search, validate_search
+from memlib.serve.requests import Limits, check_tenant_id, parse_search, question_time, validate_search
 
 log = logging.getLogger("memlib.serve")
 HOT_TENANTS_MAX = 1_000_000  # lines of serve.hot_tenants_file
@@ -257,7 +264,7 @@ class SearchService:
             raise ApiError(ErrorCode.TENANT_UNAVAILABLE, f"tenant {tenant!r} is unavailable: {known}")
         try:
             if tenant not in self.cache:  # cold: its files as published (a stat each once checked)
-                bad = self.cache.reader.damage(tenant)
+                bad = usable_damage(self.cache.reader.damage(tenant))
                 if graph_only(bad):  # the strategies that read no graph still answer
                     self._broken(tenant, GRAPH_UNREADABLE, DamagedFileError(", ".join(map(str, bad[:3]))))
                 elif bad:
@@ -294,7 +301,7 @@ class SearchService:
         with self._lock:
             self.asked[req.tenant] += 1
         try:
-            result = run_search(idx, strategy, req.query, req.k)
+            result = run_search(idx, strategy, req.query, req.k, **self._question_time(strategy, req))
         except DamagedFileError as exc:  # never answered from a damaged file, nor encoded anew (another ranking)
             if exc.part in PARTIAL:  # the graph, or Lance: the strategies that do not read it still answer
                 reason = self._broken(req.tenant, PARTIAL[exc.part], exc)
@@ -312,6 +319,14 @@ class SearchService:
                                                     f"{' '.join(str(exc).split())[:200]}") from None
         speakers = {t.node_id: idx.turns[t.node_id].speaker for t in result.turns}
         return search_response(result, idx.version, req.k, (time.perf_counter() - t0) * 1000.0, speakers)
+
+    @staticmethod
+    def _question_time(strategy: Strategy, req: SearchRequest) -> dict[str, object]:
+        """The request's ``question_time`` as a parameter of the strategies that take one (``auto``
+        resolves relative dates against it; the others rank without dates)."""
+        if req.question_time is None or "question_time" not in getattr(strategy, "defaults", {}):
+            return {}
+        return {"question_time": question_time(req.question_time)}
 
     def tenants(self, authorization: str | None) -> TenantsResponse:
         return self.visible_tenants(self.auth.authenticate(authorization))

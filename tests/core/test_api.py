@@ -63,6 +63,23 @@ def test_search_answers_as_the_command_line_does(readme_run):
     assert ours.version == store.version == "v000001"
 
 
+def test_search_takes_the_questions_time(readme_run):
+    """A datetime or an ISO 8601 string: auto resolves the question's relative dates against it."""
+    from datetime import datetime, timezone
+
+    store = readme_run[1]["store"]
+    index = store._service.index("maya")
+    latest = max(t.time for t in index.turns.values() if t.time is not None)
+    day = latest.astimezone(timezone.utc).date()
+    asked = datetime(day.year, day.month, day.day, 12, tzinfo=timezone.utc)
+    for when in (asked, asked.isoformat()):  # the latest session's day
+        today = store.search("maya", "What did Maya say today?", strategy="auto", k=5, question_time=when)
+        assert any(r.signals.get("time_window", 0) > 0 for r in today.results)
+    anchored = store.search("maya", "What did Maya say today?", strategy="auto", k=5,
+                            question_time=asked.replace(year=asked.year + 5))
+    assert not any(r.signals.get("time_window", 0) > 0 for r in anchored.results)  # five years on: none
+
+
 def test_a_bad_request_is_the_services_typed_error(readme_run):
     from memlib.serve.errors import ApiError, ErrorCode
 
@@ -70,6 +87,7 @@ def test_a_bad_request_is_the_services_typed_error(readme_run):
     for call, code in ((lambda: store.search("nobody", "q"), ErrorCode.UNKNOWN_TENANT),
                        (lambda: store.search("maya", "q", strategy="nope"), ErrorCode.UNKNOWN_STRATEGY),
                        (lambda: store.search("maya", "q", k=0), ErrorCode.BAD_K),
+                       (lambda: store.search("maya", "q", question_time="next Monday"), ErrorCode.BAD_ARGUMENT),
                        (lambda: store.session("maya", "no-such-session"), ErrorCode.UNKNOWN_SESSION)):
         with pytest.raises(ApiError) as err:
             call()

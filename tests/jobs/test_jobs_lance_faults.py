@@ -19,8 +19,11 @@ from tests.jobs.faults import QUERIES, answers, damage, damage_lance, fresh, raw
 
 pytestmark = pytest.mark.ray  # the store is built by `memlib build`, which starts Ray
 STRATEGIES = ("auto", "dense", "bm25")
-# the strategies that read each Lance table's rows (``auto`` its facts' and events' vectors)
-READS = {"nodes": ("dense", "auto"), "turn_text": ("bm25",)}
+# the strategies that read each Lance table's rows: ``auto`` reads its facts' and events' vectors
+# from the tenant's memory view (checksummed, written by the build: docs/decisions/0036-memory-view.md),
+# and from Lance only in a store without one
+READS = {"nodes": ("dense",), "turn_text": ("bm25",)}
+READS_WITHOUT_MEMORY_VIEW = {"nodes": ("dense", "auto"), "turn_text": ("bm25",)}
 
 
 @pytest.fixture(scope="module")
@@ -33,11 +36,16 @@ CASES = [("fact", "flip"), ("turn", "flip"), ("nodes", "truncate"), ("nodes", "d
          ("turn_text_fts", "flip"), ("nodes_fts", "flip"), ("nodes_manifest", "flip")]
 
 
-@pytest.mark.parametrize(("what", "how"), CASES, ids=[f"{w}-{h}" for w, h in CASES])
-def test_the_service_never_answers_from_damaged_lance_rows(fault_store, intact_answers, tmp_path, what, how):
+@pytest.mark.parametrize(("what", "how", "memory_view"), [*((w, h, True) for w, h in CASES), ("fact", "flip", False)],
+                         ids=[*(f"{w}-{h}" for w, h in CASES), "fact-flip-without-memory-view"])
+def test_the_service_never_answers_from_damaged_lance_rows(fault_store, intact_answers, tmp_path, what, how,
+                                                           memory_view):
     store = tmp_path / "store"
     shutil.copytree(fault_store, store)
+    if not memory_view:  # a store written before memory views: auto reads its memories' vectors from Lance
+        _without_memory_views(store)
     fresh()
+    reads = READS if memory_view else READS_WITHOUT_MEMORY_VIEW
     table = "turn_text" if what.startswith("turn_text") else "nodes"
     damage_lance(store, what, how)
     before, health_before = intact_answers
@@ -50,12 +58,43 @@ def test_the_service_never_answers_from_damaged_lance_rows(fault_store, intact_a
         assert hit, "the damage changed no tenant's rows"
     got, health = answers(store, STRATEGIES)
     for (tenant, strategy), ranks in got.items():
-        if tenant in hit and strategy in READS[table]:
+        if tenant in hit and strategy in reads[table]:
             assert ranks == ["tenant_unavailable"] * len(QUERIES), (tenant, strategy, ranks)
         else:  # what is whole answers as before
             assert ranks == before[tenant, strategy], (tenant, strategy)
     assert health.status == "degraded" and hit <= set(health.broken), health
     assert all("lance" in health.broken[t] for t in hit), health.broken
+
+
+def _without_memory_views(store) -> None:
+    import json
+
+    from memlib.io.memory_view import VIEW_MEMORY
+    from memlib.io.reader_checks import FILES_KEY
+    from memlib.io.store import MANIFEST
+
+    shutil.rmtree(StoreReader(store).version_dir / VIEW_MEMORY)
+    m = json.loads((store / MANIFEST).read_text())
+    m[FILES_KEY] = {k: v for k, v in m[FILES_KEY].items() if not k.startswith(VIEW_MEMORY + "/")}
+    (store / MANIFEST).write_text(json.dumps(m))
+
+
+def test_a_damaged_memory_view_is_read_around(fault_store, intact_answers, tmp_path):
+    """Bytes flipped in a part's memory view: no strategy answers from it, and none is refused
+    (``auto`` reads the memories' vectors from intact Lance rows and the graph file, the same floats);
+    ``memlib verify`` names the file."""
+    from memlib.io.memory_view import VIEW_MEMORY
+    from memlib.io.views import view_path
+
+    store = tmp_path / "store"
+    shutil.copytree(fault_store, store)
+    fresh()
+    r = StoreReader(store)
+    damage(view_path(r.version_dir, VIEW_MEMORY, r.part_of("maya")), "flip")
+    got, health = answers(store, STRATEGIES)
+    assert got == intact_answers[0] and health.status == "ok", health
+    res = verify(store)
+    assert res.exit_code == 3 and VIEW_MEMORY in res.output, res.output
 
 
 def test_verify_names_damaged_lance_rows_and_files(fault_store, tmp_path):
