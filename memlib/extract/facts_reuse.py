@@ -85,11 +85,11 @@ def finish_reusing(drafts: pa.Table, threshold: float, prior: Prior) -> tuple[Ex
     facts, copied_facts = _facts(drafts, df, links, prior, touched)
     built, copied_concepts = _concepts(links, attrs, concepts, tenant)
     edges = merged_edges([
-        edge_frame(tenant, pl.col("node_id"), pl.col("turn_node_id"), EdgeKind.DERIVED_FROM,
+        edge_frame(tenant, (pl.col("node_id"), pl.col("turn_node_id")), EdgeKind.DERIVED_FROM,
                    pl.concat_list("turn_node_id"), df),
-        edge_frame(tenant, pl.col("turn_node_id"), pl.col("cid"), EdgeKind.HAS_CONCEPT,
+        edge_frame(tenant, (pl.col("turn_node_id"), pl.col("cid")), EdgeKind.HAS_CONCEPT,
                    pl.concat_list("turn_node_id"), links),
-        edge_frame(tenant, pl.col("node_id"), pl.col("cid"), EdgeKind.ABOUT_CONCEPT,
+        edge_frame(tenant, (pl.col("node_id"), pl.col("cid")), EdgeKind.ABOUT_CONCEPT,
                    pl.concat_list("turn_node_id"), links),
     ])
     return ExtractResult(pa.concat_tables([facts, built]), edges), copied_facts + copied_concepts

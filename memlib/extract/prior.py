@@ -93,9 +93,11 @@ def merged_edges(parts: list[pl.DataFrame]) -> pa.Table:
     return schema.conform(merged.to_arrow(), schema.EDGES, name="edges")
 
 
-def edge_frame(tenant_id: str, src: pl.Series | pl.Expr, dst: pl.Series | pl.Expr, kind: schema.EdgeKind,
+def edge_frame(tenant_id: str, ends: tuple[pl.Expr, pl.Expr], kind: schema.EdgeKind,
                provenance: pl.Expr, frame: pl.DataFrame, relation: pl.Expr | None = None) -> pl.DataFrame:
-    """Edges of one ``kind`` from the rows of ``frame``: columns of :func:`merged_edges`."""
+    """Edges of one ``kind`` from the rows of ``frame`` (``ends``: their source and destination):
+    columns of :func:`merged_edges`."""
+    src, dst = ends
     return frame.select(pl.lit(tenant_id).alias("tenant_id"), src.alias("src"), dst.alias("dst"),
                         pl.lit(kind.value).alias("kind"),
                         (relation if relation is not None else pl.lit(None, dtype=pl.String)).alias("relation"),

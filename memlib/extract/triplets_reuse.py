@@ -76,13 +76,13 @@ def finish_reusing(mentions: pa.Table, triplets: pa.Table, facts: pl.DataFrame |
     nodes = pa.concat_tables([found, entities])
     cited = m.filter(pl.col("turn_node_id").is_not_null() & pl.col("eid").is_not_null())
     prov = pl.concat_list("turn_node_id")
-    parts = [edge_frame(tenant, pl.col("turn_node_id"), pl.col("eid"), EdgeKind.MENTIONS, prov, cited),
-             edge_frame(tenant, pl.col("node_id"), pl.col("turn_node_id"), EdgeKind.DERIVED_FROM, prov, t),
-             edge_frame(tenant, pl.col("node_id"), pl.col("s"), EdgeKind.MENTIONS, prov,
+    parts = [edge_frame(tenant, (pl.col("turn_node_id"), pl.col("eid")), EdgeKind.MENTIONS, prov, cited),
+             edge_frame(tenant, (pl.col("node_id"), pl.col("turn_node_id")), EdgeKind.DERIVED_FROM, prov, t),
+             edge_frame(tenant, (pl.col("node_id"), pl.col("s")), EdgeKind.MENTIONS, prov,
                         t.filter(pl.col("s").is_not_null())),
-             edge_frame(tenant, pl.col("node_id"), pl.col("o"), EdgeKind.MENTIONS, prov,
+             edge_frame(tenant, (pl.col("node_id"), pl.col("o")), EdgeKind.MENTIONS, prov,
                         t.filter(pl.col("o").is_not_null() & pl.col("s").ne_missing(pl.col("o")))),
-             edge_frame(tenant, pl.col("s"), pl.col("o"), EdgeKind.RELATION, prov,
+             edge_frame(tenant, (pl.col("s"), pl.col("o")), EdgeKind.RELATION, prov,
                         t.filter(pl.col("s").is_not_null() & pl.col("o").is_not_null() & (pl.col("s") != pl.col("o"))),
                         relation=pl.col("relation"))]
     if keys.present:
@@ -134,4 +134,4 @@ def _fact_mentions(facts: pl.DataFrame | None, keys: _Keys, tenant: str) -> pl.D
         return pl.DataFrame()
     f = facts.explode("names").drop_nulls("names")
     f = f.with_columns(keys.ids(f["names"]).alias("eid")).filter(pl.col("eid").is_not_null())
-    return edge_frame(tenant, pl.col("node_id"), pl.col("eid"), EdgeKind.MENTIONS, pl.col("provenance"), f)
+    return edge_frame(tenant, (pl.col("node_id"), pl.col("eid")), EdgeKind.MENTIONS, pl.col("provenance"), f)
