@@ -38,7 +38,7 @@ from memlib.compose.recipe import Phase, get_recipe
 from memlib.config import MemlibConfig
 from memlib.embed.space import kept_space, space_change
 from memlib.io.readers import input_sources
-from memlib.io.remote import staged_input
+from memlib.io.remote import is_uri, staged_input
 from memlib.io.store import StoreError, read_manifest
 from pipelines.context import BuildContext
 from pipelines.inline import inline_fits, prewarm
@@ -186,7 +186,7 @@ def run_build(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: str | Pa
 
 def _absolute(path: str | Path) -> str | Path:
     """``path`` made absolute against the current directory (a URI is left as it is)."""
-    if "://" in str(path):
+    if is_uri(path):
         return path
     return Path(path).absolute() if isinstance(path, Path) else str(Path(path).absolute())
 
