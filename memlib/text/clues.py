@@ -83,31 +83,60 @@ def clue_drafts(turns: pa.Table, segments: pa.Table | None = None) -> pa.Table:
     return schema.conform(out.to_arrow(), schema.CLUE_DRAFTS, name="clue_drafts")
 
 
+def rescored_docs(docs: pa.Table, speakers: list[list[str]]) -> list[int]:
+    """The documents scored again under the tenant's ban (every speaker's name): those with a
+    candidate word banned by another session's speaker and not by their own. Only the words
+    that some ban holds become Python objects."""
+    banned = _banned([name for names in speakers for name in names])
+    if not banned or docs.num_rows == 0:
+        return []
+    words = docs.column("words")
+    lengths = pc.list_value_length(words).fill_null(0).to_numpy(zero_copy_only=False)
+    flat = pc.list_flatten(words)
+    hit = pc.is_in(flat, pa.array(sorted(banned), pa.string())).to_numpy(zero_copy_only=False)
+    doc = np.repeat(np.arange(docs.num_rows), lengths)[hit]
+    hits = pc.filter(flat, pa.array(hit)).to_pylist() if hit.any() else []
+    own: dict[int, set[str]] = {}
+    again = set()
+    for i, word in zip(doc.tolist(), hits):
+        if i not in own:
+            own[i] = _banned(speakers[i])
+        if word not in own[i]:
+            again.add(i)
+    return sorted(again)
+
+
 def _ranked(docs: pa.Table, speakers: list[list[str]], n: int) -> list[list[str]]:
     """Each session's top ``n`` keyphrases (:func:`memlib.text.keyphrases.rank`) under the
     tenant's ban, every speaker's name: a session's kept scores, unless one of its candidates
     holds a banned word its own ban did not have (another session's speaker), then scored
-    again. Only those sessions' words and candidates become Python objects."""
+    again (:func:`rescored_docs`). Only those sessions' words and candidates become Python objects."""
+    doc, keys, scores, surfaces = flat_scores(docs, speakers)
+    return rank_flat(doc, keys, scores, surfaces, docs.num_rows, n)
+
+
+def flat_scores(docs: pa.Table, speakers: list[list[str]]) -> tuple[np.ndarray, pa.ChunkedArray, np.ndarray,
+                                                                    pa.ChunkedArray]:
+    """(document, key, score, surface) per entry of the documents' scores under the tenant's ban,
+    the documents scored again (:func:`rescored_docs`) last."""
     banned = _banned([name for names in speakers for name in names])
-    again: dict[int, tuple[dict[str, float], dict[str, str]]] = {}
-    for i, names in enumerate(speakers):
-        extra = banned - _banned(names)
-        if extra and extra & set(docs.column("words")[i].as_py() or ()):
-            again[i] = score_doc(docs.column("candidates")[i].as_py(), banned)
-    keep = pa.array(np.array([i not in again for i in range(docs.num_rows)], dtype=bool))
-    kept = docs.filter(keep)
-    lengths = pc.list_value_length(kept.column("keys")).to_numpy(zero_copy_only=False)
-    doc = np.repeat(np.flatnonzero(keep.to_numpy(zero_copy_only=False)), lengths)
-    keys = pc.list_flatten(kept.column("keys"))
-    scores = pc.list_flatten(kept.column("scores")).to_numpy(zero_copy_only=False)
-    surfaces = pc.list_flatten(kept.column("surfaces"))
+    again = {i: score_doc(docs.column("candidates")[i].as_py(), banned) for i in rescored_docs(docs, speakers)}
+    lengths = pc.list_value_length(docs.column("keys")).fill_null(0).to_numpy(zero_copy_only=False)
+    doc = np.repeat(np.arange(docs.num_rows), lengths)
+    keys = pc.list_flatten(docs.column("keys"))
+    scores = pc.list_flatten(docs.column("scores")).to_numpy(zero_copy_only=False)
+    surfaces = pc.list_flatten(docs.column("surfaces"))
+    if again:  # their kept entries are left out (the entries are filtered, not the table and its candidates)
+        keep = ~np.isin(doc, np.fromiter(again, np.int64, len(again)))
+        mask = pa.array(keep)
+        doc, scores, keys, surfaces = doc[keep], scores[keep], keys.filter(mask), surfaces.filter(mask)
     if again:
         redo = list(again.items())
         doc = np.concatenate([doc, np.repeat([i for i, _ in redo], [len(s) for _, (s, _) in redo])])
         keys = _chunked(keys, [k for _, (s, _) in redo for k in s])
         scores = np.concatenate([scores, np.array([v for _, (s, _) in redo for v in s.values()], dtype=np.float64)])
         surfaces = _chunked(surfaces, [f[k] for _, (s, f) in redo for k in s])
-    return rank_flat(doc, keys, scores, surfaces, docs.num_rows, n)
+    return doc, keys, scores, surfaces
 
 
 def _chunked(values: pa.Array | pa.ChunkedArray, more: list[str]) -> pa.ChunkedArray:
