@@ -9,18 +9,16 @@ of the thresholded similarity graph); ``similar_edges`` adds SIMILAR edges above
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
-from scipy.sparse import coo_matrix
-from scipy.sparse.csgraph import connected_components
 
 from memlib import ids, schema
 from memlib.config import ClueConfig
 from memlib.schema import EdgeKind, NodeKind, Source
+from memlib.text.clue_merge import clue_text, merge_clues, merged_vectors  # noqa: F401 - re-exported
 from memlib.text.keyphrases import candidate_words, candidates, rank_flat, score_doc
 from memlib.text.similar import (  # noqa: F401 - the SIMILAR edges, re-exported where they were
     EarlierEdges,
@@ -52,12 +50,6 @@ def _session_docs(turns: pa.Table, segments: pa.Table | None) -> pl.DataFrame:
         .then(pl.col("bare").filter(pl.col("kept")).str.join(" "))
         .otherwise(pl.col("bare").str.join(" ")).first().alias("doc"),
     )
-
-
-def clue_text(speakers: list[str], phrases: list[str]) -> str:
-    who = " & ".join(speakers)
-    body = ", ".join(phrases)
-    return f"{who}: {body}" if who else body
 
 
 def _banned(speakers: list[str]) -> set[str]:
@@ -201,113 +193,3 @@ def session_clues(turns: pa.Table, segments: pa.Table | None = None,
     """One ``clue`` node per session, HAS_CLUE session->clue and segment->clue edges (the drafts
     and their ranking in one call)."""
     return clues_from_drafts(clue_drafts(turns, segments), segments, cfg)
-
-
-def _components(tenants: np.ndarray, v: np.ndarray, threshold: float) -> np.ndarray:
-    """Component label per row: union of same-tenant pairs with cosine > threshold."""
-    n = len(v)
-    ii, jj = [np.zeros(0, int)], [np.zeros(0, int)]
-    for tenant in dict.fromkeys(tenants.tolist()):
-        members = np.flatnonzero(tenants == tenant)
-        i, j, _ = pairs_above(v[members], threshold, None)
-        ii.append(members[i])
-        jj.append(members[j])
-    i, j = np.concatenate(ii), np.concatenate(jj)
-    graph = coo_matrix((np.ones(len(i)), (i, j)), shape=(n, n))
-    return connected_components(graph, directed=False)[1]
-
-
-def _merge_group(rows: list[dict], new_id: str) -> dict:
-    """One merged clue row from member rows (sorted by time): union of phrases, speakers, provenance."""
-    attrs = [json.loads(r["attributes"] or "{}") for r in rows]
-    phrases = list(dict.fromkeys(p for a in attrs for p in a.get("keyphrases", [])))
-    speakers = list(dict.fromkeys(s for a in attrs for s in a.get("speakers", [])))
-    sessions = list(dict.fromkeys(s for a in attrs for s in a.get("session_node_ids", [])))
-    convs = {r["conversation_id"] for r in rows}
-    times = [r["time"] for r in rows if r["time"] is not None]
-    return {
-        **rows[0],
-        "node_id": new_id,
-        "conversation_id": rows[0]["conversation_id"] if len(convs) == 1 else None,
-        "session_id": rows[0]["session_id"] if len(rows) == 1 else None,
-        "text": clue_text(speakers, phrases) if len(rows) > 1 else rows[0]["text"],
-        "time": min(times) if times else None,
-        "valid_from": min(times) if times else None,
-        "provenance": list(dict.fromkeys(t for r in rows for t in (r["provenance"] or []))),
-        "attributes": json.dumps({"keyphrases": phrases, "speakers": speakers, "session_node_ids": sessions,
-                                  "merged_from": [r["node_id"] for r in rows]}) if len(rows) > 1
-        else rows[0]["attributes"],
-    }
-
-
-def merge_clues(clue_nodes: pa.Table, vectors: np.ndarray, threshold: float,
-                edges: pa.Table | None = None) -> tuple[pa.Table, pa.Table, dict[str, str]]:
-    """Union-find merge of same-tenant clues with cosine > ``threshold`` (AssoMem delta).
-
-    Returns the merged clue nodes, HAS_CLUE edges pointing at them (``edges`` rewritten when
-    given, otherwise rebuilt session->clue from each clue's ``session_node_ids``), and the
-    map old clue id -> new clue id. A merged id hashes the sorted member ids, so reruns agree.
-    """
-    v = normalize_rows(vectors)
-    if len(v) != clue_nodes.num_rows:
-        raise ValueError(f"{len(v)} vectors for {clue_nodes.num_rows} clue nodes")
-    tenants = np.asarray(clue_nodes.column("tenant_id").to_pylist(), dtype=object)
-    labels = _components(tenants, v, threshold)
-    rows = clue_nodes.to_pylist()
-    groups: dict[int, list[int]] = {}
-    for r, lab in enumerate(labels.tolist()):
-        groups.setdefault(lab, []).append(r)
-    merged, id_map = [], {}
-    for members in groups.values():
-        member_rows = sorted((rows[m] for m in members), key=lambda r: (r["time"] is None, r["time"], r["node_id"]))
-        old = [r["node_id"] for r in member_rows]
-        new_id = old[0] if len(old) == 1 else ids.make_id(NodeKind.CLUE.value, member_rows[0]["tenant_id"],
-                                                         *sorted(old))
-        id_map.update({o: new_id for o in old})
-        merged.append(_merge_group(member_rows, new_id))
-    nodes = pa.Table.from_pylist(merged, schema=clue_nodes.schema) if merged else clue_nodes.slice(0, 0)
-    nodes = schema.conform(nodes, schema.NODES_NO_EMBEDDING, name="merged_clues")
-    out_edges = _rewrite_edges(edges, id_map) if edges is not None else _rebuild_edges(nodes)
-    return nodes, out_edges, id_map
-
-
-def _rewrite_edges(edges: pa.Table, id_map: dict[str, str]) -> pa.Table:
-    src = [id_map.get(n, n) for n in edges.column("src").to_pylist()]
-    dst = [id_map.get(n, n) for n in edges.column("dst").to_pylist()]
-    keys = zip(edges.column("tenant_id").to_pylist(), src, dst, edges.column("kind").to_pylist())
-    rewritten = (edges.set_column(edges.schema.get_field_index("src"), "src", pa.array(src, pa.string()))
-                 .set_column(edges.schema.get_field_index("dst"), "dst", pa.array(dst, pa.string())))
-    return schema.conform(rewritten.take(pa.array(_first_rows(keys), pa.int64())), schema.EDGES,
-                          name="merged_clue_edges")
-
-
-def _first_rows(keys: Iterable[tuple]) -> list[int]:
-    """The rows whose key no earlier row has, in order."""
-    seen: set[tuple] = set()
-    first = []
-    for i, key in enumerate(keys):
-        if key not in seen:
-            seen.add(key)
-            first.append(i)
-    return first
-
-
-def _rebuild_edges(nodes: pa.Table) -> pa.Table:
-    rows = []
-    for n in nodes.to_pylist():
-        for sid in json.loads(n["attributes"] or "{}").get("session_node_ids", []):
-            rows.append({"tenant_id": n["tenant_id"], "src": sid, "dst": n["node_id"],
-                         "kind": EdgeKind.HAS_CLUE.value, "weight": 1.0, "provenance": n["provenance"]})
-    return schema.conform(pa.Table.from_pylist(rows, schema=schema.EDGES) if rows else schema.empty(schema.EDGES),
-                          schema.EDGES, name="merged_clue_edges")
-
-
-def merged_vectors(id_map: dict[str, str], old_ids: list[str], vectors: np.ndarray,
-                   new_ids: list[str]) -> np.ndarray:
-    """Vectors of merged clues: the renormalized mean of their members' vectors, in ``new_ids`` order."""
-    v = normalize_rows(vectors)
-    pos = {n: i for i, n in enumerate(new_ids)}
-    label = np.array([pos[id_map[o]] for o in old_ids])
-    sums = np.zeros((len(new_ids), v.shape[1]), dtype=np.float64)
-    np.add.at(sums, label, v)
-    return normalize_rows(sums)

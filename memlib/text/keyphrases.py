@@ -99,7 +99,8 @@ def _key(words: list[str]) -> str:
     return " ".join(low)
 
 
-def _rake_scores(cands: list[list[str]], lows: list[list[str]] | None = None) -> tuple[dict[str, float], dict[str, str]]:
+def _rake_scores(cands: list[list[str]],
+                 lows: list[list[str]] | None = None) -> tuple[dict[str, float], dict[str, str]]:
     """Per-document RAKE score and first surface form of every candidate key; ``lows``: the
     candidates' words normalized (:func:`_norm`), when the caller has them."""
     if lows is None:
