@@ -158,34 +158,48 @@ def clues_from_drafts(drafts: pa.Table, segments: pa.Table | None = None,
         "attributes": pa.array([json.dumps({"keyphrases": p, "speakers": s, "session_node_ids": [sid]})
                                 for p, s, sid in zip(phrases, speakers, session_ids)], pa.string()),
     })
-    edges = [(k[0], sid, nid, turns) for k, sid, nid, turns in
-             zip(keys, session_ids, node_ids, docs.column("turn_ids").to_pylist())]
+    edges = [_edges_of(docs.column("tenant_id"), pa.array(session_ids, pa.string()), pa.array(node_ids, pa.string()),
+                       docs.column("turn_ids"))]
     if segments is not None and segments.num_rows:
-        edges += _segment_edges(keys, node_ids, segments)
+        edges.append(_segment_edges(docs, node_ids, segments))
     return (schema.conform(nodes, schema.NODES_NO_EMBEDDING, name="clue_nodes"),
-            schema.conform(_has_clue_table(edges), schema.EDGES, name="clue_edges"))
+            schema.conform(pa.concat_tables(edges), schema.EDGES, name="clue_edges"))
 
 
-def _segment_edges(keys: list[tuple], node_ids: list[str], segments: pa.Table) -> list[tuple]:
-    """(tenant, segment id, clue id, the segment's turn ids) per segment of a session with a clue,
-    in segment order."""
-    clue_of: dict[tuple, list[str]] = {}
-    for key, node_id in zip(keys, node_ids):
-        clue_of.setdefault(key, []).append(node_id)
-    seg_keys = zip(*(segments.column(k).to_pylist() for k in SESSION_KEYS))
-    return [(key[0], seg_id, node_id, turns)
-            for key, seg_id, turns in zip(seg_keys, segments.column("segment_id").to_pylist(),
-                                          segments.column("turn_ids").to_pylist())
-            for node_id in clue_of.get(key, ())]
+def _session_key(table: pa.Table) -> pa.Array:
+    """One string per row naming its session (a null part named apart from every string)."""
+    return pc.binary_join_element_wise(*(table.column(k) for k in SESSION_KEYS), "\x1f",
+                                       null_handling="replace", null_replacement="\x00")
 
 
-def _has_clue_table(edges: list[tuple]) -> pa.Table:
-    tenants, src, dst, provenance = (list(col) for col in zip(*edges)) if edges else ([], [], [], [])
-    return pa.table({"tenant_id": pa.array(tenants, pa.string()), "src": pa.array(src, pa.string()),
-                     "dst": pa.array(dst, pa.string()),
-                     "kind": pa.array([EdgeKind.HAS_CLUE.value] * len(edges), pa.string()),
-                     "weight": pa.array([1.0] * len(edges), pa.float32()),
-                     "provenance": pa.array(provenance, pa.list_(pa.string()))})
+def _segment_edges(docs: pa.Table, node_ids: list[str], segments: pa.Table) -> pa.Table:
+    """HAS_CLUE segment->clue per segment of a session with a clue, in segment order, with the
+    segment's turn ids as provenance (a session's clues in their order, when it has several)."""
+    doc_keys = _session_key(docs)
+    seg_keys = _session_key(segments)
+    if pc.count_distinct(doc_keys).as_py() == len(doc_keys):
+        at = pc.index_in(seg_keys, value_set=doc_keys)
+        rows = pc.indices_nonzero(pc.is_valid(at))
+        clue = pc.take(at, rows)
+    else:  # a session with several clues: one edge per clue, in the clues' order
+        clue_of: dict[str, list[int]] = {}
+        for i, key in enumerate(pc.cast(doc_keys, pa.string()).to_pylist()):
+            clue_of.setdefault(key, []).append(i)
+        seg = pc.cast(seg_keys, pa.string()).to_pylist()
+        pairs = [(r, c) for r, key in enumerate(seg) for c in clue_of.get(key, ())]
+        rows = pa.array([r for r, _ in pairs], pa.int64())
+        clue = pa.array([c for _, c in pairs], pa.int64())
+    picked = segments.take(rows)
+    return _edges_of(picked.column("tenant_id"), picked.column("segment_id"),
+                     pa.array(node_ids, pa.string()).take(clue), picked.column("turn_ids"))
+
+
+def _edges_of(tenants, src, dst, provenance) -> pa.Table:
+    n = len(src)
+    return pa.table({"tenant_id": tenants, "src": src, "dst": dst,
+                     "kind": pa.array([EdgeKind.HAS_CLUE.value] * n, pa.string()),
+                     "weight": pa.array(np.ones(n, dtype=np.float32), pa.float32()),
+                     "provenance": pc.cast(provenance, pa.list_(pa.string()))})
 
 
 def session_clues(turns: pa.Table, segments: pa.Table | None = None,

@@ -68,7 +68,8 @@ def _copy(session: pa.Table, when: dt.datetime, index: int) -> pa.Table:
     """The same turns as another session, ``when``, as session ``index`` of its conversation."""
     df = pl.from_arrow(session).with_columns(pl.col("session_id") + "-again", pl.col("turn_id") + "-again",
                                              pl.lit(when).cast(pl.from_arrow(session)["session_time"].dtype)
-                                             .alias("session_time"), pl.lit(index, dtype=pl.Int32).alias("session_index"))
+                                             .alias("session_time"),
+                                             pl.lit(index, dtype=pl.Int32).alias("session_index"))
     return _renamed(schema.conform(df.to_arrow(), session.schema))
 
 

@@ -118,7 +118,8 @@ def test_a_clue_joining_a_group_merges_as_the_row_by_row_merge():
     got = _check(BEFORE + [("t", "S5", 5, ["pottery wheel"])], VECTORS + [_unit(1, 0.03)])
     assert got[0].num_rows == 3
     row = got[0].to_pylist()[0]
-    assert json.loads(row["attributes"])["merged_from"] == [ids.make_id("clue", "t", "c", s) for s in ("S1", "S2", "S5")]
+    members = [ids.make_id("clue", "t", "c", s) for s in ("S1", "S2", "S5")]
+    assert json.loads(row["attributes"])["merged_from"] == members
 
 
 def test_a_clue_earlier_than_a_group_becomes_its_first_member():
