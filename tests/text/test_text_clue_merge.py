@@ -82,7 +82,7 @@ def _clues(spec: list[tuple[str, str, int, list[str]]]) -> tuple[pa.Table, pa.Ta
                       "source": "heuristic", "provenance": turns,
                       "attributes": json.dumps({"keyphrases": phrases, "speakers": ["Ana"],
                                                 "session_node_ids": [sid]})})
-        for src in (sid, f"segment:{session}"):
+        for src in (sid, f"segment:{session}", "segment:shared"):  # a shared source: duplicates once merged
             edges.append({"tenant_id": tenant, "src": src, "dst": nid, "kind": "HAS_CLUE", "weight": 1.0,
                           "provenance": turns})
     table = schema.conform(pa.Table.from_pylist(nodes), schema.NODES_NO_EMBEDDING)
@@ -140,7 +140,7 @@ def test_a_clue_bridging_two_groups_makes_one_group():
 
 def test_a_group_that_lost_a_member_and_clues_alone():
     got = _check(BEFORE[1:], VECTORS[1:])
-    assert got[0].num_rows == 3 and got[1].num_rows == 6
+    assert got[0].num_rows == 3 and got[1].num_rows == 9
     assert got[0].column("node_id").to_pylist() == [ids.make_id("clue", "t", "c", s) for s in ("S2", "S3", "S4")]
 
 
@@ -152,3 +152,19 @@ def test_random_tenants_merge_as_the_row_by_row_merge(seed):
     vectors = [(centers[rng.integers(6)] + 0.15 * rng.normal(size=16)).astype(np.float32) for _ in spec]
     got = _check(spec, vectors, threshold=0.95)
     assert 2 < got[0].num_rows < len(spec)
+
+
+def test_a_clue_alone_is_written_as_the_row_merge_writes_it():
+    """A clue alone in its group: valid from its time, its provenance without repeats."""
+    nodes, edges = _clues(BEFORE)
+    prov = nodes.column("provenance").to_pylist()
+    prov[2] = prov[2] + prov[2][:1]  # S3, alone
+    nodes = nodes.set_column(nodes.schema.get_field_index("provenance"), "provenance",
+                             pa.array(prov, nodes.schema.field("provenance").type))
+    nodes = nodes.set_column(nodes.schema.get_field_index("valid_from"), "valid_from",
+                             pa.array([None] * nodes.num_rows, nodes.schema.field("valid_from").type))
+    got = merge_clues(nodes, np.stack(VECTORS), 0.9, edges=edges)
+    want = _reference(nodes, np.stack(VECTORS), 0.9, edges)
+    assert got[0].equals(want[0]) and got[0].num_rows == 3
+    assert got[0].column("provenance")[1].as_py() == prov[2][:-1]
+    assert got[0].column("valid_from")[1] == got[0].column("time")[1]
