@@ -89,6 +89,7 @@ def merge_clues(clue_nodes: pa.Table, vectors: np.ndarray, threshold: float,
     v = normalize_rows(vectors)
     if len(v) != clue_nodes.num_rows:
         raise ValueError(f"{len(v)} vectors for {clue_nodes.num_rows} clue nodes")
+    clue_nodes = clue_nodes.combine_chunks()  # a tenant's clues come in one chunk per session
     old_ids = clue_nodes.column("node_id").to_pylist()
     id_map = dict(zip(old_ids, old_ids))
     if clue_nodes.num_rows == 0:

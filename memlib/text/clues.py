@@ -142,26 +142,29 @@ def clues_from_drafts(drafts: pa.Table, segments: pa.Table | None = None,
     segment->clue edges; keyphrase IDF over those sessions, every speaker's name banned."""
     cfg = cfg or ClueConfig()
     docs = drafts.select(schema.CLUE_DRAFTS.names)
+    # one chunk per session in a build: combined once, for the columns the nodes and edges copy
+    session_cols = docs.select(SESSION_KEYS + ["session_time", "turn_ids"]).combine_chunks()
     speakers = docs.column("speakers").to_pylist()
     phrases = _ranked(docs, speakers, cfg.keyphrases)
     keys = list(zip(*(docs.column(k).to_pylist() for k in SESSION_KEYS)))
     node_ids = [ids.make_id(NodeKind.CLUE.value, *k) for k in keys]
     session_ids = [ids.session_node_id(*k) for k in keys]
     n = docs.num_rows
+    col = session_cols.column
     nodes = pa.table({
-        "node_id": pa.array(node_ids, pa.string()), "tenant_id": docs.column("tenant_id"),
-        "conversation_id": docs.column("conversation_id"), "kind": pa.array([NodeKind.CLUE.value] * n, pa.string()),
+        "node_id": pa.array(node_ids, pa.string()), "tenant_id": col("tenant_id"),
+        "conversation_id": col("conversation_id"), "kind": pa.array([NodeKind.CLUE.value] * n, pa.string()),
         "text": pa.array([clue_text(s, p) for s, p in zip(speakers, phrases)], pa.string()),
-        "time": docs.column("session_time"), "valid_from": docs.column("session_time"),
-        "session_id": docs.column("session_id"), "belief": pa.array([1.0] * n, pa.float32()),
-        "source": pa.array([Source.HEURISTIC.value] * n, pa.string()), "provenance": docs.column("turn_ids"),
+        "time": col("session_time"), "valid_from": col("session_time"),
+        "session_id": col("session_id"), "belief": pa.array([1.0] * n, pa.float32()),
+        "source": pa.array([Source.HEURISTIC.value] * n, pa.string()), "provenance": col("turn_ids"),
         "attributes": pa.array([json.dumps({"keyphrases": p, "speakers": s, "session_node_ids": [sid]})
                                 for p, s, sid in zip(phrases, speakers, session_ids)], pa.string()),
     })
-    edges = [_edges_of(docs.column("tenant_id"), pa.array(session_ids, pa.string()), pa.array(node_ids, pa.string()),
-                       docs.column("turn_ids"))]
+    edges = [_edges_of(col("tenant_id"), pa.array(session_ids, pa.string()), pa.array(node_ids, pa.string()),
+                       col("turn_ids"))]
     if segments is not None and segments.num_rows:
-        edges.append(_segment_edges(docs, node_ids, segments))
+        edges.append(_segment_edges(session_cols, node_ids, segments))
     return (schema.conform(nodes, schema.NODES_NO_EMBEDDING, name="clue_nodes"),
             schema.conform(pa.concat_tables(edges), schema.EDGES, name="clue_edges"))
 
