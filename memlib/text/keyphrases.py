@@ -208,19 +208,14 @@ def rank_flat(doc: np.ndarray, keys: pa.Array | pa.ChunkedArray, scores: np.ndar
 
 def select_ranked(doc: np.ndarray, code: np.ndarray, weight: np.ndarray,
                   texts: tuple[pa.Array | pa.ChunkedArray, pa.Array | pa.ChunkedArray], n_docs: int,
-                  n: int, only: np.ndarray | None = None) -> list[list[str]]:
+                  n: int) -> list[list[str]]:
     """Each document's top ``n`` surfaces (:func:`_select`) by (``weight`` descending, key
-    rank ``code``); ``texts``: the entries' keys and surfaces. ``only``: the documents to rank
-    (a bool per document; the others get an empty list)."""
+    rank ``code``); ``texts``: the entries' keys and surfaces."""
     keys, surfaces = texts
     out: list[list[str]] = [[] for _ in range(n_docs)]
     if doc.size == 0:
         return out
     order = np.lexsort((code, -weight, doc))
-    if only is not None:
-        order = order[only[doc[order]]]
-        if order.size == 0:
-            return out
     d = doc[order]
     starts = np.flatnonzero(np.r_[True, d[1:] != d[:-1]])
     sizes = np.diff(np.r_[starts, d.size])
