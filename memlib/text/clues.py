@@ -9,18 +9,16 @@ of the thresholded similarity graph); ``similar_edges`` adds SIMILAR edges above
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
-from scipy.sparse import coo_matrix
-from scipy.sparse.csgraph import connected_components
 
 from memlib import ids, schema
 from memlib.config import ClueConfig
 from memlib.schema import EdgeKind, NodeKind, Source
+from memlib.text.clue_merge import clue_text, merge_clues, merged_vectors  # noqa: F401 - re-exported
 from memlib.text.keyphrases import candidate_words, candidates, rank_flat, score_doc
 from memlib.text.similar import (  # noqa: F401 - the SIMILAR edges, re-exported where they were
     EarlierEdges,
@@ -54,12 +52,6 @@ def _session_docs(turns: pa.Table, segments: pa.Table | None) -> pl.DataFrame:
     )
 
 
-def clue_text(speakers: list[str], phrases: list[str]) -> str:
-    who = " & ".join(speakers)
-    body = ", ".join(phrases)
-    return f"{who}: {body}" if who else body
-
-
 def _banned(speakers: list[str]) -> set[str]:
     return {w.lower() for name in speakers for w in name.split()}
 
@@ -83,31 +75,60 @@ def clue_drafts(turns: pa.Table, segments: pa.Table | None = None) -> pa.Table:
     return schema.conform(out.to_arrow(), schema.CLUE_DRAFTS, name="clue_drafts")
 
 
+def rescored_docs(docs: pa.Table, speakers: list[list[str]]) -> list[int]:
+    """The documents scored again under the tenant's ban (every speaker's name): those with a
+    candidate word banned by another session's speaker and not by their own. Only the words
+    that some ban holds become Python objects."""
+    banned = _banned([name for names in speakers for name in names])
+    if not banned or docs.num_rows == 0:
+        return []
+    words = docs.column("words")
+    lengths = pc.list_value_length(words).fill_null(0).to_numpy(zero_copy_only=False)
+    flat = pc.list_flatten(words)
+    hit = pc.is_in(flat, pa.array(sorted(banned), pa.string())).to_numpy(zero_copy_only=False)
+    doc = np.repeat(np.arange(docs.num_rows), lengths)[hit]
+    hits = pc.filter(flat, pa.array(hit)).to_pylist() if hit.any() else []
+    own: dict[int, set[str]] = {}
+    again = set()
+    for i, word in zip(doc.tolist(), hits):
+        if i not in own:
+            own[i] = _banned(speakers[i])
+        if word not in own[i]:
+            again.add(i)
+    return sorted(again)
+
+
 def _ranked(docs: pa.Table, speakers: list[list[str]], n: int) -> list[list[str]]:
     """Each session's top ``n`` keyphrases (:func:`memlib.text.keyphrases.rank`) under the
     tenant's ban, every speaker's name: a session's kept scores, unless one of its candidates
     holds a banned word its own ban did not have (another session's speaker), then scored
-    again. Only those sessions' words and candidates become Python objects."""
+    again (:func:`rescored_docs`). Only those sessions' words and candidates become Python objects."""
+    doc, keys, scores, surfaces = flat_scores(docs, speakers)
+    return rank_flat(doc, keys, scores, surfaces, docs.num_rows, n)
+
+
+def flat_scores(docs: pa.Table, speakers: list[list[str]]) -> tuple[np.ndarray, pa.ChunkedArray, np.ndarray,
+                                                                    pa.ChunkedArray]:
+    """(document, key, score, surface) per entry of the documents' scores under the tenant's ban,
+    the documents scored again (:func:`rescored_docs`) last."""
     banned = _banned([name for names in speakers for name in names])
-    again: dict[int, tuple[dict[str, float], dict[str, str]]] = {}
-    for i, names in enumerate(speakers):
-        extra = banned - _banned(names)
-        if extra and extra & set(docs.column("words")[i].as_py() or ()):
-            again[i] = score_doc(docs.column("candidates")[i].as_py(), banned)
-    keep = pa.array(np.array([i not in again for i in range(docs.num_rows)], dtype=bool))
-    kept = docs.filter(keep)
-    lengths = pc.list_value_length(kept.column("keys")).to_numpy(zero_copy_only=False)
-    doc = np.repeat(np.flatnonzero(keep.to_numpy(zero_copy_only=False)), lengths)
-    keys = pc.list_flatten(kept.column("keys"))
-    scores = pc.list_flatten(kept.column("scores")).to_numpy(zero_copy_only=False)
-    surfaces = pc.list_flatten(kept.column("surfaces"))
+    again = {i: score_doc(docs.column("candidates")[i].as_py(), banned) for i in rescored_docs(docs, speakers)}
+    lengths = pc.list_value_length(docs.column("keys")).fill_null(0).to_numpy(zero_copy_only=False)
+    doc = np.repeat(np.arange(docs.num_rows), lengths)
+    keys = pc.list_flatten(docs.column("keys"))
+    scores = pc.list_flatten(docs.column("scores")).to_numpy(zero_copy_only=False)
+    surfaces = pc.list_flatten(docs.column("surfaces"))
+    if again:  # their kept entries are left out (the entries are filtered, not the table and its candidates)
+        keep = ~np.isin(doc, np.fromiter(again, np.int64, len(again)))
+        mask = pa.array(keep)
+        doc, scores, keys, surfaces = doc[keep], scores[keep], keys.filter(mask), surfaces.filter(mask)
     if again:
         redo = list(again.items())
         doc = np.concatenate([doc, np.repeat([i for i, _ in redo], [len(s) for _, (s, _) in redo])])
         keys = _chunked(keys, [k for _, (s, _) in redo for k in s])
         scores = np.concatenate([scores, np.array([v for _, (s, _) in redo for v in s.values()], dtype=np.float64)])
         surfaces = _chunked(surfaces, [f[k] for _, (s, f) in redo for k in s])
-    return rank_flat(doc, keys, scores, surfaces, docs.num_rows, n)
+    return doc, keys, scores, surfaces
 
 
 def _chunked(values: pa.Array | pa.ChunkedArray, more: list[str]) -> pa.ChunkedArray:
@@ -121,50 +142,67 @@ def clues_from_drafts(drafts: pa.Table, segments: pa.Table | None = None,
     segment->clue edges; keyphrase IDF over those sessions, every speaker's name banned."""
     cfg = cfg or ClueConfig()
     docs = drafts.select(schema.CLUE_DRAFTS.names)
+    # one chunk per session in a build: combined once, for the columns the nodes and edges copy
+    session_cols = docs.select(SESSION_KEYS + ["session_time", "turn_ids"]).combine_chunks()
     speakers = docs.column("speakers").to_pylist()
     phrases = _ranked(docs, speakers, cfg.keyphrases)
     keys = list(zip(*(docs.column(k).to_pylist() for k in SESSION_KEYS)))
     node_ids = [ids.make_id(NodeKind.CLUE.value, *k) for k in keys]
     session_ids = [ids.session_node_id(*k) for k in keys]
     n = docs.num_rows
+    col = session_cols.column
     nodes = pa.table({
-        "node_id": pa.array(node_ids, pa.string()), "tenant_id": docs.column("tenant_id"),
-        "conversation_id": docs.column("conversation_id"), "kind": pa.array([NodeKind.CLUE.value] * n, pa.string()),
+        "node_id": pa.array(node_ids, pa.string()), "tenant_id": col("tenant_id"),
+        "conversation_id": col("conversation_id"), "kind": pa.array([NodeKind.CLUE.value] * n, pa.string()),
         "text": pa.array([clue_text(s, p) for s, p in zip(speakers, phrases)], pa.string()),
-        "time": docs.column("session_time"), "valid_from": docs.column("session_time"),
-        "session_id": docs.column("session_id"), "belief": pa.array([1.0] * n, pa.float32()),
-        "source": pa.array([Source.HEURISTIC.value] * n, pa.string()), "provenance": docs.column("turn_ids"),
+        "time": col("session_time"), "valid_from": col("session_time"),
+        "session_id": col("session_id"), "belief": pa.array([1.0] * n, pa.float32()),
+        "source": pa.array([Source.HEURISTIC.value] * n, pa.string()), "provenance": col("turn_ids"),
         "attributes": pa.array([json.dumps({"keyphrases": p, "speakers": s, "session_node_ids": [sid]})
                                 for p, s, sid in zip(phrases, speakers, session_ids)], pa.string()),
     })
-    edges = [(k[0], sid, nid, turns) for k, sid, nid, turns in
-             zip(keys, session_ids, node_ids, docs.column("turn_ids").to_pylist())]
+    edges = [_edges_of(col("tenant_id"), pa.array(session_ids, pa.string()), pa.array(node_ids, pa.string()),
+                       col("turn_ids"))]
     if segments is not None and segments.num_rows:
-        edges += _segment_edges(keys, node_ids, segments)
+        edges.append(_segment_edges(session_cols, node_ids, segments))
     return (schema.conform(nodes, schema.NODES_NO_EMBEDDING, name="clue_nodes"),
-            schema.conform(_has_clue_table(edges), schema.EDGES, name="clue_edges"))
+            schema.conform(pa.concat_tables(edges), schema.EDGES, name="clue_edges"))
 
 
-def _segment_edges(keys: list[tuple], node_ids: list[str], segments: pa.Table) -> list[tuple]:
-    """(tenant, segment id, clue id, the segment's turn ids) per segment of a session with a clue,
-    in segment order."""
-    clue_of: dict[tuple, list[str]] = {}
-    for key, node_id in zip(keys, node_ids):
-        clue_of.setdefault(key, []).append(node_id)
-    seg_keys = zip(*(segments.column(k).to_pylist() for k in SESSION_KEYS))
-    return [(key[0], seg_id, node_id, turns)
-            for key, seg_id, turns in zip(seg_keys, segments.column("segment_id").to_pylist(),
-                                          segments.column("turn_ids").to_pylist())
-            for node_id in clue_of.get(key, ())]
+def _session_key(table: pa.Table) -> pa.Array:
+    """One string per row naming its session (a null part named apart from every string)."""
+    return pc.binary_join_element_wise(*(table.column(k) for k in SESSION_KEYS), "\x1f",
+                                       null_handling="replace", null_replacement="\x00")
 
 
-def _has_clue_table(edges: list[tuple]) -> pa.Table:
-    tenants, src, dst, provenance = (list(col) for col in zip(*edges)) if edges else ([], [], [], [])
-    return pa.table({"tenant_id": pa.array(tenants, pa.string()), "src": pa.array(src, pa.string()),
-                     "dst": pa.array(dst, pa.string()),
-                     "kind": pa.array([EdgeKind.HAS_CLUE.value] * len(edges), pa.string()),
-                     "weight": pa.array([1.0] * len(edges), pa.float32()),
-                     "provenance": pa.array(provenance, pa.list_(pa.string()))})
+def _segment_edges(docs: pa.Table, node_ids: list[str], segments: pa.Table) -> pa.Table:
+    """HAS_CLUE segment->clue per segment of a session with a clue, in segment order, with the
+    segment's turn ids as provenance (a session's clues in their order, when it has several)."""
+    doc_keys = _session_key(docs)
+    seg_keys = _session_key(segments)
+    if pc.count_distinct(doc_keys).as_py() == len(doc_keys):
+        at = pc.index_in(seg_keys, value_set=doc_keys)
+        rows = pc.indices_nonzero(pc.is_valid(at))
+        clue = pc.take(at, rows)
+    else:  # a session with several clues: one edge per clue, in the clues' order
+        clue_of: dict[str, list[int]] = {}
+        for i, key in enumerate(pc.cast(doc_keys, pa.string()).to_pylist()):
+            clue_of.setdefault(key, []).append(i)
+        seg = pc.cast(seg_keys, pa.string()).to_pylist()
+        pairs = [(r, c) for r, key in enumerate(seg) for c in clue_of.get(key, ())]
+        rows = pa.array([r for r, _ in pairs], pa.int64())
+        clue = pa.array([c for _, c in pairs], pa.int64())
+    picked = segments.take(rows)
+    return _edges_of(picked.column("tenant_id"), picked.column("segment_id"),
+                     pa.array(node_ids, pa.string()).take(clue), picked.column("turn_ids"))
+
+
+def _edges_of(tenants, src, dst, provenance) -> pa.Table:
+    n = len(src)
+    return pa.table({"tenant_id": tenants, "src": src, "dst": dst,
+                     "kind": pa.array([EdgeKind.HAS_CLUE.value] * n, pa.string()),
+                     "weight": pa.array(np.ones(n, dtype=np.float32), pa.float32()),
+                     "provenance": pc.cast(provenance, pa.list_(pa.string()))})
 
 
 def session_clues(turns: pa.Table, segments: pa.Table | None = None,
@@ -172,113 +210,3 @@ def session_clues(turns: pa.Table, segments: pa.Table | None = None,
     """One ``clue`` node per session, HAS_CLUE session->clue and segment->clue edges (the drafts
     and their ranking in one call)."""
     return clues_from_drafts(clue_drafts(turns, segments), segments, cfg)
-
-
-def _components(tenants: np.ndarray, v: np.ndarray, threshold: float) -> np.ndarray:
-    """Component label per row: union of same-tenant pairs with cosine > threshold."""
-    n = len(v)
-    ii, jj = [np.zeros(0, int)], [np.zeros(0, int)]
-    for tenant in dict.fromkeys(tenants.tolist()):
-        members = np.flatnonzero(tenants == tenant)
-        i, j, _ = pairs_above(v[members], threshold, None)
-        ii.append(members[i])
-        jj.append(members[j])
-    i, j = np.concatenate(ii), np.concatenate(jj)
-    graph = coo_matrix((np.ones(len(i)), (i, j)), shape=(n, n))
-    return connected_components(graph, directed=False)[1]
-
-
-def _merge_group(rows: list[dict], new_id: str) -> dict:
-    """One merged clue row from member rows (sorted by time): union of phrases, speakers, provenance."""
-    attrs = [json.loads(r["attributes"] or "{}") for r in rows]
-    phrases = list(dict.fromkeys(p for a in attrs for p in a.get("keyphrases", [])))
-    speakers = list(dict.fromkeys(s for a in attrs for s in a.get("speakers", [])))
-    sessions = list(dict.fromkeys(s for a in attrs for s in a.get("session_node_ids", [])))
-    convs = {r["conversation_id"] for r in rows}
-    times = [r["time"] for r in rows if r["time"] is not None]
-    return {
-        **rows[0],
-        "node_id": new_id,
-        "conversation_id": rows[0]["conversation_id"] if len(convs) == 1 else None,
-        "session_id": rows[0]["session_id"] if len(rows) == 1 else None,
-        "text": clue_text(speakers, phrases) if len(rows) > 1 else rows[0]["text"],
-        "time": min(times) if times else None,
-        "valid_from": min(times) if times else None,
-        "provenance": list(dict.fromkeys(t for r in rows for t in (r["provenance"] or []))),
-        "attributes": json.dumps({"keyphrases": phrases, "speakers": speakers, "session_node_ids": sessions,
-                                  "merged_from": [r["node_id"] for r in rows]}) if len(rows) > 1
-        else rows[0]["attributes"],
-    }
-
-
-def merge_clues(clue_nodes: pa.Table, vectors: np.ndarray, threshold: float,
-                edges: pa.Table | None = None) -> tuple[pa.Table, pa.Table, dict[str, str]]:
-    """Union-find merge of same-tenant clues with cosine > ``threshold`` (AssoMem delta).
-
-    Returns the merged clue nodes, HAS_CLUE edges pointing at them (``edges`` rewritten when
-    given, otherwise rebuilt session->clue from each clue's ``session_node_ids``), and the
-    map old clue id -> new clue id. A merged id hashes the sorted member ids, so reruns agree.
-    """
-    v = normalize_rows(vectors)
-    if len(v) != clue_nodes.num_rows:
-        raise ValueError(f"{len(v)} vectors for {clue_nodes.num_rows} clue nodes")
-    tenants = np.asarray(clue_nodes.column("tenant_id").to_pylist(), dtype=object)
-    labels = _components(tenants, v, threshold)
-    rows = clue_nodes.to_pylist()
-    groups: dict[int, list[int]] = {}
-    for r, lab in enumerate(labels.tolist()):
-        groups.setdefault(lab, []).append(r)
-    merged, id_map = [], {}
-    for members in groups.values():
-        member_rows = sorted((rows[m] for m in members), key=lambda r: (r["time"] is None, r["time"], r["node_id"]))
-        old = [r["node_id"] for r in member_rows]
-        new_id = old[0] if len(old) == 1 else ids.make_id(NodeKind.CLUE.value, member_rows[0]["tenant_id"],
-                                                         *sorted(old))
-        id_map.update({o: new_id for o in old})
-        merged.append(_merge_group(member_rows, new_id))
-    nodes = pa.Table.from_pylist(merged, schema=clue_nodes.schema) if merged else clue_nodes.slice(0, 0)
-    nodes = schema.conform(nodes, schema.NODES_NO_EMBEDDING, name="merged_clues")
-    out_edges = _rewrite_edges(edges, id_map) if edges is not None else _rebuild_edges(nodes)
-    return nodes, out_edges, id_map
-
-
-def _rewrite_edges(edges: pa.Table, id_map: dict[str, str]) -> pa.Table:
-    src = [id_map.get(n, n) for n in edges.column("src").to_pylist()]
-    dst = [id_map.get(n, n) for n in edges.column("dst").to_pylist()]
-    keys = zip(edges.column("tenant_id").to_pylist(), src, dst, edges.column("kind").to_pylist())
-    rewritten = (edges.set_column(edges.schema.get_field_index("src"), "src", pa.array(src, pa.string()))
-                 .set_column(edges.schema.get_field_index("dst"), "dst", pa.array(dst, pa.string())))
-    return schema.conform(rewritten.take(pa.array(_first_rows(keys), pa.int64())), schema.EDGES,
-                          name="merged_clue_edges")
-
-
-def _first_rows(keys: Iterable[tuple]) -> list[int]:
-    """The rows whose key no earlier row has, in order."""
-    seen: set[tuple] = set()
-    first = []
-    for i, key in enumerate(keys):
-        if key not in seen:
-            seen.add(key)
-            first.append(i)
-    return first
-
-
-def _rebuild_edges(nodes: pa.Table) -> pa.Table:
-    rows = []
-    for n in nodes.to_pylist():
-        for sid in json.loads(n["attributes"] or "{}").get("session_node_ids", []):
-            rows.append({"tenant_id": n["tenant_id"], "src": sid, "dst": n["node_id"],
-                         "kind": EdgeKind.HAS_CLUE.value, "weight": 1.0, "provenance": n["provenance"]})
-    return schema.conform(pa.Table.from_pylist(rows, schema=schema.EDGES) if rows else schema.empty(schema.EDGES),
-                          schema.EDGES, name="merged_clue_edges")
-
-
-def merged_vectors(id_map: dict[str, str], old_ids: list[str], vectors: np.ndarray,
-                   new_ids: list[str]) -> np.ndarray:
-    """Vectors of merged clues: the renormalized mean of their members' vectors, in ``new_ids`` order."""
-    v = normalize_rows(vectors)
-    pos = {n: i for i, n in enumerate(new_ids)}
-    label = np.array([pos[id_map[o]] for o in old_ids])
-    sums = np.zeros((len(new_ids), v.shape[1]), dtype=np.float64)
-    np.add.at(sums, label, v)
-    return normalize_rows(sums)

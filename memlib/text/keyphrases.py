@@ -16,8 +16,8 @@ import re
 from collections import Counter
 
 import numpy as np
-import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from memlib.text import lexicon as lx
 
@@ -99,24 +99,29 @@ def _key(words: list[str]) -> str:
     return " ".join(low)
 
 
-def _rake_scores(cands: list[list[str]]) -> tuple[dict[str, float], dict[str, str]]:
-    """Per-document RAKE score and first surface form of every candidate key."""
+def _rake_scores(cands: list[list[str]],
+                 lows: list[list[str]] | None = None) -> tuple[dict[str, float], dict[str, str]]:
+    """Per-document RAKE score and first surface form of every candidate key; ``lows``: the
+    candidates' words normalized (:func:`_norm`), when the caller has them."""
+    if lows is None:
+        lows = [[_norm(w) for w in c] for c in cands]
     freq: Counter[str] = Counter()
     degree: Counter[str] = Counter()
-    for c in cands:
-        for w in c:
-            lw = _norm(w)
+    for low in lows:
+        size = len(low)
+        for lw in low:
             freq[lw] += 1
-            degree[lw] += len(c)
+            degree[lw] += size
     tf: Counter[str] = Counter()
     surface: dict[str, str] = {}
     base: dict[str, float] = {}
-    for c in cands:
-        k = _key(c)
+    for c, low in zip(cands, lows):
+        last = singular(low[-1])
+        k = " ".join(low) if last == low[-1] else " ".join([*low[:-1], last])
         tf[k] += 1
         if k not in surface:
             surface[k] = " ".join(c)
-            base[k] = sum(degree[_norm(w)] / freq[_norm(w)] for w in c)
+            base[k] = sum([degree[lw] / freq[lw] for lw in low])
     return {k: base[k] * (1.0 + math.log(tf[k])) for k in tf}, surface
 
 
@@ -136,7 +141,14 @@ def _select(ranked: list[str], n: int) -> list[str]:
 def score_doc(cands: list[list[str]], banned: set[str]) -> tuple[dict[str, float], dict[str, str]]:
     """RAKE score and first surface form of every candidate key of one document, candidates
     holding a ``banned`` (lowercase) word left out."""
-    return _rake_scores([c for c in cands if not any(_norm(w) in banned for w in c)])
+    kept, lows = [], []
+    for c in cands:
+        low = [_norm(w) for w in c]
+        if banned and not banned.isdisjoint(low):
+            continue
+        kept.append(c)
+        lows.append(low)
+    return _rake_scores(kept, lows)
 
 
 def candidate_words(cands: list[list[str]]) -> set[str]:
@@ -159,35 +171,71 @@ def rank(per_doc: list[tuple[dict[str, float], dict[str, str]]], n: int) -> list
     return out
 
 
-def rank_flat(doc: np.ndarray, keys: pa.Array, scores: np.ndarray, surfaces: pa.Array, n_docs: int,
-              n: int) -> list[list[str]]:
+def key_ranks(keys: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, int]:
+    """Per entry of ``keys``: the rank of its key among the distinct keys in UTF-8 byte order
+    (the order of Python's ``str``), and the number of distinct keys."""
+    if isinstance(keys, pa.ChunkedArray):
+        keys = keys.combine_chunks() if keys.num_chunks else pa.array([], keys.type)
+    enc = pc.dictionary_encode(keys)
+    order = pc.sort_indices(enc.dictionary).to_numpy(zero_copy_only=False)
+    rank = np.empty(order.size, dtype=np.int64)
+    rank[order] = np.arange(order.size, dtype=np.int64)
+    return rank[enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)], int(order.size)
+
+
+def idf_weights(code: np.ndarray, n_keys: int, scores: np.ndarray, n_docs: int) -> np.ndarray:
+    """Each entry's score times its key's IDF over ``n_docs`` documents (a key's document frequency
+    is its number of entries): the IDF per distinct frequency with :func:`math.log`, as
+    :func:`rank` computes it, and the products the same IEEE doubles."""
+    df = np.bincount(code, minlength=n_keys)
+    table = np.zeros(int(df.max()) + 1 if df.size else 1, dtype=np.float64)
+    for c in np.unique(df).tolist():
+        table[c] = math.log((n_docs + 1) / (c + 1)) + 1.0
+    return np.asarray(scores, dtype=np.float64) * table[df][code]
+
+
+def rank_flat(doc: np.ndarray, keys: pa.Array | pa.ChunkedArray, scores: np.ndarray,
+              surfaces: pa.Array | pa.ChunkedArray, n_docs: int, n: int) -> list[list[str]]:
     """:func:`rank` over the documents' scores given flat, one entry per (document, key): ``doc``
     the document's index (0 .. ``n_docs`` - 1), each key once per document. The same output as
-    :func:`rank`, without making Python objects of every key: the weights are computed in numpy
-    (the IDF term per distinct document frequency with :func:`math.log`, as :func:`rank` does;
-    the products are the same IEEE doubles), the sort in polars (strings compare by UTF-8
-    bytes, the order of Python's ``str``), and only each document's first keys are read."""
-    frame = pl.DataFrame({"doc": pl.Series(doc, dtype=pl.Int64), "key": pl.Series(keys, dtype=pl.String),
-                          "surface": pl.Series(surfaces, dtype=pl.String),
-                          "score": pl.Series(scores, dtype=pl.Float64)})
-    df = frame.group_by("key").agg(pl.len().alias("df"))
-    counts = df["df"].unique().to_list()
-    idf = {c: math.log((n_docs + 1) / (c + 1)) + 1.0 for c in counts}
-    df = df.with_columns(pl.col("df").replace_strict(idf, return_dtype=pl.Float64).alias("idf"))
-    frame = frame.join(df.select("key", "idf"), on="key", how="left").with_columns(
-        (pl.col("score") * pl.col("idf")).alias("w")).sort(["doc", "w", "key"], descending=[False, True, False])
+    :func:`rank`, without making Python objects of every key: the weights in numpy
+    (:func:`idf_weights`), one sort by (document, weight descending, key), and only each
+    document's first keys are read."""
+    doc = np.asarray(doc, dtype=np.int64)
+    code, n_keys = key_ranks(keys)
+    return select_ranked(doc, code, idf_weights(code, n_keys, scores, n_docs), (keys, surfaces), n_docs, n)
+
+
+def select_ranked(doc: np.ndarray, code: np.ndarray, weight: np.ndarray,
+                  texts: tuple[pa.Array | pa.ChunkedArray, pa.Array | pa.ChunkedArray], n_docs: int,
+                  n: int) -> list[list[str]]:
+    """Each document's top ``n`` surfaces (:func:`_select`) by (``weight`` descending, key
+    rank ``code``); ``texts``: the entries' keys and surfaces."""
+    keys, surfaces = texts
     out: list[list[str]] = [[] for _ in range(n_docs)]
+    if doc.size == 0:
+        return out
+    order = np.lexsort((code, -weight, doc))
+    d = doc[order]
+    starts = np.flatnonzero(np.r_[True, d[1:] != d[:-1]])
+    sizes = np.diff(np.r_[starts, d.size])
+    within = np.arange(d.size) - np.repeat(starts, sizes)
     head = max(4 * n, 16)  # the first keys of a document; all of them when these do not give n phrases
-    top = frame.group_by("doc", maintain_order=True).agg(pl.col("key").head(head), pl.col("surface").head(head),
-                                                         pl.len().alias("size"))
-    for d, ranked, surface, size in zip(*(top[c].to_list() for c in ("doc", "key", "surface", "size"))):
+    top = order[within < head]
+    take = pa.array(top, pa.int64())
+    top_keys, top_surfaces = keys.take(take).to_pylist(), surfaces.take(take).to_pylist()
+    at = 0
+    for start, size in zip(starts.tolist(), sizes.tolist()):
+        m = min(size, head)
+        ranked, surface = top_keys[at:at + m], top_surfaces[at:at + m]
+        at += m
         chosen = _select(ranked, n)
-        if len(chosen) < n and size > len(ranked):
-            full = frame.filter(pl.col("doc") == d)
-            ranked, surface = full["key"].to_list(), full["surface"].to_list()
+        if len(chosen) < n and size > m:
+            rows = pa.array(order[start:start + size], pa.int64())
+            ranked, surface = keys.take(rows).to_pylist(), surfaces.take(rows).to_pylist()
             chosen = _select(ranked, n)
-        at = {k: i for i, k in enumerate(ranked)}
-        out[d] = [surface[at[k]] for k in chosen]
+        pos = {k: i for i, k in enumerate(ranked)}
+        out[int(d[start])] = [surface[pos[k]] for k in chosen]
     return out
 
 

@@ -57,3 +57,30 @@ def test_text_keyphrases_speed_24k_turns():
     elapsed = time.perf_counter() - t0
     assert len(out) == 24_000 and all(out)
     assert elapsed < 15, f"keyphrases took {elapsed:.1f}s for 24k turns"
+
+
+def test_rank_flat_equals_rank_with_ties_and_short_heads():
+    """The numpy ranking gives :func:`rank`'s phrases: equal weights broken by the key (UTF-8
+    order, non-ASCII keys included), nested keys skipped, a document whose first keys do not give
+    ``n`` phrases read in full."""
+    import numpy as np
+    import pyarrow as pa
+
+    from memlib.text.keyphrases import rank, rank_flat
+
+    rng = np.random.default_rng(3)
+    vocab = ["tea", "green tea", "tea cup", "café", "cafe", "zebra", "apple pie", "apple", "pie", "éclair",
+             "blue sky", "sky", "a b", "b"] + [f"w{i}" for i in range(40)]
+    per_doc = []
+    for d in range(60):
+        keys = list(rng.choice(vocab, size=int(rng.integers(0, 30)), replace=False))
+        if d % 7 == 0:  # one key nested in the next: a document that reads past its first keys
+            keys = [f"x{d}"] + [f"x{d} y{j}" for j in range(25)]
+        scores = {k: float(rng.choice([1.0, 2.0, 2.5])) for k in keys}
+        per_doc.append((scores, {k: k.upper() for k in keys}))
+    doc = np.repeat(np.arange(len(per_doc)), [len(s) for s, _ in per_doc])
+    keys = pa.array([k for s, _ in per_doc for k in s], pa.string())
+    scores = np.array([v for s, _ in per_doc for v in s.values()], dtype=np.float64)
+    surfaces = pa.array([f[k] for s, f in per_doc for k in s], pa.string())
+    for n in (1, 3, 5):
+        assert rank_flat(doc, keys, scores, surfaces, len(per_doc), n) == rank(per_doc, n)
