@@ -32,7 +32,7 @@ from jobs.builder.publish import publish
 from jobs.builder.resume import ResumableWriter
 from jobs.builder.run import BuildOptions, Built, PhaseTimer, Progress, Run, Sharded
 from jobs.builder.tenants import build_tenants, shard_and_prepare
-from jobs.local_ray import init_ray
+from jobs.local_ray import init_ray, ray_up
 from memlib.compose.keys import build_key, session_build_key
 from memlib.compose.recipe import Phase, get_recipe
 from memlib.config import MemlibConfig
@@ -123,9 +123,7 @@ def _start_ray(run: Run, options: BuildOptions) -> Any:
 def _may_inline(run: Run, options: BuildOptions) -> bool:
     """Whether the run could build in this process (:mod:`pipelines.inline`): it would start a
     local Ray of its own (no cluster named, none connected) and the plan is small enough."""
-    import ray
-
-    if options.address or os.environ.get("RAY_ADDRESS") or ray.is_initialized():
+    if options.address or os.environ.get("RAY_ADDRESS") or ray_up():
         return False
     return inline_fits(run.ctx, len(run.plan.build), None)
 
