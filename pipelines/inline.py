@@ -16,6 +16,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pyarrow as pa
@@ -86,12 +87,29 @@ def run_inline(shards: list[TenantShard], ctx: BuildContext, plan: Any, *, stats
         blocks.append(summary)
         if on_block is not None:
             on_block(summary)
-    for item in tenant_rows:
-        yield from json.loads(_through(ops, item)["summary"])
+    with one_kernel_thread():
+        for item in tenant_rows:
+            yield from json.loads(_through(ops, item)["summary"])
     shutil.rmtree(ctx.work_dir, ignore_errors=True)
     if stats is not None:
         kept = max([b.get("kept_at", start) for b in blocks] or [start])
         stats.update(session_stats(plan, blocks, kept - start), key=ctx.session_key, inline=True)
+
+
+@contextmanager
+def one_kernel_thread() -> Iterator[None]:
+    """graph-tool's OpenMP pool at one thread while the tenant stages run here, as in a tenant actor
+    (Ray gives an actor of less than one CPU ``OMP_NUM_THREADS=1``): the same PageRank kernel as
+    on Ray, and no pool spin-waiting for a second core (a shared box's load multiplied the
+    tenants' PageRank time)."""
+    from memlib.graph.ppr import openmp_threads
+
+    before = openmp_threads()
+    openmp_threads(1)
+    try:
+        yield
+    finally:
+        openmp_threads(before)
 
 
 def _make(op: type, ctx: BuildContext, res: Any) -> Callable[[pa.Table], pa.Table]:
