@@ -194,8 +194,12 @@ def resources(cfg: MemlibConfig, total_cpus: float, n_blocks: int, n_tenants: in
     actors = r.embed_actors or max(1, int(round(total_cpus / r.embed_cpus)))
     actors = max(1, min(actors, max(1, n_blocks)))
     cpus = round(min(r.embed_cpus, free / actors), 3)
-    threads = cfg.embed.threads or max(1, int(r.embed_cpus))
-    return Resources(actors, cpus, r.embed_gpus, threads, session_actors, tenant_actors)
+    return Resources(actors, cpus, r.embed_gpus, embed_threads(cfg), session_actors, tenant_actors)
+
+
+def embed_threads(cfg: MemlibConfig) -> int:
+    """The encoder's threads in each embed actor (and in the driver, pipelines/inline.py)."""
+    return cfg.embed.threads or max(1, int(cfg.ray.embed_cpus))
 
 
 def build_dataset(ctx: BuildContext, plan: SessionPlan, shards: list[TenantShard]) -> ray.data.Dataset:
