@@ -56,6 +56,7 @@ def prewarm(ctx: BuildContext) -> None:
         from memlib.compose.reference import prepare_tenant_steps
         from memlib.compose.sessions import prepare
         from memlib.compose.vectors import TurnEncoder
+        from memlib.io.lance_tables import import_lancedb
         from pipelines.staged_build import embed_threads
 
         encoder = TurnEncoder(ctx.cfg, threads=embed_threads(ctx.cfg))
@@ -64,7 +65,7 @@ def prewarm(ctx: BuildContext) -> None:
         from memlib.graph import tenant  # noqa: F401 - graph-tool's import
 
         prepare_tenant_steps(ctx.cfg, ctx.recipe)
-        import lancedb  # noqa: F401 - imported for its load time
+        import_lancedb()
     except Exception as exc:  # noqa: BLE001 - see the docstring
         logging.getLogger("memlib.build").debug("prewarm: %s", exc)
 
