@@ -57,9 +57,11 @@ def atomic_write_json(path: Path, data: Any, *, durable: bool = True, indent: in
     return atomic_write(path, lambda fh: fh.write(text.encode("utf-8")), durable=durable)
 
 
-def replace_parquet(table: pa.Table, path: Path, compression: str | dict[str, str] = "zstd") -> Path:
+def replace_parquet(table: pa.Table, path: Path, compression: str | dict[str, str] = "zstd",
+                    use_dictionary: bool | list[str] = True) -> Path:
     """Write ``table`` at ``path`` atomically, as Parquet."""
-    return atomic_write(path, lambda fh: pq.write_table(table, fh, compression=compression))
+    return atomic_write(path, lambda fh: pq.write_table(table, fh, compression=compression,
+                                                        use_dictionary=use_dictionary))
 
 
 def replace_arrow(table: pa.Table, path: Path) -> Path:
