@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
@@ -79,8 +80,9 @@ def run_inline(shards: list[TenantShard], ctx: BuildContext, plan: Any, *, stats
 
     if not shards:
         return
-    res = resources(ctx.cfg, ctx.cpus or os.cpu_count() or 1, len(plan.blocks), len(shards),
-                    sum(s.turns for s in shards), len(shards))
+    cpus = ctx.cpus or os.cpu_count() or 1
+    res = resources(ctx.cfg, cpus, len(plan.blocks), len(shards), sum(s.turns for s in shards), len(shards))
+    res = replace(res, embed_workers=max(1, int(cpus)))  # the only embed actor: texts on every core
     # the tenant operator (its modules, the published build it starts from) is made on a thread
     # while the blocks go through the session operators here
     with ThreadPoolExecutor(1, thread_name_prefix="memlib-tenant-op") as making:

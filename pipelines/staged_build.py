@@ -160,6 +160,7 @@ class Resources:
     embed_threads: int | None
     session_actors: int
     tenant_actors: int
+    embed_workers: int = 1  # texts an embed actor encodes at once (the driver's cores inline, pipelines/inline.py)
 
 
 def resources(cfg: MemlibConfig, total_cpus: float, n_blocks: int, n_tenants: int = 1,
