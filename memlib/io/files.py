@@ -73,9 +73,11 @@ def replace_arrow(table: pa.Table, path: Path) -> Path:
     return atomic_write(path, write)
 
 
-# a part's Parquet options: zstd, or (PLAIN) no compression and a dictionary only for the tenant
-# column, for a table whose bytes are read by a build and nothing else (docs/decisions/0040-nightly-part-costs.md)
+# Parquet options (docs/decisions/0040-nightly-part-costs.md): zstd, a part's default; LZ4 with a
+# dictionary only for the tenant column, for a table read by the next build alone; PLAIN (no
+# compression), for a file a run writes and reads once, then removes
 ZSTD: dict[str, Any] = {"compression": "zstd"}
+LZ4: dict[str, Any] = {"compression": "lz4", "use_dictionary": ["tenant_id"]}
 PLAIN: dict[str, Any] = {"compression": "none", "use_dictionary": ["tenant_id"]}
 
 

@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 from memlib import schema
 from memlib.io.checksums import GRAPH, check, tree_crcs
 from memlib.io.files import (  # noqa: F401 - part_id: callers import it from here
-    PLAIN,
+    LZ4,
     ZSTD,
     StoreError,
     atomic_write_json,
@@ -70,9 +70,9 @@ TENANT_COUNTS_SCHEMA = pa.schema([pa.field("tenant_id", pa.string(), nullable=Fa
 _VERSION_RE = re.compile(r"^v(\d{6})$")
 
 
-# token_sums (float64 sums of token vectors, 2.3x their zstd bytes plain) is read by the next
-# nightly run alone: written and read 10-15x faster plain, twice per touched tenant and run
-PART_OPTIONS = {"token_sums": PLAIN}
+# token_sums (float64 sums of token vectors by token id, the largest table) is read by the next
+# nightly run alone: LZ4 writes it in half of zstd's time and reads it in a third, for 1.35x its bytes
+PART_OPTIONS = {"token_sums": LZ4}
 
 
 def version_name(n: int) -> str:

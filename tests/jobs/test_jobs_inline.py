@@ -141,10 +141,10 @@ sys.exit(code)
 """
 
 
-def test_jobs_inline_run_imports_no_ray_nor_lances_rest_client_and_writes_its_cache_parts_plain(nightly):
+def test_jobs_inline_run_imports_no_ray_nor_lances_rest_client_and_writes_token_sums_lz4(nightly):
     """What a run in the driver leaves out (docs/decisions/0040-nightly-part-costs.md): Ray is
-    never imported, nor the REST client lancedb's import would run; token_sums parts are plain
-    Parquet (the others zstd), and the store still equals the same run on Ray (test above)."""
+    never imported, nor the REST client lancedb's import would run; token_sums parts are LZ4
+    (the others zstd), and the store still equals the same run on Ray (test above)."""
     import pyarrow.parquet as pq
 
     from memlib.io.store import StoreReader
@@ -164,7 +164,7 @@ def test_jobs_inline_run_imports_no_ray_nor_lances_rest_client_and_writes_its_ca
         files = sorted((version / name).glob("*.parquet"))
         meta = pq.ParquetFile(files[-1]).metadata
         codecs[name] = {meta.row_group(0).column(i).compression for i in range(meta.num_columns)}
-    assert codecs == {"token_sums": {"UNCOMPRESSED"}, "edges": {"ZSTD"}, "turns": {"ZSTD"}}, codecs
+    assert codecs == {"token_sums": {"LZ4"}, "edges": {"ZSTD"}, "turns": {"ZSTD"}}, codecs
 
 
 def test_jobs_inline_tenant_stages_run_graph_tools_kernels_on_one_thread():
