@@ -33,16 +33,22 @@ import secrets
 import shlex
 import socket
 import stat
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import ray
 
 from jobs.ray_logs import hide_native_lines, quiet_python_loggers, restore_stderr
 from memlib.io.files import StoreError
 
 LOOPBACK = "127.0.0.1"
+
+
+def ray_up() -> bool:
+    """Whether this process is connected to Ray. Ray is imported where it is used, not with this
+    module: a run that builds in the driver (pipelines/inline.py) never imports it (0.5 CPU-s)."""
+    ray = sys.modules.get("ray")
+    return ray is not None and ray.is_initialized()
 
 
 # listening ports are drawn below the kernel's ephemeral range: a port the kernel hands out for
@@ -95,8 +101,10 @@ def workers_inherit(env: dict[str, str]) -> bool:
     here (:func:`start_local`) with it, or the job's runtime environment sets it (``ray job submit
     --runtime-env-json``, a RayJob's ``runtimeEnvYAML``: cluster/rayjob-nightly.yaml does). Then an
     operator asking for ``env`` again would only make Ray start workers of another environment."""
-    if not ray.is_initialized():
+    if not ray_up():
         return False
+    import ray
+
     if _STARTED and all(_STARTED[-1].worker_env.get(k) == v for k, v in env.items()):
         return True
     job_vars = (ray.get_runtime_context().runtime_env or {}).get("env_vars") or {}
@@ -226,6 +234,8 @@ def start_local(num_cpus: int | None, *, token_auth: bool = True, serve: LocalRa
     _STARTED.append(applied)
     saved = {k: os.environ.get(k) for k in worker_env or {}}
     os.environ.update(worker_env or {})
+    import ray
+
     try:
         ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
                  logging_level=logging.WARNING if quiet else logging.INFO)
@@ -245,7 +255,11 @@ def stop_local() -> bool:
     stop and gives it a second: the autoscaler monitor, idle on one machine, ignores the request
     and so holds every exit for that second (measured 2.2 s from the end of the work to the
     end of the process, 1.3 s with the monitor killed first). Returns whether it stopped one."""
-    if not (_STARTED and ray.is_initialized()) or ray.get_runtime_context().get_node_id() != _STARTED[-1].node_id:
+    if not (_STARTED and ray_up()):
+        return False
+    import ray
+
+    if ray.get_runtime_context().get_node_id() != _STARTED[-1].node_id:
         return False
     try:
         from ray._private import worker  # the processes of the node this driver started
@@ -283,8 +297,8 @@ def _restore_env(saved: dict[str, str | None]) -> None:
 
 def release_ray() -> None:
     """Shut down the Ray instance this process started or joined (e.g. before Serve starts its own)."""
-    if ray.is_initialized():
-        ray.shutdown()
+    if ray_up():
+        sys.modules["ray"].shutdown()
 
 
 LOCAL_RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0"}
@@ -338,6 +352,8 @@ def init_ray(address: str | None, num_cpus: int | None, *, token_auth: bool = Tr
     operators' worker environment and, with ``token_auth`` (``ray.local_token_auth``), a fresh
     token (:func:`start_local`). ``quiet``: Ray's own log lines and progress dumps are hidden
     (:mod:`jobs.ray_logs`; memlib's progress display reports the build)."""
+    import ray
+
     from pipelines.operators import WORKER_ENV
 
     address = address or os.environ.get("RAY_ADDRESS")

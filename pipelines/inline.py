@@ -16,6 +16,9 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
@@ -40,23 +43,30 @@ def inline_fits(ctx: BuildContext, tenants: int, pending_turns: int | None) -> b
 
 
 def prewarm(ctx: BuildContext) -> None:
-    """Load what making the operators loads (spaCy and the drafted extractors, the tenant steps'
-    modules and compiled kernels, graph-tool, lancedb): called on a thread while the driver shards
-    the input of a run that may build inline, so the two overlap instead of adding up (3-5 s of
-    a one-session nightly of a large tenant). Best effort: a failure here is met again, and
-    reported, where the operators are made."""
+    """Load what making the operators loads, in the order the run needs it: the encoder (the
+    embed pass's, cached per process), spaCy and the drafted extractors, then what only the tenant
+    stages use (their modules and compiled kernels, graph-tool, lancedb). Called on a thread while
+    the driver shards the input of a run that may build inline; the driver does not wait for it,
+    so the tenant stages' part loads while the session pass runs (the encoder releases the GIL:
+    the second core does it). Best effort: a failure here is met again, and reported, where the
+    operators are made."""
     import logging
 
     try:
-        import lancedb  # noqa: F401 - imported for its load time
-
         from memlib.compose.recipe import get_recipe
         from memlib.compose.reference import prepare_tenant_steps
         from memlib.compose.sessions import prepare
+        from memlib.compose.vectors import TurnEncoder
+        from memlib.io.lance_tables import import_lancedb
+        from pipelines.staged_build import embed_threads
+
+        encoder = TurnEncoder(ctx.cfg, threads=embed_threads(ctx.cfg))
+        encoder.encode(["warm-up"], ["a first run sizes the model's buffers"])
+        prepare(ctx.cfg, get_recipe(ctx.recipe))
         from memlib.graph import tenant  # noqa: F401 - graph-tool's import
 
-        prepare(ctx.cfg, get_recipe(ctx.recipe))
         prepare_tenant_steps(ctx.cfg, ctx.recipe)
+        import_lancedb()
     except Exception as exc:  # noqa: BLE001 - see the docstring
         logging.getLogger("memlib.build").debug("prewarm: %s", exc)
 
@@ -70,28 +80,52 @@ def run_inline(shards: list[TenantShard], ctx: BuildContext, plan: Any, *, stats
 
     if not shards:
         return
-    res = resources(ctx.cfg, ctx.cpus or os.cpu_count() or 1, len(plan.blocks), len(shards),
-                    sum(s.turns for s in shards), len(shards))
-    ops = [_make(op, ctx, res) for op in FEW_BLOCK_OPERATORS]
-    items = session_rows(ctx, plan, shards)
-    start = time.time()
-    blocks: list[dict[str, Any]] = []
-    tenant_rows = []
-    for item in items:  # blocks first: a tenant row waits for its blocks' index files
-        if item["kind"] == RowKind.TENANT.value:
-            tenant_rows.append(item)
-            continue
-        row = _through(ops, item)
-        summary = json.loads(row["summary"])
-        blocks.append(summary)
-        if on_block is not None:
-            on_block(summary)
-    for item in tenant_rows:
-        yield from json.loads(_through(ops, item)["summary"])
+    cpus = ctx.cpus or os.cpu_count() or 1
+    res = resources(ctx.cfg, cpus, len(plan.blocks), len(shards), sum(s.turns for s in shards), len(shards))
+    res = replace(res, embed_workers=max(1, int(cpus)))  # the only embed actor: texts on every core
+    # the tenant operator (its modules, the published build it starts from) is made on a thread
+    # while the blocks go through the session operators here
+    with ThreadPoolExecutor(1, thread_name_prefix="memlib-tenant-op") as making:
+        tenant_ops = {op: making.submit(_make, op, ctx, res) for op in FEW_BLOCK_OPERATORS
+                      if op.kind is RowKind.TENANT}
+        block_ops = [_make(op, ctx, res) for op in FEW_BLOCK_OPERATORS if op.kind is not RowKind.TENANT]
+        items = session_rows(ctx, plan, shards)
+        start = time.time()
+        blocks: list[dict[str, Any]] = []
+        tenant_rows = []
+        for item in items:  # blocks first: a tenant row waits for its blocks' index files
+            if item["kind"] == RowKind.TENANT.value:
+                tenant_rows.append(item)
+                continue
+            row = _through(block_ops, item)
+            summary = json.loads(row["summary"])
+            blocks.append(summary)
+            if on_block is not None:
+                on_block(summary)
+        ops = [made.result() for made in tenant_ops.values()]
+    with one_kernel_thread():
+        for item in tenant_rows:
+            yield from json.loads(_through(ops, item)["summary"])
     shutil.rmtree(ctx.work_dir, ignore_errors=True)
     if stats is not None:
         kept = max([b.get("kept_at", start) for b in blocks] or [start])
         stats.update(session_stats(plan, blocks, kept - start), key=ctx.session_key, inline=True)
+
+
+@contextmanager
+def one_kernel_thread() -> Iterator[None]:
+    """graph-tool's OpenMP pool at one thread while the tenant stages run here, as in a tenant actor
+    (Ray gives an actor of less than one CPU ``OMP_NUM_THREADS=1``): the same PageRank kernel as
+    on Ray, and no pool spin-waiting for a second core (a shared box's load multiplied the
+    tenants' PageRank time)."""
+    from memlib.graph.ppr import openmp_threads
+
+    before = openmp_threads()
+    openmp_threads(1)
+    try:
+        yield
+    finally:
+        openmp_threads(before)
 
 
 def _make(op: type, ctx: BuildContext, res: Any) -> Callable[[pa.Table], pa.Table]:

@@ -12,12 +12,12 @@ whole build input (read + gate only: no embedding, no store, no call).
 """
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import ray
 
 from memlib.compose.recipe import EXTRACTION, Step, get_recipe
 from memlib.config import Backend, MemlibConfig
@@ -27,13 +27,20 @@ LIMITER_NAME = "memlib-llm-rate-limiter"
 CACHE_SUBDIR = Path("cache") / "llm"
 
 
-@ray.remote(num_cpus=0)
 class RateLimiterActor:
+    """The run's limiter, as a Ray actor's class (:func:`shared_limiter` makes it remote: Ray is
+    imported by a run that calls an LLM, not by every build that imports this module)."""
+
     def __init__(self, requests_per_minute: float, tokens_per_minute: float):
         self._limiter = LocalRateLimiter(requests_per_minute, tokens_per_minute)
 
     def reserve(self, tokens: int) -> float:
         return self._limiter.reserve(tokens)
+
+
+@functools.cache
+def _remote_limiter(ray: Any) -> Any:
+    return ray.remote(num_cpus=0)(RateLimiterActor)
 
 
 class ActorRateLimiter:
@@ -43,6 +50,8 @@ class ActorRateLimiter:
         self.handle = handle
 
     def reserve(self, tokens: int) -> float:
+        import ray
+
         return ray.get(self.handle.reserve.remote(tokens))
 
 
@@ -55,8 +64,10 @@ def shared_limiter(cfg: MemlibConfig, name: str | None = None) -> ActorRateLimit
     ``ActorDiedError`` in every tenant of the next build). ``name`` joins an existing one."""
     import uuid
 
+    import ray
+
     name = name or f"{LIMITER_NAME}-{uuid.uuid4().hex[:12]}"
-    handle = RateLimiterActor.options(name=name, get_if_exists=True).remote(
+    handle = _remote_limiter(ray).options(name=name, get_if_exists=True).remote(
         cfg.llm.requests_per_minute, cfg.llm.tokens_per_minute)
     return ActorRateLimiter(handle)
 

@@ -130,12 +130,12 @@ class EmbedOp(Operator):
 
     @classmethod
     def arguments(cls, ctx: BuildContext, res: Any) -> dict[str, Any]:
-        return {"ctx": ctx, "threads": res.embed_threads}
+        return {"ctx": ctx, "threads": res.embed_threads, "workers": res.embed_workers}
 
-    def __init__(self, ctx: BuildContext | MemlibConfig, threads: int | None = None):
+    def __init__(self, ctx: BuildContext | MemlibConfig, threads: int | None = None, workers: int = 1):
         from memlib.compose.vectors import TurnEncoder
 
-        self.encoder = TurnEncoder(BuildContext.of(ctx).cfg, threads=threads)
+        self.encoder = TurnEncoder(BuildContext.of(ctx).cfg, threads=threads, workers=workers)
         self.encoder.encode(["warm-up"], ["a first run sizes the model's buffers"])  # not on the first block
         self.gpu_ids = _gpu_ids()
 
@@ -233,8 +233,8 @@ class SessionPassOp(Operator):
     def arguments(cls, ctx: BuildContext, res: Any) -> dict[str, Any]:
         return EmbedOp.arguments(ctx, res)
 
-    def __init__(self, ctx: BuildContext | MemlibConfig, threads: int | None = None):
-        self.embed = EmbedOp(ctx, threads)
+    def __init__(self, ctx: BuildContext | MemlibConfig, threads: int | None = None, workers: int = 1):
+        self.embed = EmbedOp(ctx, threads, workers)
         self.local = SessionLocalOp(ctx)
 
     def __call__(self, batch: pa.Table) -> pa.Table:

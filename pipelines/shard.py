@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 from memlib import schema
 from memlib.compose.finalize import kind_counts
 from memlib.config import MemlibConfig
-from memlib.io.files import replace_parquet
+from memlib.io.files import PLAIN, replace_parquet
 from memlib.io.merge import merge_tenant
 from memlib.io.readers import iter_batches
 from memlib.io.result import ReadResult
@@ -178,8 +178,8 @@ def _stage_batch(writer: StoreWriter, name: str, batch: ReadResult, merged: Stag
 
 
 def _stage(writer: StoreWriter, kind: str, name: str, table: pa.Table, table_schema: pa.Schema) -> str:
-    table = schema.conform(table, table_schema, name=kind)
-    return str(replace_parquet(table, staged_path(writer.version_dir, kind, name)))
+    table = schema.conform(table, table_schema, name=kind)  # read within the run, then removed: plain
+    return str(replace_parquet(table, staged_path(writer.version_dir, kind, name), **PLAIN))
 
 
 class StagedFiles:

@@ -19,13 +19,12 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-import ray
 
 from memlib.compose.session_store import SessionStore, block_id
 from memlib.compose.sessions import session_keys, sort_turns
@@ -36,6 +35,9 @@ from pipelines.operators import FEW_BLOCK_OPERATORS, OPERATORS, RUNTIME_ENV, Ses
 from pipelines.rows import BATCH_FORMAT, KEY_COLUMN, ROW_SCHEMA, Operator, RowKind
 from pipelines.shard import TenantShard, tenant_runs
 from pipelines.tenant_op import pack_tenants, tenant_item
+
+if TYPE_CHECKING:  # Ray is imported where a build runs on it: an inline run never does
+    import ray
 
 log = logging.getLogger("memlib.build")
 
@@ -158,6 +160,7 @@ class Resources:
     embed_threads: int | None
     session_actors: int
     tenant_actors: int
+    embed_workers: int = 1  # texts an embed actor encodes at once (the driver's cores inline, pipelines/inline.py)
 
 
 def resources(cfg: MemlibConfig, total_cpus: float, n_blocks: int, n_tenants: int = 1,
@@ -192,8 +195,12 @@ def resources(cfg: MemlibConfig, total_cpus: float, n_blocks: int, n_tenants: in
     actors = r.embed_actors or max(1, int(round(total_cpus / r.embed_cpus)))
     actors = max(1, min(actors, max(1, n_blocks)))
     cpus = round(min(r.embed_cpus, free / actors), 3)
-    threads = cfg.embed.threads or max(1, int(r.embed_cpus))
-    return Resources(actors, cpus, r.embed_gpus, threads, session_actors, tenant_actors)
+    return Resources(actors, cpus, r.embed_gpus, embed_threads(cfg), session_actors, tenant_actors)
+
+
+def embed_threads(cfg: MemlibConfig) -> int:
+    """The encoder's threads in each embed actor (and in the driver, pipelines/inline.py)."""
+    return cfg.embed.threads or max(1, int(cfg.ray.embed_cpus))
 
 
 def build_dataset(ctx: BuildContext, plan: SessionPlan, shards: list[TenantShard]) -> ray.data.Dataset:
@@ -209,6 +216,8 @@ def build_dataset(ctx: BuildContext, plan: SessionPlan, shards: list[TenantShard
                                  schema=ROW_SCHEMA)
     # one row per block; from_blocks takes each block's metadata here (from_arrow runs a task per
     # block for it, on workers that must first import ray.data: 2.1 s of a nightly run's start)
+    import ray
+
     ds = ray.data.from_blocks([table.slice(i, 1) for i in range(table.num_rows)])
     env = {} if ctx.worker_env_inherited else {"runtime_env": RUNTIME_ENV}
     # few blocks (a nightly run): one in flight per actor, so a block goes to an idle actor, not
@@ -240,6 +249,8 @@ def ray_options(op: type[Operator], ctx: BuildContext, res: Resources, few_block
     """Ray Data's options of an operator, from its declaration: its CPUs (the embed operator's share
     when it declares none, so turn_nodes, declared so, is fused into the embed actors), its GPUs,
     its actor pool and rows in flight per actor, and its arguments."""
+    import ray
+
     out: dict[str, Any] = {"num_cpus": res.embed_cpus if op.num_cpus is None else op.num_cpus}
     if op.uses_gpus and res.embed_gpus:
         out["num_gpus"] = res.embed_gpus

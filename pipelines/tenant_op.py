@@ -40,7 +40,7 @@ def write_part(version_dir: str | Path, built: list[dict[str, Any]], dim: int) -
     :meth:`TenantOp.build_one`) as one part of the version; returns the part's name and its
     staged nodes file."""
     from memlib.graph.memory_arrays import memory_table_from_nodes
-    from memlib.io.files import replace_parquet
+    from memlib.io.files import PLAIN, replace_parquet
     from memlib.io.memory_view import VIEW_MEMORY
     from memlib.io.store import TENANT_TABLES, StoreWriter, part_id
     from memlib.io.views import VIEW_NODES, VIEW_TURNS, ordered, view_path, write_view
@@ -72,16 +72,19 @@ def write_part(version_dir: str | Path, built: list[dict[str, Any]], dim: int) -
                    {k: m[1] for k, m in memory.items()})
     except Exception as exc:  # noqa: BLE001 - an optimization never fails a part
         log.warning("part %s: no memory view (%s: %s)", part, type(exc).__name__, str(exc)[:160])
-    # the rows the driver writes to Lance: a tenant's changed rows, or all of them (lance_delta)
+    # the rows the driver writes to Lance: a tenant's changed rows, or all of them (lance_delta);
+    # read once by the driver, then removed: written plain (zstd was a third of the part's writing)
     nodes = pa.concat_tables([t["lance_rows"] for t in built], promote_options="permissive")
-    return part, str(replace_parquet(nodes, staged_path(version_dir, "nodes", part)))
+    return part, str(replace_parquet(nodes, staged_path(version_dir, "nodes", part), **PLAIN))
 
 
 def _node_id() -> str | None:
     """The Ray node this actor runs on (None in the driver, :mod:`pipelines.inline`)."""
+    if not on_ray():
+        return None
     import ray
 
-    return ray.get_runtime_context().get_node_id() if on_ray() else None
+    return ray.get_runtime_context().get_node_id()
 
 
 def tenant_item(shard: TenantShard, blocks: list[str], work: str | Path, pending: list[str],

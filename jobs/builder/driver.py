@@ -32,7 +32,7 @@ from jobs.builder.publish import publish
 from jobs.builder.resume import ResumableWriter
 from jobs.builder.run import BuildOptions, Built, PhaseTimer, Progress, Run, Sharded
 from jobs.builder.tenants import build_tenants, shard_and_prepare
-from jobs.local_ray import init_ray
+from jobs.local_ray import init_ray, ray_up
 from memlib.compose.keys import build_key, session_build_key
 from memlib.compose.recipe import Phase, get_recipe
 from memlib.config import MemlibConfig
@@ -93,14 +93,16 @@ def plan_and_shard(run: Run, options: BuildOptions) -> Sharded:
                              f"mix the vectors of two models. To switch, rebuild the store whole (`memlib build` "
                              f"without --incremental)")
         if inline:  # sharded first: its pending turns decide (what the operators load, meanwhile)
-            with ThreadPoolExecutor(1, thread_name_prefix="memlib-warm") as warm:
-                warm.submit(prewarm, run.ctx)
-                sharded = shard_and_prepare(run, sources, read.failed)
+            warm = ThreadPoolExecutor(1, thread_name_prefix="memlib-warm")
+            loading = warm.submit(prewarm, run.ctx)
+            warm.shutdown(wait=False)  # its thread ends with its work; a run in the driver does not wait for it
+            sharded = shard_and_prepare(run, sources, read.failed)
             work = sharded.sessions.pending_turns if sharded.sessions else 0
             if inline_fits(run.ctx, len(sharded.to_build), work):
                 run.inline = True
                 run.progress("inline", {"tenants": len(sharded.to_build), "turns": work})
                 return sharded
+            loading.result()  # before Ray's processes are started (lancedb warns about forks)
             target = _start_ray(run, options) if sharded.to_build else None
         else:
             # Ray starts (seconds of its processes coming up) while the input is sharded and the
@@ -123,9 +125,7 @@ def _start_ray(run: Run, options: BuildOptions) -> Any:
 def _may_inline(run: Run, options: BuildOptions) -> bool:
     """Whether the run could build in this process (:mod:`pipelines.inline`): it would start a
     local Ray of its own (no cluster named, none connected) and the plan is small enough."""
-    import ray
-
-    if options.address or os.environ.get("RAY_ADDRESS") or ray.is_initialized():
+    if options.address or os.environ.get("RAY_ADDRESS") or ray_up():
         return False
     return inline_fits(run.ctx, len(run.plan.build), None)
 

