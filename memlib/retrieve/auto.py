@@ -183,7 +183,7 @@ class Auto(StrategyBase):
                 "participant_weight": 1.0, "speaker_term": True, "speaker_gate": True,
                 "memory_weight": 1.5, "time_weight": 4.0, "rank_k": 20.0,
                 "memory_signals": ["fact", "ppr", "time"], "ppr_kinds": ["fact", "event"], "ppr_seeds": 10,
-                "ppr_max_nodes": 20000, "question_time": None}
+                "ppr_max_nodes": 20000, "ppr_eps": 0.0, "question_time": None}
 
     wants_config = True  # for embed.model_cache
 

@@ -193,3 +193,40 @@ def test_a_question_naming_the_wrong_person_keeps_its_ranking(cache):
     fused = run_search(index, _auto(), query, 20)
     assert not any(n.signals["named_speaker"] for n in fused.nodes)
     assert [n.node_id for n in fused.nodes] == [n.node_id for n in run_search(index, _auto(**off), query, 20).nodes]
+
+
+def test_the_scored_turns_memories_vote_as_the_full_scan(cache):
+    """A tenant ranked through the first stage: only the memories citing a scored turn are read, and
+    the votes of the scored turns are those of the full scan (docs/decisions/0039-local-memory-signals.md)."""
+    index = cache.get("tomas-lena")
+    frame = turn_frame(index)
+    mem = memory.memory_frame(index, frame, ("event", "fact"))
+    qvec = memory.query_vector(index, np.zeros((0, 0)), "Where will Lena work from August 2024?")
+    full = mem.vectors @ qvec
+    pool = np.arange(0, len(frame.ids), 3)
+    rows = mem.citing(pool)
+    cited = {int(mem.cite_row[s]) for p in pool.tolist() for s in range(mem.cite_ptr[p], mem.cite_ptr[p + 1])}
+    assert rows.tolist() == sorted(cited) and 0 < rows.size < len(mem.node_ids)
+    sims = mem.vectors[rows] @ qvec
+    for kind in ("fact", "event"):
+        want = mem.votes(full, kind)[pool]
+        got = mem.votes_at(pool, rows, sims, kind)
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+        assert (memory.ranks(got) == memory.ranks(want)).all() and (got > 0).any()
+        np.testing.assert_array_equal(mem.votes_at(None, mem.citing(None), full, kind), mem.votes(full, kind))
+    # PPR seeds come from those memories only: seeded by one of them, the same mass as a full scan
+    # whose only positive cosine is that memory's
+    j = int(rows[np.isin(mem.kind[rows], ["fact"])][0])
+    one = np.zeros(len(mem.node_ids))
+    one[j] = 0.8
+    local = memory.ppr_term(index, frame, mem, np.array([0.8]), 10, ("fact",), 20000, rows=np.array([j]))
+    whole = memory.ppr_term(index, frame, mem, one, 10, ("fact",), 20000)
+    assert local is not None and local.max() > 0
+    np.testing.assert_array_equal(local, whole)
+    # auto through the first stage: every returned turn's fact vote is the full scan's
+    res = run_search(index, _auto(first_stage_turns=10, candidates=8, assistant_candidates=2, expand=4,
+                                  speaker_gate=False), "Where will Lena work from August 2024?", 10)
+    votes = mem.votes(full, "fact")
+    assert len(res.nodes) == 10
+    for n in res.nodes:
+        assert n.signals["fact_vote"] == pytest.approx(votes[frame.pos[n.node_id]], abs=1e-6)
