@@ -13,11 +13,11 @@ import scipy.sparse as sp
 from memlib.config import GraphConfig
 from memlib.graph.model import Adjacency, MemoryGraph
 from memlib.graph.ppr import Transition
-from memlib.graph.push import push_ppr
 from memlib.graph.subgraph import subgraph
 from memlib.graph.variants import gaama_ppr_scores, gaama_transition, transition_key
 from memlib.io.memory_view import MemoryView, json_key, read_memory_view
 from memlib.io.views import ViewError
+from memlib.retrieve.push import push_ppr
 
 log = logging.getLogger("memlib.serve")
 VOTE_KINDS = ("fact", "event", "entity", "clue", "reflection", "triplet", "concept")
@@ -215,7 +215,7 @@ def ppr_term(index, frame, mem: MemoryFrame, sims: np.ndarray, seeds: int, seed_
     """Per turn: GAAMA personalized PageRank mass from the ``seeds`` memories of ``seed_kinds``
     nearest the question (weights cos²) among ``rows`` of ``mem`` (None: all; ``sims``: their
     cosines), over the tenant graph. A graph of more than ``max_nodes`` vertices: forward push on
-    the whole graph, to a residual of ``eps`` per unit of degree (memlib/graph/push.py), or with
+    the whole graph, to a residual of ``eps`` per unit of degree (memlib.retrieve.push.py), or with
     ``eps`` 0 the seeds' depth-2 neighbourhood capped at ``max_nodes``. None without a graph or a
     seed."""
     if seeds <= 0:

@@ -1,4 +1,4 @@
-"""Forward-push PPR (memlib/graph/push.py) against the exact power iteration on the same transition:
+"""Forward-push PPR (memlib.retrieve.push.py) against the exact power iteration on the same transition:
 the estimate differs from the exact vector by at most the residual it reports (L1), the residual
 falls with the tolerance, a sink's mass returns to the seeds, and the work does not grow with the
 graph around the seeds."""
@@ -10,9 +10,9 @@ import pytest
 from memlib.config import GraphConfig
 from memlib.graph.build import build_graph
 from memlib.graph.ppr import personalized_pagerank
-from memlib.graph.push import push_ppr
 from memlib.graph.synthetic import synthetic_memory_graph
 from memlib.graph.variants import gaama_transition, seed_teleport
+from memlib.retrieve.push import push_ppr
 
 
 def _exact(g, tr, seeds, cfg):
@@ -30,7 +30,8 @@ def test_push_is_within_its_residual_of_the_exact_ppr(n):
     exact = _exact(g, tr, seeds, cfg)
     last = np.inf
     for eps in (1e-4, 1e-5, 1e-6, 1e-7):
-        res = push_ppr(g.adjacency().indptr, tr, g.vertices(seeds), np.fromiter(seeds.values(), float), cfg.damping, eps)
+        weights = np.fromiter(seeds.values(), float)
+        res = push_ppr(g.adjacency().indptr, tr, g.vertices(seeds), weights, cfg.damping, eps)
         err = np.abs(exact - res.scores).sum()
         assert (res.scores <= exact + 1e-12).all()  # push only ever under-estimates
         assert err == pytest.approx(res.residual, abs=1e-9)  # ‖x - p‖₁ is exactly the mass left
