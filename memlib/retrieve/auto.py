@@ -50,7 +50,11 @@ deviations):
   citing the turn (the question's vector pooled from the token vectors already encoded);
 * ``ppr`` (``memory_weight``): GAAMA personalized PageRank over the tenant graph, seeded by the
   ``ppr_seeds`` (10) facts and events nearest the question (cos²); it reaches turns the question
-  does not name, through entities, concepts, sessions and neighbouring turns;
+  does not name, through entities, concepts, sessions and neighbouring turns. On a graph of more
+  than ``ppr_max_nodes`` vertices it is computed by forward push to a residual of the PPR's
+  tolerance per unit of degree (memlib/retrieve/push.py), whose work does not grow with the graph;
+* both read only the memories citing a scored turn (every turn, or the first stage's candidates):
+  the others vote for no scored turn and seed no PPR (docs/decisions/0039-local-memory-signals.md);
 * ``time_window`` (``time_weight`` 4): the turns whose session time falls in a window of the
   question's temporal expressions ("two months ago", "last Wednesday", "in May 2023"), resolved
   against the question's time (``question_time``; the evaluation passes LongMemEval's question
@@ -183,7 +187,7 @@ class Auto(StrategyBase):
                 "participant_weight": 1.0, "speaker_term": True, "speaker_gate": True,
                 "memory_weight": 1.5, "time_weight": 4.0, "rank_k": 20.0,
                 "memory_signals": ["fact", "ppr", "time"], "ppr_kinds": ["fact", "event"], "ppr_seeds": 10,
-                "ppr_max_nodes": 20000, "ppr_eps": 0.0, "question_time": None}
+                "ppr_max_nodes": 20000, "question_time": None}
 
     wants_config = True  # for embed.model_cache
 

@@ -13,7 +13,6 @@ import scipy.sparse as sp
 from memlib.config import GraphConfig
 from memlib.graph.model import Adjacency, MemoryGraph
 from memlib.graph.ppr import Transition
-from memlib.graph.subgraph import subgraph
 from memlib.graph.variants import gaama_ppr_scores, gaama_transition, transition_key
 from memlib.io.memory_view import MemoryView, json_key, read_memory_view
 from memlib.io.views import ViewError
@@ -210,13 +209,12 @@ def query_vector(index, q_vecs: np.ndarray, query: str) -> np.ndarray | None:
 
 
 def ppr_term(index, frame, mem: MemoryFrame, sims: np.ndarray, seeds: int, seed_kinds: tuple[str, ...],
-             max_nodes: int, cfg: GraphConfig | None = None, rows: np.ndarray | None = None,
-             eps: float = 0.0) -> np.ndarray | None:
+             max_nodes: int, cfg: GraphConfig | None = None, rows: np.ndarray | None = None) -> np.ndarray | None:
     """Per turn: GAAMA personalized PageRank mass from the ``seeds`` memories of ``seed_kinds``
     nearest the question (weights cos²) among ``rows`` of ``mem`` (None: all; ``sims``: their
-    cosines), over the tenant graph. A graph of more than ``max_nodes`` vertices: forward push on
-    the whole graph, to a residual of ``eps`` per unit of degree (memlib.retrieve.push.py), or with
-    ``eps`` 0 the seeds' depth-2 neighbourhood capped at ``max_nodes``. None without a graph or a
+    cosines), over the tenant graph: power iteration to ``cfg.tol``, or on a graph of more than
+    ``max_nodes`` vertices forward push to a residual of ``cfg.tol`` per unit of degree
+    (memlib/retrieve/push.py; its work does not grow with the graph). None without a graph or a
     seed."""
     if seeds <= 0:
         return None
@@ -230,13 +228,11 @@ def ppr_term(index, frame, mem: MemoryFrame, sims: np.ndarray, seeds: int, seed_
     at = top if rows is None else rows[top]
     weights = {mem.node_ids[j]: float(sims[i]) ** 2 for i, j in zip(top.tolist(), at.tolist())}
     cfg = cfg or GraphConfig()
-    if graph.num_nodes > max_nodes and eps > 0:
+    if graph.num_nodes > max_nodes:
         res = push_ppr(graph.adjacency().indptr, gaama_transition(graph, cfg), graph.vertices(weights),
-                       np.fromiter(weights.values(), dtype=np.float64, count=len(weights)), cfg.damping, eps)
+                       np.fromiter(weights.values(), dtype=np.float64, count=len(weights)), cfg.damping, cfg.tol)
         mass = res.scores / max(float(res.scores.max(initial=0.0)), 1e-300)
     else:
-        if graph.num_nodes > max_nodes:
-            graph = subgraph(graph, weights, 2, max_nodes)
         mass = gaama_ppr_scores(graph, weights, cfg)
     verts = frame_vertices(index, frame, graph)
     return np.where(verts >= 0, mass[np.maximum(verts, 0)], 0.0)
@@ -353,7 +349,7 @@ def fuse_memory(index, frame, pool: np.ndarray | None, score: np.ndarray, q_vecs
             add(f"{kind}_vote", mem.votes_at(pool, rows, sims, kind), scored=True)
         if seed_kinds:
             add("ppr", ppr_term(index, frame, mem, sims, int(p["ppr_seeds"]), seed_kinds, int(p["ppr_max_nodes"]),
-                                rows=None if pool is None else rows, eps=float(p.get("ppr_eps", 0.0))))
+                                rows=None if pool is None else rows))
     if "time" in wanted and w_time > 0:
         inside, _ = time_term(frame, query, p.get("question_time"))
         sub = None if inside is None else inside if pool is None else inside[pool]

@@ -1,4 +1,4 @@
-"""Forward-push PPR (memlib.retrieve.push.py) against the exact power iteration on the same transition:
+"""Forward-push PPR (memlib/retrieve/push.py) against the exact power iteration on the same transition:
 the estimate differs from the exact vector by at most the residual it reports (L1), the residual
 falls with the tolerance, a sink's mass returns to the seeds, and the work does not grow with the
 graph around the seeds."""
