@@ -89,7 +89,8 @@ class MemoryFrame:
 
     def votes_at(self, positions: np.ndarray | None, rows: np.ndarray, sims: np.ndarray, kind: str) -> np.ndarray:
         """:meth:`votes` of the turns at ``positions`` only (None: every turn), from ``sims``, the
-        cosines of the memories ``rows`` (:meth:`citing` those positions): the same values."""
+        cosines of the memories ``rows`` (ascending, holding every memory citing those positions):
+        the same values."""
         if positions is None:
             return self.votes(sims, kind)
         slots = _slots(self.cite_ptr, positions)
@@ -340,9 +341,9 @@ def fuse_memory(index, frame, pool: np.ndarray | None, score: np.ndarray, q_vecs
     if kinds:
         mem = memory_frame(index, frame, kinds)
         qvec = query_vector(index, q_vecs, query)
-        # only the memories citing a scored turn: the others vote for no scored turn (the votes are
-        # the same) and are not PPR seeds (docs/decisions/0039-local-memory-signals.md)
-        rows = mem.citing(pool)
+        # only the memories citing a turn of the scored turns' sessions: the others vote for no scored
+        # turn (the votes are the same) and seed no PPR (docs/decisions/0039-local-memory-signals.md)
+        rows = mem.citing(None if pool is None else frame.session_turns(pool))
         vectors = mem.vectors if pool is None or not mem.vectors.size else mem.vectors[rows]
         sims = vectors @ qvec if qvec is not None and vectors.size else np.zeros(rows.size)
         for kind in vote_kinds:

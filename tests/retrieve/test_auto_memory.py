@@ -208,8 +208,16 @@ def test_the_scored_turns_memories_vote_as_the_full_scan(cache):
     rows = mem.citing(pool)
     cited = {int(mem.cite_row[s]) for p in pool.tolist() for s in range(mem.cite_ptr[p], mem.cite_ptr[p + 1])}
     assert rows.tolist() == sorted(cited) and 0 < rows.size < len(mem.node_ids)
+    # auto reads the memories of the scored turns' sessions: every turn of those sessions, no other
+    some = pool[:4]
+    wanted = set(frame.session[some].tolist())
+    assert frame.session_turns(some).tolist() == [i for i in range(len(frame.ids)) if frame.session[i] in wanted]
+    wider = mem.citing(frame.session_turns(pool))
+    assert set(rows.tolist()) <= set(wider.tolist())
     sims = mem.vectors[rows] @ qvec
     for kind in ("fact", "event"):
+        np.testing.assert_allclose(mem.votes_at(pool, wider, mem.vectors[wider] @ qvec, kind),
+                                   mem.votes(full, kind)[pool], rtol=0, atol=1e-6)
         want = mem.votes(full, kind)[pool]
         got = mem.votes_at(pool, rows, sims, kind)
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
