@@ -50,7 +50,12 @@ deviations):
   citing the turn (the question's vector pooled from the token vectors already encoded);
 * ``ppr`` (``memory_weight``): GAAMA personalized PageRank over the tenant graph, seeded by the
   ``ppr_seeds`` (10) facts and events nearest the question (cos²); it reaches turns the question
-  does not name, through entities, concepts, sessions and neighbouring turns;
+  does not name, through entities, concepts, sessions and neighbouring turns. On a graph of more
+  than ``ppr_max_nodes`` vertices it is computed by forward push to a residual of the PPR's
+  tolerance per unit of degree (memlib/retrieve/push.py), whose work does not grow with the graph;
+* both read only the memories citing a turn of the scored turns' sessions (every turn, or the first
+  stage's candidates): the others vote for no scored turn and seed no PPR
+  (docs/decisions/0039-local-memory-signals.md);
 * ``time_window`` (``time_weight`` 4): the turns whose session time falls in a window of the
   question's temporal expressions ("two months ago", "last Wednesday", "in May 2023"), resolved
   against the question's time (``question_time``; the evaluation passes LongMemEval's question

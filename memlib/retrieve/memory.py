@@ -13,10 +13,10 @@ import scipy.sparse as sp
 from memlib.config import GraphConfig
 from memlib.graph.model import Adjacency, MemoryGraph
 from memlib.graph.ppr import Transition
-from memlib.graph.subgraph import subgraph
-from memlib.graph.variants import gaama_ppr_scores, transition_key
+from memlib.graph.variants import gaama_ppr_scores, gaama_transition, transition_key
 from memlib.io.memory_view import MemoryView, json_key, read_memory_view
 from memlib.io.views import ViewError
+from memlib.retrieve.push import push_ppr
 
 log = logging.getLogger("memlib.serve")
 VOTE_KINDS = ("fact", "event", "entity", "clue", "reflection", "triplet", "concept")
@@ -78,6 +78,39 @@ class MemoryFrame:
         if has.size and val.size:
             out[has] = np.maximum.reduceat(val, self.cite_ptr[has])
         return out
+
+    def citing(self, positions: np.ndarray | None) -> np.ndarray:
+        """The memories (indices into this frame, ascending) citing a turn at ``positions`` of the
+        frame (None: every memory). Read from the citations by turn: a query touches only the
+        memories of its scored turns (docs/decisions/0039-local-memory-signals.md)."""
+        if positions is None:
+            return np.arange(len(self.node_ids), dtype=np.int64)
+        return np.unique(self.cite_row[_slots(self.cite_ptr, positions)])
+
+    def votes_at(self, positions: np.ndarray | None, rows: np.ndarray, sims: np.ndarray, kind: str) -> np.ndarray:
+        """:meth:`votes` of the turns at ``positions`` only (None: every turn), from ``sims``, the
+        cosines of the memories ``rows`` (ascending, holding every memory citing those positions):
+        the same values."""
+        if positions is None:
+            return self.votes(sims, kind)
+        slots = _slots(self.cite_ptr, positions)
+        local = np.searchsorted(rows, self.cite_row[slots])
+        val = np.where(self.kind[rows] == kind, np.maximum(sims, 0.0), 0.0)[local]
+        counts = self.cite_ptr[positions + 1] - self.cite_ptr[positions]
+        out = np.zeros(positions.size)
+        has = np.flatnonzero(counts > 0)
+        if has.size:
+            out[has] = np.maximum.reduceat(val, (np.cumsum(counts) - counts)[has])
+        return out
+
+
+def _slots(ptr: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """The entries ``ptr[p]:ptr[p + 1]`` of every position ``p``, concatenated in order."""
+    starts, counts = ptr[positions], ptr[positions + 1] - ptr[positions]
+    total = int(counts.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    return np.repeat(starts - np.cumsum(counts) + counts, counts) + np.arange(total, dtype=np.int64)
 
 
 def _vectors(index, rows: np.ndarray, kinds: tuple[str, ...]) -> np.ndarray:
@@ -177,25 +210,31 @@ def query_vector(index, q_vecs: np.ndarray, query: str) -> np.ndarray | None:
 
 
 def ppr_term(index, frame, mem: MemoryFrame, sims: np.ndarray, seeds: int, seed_kinds: tuple[str, ...],
-             max_nodes: int, cfg: GraphConfig | None = None) -> np.ndarray | None:
+             max_nodes: int, cfg: GraphConfig | None = None, rows: np.ndarray | None = None) -> np.ndarray | None:
     """Per turn: GAAMA personalized PageRank mass from the ``seeds`` memories of ``seed_kinds``
-    nearest the question (weights cos²), over the tenant graph (a graph of more than
-    ``max_nodes`` vertices: the seeds' depth-2 neighbourhood capped at ``max_nodes``). None
-    without a graph or a seed."""
+    nearest the question (weights cos²) among ``rows`` of ``mem`` (None: all; ``sims``: their
+    cosines), over the tenant graph: power iteration to ``cfg.tol``, or on a graph of more than
+    ``max_nodes`` vertices forward push to a residual of ``cfg.tol`` per unit of degree
+    (memlib/retrieve/push.py; its work does not grow with the graph). None without a graph or a
+    seed."""
     if seeds <= 0:
         return None
-    cand = np.flatnonzero(np.isin(mem.kind, seed_kinds) & (sims > 0))
+    cand = np.flatnonzero(np.isin(mem.kind if rows is None else mem.kind[rows], seed_kinds) & (sims > 0))
     if cand.size == 0:
         return None
     graph = tenant_graph(index)
     if graph is None:
         return None
     top = cand[np.argsort(-sims[cand], kind="stable")[:seeds]]
-    weights = {mem.node_ids[j]: float(sims[j]) ** 2 for j in top.tolist()}
+    at = top if rows is None else rows[top]
+    weights = {mem.node_ids[j]: float(sims[i]) ** 2 for i, j in zip(top.tolist(), at.tolist())}
     cfg = cfg or GraphConfig()
     if graph.num_nodes > max_nodes:
-        graph = subgraph(graph, weights, 2, max_nodes)
-    mass = gaama_ppr_scores(graph, weights, cfg)
+        res = push_ppr(graph.adjacency().indptr, gaama_transition(graph, cfg), graph.vertices(weights),
+                       np.fromiter(weights.values(), dtype=np.float64, count=len(weights)), cfg.damping, cfg.tol)
+        mass = res.scores / max(float(res.scores.max(initial=0.0)), 1e-300)
+    else:
+        mass = gaama_ppr_scores(graph, weights, cfg)
     verts = frame_vertices(index, frame, graph)
     return np.where(verts >= 0, mass[np.maximum(verts, 0)], 0.0)
 
@@ -286,11 +325,11 @@ def fuse_memory(index, frame, pool: np.ndarray | None, score: np.ndarray, q_vecs
     out: dict[str, np.ndarray] = {}
     gate = only if only is not None and only.any() and not only.all() else None
 
-    def add(name: str, value: np.ndarray | None) -> None:
+    def add(name: str, value: np.ndarray | None, scored: bool = False) -> None:
         nonlocal fused
         if value is None:
             return
-        value = value if pool is None else value[pool]
+        value = value if pool is None or scored else value[pool]
         if gate is not None:
             value = np.where(gate, value, 0.0)
         out[name] = value
@@ -302,11 +341,16 @@ def fuse_memory(index, frame, pool: np.ndarray | None, score: np.ndarray, q_vecs
     if kinds:
         mem = memory_frame(index, frame, kinds)
         qvec = query_vector(index, q_vecs, query)
-        sims = mem.vectors @ qvec if qvec is not None and mem.vectors.size else np.zeros(len(mem.node_ids))
+        # only the memories citing a turn of the scored turns' sessions: the others vote for no scored
+        # turn (the votes are the same) and seed no PPR (docs/decisions/0039-local-memory-signals.md)
+        rows = mem.citing(None if pool is None else frame.session_turns(pool))
+        vectors = mem.vectors if pool is None or not mem.vectors.size else mem.vectors[rows]
+        sims = vectors @ qvec if qvec is not None and vectors.size else np.zeros(rows.size)
         for kind in vote_kinds:
-            add(f"{kind}_vote", mem.votes(sims, kind))
+            add(f"{kind}_vote", mem.votes_at(pool, rows, sims, kind), scored=True)
         if seed_kinds:
-            add("ppr", ppr_term(index, frame, mem, sims, int(p["ppr_seeds"]), seed_kinds, int(p["ppr_max_nodes"])))
+            add("ppr", ppr_term(index, frame, mem, sims, int(p["ppr_seeds"]), seed_kinds, int(p["ppr_max_nodes"]),
+                                rows=None if pool is None else rows))
     if "time" in wanted and w_time > 0:
         inside, _ = time_term(frame, query, p.get("question_time"))
         sub = None if inside is None else inside if pool is None else inside[pool]

@@ -68,6 +68,22 @@ class TurnFrame:
         nxt[order[:-1][same]] = order[1:][same]
         return prev, nxt
 
+    @cached_property
+    def by_session(self) -> tuple[np.ndarray, np.ndarray]:
+        """(start of each session's entries, the positions of its turns ascending), sessions by code."""
+        counts = np.bincount(self.session, minlength=self.n_sessions)
+        ptr = np.zeros(self.n_sessions + 1, dtype=np.int64)
+        np.cumsum(counts, out=ptr[1:])
+        return ptr, np.argsort(self.session, kind="stable").astype(np.int64)
+
+    def session_turns(self, positions: np.ndarray) -> np.ndarray:
+        """The positions (ascending) of every turn of the sessions the turns at ``positions`` belong to."""
+        ptr, order = self.by_session
+        codes = np.unique(self.session[positions])
+        starts, counts = ptr[codes], ptr[codes + 1] - ptr[codes]
+        slots = np.repeat(starts - np.cumsum(counts) + counts, counts) + np.arange(int(counts.sum()), dtype=np.int64)
+        return np.sort(order[slots])
+
     def session_prior(self, scores: np.ndarray, top: int) -> np.ndarray:
         """Per turn: mean of the ``top`` best scores in its session."""
         if scores.size == 0:

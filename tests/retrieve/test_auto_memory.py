@@ -87,9 +87,10 @@ def test_ppr_from_matched_memories_reaches_turns_the_question_does_not_name(cach
     assert mass[frame.pos[turn]] > 0  # its own turn
     others = [frame.ids[p] for p in np.flatnonzero(mass > 0) if frame.ids[p] != turn]
     assert others  # turns reached through the graph (entities, concepts, neighbours), not cited by the fact
-    # the same through a capped neighbourhood (a haystack's graph)
-    capped = memory.ppr_term(index, frame, mem, sims, seeds=1, seed_kinds=("fact",), max_nodes=50)
-    assert capped is not None and capped[frame.pos[turn]] > 0
+    # the same by forward push (a graph above max_nodes: a haystack's), within its tolerance
+    pushed = memory.ppr_term(index, frame, mem, sims, seeds=1, seed_kinds=("fact",), max_nodes=50)
+    assert pushed is not None and pushed[frame.pos[turn]] > 0
+    np.testing.assert_allclose(pushed, mass, atol=1e-3)
     res = run_search(index, _auto(memory_weight=1.0, rank_k=10, memory_signals=["ppr"]), index.texts[row], 10)
     assert all("ppr" in n.signals for n in res.nodes)
     # "Where does Raj work now?": the graph from the matched memories lifts the evidence turn its
@@ -193,3 +194,48 @@ def test_a_question_naming_the_wrong_person_keeps_its_ranking(cache):
     fused = run_search(index, _auto(), query, 20)
     assert not any(n.signals["named_speaker"] for n in fused.nodes)
     assert [n.node_id for n in fused.nodes] == [n.node_id for n in run_search(index, _auto(**off), query, 20).nodes]
+
+
+def test_the_scored_turns_memories_vote_as_the_full_scan(cache):
+    """A tenant ranked through the first stage: only the memories citing a scored turn are read, and
+    the votes of the scored turns are those of the full scan (docs/decisions/0039-local-memory-signals.md)."""
+    index = cache.get("tomas-lena")
+    frame = turn_frame(index)
+    mem = memory.memory_frame(index, frame, ("event", "fact"))
+    qvec = memory.query_vector(index, np.zeros((0, 0)), "Where will Lena work from August 2024?")
+    full = mem.vectors @ qvec
+    pool = np.arange(0, len(frame.ids), 3)
+    rows = mem.citing(pool)
+    cited = {int(mem.cite_row[s]) for p in pool.tolist() for s in range(mem.cite_ptr[p], mem.cite_ptr[p + 1])}
+    assert rows.tolist() == sorted(cited) and 0 < rows.size < len(mem.node_ids)
+    # auto reads the memories of the scored turns' sessions: every turn of those sessions, no other
+    some = pool[:4]
+    wanted = set(frame.session[some].tolist())
+    assert frame.session_turns(some).tolist() == [i for i in range(len(frame.ids)) if frame.session[i] in wanted]
+    wider = mem.citing(frame.session_turns(pool))
+    assert set(rows.tolist()) <= set(wider.tolist())
+    sims = mem.vectors[rows] @ qvec
+    for kind in ("fact", "event"):
+        np.testing.assert_allclose(mem.votes_at(pool, wider, mem.vectors[wider] @ qvec, kind),
+                                   mem.votes(full, kind)[pool], rtol=0, atol=1e-6)
+        want = mem.votes(full, kind)[pool]
+        got = mem.votes_at(pool, rows, sims, kind)
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+        assert (memory.ranks(got) == memory.ranks(want)).all() and (got > 0).any()
+        np.testing.assert_array_equal(mem.votes_at(None, mem.citing(None), full, kind), mem.votes(full, kind))
+    # PPR seeds come from those memories only: seeded by one of them, the same mass as a full scan
+    # whose only positive cosine is that memory's
+    j = int(rows[np.isin(mem.kind[rows], ["fact"])][0])
+    one = np.zeros(len(mem.node_ids))
+    one[j] = 0.8
+    local = memory.ppr_term(index, frame, mem, np.array([0.8]), 10, ("fact",), 20000, rows=np.array([j]))
+    whole = memory.ppr_term(index, frame, mem, one, 10, ("fact",), 20000)
+    assert local is not None and local.max() > 0
+    np.testing.assert_array_equal(local, whole)
+    # auto through the first stage: every returned turn's fact vote is the full scan's
+    res = run_search(index, _auto(first_stage_turns=10, candidates=8, assistant_candidates=2, expand=4,
+                                  speaker_gate=False), "Where will Lena work from August 2024?", 10)
+    votes = mem.votes(full, "fact")
+    assert len(res.nodes) == 10
+    for n in res.nodes:
+        assert n.signals["fact_vote"] == pytest.approx(votes[frame.pos[n.node_id]], abs=1e-6)
