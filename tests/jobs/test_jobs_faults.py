@@ -21,7 +21,11 @@ from tests.jobs.conftest import ALL, node_rows, write_jsonl
 pytestmark = pytest.mark.ray
 # the build's Ray Data actors: the embed operator, the session-local stages, the tenant stages
 ACTORS = ("EmbedOp", "SessionLocalOp", "TenantOp")
-ENV = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "HF_HUB_OFFLINE": "1"}
+# one tenant a row (its own part and ``_done`` file): the tests wait for a first finished tenant
+# and act before the build publishes; with the default rows all 4 tenants finish in one row, and a
+# fast build can publish (removing ``_done``) between two polls
+ENV = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "HF_HUB_OFFLINE": "1",
+       "MEMLIB__RAY__TENANT_BATCH_TURNS": "1"}
 
 
 def _start_build(inp: Path, store: Path) -> subprocess.Popen:
@@ -43,7 +47,7 @@ def _finish(proc: subprocess.Popen, timeout_s: float = 900) -> str:
     return proc.log.read_text(errors="replace")[-3000:]  # type: ignore[attr-defined]
 
 
-def _wait_for(pred, timeout_s: float = 600.0, every: float = 0.5) -> bool:
+def _wait_for(pred, timeout_s: float = 600.0, every: float = 0.05) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if pred():
