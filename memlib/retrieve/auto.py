@@ -94,8 +94,8 @@ import numpy as np
 from memlib.embed import token_encoder, token_model
 from memlib.retrieve import first_stage, kernels, late, matrix_cache
 from memlib.retrieve.base import RetrievedNode, StrategyBase
-from memlib.retrieve.event_time import mention_masks, returned_event_dates
-from memlib.retrieve.memory import fuse_memory
+from memlib.retrieve.event_time import event_dates, mention_masks
+from memlib.retrieve.memory import fuse_memory, memory_frame, query_vector
 from memlib.retrieve.registry import register
 from memlib.retrieve.signals import turn_frame, zscore
 
@@ -253,8 +253,9 @@ class Auto(StrategyBase):
             score, memory = fuse_memory(tenant, whole, pool, score, q_vecs, query, p,
                                         only=speaks if p["speaker_gate"] else None, mentions=mentions)
         top = np.argsort(-score, kind="stable")[:k]
-        dates = returned_event_dates(tenant, whole, top if pool is None else pool[top], q_vecs, query) \
-            if reads_memory else {}
+        # the resolved date of the event each returned turn tells of (decision 0042)
+        dates = event_dates(tenant, memory_frame(tenant, whole, ("event", "fact")), top if pool is None else pool[top],
+                            query_vector(tenant, q_vecs, query)) if reads_memory else {}
         signals = {frame.ids[i]: {"maxsim": float(ms[i]), "z_maxsim": float(z_ms[i]), "session_prior": float(prior[i]),
                                   "adjacent": float(adj[i]), "assistant": bool(frame.assistant[i]),
                                   "session_lead": bool(lead[i]),

@@ -131,33 +131,21 @@ def format_event(signals: dict[str, Any], session_time: datetime | None) -> str:
     return f"event {text}"
 
 
-def mention_votes(index, mem, scored: tuple[np.ndarray | None, np.ndarray], q_vecs: np.ndarray,
-                  mentions: list[tuple[str, np.ndarray]]) -> list[tuple[str, np.ndarray]]:
-    """(``mention_vote_<i>``, per scored turn: the best cosine of a fact or event citing it with the
-    i-th mention's vector) for each mention of ``mentions`` found among the question's tokens
-    (:func:`mention_masks`); ``scored``: (the scored positions, None: all; the memories ``rows`` of
-    ``mem`` citing their sessions). A mention's vector is pooled from its tokens' vectors as the
-    question's is (memlib/retrieve/memory.py ``query_vector``)."""
-    from memlib.retrieve.memory import query_vector
 
+def mention_votes(mem, scored: tuple[np.ndarray | None, np.ndarray], vectors: list[np.ndarray | None]
+                  ) -> list[tuple[str, np.ndarray]]:
+    """(``mention_vote_<i>``, per scored turn: the best cosine of a fact or event citing it with the
+    i-th mention's vector) for each mention with a vector (None: its tokens were not found among the
+    question's, :func:`mention_masks`); ``scored``: (the scored positions, None: all; the memories
+    ``rows`` of ``mem`` citing their sessions). A mention's vector is pooled from its tokens' vectors
+    as the question's is (memlib/retrieve/memory.py ``query_vector``)."""
     pool, rows = scored
-    vectors = mem.vectors if pool is None or not mem.vectors.size else mem.vectors[rows]
+    mvecs = mem.vectors if pool is None or not mem.vectors.size else mem.vectors[rows]
     out = []
-    for i, (text, mask) in enumerate(mentions, start=1):
-        mvec = query_vector(index, q_vecs[mask], text) if mask.any() and vectors.size else None
-        if mvec is None:
+    for i, vec in enumerate(vectors, start=1):
+        if vec is None or not mvecs.size:
             continue
-        sims = vectors @ mvec
+        sims = mvecs @ vec
         votes = np.maximum(mem.votes_at(pool, rows, sims, "fact"), mem.votes_at(pool, rows, sims, "event"))
         out.append((f"mention_vote_{i}", votes))
     return out
-
-
-def returned_event_dates(index, frame, positions: np.ndarray, q_vecs: np.ndarray, query: str
-                         ) -> dict[int, tuple[float, float]]:
-    """:func:`event_dates` of the returned turns at ``positions`` of ``frame`` (the tenant's whole
-    frame), from the tenant's memory frame of facts and events (memlib/retrieve/memory.py)."""
-    from memlib.retrieve.memory import memory_frame, query_vector
-
-    mem = memory_frame(index, frame, ("event", "fact"))
-    return event_dates(index, mem, positions, query_vector(index, q_vecs, query))
