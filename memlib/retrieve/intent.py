@@ -38,6 +38,9 @@ _SPAN = {Granularity.DAY: timedelta(days=1), Granularity.WEEK: timedelta(days=7)
          Granularity.MONTH: timedelta(days=31), Granularity.YEAR: timedelta(days=366)}
 
 
+_THIS_WEEKEND = re.compile(r"^this\s+weekend$", re.I)
+
+
 def time_windows(question: str, anchor: datetime | None) -> list[tuple[datetime, datetime]]:
     """Time windows of the question's temporal expressions, resolved against ``anchor``
     (the question time, or the tenant's latest session time)."""
@@ -45,7 +48,14 @@ def time_windows(question: str, anchor: datetime | None) -> list[tuple[datetime,
     out = []
     for m in resolve_dates(question, anchor):
         start = m.resolved if m.resolved.tzinfo else m.resolved.replace(tzinfo=timezone.utc)
-        out.append((start, start + _SPAN.get(m.granularity, timedelta(days=1))))
+        span = _SPAN.get(m.granularity, timedelta(days=1))
+        if _THIS_WEEKEND.match(m.text):
+            # the weekend of the question's own week: memlib/text/dates.py reads "this weekend" as the
+            # last Saturday unless a future cue is near ("my visit to the music store this weekend",
+            # asked on a Tuesday, is not about the weekend before)
+            day = anchor.date() + timedelta(days=5 - anchor.weekday())
+            start, span = datetime(day.year, day.month, day.day, tzinfo=start.tzinfo), timedelta(days=2)
+        out.append((start, start + span))
     return out
 
 
@@ -80,7 +90,7 @@ _BETWEEN = re.compile(r"\bbetween\s+(.+?)\s+and\s+([^?]+)", re.I)
 _CHOICE = re.compile(r"[,:]\s*([^,:?]+?)\s+or\s+([^?]+)", re.I)
 _EITHER = re.compile(r"^(.+?)\s+(?:before or after|after or before)\s+([^?]+)", re.I)
 _CUT = re.compile(r"\s+(?:before|after|when|since|until|while)\s+|\s+(?:did|do|does|was|were|had|have|has)\s+"
-                  r"(?:i|you|we|he|she|they)\s+|[,;:]\s*", re.I)
+                  r"(?:i|we|he|she|they)\s+", re.I)
 _STEM = frozenset("how long many much time which what who when did do does was were had have has i you we he she "
                   "they it the a an in total first earlier later sooner or and between before after ago passed elapsed "
                   "minutes hours days weeks months years device event one thing".split())
@@ -89,8 +99,10 @@ _STEM = frozenset("how long many much time which what who when did do does was w
 def event_mentions(question: str) -> list[str]:
     """The events an order or duration question names, in question order: the two sides of "between
     X and Y", of ", X or Y", of "X before or after Y", else the question's clauses cut at
-    before/after/when/since/until/while and at "did I" ("How many days before the meeting did I
-    attend the workshop?": "the meeting", "attend the workshop"); a clause of question words only
+    before/after/when/since/until/while and at "did I" (not at "did you": "how long did you say I
+    should leave it on?" asks what the assistant said, not about two events; nor at commas): "How
+    many days before the meeting did I attend the workshop?" names "the meeting", "attend the
+    workshop"; a clause of question words only
     ("How many days") names none. Fewer than two: the question names one event or its events could
     not be told apart."""
     q = question.strip()
