@@ -59,7 +59,14 @@ deviations):
 * ``time_window`` (``time_weight`` 4): the turns whose session time falls in a window of the
   question's temporal expressions ("two months ago", "last Wednesday", "in May 2023"), resolved
   against the question's time (``question_time``; the evaluation passes LongMemEval's question
-  date) or, without one, the tenant's latest turn time; ranked among themselves by their score.
+  date) or, without one, the tenant's latest turn time, or that an event or fact dated inside it
+  cites (``event_window``: "last Wednesday I went hiking", said a week later); ranked among
+  themselves by their score;
+* ``mention_vote_<i>`` (``memory_weight``): an order or duration question ("which did I do first, X
+  or Y?", "how many days passed between X and Y?") votes once per event it names, as the fact votes
+  do, so each event reaches its own turn; and every returned turn cited by a dated event carries that
+  event's date (``event_time``, ``event_span_days``), which the contexts print next to its session
+  date (memlib/retrieve/event_time.py, docs/decisions/0042-event-times.md).
 
 ``memory_signals`` lists the signals (also ``event``, ``entity``, ``clue``, ``reflection``,
 ``triplet``, ``concept`` votes: measured and not kept, decision 0032); ``memory_weight`` and

@@ -13,7 +13,7 @@ import pytest
 
 from memlib.retrieve import memory
 from memlib.retrieve.event_time import format_event, span_days
-from memlib.retrieve.intent import TimeQuestion, event_mentions, time_question
+from memlib.retrieve.intent import TimeQuestion, event_mentions, time_question, time_windows
 from memlib.retrieve.kernels import run_search
 from memlib.retrieve.registry import get_strategy
 from memlib.retrieve.signals import turn_frame
@@ -38,14 +38,19 @@ def _node(res, index, source: str):
 @pytest.mark.parametrize("question, kind, mentions", [
     ("Which device did I set up first, the smart thermostat or the mesh network system?", TimeQuestion.ORDER,
      ["the smart thermostat", "the mesh network system"]),
-    ("Did I start yoga before or after I moved to Bristol?", TimeQuestion.ORDER, ["Did I start yoga", "I moved to Bristol"]),
+    ("Did I start yoga before or after I moved to Bristol?", TimeQuestion.ORDER,
+     ["Did I start yoga", "I moved to Bristol"]),
     ("How many weeks passed between Maria adopting Coco and Shadow?", TimeQuestion.DURATION,
      ["Maria adopting Coco", "Shadow"]),
     ("How many days before the team meeting I was preparing for did I attend the workshop?", TimeQuestion.DURATION,
      ["the team meeting I was preparing for", "attend the workshop"]),
     ("How long had I been doing pottery when I went to Lisbon?", TimeQuestion.DURATION,
      ["been doing pottery", "I went to Lisbon"]),
-    ("How long ago was Caroline's 18th birthday?", TimeQuestion.DURATION, ["How long ago was Caroline's 18th birthday"]),
+    ("How long ago was Caroline's 18th birthday?", TimeQuestion.DURATION,
+     ["How long ago was Caroline's 18th birthday"]),
+    # what the assistant said, not two events: one mention
+    ("You mentioned tomato juice, how long did you say I should leave it on for?", TimeQuestion.DURATION,
+     ["You mentioned tomato juice, how long did you say I should leave it on for"]),
     # a "first" or an "after" that only names an event: neither
     ("When did John have his first firefighter call-out?", None, None),
     ("What did Melanie realize after the charity race?", None, None),
@@ -56,6 +61,15 @@ def test_order_and_duration_questions_and_the_events_they_name(question, kind, m
     assert time_question(question) == kind
     if mentions is not None:
         assert event_mentions(question) == mentions
+
+
+def test_this_weekend_in_a_question_is_its_own_weeks():
+    tuesday = datetime(2023, 5, 30, 21, 4, tzinfo=timezone.utc)
+    (start, end), = time_windows("I'm excited about my visit to the music store this weekend.", tuesday)
+    assert (start.date().isoformat(), end.date().isoformat()) == ("2023-06-03", "2023-06-05")
+    sunday = datetime(2023, 6, 4, 9, 0, tzinfo=timezone.utc)
+    (start, end), = time_windows("What am I doing this weekend?", sunday)
+    assert (start.date().isoformat(), end.date().isoformat()) == ("2023-06-03", "2023-06-05")
 
 
 def test_an_events_span_is_the_one_the_build_picked():
