@@ -59,7 +59,14 @@ deviations):
 * ``time_window`` (``time_weight`` 4): the turns whose session time falls in a window of the
   question's temporal expressions ("two months ago", "last Wednesday", "in May 2023"), resolved
   against the question's time (``question_time``; the evaluation passes LongMemEval's question
-  date) or, without one, the tenant's latest turn time; ranked among themselves by their score.
+  date) or, without one, the tenant's latest turn time, or that an event or fact dated inside it
+  cites (``event_window``: "last Wednesday I went hiking", said a week later); ranked among
+  themselves by their score;
+* ``mention_vote_<i>`` (``memory_weight``): an order or duration question ("which did I do first, X
+  or Y?", "how many days passed between X and Y?") votes once per event it names, as the fact votes
+  do, so each event reaches its own turn; and every returned turn cited by a dated event carries that
+  event's date (``event_time``, ``event_span_days``), which the contexts print next to its session
+  date (memlib/retrieve/event_time.py, docs/decisions/0042-event-times.md).
 
 ``memory_signals`` lists the signals (also ``event``, ``entity``, ``clue``, ``reflection``,
 ``triplet``, ``concept`` votes: measured and not kept, decision 0032); ``memory_weight`` and
@@ -94,7 +101,8 @@ import numpy as np
 from memlib.embed import token_encoder, token_model
 from memlib.retrieve import first_stage, kernels, late, matrix_cache
 from memlib.retrieve.base import RetrievedNode, StrategyBase
-from memlib.retrieve.memory import fuse_memory
+from memlib.retrieve.event_time import event_dates, mention_masks
+from memlib.retrieve.memory import fuse_memory, memory_frame, query_vector
 from memlib.retrieve.registry import register
 from memlib.retrieve.signals import turn_frame, zscore
 
@@ -133,8 +141,8 @@ def _row_ids(index, encoder, matrix) -> np.ndarray | None:
 
 
 def scored_turns(index, frame, query: str, p: dict[str, Any], model_cache: str | None = None
-                 ) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
-    """(positions scored, their idf-MaxSim, the query's token vectors): every turn (positions
+                 ) -> tuple[np.ndarray | None, np.ndarray, np.ndarray, np.ndarray]:
+    """(positions scored, their idf-MaxSim, the query's token vectors, their token ids): every turn (positions
     None) on a tenant of at most ``first_stage_turns`` turns, else the first stage's candidates and their neighbours in
     their sessions that are not assistant turns (memlib/retrieve/first_stage.py); the other
     turns are not ranked."""
@@ -144,7 +152,7 @@ def scored_turns(index, frame, query: str, p: dict[str, Any], model_cache: str |
             if 0 < limit < matrix.n_turns else None)
     if post is None:
         return None, late.maxsim(matrix, q_ids, q_vecs, bool(p.get("idf", True)),
-                                 exact=not p.get("int8_maxsim", True)).astype(np.float64), q_vecs
+                                 exact=not p.get("int8_maxsim", True)).astype(np.float64), q_vecs, q_ids
     stage = first_stage.StageParams(int(p["candidates"]), int(p["assistant_candidates"]), int(p["expand"]),
                                     float(p["min_cos"]), float(p["stage_max_df"]))
     sim = post.similarity(q_vecs) if q_ids.size else None
@@ -153,9 +161,10 @@ def scored_turns(index, frame, query: str, p: dict[str, Any], model_cache: str |
                                       frame.by_role)
     near = _neighbours(frame, cand)
     pool = np.unique(np.r_[cand, near[~frame.assistant[near]]])
-    return pool, first_stage.maxsim_rows(matrix, post, pool, q_ids, q_vecs, bool(p.get("idf", True)),
-                                         exact=not p.get("int8_maxsim", True), centroid_sim=sim,
-                                         exact_min_cos=float(p.get("exact_min_cos", -1.0))).astype(np.float64), q_vecs
+    scores = first_stage.maxsim_rows(matrix, post, pool, q_ids, q_vecs, bool(p.get("idf", True)),
+                                     exact=not p.get("int8_maxsim", True), centroid_sim=sim,
+                                     exact_min_cos=float(p.get("exact_min_cos", -1.0)))
+    return pool, scores.astype(np.float64), q_vecs, q_ids
 
 
 def _neighbours(frame, cand: np.ndarray) -> np.ndarray:
@@ -175,6 +184,14 @@ def graph_term(index, frame, base: np.ndarray, seeds: int) -> np.ndarray | None:
     ppr = view.gaama_ppr({frame.ids[i]: float(max(base[i], 0.0)) ** 2 + 1e-9 for i in top})
     verts = view.graph.vertices(frame.ids)
     return np.where(verts >= 0, ppr[np.maximum(verts, 0)], 0.0)
+
+
+def event_signals(dates: dict[int, tuple[float, float]], position: int) -> dict[str, float]:
+    """``event_time`` and ``event_span_days`` of the turn at ``position`` when a dated event cites it."""
+    if position not in dates:
+        return {}
+    when, span = dates[position]
+    return {"event_time": when, "event_span_days": span}
 
 
 @register("auto")
@@ -205,7 +222,7 @@ class Auto(StrategyBase):
         frame = turn_frame(tenant)
         if not frame.ids or k <= 0:
             return []
-        pool, ms, q_vecs = scored_turns(tenant, frame, query, p, self.model_cache)
+        pool, ms, q_vecs, q_ids = scored_turns(tenant, frame, query, p, self.model_cache)
         named = frame.named_participants(query) if float(p["participant_weight"]) > 0 else None
         # the turns the person the question names speaks (decision 0037): a term, and the memory
         # votes' gate
@@ -236,16 +253,23 @@ class Auto(StrategyBase):
         lead = frame.session_leaders(score)
         score = score + float(p["session_lead"]) * lead
         memory: dict[str, np.ndarray] = {}
-        if float(p["memory_weight"]) > 0 or float(p["time_weight"]) > 0:
+        reads_memory = float(p["memory_weight"]) > 0 or float(p["time_weight"]) > 0
+        if reads_memory:
+            # an order or duration question: each event it names votes on its own (decision 0042)
+            mentions = mention_masks(_encoder(p, self.model_cache), query, q_ids)
             score, memory = fuse_memory(tenant, whole, pool, score, q_vecs, query, p,
-                                        only=speaks if p["speaker_gate"] else None)
+                                        only=speaks if p["speaker_gate"] else None, mentions=mentions)
         top = np.argsort(-score, kind="stable")[:k]
+        # the resolved date of the event each returned turn tells of (decision 0042)
+        dates = event_dates(tenant, memory_frame(tenant, whole, ("event", "fact")), top if pool is None else pool[top],
+                            query_vector(tenant, q_vecs, query)) if reads_memory else {}
         signals = {frame.ids[i]: {"maxsim": float(ms[i]), "z_maxsim": float(z_ms[i]), "session_prior": float(prior[i]),
                                   "adjacent": float(adj[i]), "assistant": bool(frame.assistant[i]),
                                   "session_lead": bool(lead[i]),
                                   **({"named_participant": bool(named[i])} if named is not None else {}),
                                   **({"named_speaker": bool(speaks[i])} if speaks is not None else {}),
                                   **({"graph": float(graph[i])} if graph is not None else {}),
-                                  **{name: float(v[i]) for name, v in memory.items()}}
+                                  **{name: float(v[i]) for name, v in memory.items()},
+                                  **event_signals(dates, i if pool is None else int(pool[i]))}
                    for i in top}
         return kernels.make_nodes(tenant, [(frame.ids[i], float(score[i])) for i in top], signals, score_name="auto")

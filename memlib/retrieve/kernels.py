@@ -10,6 +10,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from memlib.retrieve.base import RankedTurn, RetrievedNode, SearchResult, Strategy
+from memlib.retrieve.event_time import format_event
 from memlib.retrieve.tenant import TenantIndex
 
 RRF_K = 60  # Cormack et al. reciprocal rank fusion constant
@@ -129,7 +130,9 @@ def _fmt_time(t: Any) -> str:
 def pack_context(index: TenantIndex, nodes: Sequence[RetrievedNode], word_budget: int = DEFAULT_WORD_BUDGET) -> str:
     """Linearize ranked nodes with ids, kinds, source turns and times within a word budget.
 
-    Each entry is ``[kind node_id | turns D1:3,D1:4 | sessions S1 | 2023-05-07 13:56] text``.
+    Each entry is ``[kind node_id | turns D1:3,D1:4 | sessions S1 | 2023-05-07 13:56] text``, with
+    ``| event 2023-05-03`` before the bracket when ``auto`` found the turn tells of an event the
+    build dated on another day (memlib/retrieve/event_time.py).
     Entries are added in rank order while the budget allows; the first entry is always
     included (truncated to the budget) so a non-empty result never packs to nothing."""
     lines: list[str] = []
@@ -141,7 +144,9 @@ def pack_context(index: TenantIndex, nodes: Sequence[RetrievedNode], word_budget
         if node.session_ids:
             head += " | sessions " + ",".join(node.session_ids[:4])
         times = [t for t in node.times if t is not None]
-        head += f" | {_fmt_time(min(times)) if times else 'unknown time'}]"
+        head += f" | {_fmt_time(min(times)) if times else 'unknown time'}"
+        event = format_event(node.signals, min(times) if times else None)  # a turn's own event date
+        head += f" | {event}]" if event else "]"
         words = node.text.split()
         if used + len(words) > word_budget:
             if lines:

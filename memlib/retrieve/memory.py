@@ -16,6 +16,7 @@ from memlib.graph.ppr import Transition
 from memlib.graph.variants import gaama_ppr_scores, gaama_transition, transition_key
 from memlib.io.memory_view import MemoryView, json_key, read_memory_view
 from memlib.io.views import ViewError
+from memlib.retrieve.event_time import event_window, mention_votes
 from memlib.retrieve.push import push_ppr
 
 log = logging.getLogger("memlib.serve")
@@ -101,6 +102,15 @@ class MemoryFrame:
         has = np.flatnonzero(counts > 0)
         if has.size:
             out[has] = np.maximum.reduceat(val, (np.cumsum(counts) - counts)[has])
+        return out
+
+    def any_citing(self, flags: np.ndarray, positions: np.ndarray | None) -> np.ndarray:
+        """Per turn at ``positions`` (None: every turn): whether a memory with ``flags`` set cites it."""
+        pos = np.arange(self.cite_ptr.size - 1) if positions is None else positions
+        counts = self.cite_ptr[pos + 1] - self.cite_ptr[pos]
+        owner = np.repeat(np.arange(pos.size), counts)
+        out = np.zeros(pos.size, dtype=bool)
+        out[owner[flags[self.cite_row[_slots(self.cite_ptr, pos)]]]] = True
         return out
 
 
@@ -265,22 +275,28 @@ def _epoch(value: Any) -> datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
 
 
-def time_term(frame, query: str, question_time: Any) -> tuple[np.ndarray | None, int]:
-    """(per turn: whether its session's time falls in a window of the question's temporal
-    expressions resolved against ``question_time`` (None: the tenant's latest turn time); None
-    when the question has no such expression or no turn has a time, number of windows)."""
+def question_windows(frame, query: str, question_time: Any) -> list[tuple[float, float]]:
+    """The question's temporal expressions resolved against ``question_time`` (None: the tenant's
+    latest turn time) as [start, end) epoch seconds; none without an expression or a turn time."""
     from memlib.retrieve.intent import time_windows
 
     known = frame.times[np.isfinite(frame.times)]
     if known.size == 0:
-        return None, 0
+        return []
     anchor = _epoch(question_time) or datetime.fromtimestamp(float(known.max()), tz=timezone.utc)
-    windows = time_windows(query, anchor)
+    return [(a.timestamp(), b.timestamp()) for a, b in time_windows(query, anchor)]
+
+
+def time_term(frame, query: str, question_time: Any) -> tuple[np.ndarray | None, int]:
+    """(per turn: whether its session's time falls in a window of the question's temporal
+    expressions resolved against ``question_time`` (None: the tenant's latest turn time); None
+    when the question has no such expression or no turn has a time, number of windows)."""
+    windows = question_windows(frame, query, question_time)
     if not windows:
         return None, 0
     inside = np.zeros(frame.times.size, dtype=bool)
     for a, b in windows:
-        inside |= (frame.times >= a.timestamp()) & (frame.times < b.timestamp())
+        inside |= (frame.times >= a) & (frame.times < b)
     return (inside if inside.any() else None), len(windows)
 
 
@@ -299,7 +315,8 @@ def rrf(score: np.ndarray, k: float, only_positive: bool = False) -> np.ndarray:
 
 
 def fuse_memory(index, frame, pool: np.ndarray | None, score: np.ndarray, q_vecs: np.ndarray, query: str,
-                p: dict[str, Any], only: np.ndarray | None = None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+                p: dict[str, Any], only: np.ndarray | None = None, mentions: list[tuple[str, np.ndarray]] = ()
+                ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """``auto``'s turn ``score`` (standard deviations, over the scored turns: ``pool`` positions of
     ``frame``, or all) plus a reciprocal-rank bonus per memory signal of ``p["memory_signals"]``:
     score + Σ_signal w_signal · k / (k + rank of the turn by the signal), over the turns the
@@ -309,8 +326,10 @@ def fuse_memory(index, frame, pool: np.ndarray | None, score: np.ndarray, q_vecs
     turn ranking lost LongMemEval evidence that ``auto`` ranks first by a wide margin
     (docs/decisions/0032-auto-reads-memory.md). Signals, weight ``memory_weight``: a kind of
     :data:`VOTE_KINDS` (its best-matching node citing the turn, ``<kind>_vote``) and ``ppr``
-    (:func:`ppr_term`); weight ``time_weight``: ``time`` (the turns in the question's time
-    windows, ranked by their score).
+    (:func:`ppr_term`), and with ``mentions`` (the events an order or duration question names, their
+    tokens among ``q_vecs``: memlib/retrieve/event_time.py) one vote per mention, ``mention_vote_<i>``;
+    weight ``time_weight``: ``time`` (the turns in the question's time windows by their session time
+    or by the time of an event or fact citing them, ``event_window``, ranked by their score).
     ``only`` (per scored turn, optional): when some but not all turns are marked, the memory votes
     (kinds and ``ppr``, not ``time``) go to the marked turns only, ranked among them: ``auto``
     marks the turns the person the question names speaks (docs/decisions/0037-named-speaker-turns.md).
@@ -337,7 +356,8 @@ def fuse_memory(index, frame, pool: np.ndarray | None, score: np.ndarray, q_vecs
 
     vote_kinds = [s for s in wanted if s in VOTE_KINDS] if w > 0 else []
     seed_kinds = tuple(p["ppr_kinds"]) if "ppr" in wanted and w > 0 else ()
-    kinds = tuple(sorted(set(vote_kinds) | set(seed_kinds)))
+    mentions = mentions if w > 0 else ()
+    kinds = tuple(sorted(set(vote_kinds) | set(seed_kinds) | ({"event", "fact"} if mentions else set())))
     if kinds:
         mem = memory_frame(index, frame, kinds)
         qvec = query_vector(index, q_vecs, query)
@@ -351,12 +371,23 @@ def fuse_memory(index, frame, pool: np.ndarray | None, score: np.ndarray, q_vecs
         if seed_kinds:
             add("ppr", ppr_term(index, frame, mem, sims, int(p["ppr_seeds"]), seed_kinds, int(p["ppr_max_nodes"]),
                                 rows=None if pool is None else rows))
-    if "time" in wanted and w_time > 0:
-        inside, _ = time_term(frame, query, p.get("question_time"))
-        sub = None if inside is None else inside if pool is None else inside[pool]
-        if sub is not None and sub.any():
+        mvecs = [query_vector(index, q_vecs[mask], text) if mask.any() else None for text, mask in mentions]
+        for name, votes in mention_votes(mem, (pool, rows), mvecs):
+            add(name, votes, scored=True)
+    windows = question_windows(frame, query, p.get("question_time")) if "time" in wanted and w_time > 0 else []
+    if windows:
+        inside = np.zeros(frame.times.size, dtype=bool)
+        for a, b in windows:
+            inside |= (frame.times >= a) & (frame.times < b)
+        sub = inside if pool is None else inside[pool]
+        dated = event_window(index, memory_frame(index, frame, ("event", "fact")), windows, pool)
+        if dated is not None and (dated & ~sub).any():
+            out["event_window"] = dated.astype(np.float64)
+            sub = sub | dated
+        if sub.any():
             # the turns in the question's windows, ranked among themselves by their score
             out["time_window"] = sub.astype(np.float64)
             in_window = np.where(sub, score - float(score.min()) + 1.0, 0.0)
             fused = fused + w_time * k * rrf(in_window, k, only_positive=True)
     return fused, out
+

@@ -246,6 +246,25 @@ class TenantIndex:
         """Each node's time (None when it has none): datetimes cost a LoCoMo tenant's 2,000 nodes 4 ms."""
         return _repeated_pylist(self._nodes.column("time"))
 
+    @_column
+    def time_epochs(self) -> np.ndarray:
+        """Each node's time as epoch seconds (NaN when it has none, or the nodes have no times), made in
+        Arrow: no Python datetimes."""
+        if "time" not in self._nodes.schema.names:
+            return np.full(self.n_nodes, np.nan)
+        col = self._nodes.column("time")
+        arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+        if not pa.types.is_timestamp(arr.type):
+            return np.full(self.n_nodes, np.nan)
+        per_s = {"s": 1.0, "ms": 1e3, "us": 1e6, "ns": 1e9}[arr.type.unit]
+        return np.asarray(pc.cast(arr, pa.int64()).to_numpy(zero_copy_only=False), dtype=np.float64) / per_s
+
+    def attribute(self, row: int) -> str | None:
+        """One node's attributes (JSON text), without making the whole column Python objects."""
+        if "attributes" in self.__dict__:
+            return self.attributes[row]
+        return self._nodes.column("attributes")[row].as_py()
+
     @cached_property
     def embeddings(self) -> np.ndarray:
         """(nodes, dim) L2-normalized node embeddings in node order (null rows zero), read from the

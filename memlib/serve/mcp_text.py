@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from memlib.retrieve.event_time import format_event
 from memlib.serve.models import SearchResponse, SessionResponse, TenantsResponse
 
 VIA_CHARS = 160
@@ -19,13 +20,21 @@ def _date(iso: str | None) -> str:
         return iso
 
 
+def _parsed(iso: str | None) -> datetime | None:
+    try:
+        return datetime.fromisoformat(iso) if iso else None
+    except ValueError:
+        return None
+
+
 def _said(speaker: str | None, text: str) -> str:
     return f"{speaker}: {text}" if speaker else text
 
 
 def pack_search(resp: SearchResponse) -> str:
-    """``[rank] date · session · turn · speaker: text`` per ranked turn, and the node that cited
-    the turn when it is not the turn itself (a fact, an event, a segment ...)."""
+    """``[rank] date · session · turn · speaker: text`` per ranked turn (``· event 2023-05-03`` before
+    the speaker when the turn tells of an event the build dated on another day than its session),
+    and the node that cited the turn when it is not the turn itself (a fact, an event, a segment ...)."""
     nodes = {n.node_id: n for n in resp.results}
     n = len(resp.turns)
     head = (f"Memory of tenant {resp.tenant} for {resp.query!r}: {n} turn{'' if n == 1 else 's'}, best first "
@@ -34,9 +43,11 @@ def pack_search(resp: SearchResponse) -> str:
         return head + "\nNothing in memory matched."
     lines = [head]
     for rank, turn in enumerate(resp.turns, start=1):
-        line = f"[{rank}] {_date(turn.time)} · session {turn.session_id} · turn {turn.turn_id} · " \
-               f"{_said(turn.speaker, turn.text)}"
         via = nodes.get(turn.via)
+        # the date of the event the turn tells of, when the build resolved one on another day
+        event = format_event(via.signals, _parsed(turn.time)) if via is not None and via.node_id == turn.node_id else ""
+        line = f"[{rank}] {_date(turn.time)} · session {turn.session_id} · turn {turn.turn_id} · " \
+               f"{event + ' · ' if event else ''}{_said(turn.speaker, turn.text)}"
         if via is not None and via.kind != "turn":
             text = via.text if len(via.text) <= VIA_CHARS else via.text[:VIA_CHARS - 1] + "…"
             line += f"\n    (found through {via.kind} {via.node_id}: {text})"
