@@ -93,7 +93,7 @@ _CUT = re.compile(r"\s+(?:before|after|when|since|until|while)\s+|\s+(?:did|do|d
                   r"(?:i|we|he|she|they)\s+", re.I)
 _STEM = frozenset("how long many much time which what who when did do does was were had have has i you we he she "
                   "they it the a an in total first earlier later sooner or and between before after ago passed elapsed "
-                  "minutes hours days weeks months years device event one thing".split())
+                  "minutes hours days weeks months years event one thing".split())
 
 
 def event_mentions(question: str) -> list[str]:
