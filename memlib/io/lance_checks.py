@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 
 from memlib import schema
 from memlib.io.checksums import carried_entry, crc_of
+from memlib.io.take import take
 
 LANCE_DIGEST_KEY = "lance_digest"  # tenant entry (and build summary): table -> [rows, crc32]
 LANCE_FILES_KEY = "lance_files"  # manifest: index and manifest file (path under lance/) -> [size, crc32, mtime_ns]
@@ -71,7 +72,7 @@ def rows_digest(table: pa.Table, name: str) -> list[int]:
     whatever their order and chunking."""
     cols = row_columns(table, name)
     if table.num_rows:
-        table = table.select(cols).take(pc.sort_indices(table.column("node_id")))
+        table = take(table.select(cols), pc.sort_indices(table.column("node_id")))
     crc = 0
     for c in cols:
         crc = zlib.crc32(c.encode("utf-8"), crc)
