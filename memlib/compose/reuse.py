@@ -265,14 +265,14 @@ def pooled_reusing(nodes: pa.Table, tv: TurnVectors, tokenizer: Any, previous: P
     _refill(out, nodes, tv, refill_rows, refill_fb, sums)
     fallbacks.update(zip(refill_rows.tolist(), refill_fb))
     redo = np.setdiff1d(derived, np.concatenate([copy_rows, refill_rows]))
-    pooler = SpanPooler.of(nodes, _provenance_turns(nodes, redo, tv), tokenizer, rows=redo, sums=sums)
+    pooler = SpanPooler.of(nodes, provenance_turns(nodes, redo, tv), tokenizer, rows=redo, sums=sums)
     if pooler is not None:
         out[redo] = pooled_vectors(nodes.take(pa.array(redo, pa.int64())), tv.node_ids, tv.vectors)
         fallbacks.update(zip(redo.tolist(), pooler.pool_into(out, np.arange(redo.size), is_clue(nodes, redo))))
     return Reused(out, int(copy_rows.size), int(refill_rows.size), fallbacks, sums, copy_rows.astype(np.int64))
 
 
-def _provenance_turns(nodes: pa.Table, rows: np.ndarray, tv: TurnVectors) -> TurnVectors:
+def provenance_turns(nodes: pa.Table, rows: np.ndarray, tv: TurnVectors) -> TurnVectors:
     """The turns of ``tv`` that a node at ``rows`` cites (all of ``tv`` when none does): what pooling
     those nodes reads besides the tenant's per-id sums. The same bits as pooling them over every
     turn: each node sums the rows of its own turns, in the same order (turns by node id)."""

@@ -178,3 +178,39 @@ def test_positions_equal_the_loop_over_nodes():
         np.testing.assert_array_equal(a, b, err_msg=name)
     empty = Positions.of([], [], turn_index)
     assert empty.node.size == empty.turn.size == 0
+
+
+def test_nodes_pooled_over_the_turns_they_cite_get_the_bits_of_all_turns():
+    """A nightly run pools its new nodes over the turns they cite alone
+    (memlib.compose.reuse.provenance_turns), with the tenant's sums: the vectors and the fallbacks
+    of pooling over every turn, with order-sensitive sums over many turns, a node whose word no
+    turn of its own holds, and a node citing a turn the tenant does not have."""
+    from memlib.compose.reuse import provenance_turns
+    from memlib.compose.span_pool import IdSums, SpanPooler
+
+    rng = np.random.default_rng(11)
+    ids, vecs = [], []
+    for _ in range(30):
+        ids.append(np.array([WORDS["rita"], WORDS["ran"], WORDS["in"], WORDS["lisbon"]], dtype=np.int32))
+        vecs.append((rng.normal(size=(4, DIM)) * rng.uniform(0.001, 1000)).astype(np.float32))
+    names = [f"t{i:02d}" for i in rng.permutation(30)]
+    tv = TurnVectors(names, np.stack([_unit(v.mean(axis=0)) for v in vecs]), ids, vecs)
+    nodes = pa.table({"kind": ["fact", "concept", "fact", "entity", "fact"],
+                      "text": ["rita ran in lisbon", "ran in", "kitten lisbon", "rita", "ran the race"],
+                      "provenance": pa.array([["t03"], names[:20], ["t07", "t05"], ["t99"], ["t12", "t99"]],
+                                             pa.list_(pa.string()))})
+    sums = IdSums.of(tv.token_ids, tv.token_vectors)
+    rows = np.array([0, 1, 2, 3, 4], dtype=np.int64)
+    cited = provenance_turns(nodes, rows, tv)
+    assert sorted(cited.node_ids) == sorted(set(names[:20]) | {"t03", "t05", "t07", "t12"})
+    got, want = np.zeros((5, DIM), np.float32), np.zeros((5, DIM), np.float32)
+    got_fb = SpanPooler.of(nodes, cited, WordTokenizer(), rows=rows, sums=sums).pool_into(got, np.arange(5))
+    want_fb = SpanPooler.of(nodes, tv, WordTokenizer(), rows=rows, sums=sums).pool_into(want, np.arange(5))
+    np.testing.assert_array_equal(got, want)
+    for a, b in zip(got_fb, want_fb):
+        np.testing.assert_array_equal(a.ids, b.ids)
+        np.testing.assert_array_equal(a.counts, b.counts)
+        assert (a.local is None) == (b.local is None)
+        if a.local is not None:
+            np.testing.assert_array_equal(a.local, b.local)
+    assert provenance_turns(nodes, np.array([3]), tv) is tv  # it cites no turn of the tenant: all are read
