@@ -214,3 +214,38 @@ def test_nodes_pooled_over_the_turns_they_cite_get_the_bits_of_all_turns():
         if a.local is not None:
             np.testing.assert_array_equal(a.local, b.local)
     assert provenance_turns(nodes, np.array([3]), tv) is tv  # it cites no turn of the tenant: all are read
+
+
+def test_a_kept_node_whose_only_words_left_the_tenant_gets_its_turns_mean_as_in_a_full_build():
+    """After a removal, a kept node whose every word was a fallback id held only by the removed turn
+    has a zero sum: like a full build, the nightly gives it the mean of its turns' vectors
+    (memlib.compose.reuse.pooled_reusing), and a node that still has words gets its pooled vector."""
+    from memlib import schema
+    from memlib.compose.reuse import PreviousTenant, TurnChanges, fallbacks_table, pooled_reusing
+    from memlib.compose.span_pool import span_pooled_with_fallbacks
+    from memlib.compose.vectors import with_embeddings
+
+    ids, vecs = zip(_turn(["ana", "ran", "the", "race"], 1), _turn(["rita", "in", "lisbon"], 2),
+                    _turn(["kitten", "porto"], 9))
+    passage = np.stack([_unit(v.mean(axis=0)) for v in vecs])
+
+    def table(turn_names, extra):
+        rows = [(n, "turn", n, [n]) for n in turn_names] + extra
+        return pa.table({"tenant_id": ["x"] * len(rows), "node_id": [r[0] for r in rows],
+                         "kind": [r[1] for r in rows], "text": [r[2] for r in rows],
+                         "provenance": pa.array([r[3] for r in rows], pa.list_(pa.string()))})
+
+    derived = [("f1", "fact", "kitten", ["t1"]), ("f2", "fact", "porto ana", ["t1"]),
+               ("f3", "fact", "rita kitten", ["t2"])]
+    before_tv = TurnVectors(["t1", "t2", "t9"], passage, list(ids), list(vecs))
+    before = table(["t1", "t2", "t9"], derived)
+    vectors, fallbacks, sums = span_pooled_with_fallbacks(before, before_tv, WordTokenizer())
+    previous = PreviousTenant.of(with_embeddings(before, vectors, DIM), schema.empty(schema.EDGES),
+                                 fallbacks_table(before, fallbacks), sums.table("x"))
+    after_tv = TurnVectors(["t1", "t2"], passage[:2], list(ids[:2]), list(vecs[:2]))
+    after = table(["t1", "t2"], derived)
+    got = pooled_reusing(after, after_tv, WordTokenizer(), previous, TurnChanges([], ["t9"]))
+    want = span_pooled_with_fallbacks(after, after_tv, WordTokenizer())[0]
+    np.testing.assert_array_equal(got.vectors, want)
+    np.testing.assert_allclose(got.vectors[2], passage[0], atol=1e-6)  # f1: "kitten" is gone: its turn's mean
+    assert got.refilled == 3 and got.copied == 0
