@@ -7,6 +7,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memlib import schema
+from memlib.io.take import take
 
 
 @dataclass
@@ -36,7 +37,7 @@ def sorted_unique_nodes(nodes: pa.Table) -> pa.Table:
     if rows is not None:
         keys = keys.take(rows)
     order = pc.sort_indices(keys, sort_keys=[("kind", "ascending"), ("node_id", "ascending")])
-    return nodes.take(order if rows is None else pc.take(rows, order))
+    return take(nodes, order if rows is None else pc.take(rows, order))
 
 
 def dedup_edges(edges: pa.Table) -> pa.Table:

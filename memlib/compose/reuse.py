@@ -42,6 +42,7 @@ import pyarrow.compute as pc
 from memlib import schema
 from memlib.compose.span_pool import Fallback, IdSums, SpanPooler, fill_sums, is_clue, normalize_into
 from memlib.compose.vectors import TurnVectors, binary_views, list_views, pooled_vectors
+from memlib.io.take import take_column
 
 NODE_COLUMNS = ["node_id", "kind", "text", "provenance", "embedding"]
 
@@ -139,10 +140,12 @@ def _clue_keys(nodes: pa.Table, rows: np.ndarray) -> list[str]:
                                           nodes.column("provenance").take(take).to_pylist())]
 
 
-def _embedding_bytes(table: pa.Table) -> list[bytes]:
+def _vector_bits(table: pa.Table) -> np.ndarray:
+    """The ``embedding`` column of ``table`` as rows of float32 bits (uint32): equal rows are the same
+    vectors to the bit."""
     emb = table.column("embedding").combine_chunks()
-    flat = emb.flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False).reshape(len(emb), -1)
-    return [row.tobytes() for row in flat]
+    flat = emb.flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
+    return np.ascontiguousarray(flat).view(np.uint32).reshape(len(emb), -1)
 
 
 @dataclass(frozen=True)
@@ -155,22 +158,27 @@ class TurnChanges:
 
 def turn_changes(nodes: pa.Table, tv: TurnVectors, previous: PreviousTenant) -> TurnChanges | None:
     """The turns ``nodes`` has and ``previous`` has not, and those ``previous`` has and ``nodes``
-    has not, when every turn in both has the same text and vector; else None."""
-    is_turn = pc.equal(nodes.column("kind"), schema.NodeKind.TURN.value)
-    turns = nodes.filter(is_turn)
+    has not, when every turn in both has the same text and vector; else None. In columns: the
+    published turns are matched to this run's by id, their texts compared as arrays and their
+    vectors as float32 bits (no Python object per turn)."""
+    turns = nodes.filter(pc.equal(nodes.column("kind"), schema.NodeKind.TURN.value))
     before = previous.nodes.filter(pc.equal(previous.nodes.column("kind"), schema.NodeKind.TURN.value))
-    ids = turns.column("node_id").to_pylist()
-    now = dict(zip(ids, turns.column("text").to_pylist()))
-    old_ids = before.column("node_id").to_pylist()
-    if any(n in now and now[n] != t for n, t in zip(old_ids, before.column("text").to_pylist())):
+    ids, old_ids = turns.column("node_id"), before.column("node_id")
+    at = pc.index_in(old_ids, value_set=ids)  # per published turn: its row among this run's turns
+    both = at.is_valid()
+    old_rows = np.flatnonzero(both.to_numpy(zero_copy_only=False))
+    new_rows = pc.filter(at, both).to_numpy(zero_copy_only=False).astype(np.int64)
+    texts_now = turns.column("text").take(pa.array(new_rows, pa.int64()))
+    texts_before = before.column("text").take(pa.array(old_rows, pa.int64()))
+    same_text = pc.equal(pc.fill_null(texts_now, "\x00"), pc.fill_null(texts_before, "\x00"))
+    if new_rows.size and not pc.all(same_text).as_py():
         return None
-    old = set(old_ids)
-    keep = [i for i, n in enumerate(ids) if n in old]
-    vectors = pooled_vectors(turns.take(pa.array(keep, pa.int64())), tv.node_ids, tv.vectors)
-    mine = {ids[i]: vectors[k].tobytes() for k, i in enumerate(keep)}
-    if any(n in mine and mine[n] != b for n, b in zip(old_ids, _embedding_bytes(before))):
+    vectors = pooled_vectors(turns.take(pa.array(new_rows, pa.int64())), tv.node_ids, tv.vectors)
+    if new_rows.size and not np.array_equal(np.ascontiguousarray(vectors).view(np.uint32),
+                                            _vector_bits(before)[old_rows]):
         return None
-    return TurnChanges([n for n in now if n not in old], [n for n in old_ids if n not in now])
+    added = pc.filter(ids, pc.invert(pc.is_in(ids, value_set=old_ids))).to_pylist()
+    return TurnChanges(list(dict.fromkeys(added)), pc.filter(old_ids, pc.invert(both)).to_pylist())
 
 
 def appended_turns(nodes: pa.Table, tv: TurnVectors, previous: PreviousTenant) -> list[str] | None:
@@ -247,7 +255,7 @@ def pooled_reusing(nodes: pa.Table, tv: TurnVectors, tokenizer: Any, previous: P
     copy = ~moved & whole
     copy_rows, copy_prev = rows[copy], prev_rows[copy]
     if copy_rows.size:
-        emb = previous.nodes.column("embedding").take(pa.array(copy_prev, pa.int64())).combine_chunks()
+        emb = take_column(previous.nodes.column("embedding"), copy_prev)
         out[copy_rows] = emb.flatten().to_numpy(zero_copy_only=False).reshape(copy_rows.size, -1)
     fallbacks = {int(r): kept[k] for k, r in enumerate(rows.tolist()) if copy[k]}
     refill = np.flatnonzero(moved & whole)
@@ -257,11 +265,22 @@ def pooled_reusing(nodes: pa.Table, tv: TurnVectors, tokenizer: Any, previous: P
     _refill(out, nodes, tv, refill_rows, refill_fb, sums)
     fallbacks.update(zip(refill_rows.tolist(), refill_fb))
     redo = np.setdiff1d(derived, np.concatenate([copy_rows, refill_rows]))
-    pooler = SpanPooler.of(nodes, tv, tokenizer, rows=redo, sums=sums)
+    pooler = SpanPooler.of(nodes, provenance_turns(nodes, redo, tv), tokenizer, rows=redo, sums=sums)
     if pooler is not None:
         out[redo] = pooled_vectors(nodes.take(pa.array(redo, pa.int64())), tv.node_ids, tv.vectors)
         fallbacks.update(zip(redo.tolist(), pooler.pool_into(out, np.arange(redo.size), is_clue(nodes, redo))))
     return Reused(out, int(copy_rows.size), int(refill_rows.size), fallbacks, sums, copy_rows.astype(np.int64))
+
+
+def provenance_turns(nodes: pa.Table, rows: np.ndarray, tv: TurnVectors) -> TurnVectors:
+    """The turns of ``tv`` that a node at ``rows`` cites (all of ``tv`` when none does): what pooling
+    those nodes reads besides the tenant's per-id sums. The same bits as pooling them over every
+    turn: each node sums the rows of its own turns, in the same order (turns by node id)."""
+    if rows.size == 0:
+        return tv
+    cited = pc.list_flatten(nodes.column("provenance").take(pa.array(rows, pa.int64())))
+    mask = pc.is_in(pa.array(tv.node_ids, pa.string()), value_set=pc.unique(cited)).to_numpy(zero_copy_only=False)
+    return tv.subset(np.flatnonzero(mask)) if mask.any() else tv
 
 
 def _kept_clues(nodes: pa.Table, clue_rows: np.ndarray, previous: PreviousTenant) -> tuple[np.ndarray, list[Fallback]]:
@@ -283,13 +302,16 @@ def _refill(out: np.ndarray, nodes: pa.Table, tv: TurnVectors, rows: np.ndarray,
     :meth:`memlib.compose.span_pool.SpanPooler.pool_into`. Reads no token row."""
     if rows.size == 0:
         return
-    out[rows] = pooled_vectors(nodes.take(pa.array(rows, pa.int64())), tv.node_ids, tv.vectors)
     lengths = np.fromiter((f.ids.size for f in kept), dtype=np.int64, count=len(kept))
     local = np.stack([f.local for f in kept]).astype(np.float32, copy=False)  # type: ignore[misc]
     fill = fill_sums(np.repeat(np.arange(len(kept), dtype=np.int64), lengths),
                      np.concatenate([f.ids for f in kept]).astype(np.int64),
                      np.concatenate([f.counts for f in kept]), sums, len(kept), local.shape[1])
-    normalize_into(out, rows, local + fill)
+    total = local + fill
+    zero = np.linalg.norm(total, axis=1) <= 1e-12  # normalize_into leaves these rows: they get their turns' mean
+    if zero.any():
+        out[rows[zero]] = pooled_vectors(nodes.take(pa.array(rows[zero], pa.int64())), tv.node_ids, tv.vectors)
+    normalize_into(out, rows, total)
 
 
 @dataclass(frozen=True)

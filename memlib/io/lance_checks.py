@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 
 from memlib import schema
 from memlib.io.checksums import carried_entry, crc_of
+from memlib.io.take import take_column
 
 LANCE_DIGEST_KEY = "lance_digest"  # tenant entry (and build summary): table -> [rows, crc32]
 LANCE_FILES_KEY = "lance_files"  # manifest: index and manifest file (path under lance/) -> [size, crc32, mtime_ns]
@@ -61,22 +62,48 @@ def _bytes(col: pa.Array) -> Iterator[Any]:
     elif pa.types.is_timestamp(t) or pa.types.is_date(t):
         yield np.ascontiguousarray(pc.cast(col, pa.int64()).fill_null(0).to_numpy(zero_copy_only=False), np.int64)
     elif pa.types.is_floating(t) or pa.types.is_integer(t) or pa.types.is_boolean(t):
-        yield np.ascontiguousarray(col.fill_null(0).to_numpy(zero_copy_only=False))
+        yield np.ascontiguousarray((col.fill_null(0) if col.null_count else col).to_numpy(zero_copy_only=False))
     else:  # not in the schemas: by value
         yield repr(col.to_pylist()).encode("utf-8")
 
 
+def _vector_rows(col: pa.Array) -> np.ndarray | None:
+    """A fixed-size list column of numbers without nulls at either level as a (rows, size) numpy
+    view; None for any other column."""
+    if not pa.types.is_fixed_size_list(col.type) or col.null_count or col.values.null_count:
+        return None
+    values = col.values
+    if not (pa.types.is_floating(values.type) or pa.types.is_integer(values.type)):
+        return None
+    dim = col.type.list_size
+    flat = values.slice(col.offset * dim, len(col) * dim).to_numpy(zero_copy_only=True)
+    return flat.reshape(len(col), dim)
+
+
+def _sorted_bytes(col: pa.ChunkedArray, order: np.ndarray) -> Iterator[Any]:
+    """:func:`_bytes` of ``col`` taken in ``order``: a vector column row by row where it lies (the
+    same bytes as its sorted copy, which for a tenant's embeddings is most of its Lance bytes)."""
+    arr = col.combine_chunks()
+    rows = _vector_rows(arr)
+    if rows is None:
+        yield from _bytes(take_column(arr, order))
+        return
+    yield np.packbits(np.ones(len(arr), bool))
+    yield np.packbits(np.ones(rows.size, bool))
+    yield from (rows[i] for i in order.tolist())
+
+
 def rows_digest(table: pa.Table, name: str) -> list[int]:
     """``[rows, crc32]`` of a tenant's rows of Lance table ``name`` (``nodes`` or ``turn_text``),
-    whatever their order and chunking."""
+    whatever their order and chunking: the crc32 of each column's :func:`_bytes` with the rows
+    sorted by node id."""
     cols = row_columns(table, name)
-    if table.num_rows:
-        table = table.select(cols).take(pc.sort_indices(table.column("node_id")))
+    order = pc.sort_indices(table.column("node_id")).to_numpy() if table.num_rows else None
     crc = 0
     for c in cols:
         crc = zlib.crc32(c.encode("utf-8"), crc)
-        if table.num_rows:
-            for part in _bytes(table.column(c).combine_chunks()):
+        if order is not None:
+            for part in _sorted_bytes(table.column(c), order):
                 crc = zlib.crc32(part, crc)
     return [table.num_rows, crc]
 

@@ -178,3 +178,74 @@ def test_positions_equal_the_loop_over_nodes():
         np.testing.assert_array_equal(a, b, err_msg=name)
     empty = Positions.of([], [], turn_index)
     assert empty.node.size == empty.turn.size == 0
+
+
+def test_nodes_pooled_over_the_turns_they_cite_get_the_bits_of_all_turns():
+    """A nightly run pools its new nodes over the turns they cite alone
+    (memlib.compose.reuse.provenance_turns), with the tenant's sums: the vectors and the fallbacks
+    of pooling over every turn, with order-sensitive sums over many turns, a node whose word no
+    turn of its own holds, and a node citing a turn the tenant does not have."""
+    from memlib.compose.reuse import provenance_turns
+    from memlib.compose.span_pool import IdSums, SpanPooler
+
+    rng = np.random.default_rng(11)
+    ids, vecs = [], []
+    for _ in range(30):
+        ids.append(np.array([WORDS["rita"], WORDS["ran"], WORDS["in"], WORDS["lisbon"]], dtype=np.int32))
+        vecs.append((rng.normal(size=(4, DIM)) * rng.uniform(0.001, 1000)).astype(np.float32))
+    names = [f"t{i:02d}" for i in rng.permutation(30)]
+    tv = TurnVectors(names, np.stack([_unit(v.mean(axis=0)) for v in vecs]), ids, vecs)
+    nodes = pa.table({"kind": ["fact", "concept", "fact", "entity", "fact"],
+                      "text": ["rita ran in lisbon", "ran in", "kitten lisbon", "rita", "ran the race"],
+                      "provenance": pa.array([["t03"], names[:20], ["t07", "t05"], ["t99"], ["t12", "t99"]],
+                                             pa.list_(pa.string()))})
+    sums = IdSums.of(tv.token_ids, tv.token_vectors)
+    rows = np.array([0, 1, 2, 3, 4], dtype=np.int64)
+    cited = provenance_turns(nodes, rows, tv)
+    assert sorted(cited.node_ids) == sorted(set(names[:20]) | {"t03", "t05", "t07", "t12"})
+    got, want = np.zeros((5, DIM), np.float32), np.zeros((5, DIM), np.float32)
+    got_fb = SpanPooler.of(nodes, cited, WordTokenizer(), rows=rows, sums=sums).pool_into(got, np.arange(5))
+    want_fb = SpanPooler.of(nodes, tv, WordTokenizer(), rows=rows, sums=sums).pool_into(want, np.arange(5))
+    np.testing.assert_array_equal(got, want)
+    for a, b in zip(got_fb, want_fb):
+        np.testing.assert_array_equal(a.ids, b.ids)
+        np.testing.assert_array_equal(a.counts, b.counts)
+        assert (a.local is None) == (b.local is None)
+        if a.local is not None:
+            np.testing.assert_array_equal(a.local, b.local)
+    assert provenance_turns(nodes, np.array([3]), tv) is tv  # it cites no turn of the tenant: all are read
+
+
+def test_a_kept_node_whose_only_words_left_the_tenant_gets_its_turns_mean_as_in_a_full_build():
+    """After a removal, a kept node whose every word was a fallback id held only by the removed turn
+    has a zero sum: like a full build, the nightly gives it the mean of its turns' vectors
+    (memlib.compose.reuse.pooled_reusing), and a node that still has words gets its pooled vector."""
+    from memlib import schema
+    from memlib.compose.reuse import PreviousTenant, TurnChanges, fallbacks_table, pooled_reusing
+    from memlib.compose.span_pool import span_pooled_with_fallbacks
+    from memlib.compose.vectors import with_embeddings
+
+    ids, vecs = zip(_turn(["ana", "ran", "the", "race"], 1), _turn(["rita", "in", "lisbon"], 2),
+                    _turn(["kitten", "porto"], 9))
+    passage = np.stack([_unit(v.mean(axis=0)) for v in vecs])
+
+    def table(turn_names, extra):
+        rows = [(n, "turn", n, [n]) for n in turn_names] + extra
+        return pa.table({"tenant_id": ["x"] * len(rows), "node_id": [r[0] for r in rows],
+                         "kind": [r[1] for r in rows], "text": [r[2] for r in rows],
+                         "provenance": pa.array([r[3] for r in rows], pa.list_(pa.string()))})
+
+    derived = [("f1", "fact", "kitten", ["t1"]), ("f2", "fact", "porto ana", ["t1"]),
+               ("f3", "fact", "rita kitten", ["t2"])]
+    before_tv = TurnVectors(["t1", "t2", "t9"], passage, list(ids), list(vecs))
+    before = table(["t1", "t2", "t9"], derived)
+    vectors, fallbacks, sums = span_pooled_with_fallbacks(before, before_tv, WordTokenizer())
+    previous = PreviousTenant.of(with_embeddings(before, vectors, DIM), schema.empty(schema.EDGES),
+                                 fallbacks_table(before, fallbacks), sums.table("x"))
+    after_tv = TurnVectors(["t1", "t2"], passage[:2], list(ids[:2]), list(vecs[:2]))
+    after = table(["t1", "t2"], derived)
+    got = pooled_reusing(after, after_tv, WordTokenizer(), previous, TurnChanges([], ["t9"]))
+    want = span_pooled_with_fallbacks(after, after_tv, WordTokenizer())[0]
+    np.testing.assert_array_equal(got.vectors, want)
+    np.testing.assert_allclose(got.vectors[2], passage[0], atol=1e-6)  # f1: "kitten" is gone: its turn's mean
+    assert got.refilled == 3 and got.copied == 0

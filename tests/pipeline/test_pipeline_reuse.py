@@ -326,3 +326,11 @@ def test_id_sums_are_exact_whatever_the_order_and_grouping_of_the_turns():
         assert np.abs(whole.means(np.array([k]))[0] - want).max() <= 1e-6 * max(1.0, np.abs(want).max())
     assert whole.count_of(np.array([3, 99])).tolist() == [int((flat_ids == 3).sum()), 0]
     assert IdSums.empty().plus(whole).sums.tolist() == whole.sums.tolist()
+    # added turns whose ids the tenant has (added in place), and with an id it has not (a union)
+    for extra in ([np.array([3, 3, 39], np.int32)], [np.array([3, 55, 0], np.int32)]):
+        extra_vecs = [rng.standard_normal((3, 384)).astype(np.float16)]
+        both = whole.plus(IdSums.of(extra, extra_vecs))
+        want = IdSums.of(ids + extra, vecs + extra_vecs)
+        assert np.array_equal(both.ids, want.ids) and np.array_equal(both.counts, want.counts)
+        assert np.array_equal(both.sums, want.sums)
+    assert np.array_equal(whole.sums, IdSums.of(ids, vecs).sums)  # the published sums are not changed
