@@ -108,8 +108,9 @@ def run_inline(shards: list[TenantShard], ctx: BuildContext, plan: Any, *, stats
     # the tenant rows on every core, yielded in their order: a row's own work (Arrow, polars, numba,
     # graph-tool, file writes) mostly runs without the GIL, and each tenant is built alone, as on
     # Ray, so a row's output does not depend on which thread built it
-    with one_kernel_thread(), ThreadPoolExecutor(tenant_workers(cpus, len(tenant_rows)),
-                                                 thread_name_prefix="memlib-tenant") as pool:
+    # (graph-tool's OpenMP thread count is a setting of each thread: set in each worker)
+    with one_kernel_thread(), ThreadPoolExecutor(tenant_workers(cpus, len(tenant_rows)), "memlib-tenant",
+                                                 initializer=_one_kernel_thread_here) as pool:
         for row in pool.map(partial(_through, ops), tenant_rows):
             yield from json.loads(row["summary"])
     shutil.rmtree(ctx.work_dir, ignore_errors=True)
@@ -138,6 +139,14 @@ def one_kernel_thread() -> Iterator[None]:
         yield
     finally:
         openmp_threads(before)
+
+
+def _one_kernel_thread_here() -> None:
+    """graph-tool's OpenMP pool at one thread for the calling thread (a tenant worker's: an OpenMP
+    thread count set on one thread does not reach the others)."""
+    from memlib.graph.ppr import openmp_threads
+
+    openmp_threads(1)
 
 
 def _make(op: type, ctx: BuildContext, res: Any) -> Callable[[pa.Table], pa.Table]:

@@ -180,3 +180,56 @@ def test_jobs_inline_tenant_stages_run_graph_tools_kernels_on_one_thread():
         assert openmp_threads() == 2
     finally:
         openmp_threads(before)
+
+
+def test_jobs_inline_builds_tenant_rows_at_once_and_the_store_equals_one_at_a_time(nightly, monkeypatch):
+    """With one tenant a row, the two touched tenants' rows are built on two threads at the same time
+    (each row waits at a barrier for the other: one after another, the first would time out there),
+    each thread running graph-tool's kernels on one thread, and the store equals the same run with
+    one row at a time."""
+    import threading
+
+    import jobs.builder.driver as driver
+    import pipelines.inline as inline
+    import pipelines.tenant_op as tenant_op
+    from jobs.cli.bench_nightly import compare_stores
+    from memlib.graph.ppr import openmp_threads
+
+    monkeypatch.setattr(driver, "_may_inline", lambda run, options: True)
+    monkeypatch.setenv("MEMLIB__RAY__INLINE_MAX_TURNS", "400")
+    monkeypatch.setenv("MEMLIB__RAY__TENANT_BATCH_TURNS", "1")
+    args = ["build", "--incremental", "--input", str(nightly["input"]), "--format", "jsonl", "--out"]
+    real, barrier, threads = tenant_op.TenantOp.build_row, threading.Barrier(2, timeout=60), set()
+
+    def meeting(self, items):
+        threads.add((threading.current_thread().name, openmp_threads()))
+        barrier.wait()  # BrokenBarrierError unless the other row is being built too
+        return real(self, items)
+
+    with monkeypatch.context() as m:
+        m.setattr(tenant_op.TenantOp, "build_row", meeting)
+        together = _copy(nightly, "together")
+        res = run_cli([*args, str(together)])
+        assert res.exit_code == 0 and "small run: 2 tenant(s)" in res.output, res.output
+    # two worker threads, each with graph-tool's kernels on one thread (as a tenant actor on Ray)
+    assert len(threads) == 2 and {n for _, n in threads} == {1} and ("MainThread", 1) not in threads, threads
+    monkeypatch.setattr(inline, "tenant_workers", lambda cpus, rows: 1)
+    alone = _copy(nightly, "alone")
+    res = run_cli([*args, str(alone)])
+    assert res.exit_code == 0, res.output
+    same = compare_stores(together, alone)
+    assert same["equal_to_full_build"] and same["max_vector_diff"] == 0.0, same
+
+
+def test_jobs_cli_process_freezes_its_objects_before_it_exits():
+    """``memlib`` (jobs.cli.main) freezes the garbage collector's objects once its command is done,
+    so the interpreter's exit does not collect them (0.6-0.7 s of a nightly run's process)."""
+    code = ("import atexit, gc, sys\n"
+            "atexit.register(lambda: print('FROZEN', gc.get_freeze_count()))\n"
+            "sys.argv = ['memlib', '--version']\n"
+            "from jobs.cli import main\n"
+            "main()\n")
+    res = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0 and "memlib" in res.stdout, res.stdout + res.stderr
+    frozen = int(res.stdout.split("FROZEN ")[1].split()[0])
+    assert frozen > 10_000, res.stdout
