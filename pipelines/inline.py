@@ -17,10 +17,9 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
-from functools import partial
 from typing import Any
 
 import pyarrow as pa
@@ -86,33 +85,40 @@ def run_inline(shards: list[TenantShard], ctx: BuildContext, plan: Any, *, stats
     res = resources(ctx.cfg, cpus, len(plan.blocks), len(shards), sum(s.turns for s in shards), len(shards))
     res = replace(res, embed_workers=max(1, int(cpus)))  # the only embed actor: texts on every core
     # the tenant operator (its modules, the published build it starts from) is made on a thread
-    # while the blocks go through the session operators here
-    with ThreadPoolExecutor(1, thread_name_prefix="memlib-tenant-op") as making:
-        tenant_ops = {op: making.submit(_make, op, ctx, res) for op in FEW_BLOCK_OPERATORS
-                      if op.kind is RowKind.TENANT}
-        block_ops = [_make(op, ctx, res) for op in FEW_BLOCK_OPERATORS if op.kind is not RowKind.TENANT]
-        items = session_rows(ctx, plan, shards)
-        start = time.time()
-        blocks: list[dict[str, Any]] = []
-        tenant_rows = []
-        for item in items:  # blocks first: a tenant row waits for its blocks' index files
-            if item["kind"] == RowKind.TENANT.value:
-                tenant_rows.append(item)
-                continue
-            row = _through(block_ops, item)
-            summary = json.loads(row["summary"])
-            blocks.append(summary)
-            if on_block is not None:
-                on_block(summary)
-        ops = [made.result() for made in tenant_ops.values()]
-    # the tenant rows on every core, yielded in their order: a row's own work (Arrow, polars, numba,
-    # graph-tool, file writes) mostly runs without the GIL, and each tenant is built alone, as on
-    # Ray, so a row's output does not depend on which thread built it
-    # (graph-tool's OpenMP thread count is a setting of each thread: set in each worker)
-    with one_kernel_thread(), ThreadPoolExecutor(tenant_workers(cpus, len(tenant_rows)), "memlib-tenant",
-                                                 initializer=_one_kernel_thread_here) as pool:
-        for row in pool.map(partial(_through, ops), tenant_rows):
-            yield from json.loads(row["summary"])
+    # while the blocks go through the session operators here; the tenant rows start meanwhile, on
+    # every core (:func:`tenant_workers`), each reading its published build and kept sessions
+    # until it waits for this run's blocks, as a tenant actor does on Ray. Each tenant is built
+    # alone, so a row's output does not depend on which thread built it or when; the summaries
+    # are yielded in the rows' order
+    workers = ThreadPoolExecutor(tenant_workers(cpus, len(shards)), "memlib-tenant",
+                                 initializer=_one_kernel_thread_here)
+    finished, tenant_ops = False, []
+    try:
+        with ThreadPoolExecutor(1, thread_name_prefix="memlib-tenant-op") as making:
+            tenant_ops = [making.submit(_make, op, ctx, res) for op in FEW_BLOCK_OPERATORS
+                          if op.kind is RowKind.TENANT]
+            block_ops = [_make(op, ctx, res) for op in FEW_BLOCK_OPERATORS if op.kind is not RowKind.TENANT]
+            items = session_rows(ctx, plan, shards)
+            start = time.time()
+            built = [workers.submit(_through_made, tenant_ops, item) for item in items
+                     if item["kind"] == RowKind.TENANT.value]
+            blocks: list[dict[str, Any]] = []
+            for item in items:  # a tenant row waits for its blocks' index files
+                if item["kind"] == RowKind.TENANT.value:
+                    continue
+                row = _through(block_ops, item)
+                _blocks_kept(tenant_ops)
+                summary = json.loads(row["summary"])
+                blocks.append(summary)
+                if on_block is not None:
+                    on_block(summary)
+        for done in built:
+            yield from json.loads(done.result()["summary"])
+        finished = True
+    finally:
+        if not finished:  # a tenant waiting for a block never kept would wait for ray.tenant_wait_s
+            _blocks_kept(tenant_ops, stop=True)
+        workers.shutdown(wait=True, cancel_futures=True)
     shutil.rmtree(ctx.work_dir, ignore_errors=True)
     if stats is not None:
         kept = max([b.get("kept_at", start) for b in blocks] or [start])
@@ -147,6 +153,19 @@ def _one_kernel_thread_here() -> None:
     from memlib.graph.ppr import openmp_threads
 
     openmp_threads(1)
+
+
+def _through_made(ops: list[Future], item: dict[str, Any]) -> dict[str, Any]:
+    """``item`` through the operators made on another thread, once they are."""
+    return _through([made.result() for made in ops], item)
+
+
+def _blocks_kept(ops: list[Future], stop: bool = False) -> None:
+    """Wake the tenant rows waiting for blocks (a block was just kept, or with ``stop`` none will
+    be: they fail instead of waiting)."""
+    for made in ops:
+        if made.done() and made.exception() is None and hasattr(made.result(), "blocks_kept"):
+            made.result().blocks_kept(stop)
 
 
 def _make(op: type, ctx: BuildContext, res: Any) -> Callable[[pa.Table], pa.Table]:

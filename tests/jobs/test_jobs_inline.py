@@ -233,3 +233,68 @@ def test_jobs_cli_process_freezes_its_objects_before_it_exits():
     assert res.returncode == 0 and "memlib" in res.stdout, res.stdout + res.stderr
     frozen = int(res.stdout.split("FROZEN ")[1].split()[0])
     assert frozen > 10_000, res.stdout
+
+
+def _forced_inline(monkeypatch) -> list[str]:
+    """The arguments of a forced in-process nightly run of one tenant a row (less the store)."""
+    import jobs.builder.driver as driver
+
+    monkeypatch.setattr(driver, "_may_inline", lambda run, options: True)
+    monkeypatch.setenv("MEMLIB__RAY__INLINE_MAX_TURNS", "400")
+    monkeypatch.setenv("MEMLIB__RAY__TENANT_BATCH_TURNS", "1")
+    return ["build", "--incremental", "--input", "", "--format", "jsonl", "--out"]
+
+
+def test_jobs_inline_tenant_rows_start_while_the_session_pass_runs(nightly, monkeypatch):
+    """A tenant row reads its published build and kept sessions while this run's block is still in
+    the session pass, then waits for it, as a tenant actor does on Ray: the block's pass holds
+    until a tenant row waits for it (a row started only after the pass would never come)."""
+    import threading
+
+    import pipelines.operators as operators
+    import pipelines.tenant_op as tenant_op
+
+    args = _forced_inline(monkeypatch)
+    args[3] = str(nightly["input"])
+    waiting, saw = threading.Event(), []
+    real_wait, real_block = tenant_op.TenantOp.wait_for_blocks, operators.SessionLocalOp.run_block
+
+    def wait_for_blocks(self, blocks, work):
+        waiting.set()
+        return real_wait(self, blocks, work)
+
+    def run_block(self, *a, **k):
+        saw.append(waiting.wait(60))
+        return real_block(self, *a, **k)
+
+    monkeypatch.setattr(tenant_op.TenantOp, "wait_for_blocks", wait_for_blocks)
+    monkeypatch.setattr(operators.SessionLocalOp, "run_block", run_block)
+    store = _copy(nightly, "early")
+    res = run_cli([*args, str(store)])
+    assert res.exit_code == 0 and "2 tenant(s)" in res.output, res.output
+    assert saw == [True], saw
+
+
+def test_jobs_inline_a_session_pass_that_raises_stops_the_waiting_tenant_rows(nightly, monkeypatch):
+    """The session pass raising (not one block's failure, which its tenants read from the block's
+    marker) ends the run at once: the tenant rows waiting for its blocks are stopped, not left to
+    wait ray.tenant_wait_s."""
+    import time
+
+    import pipelines.operators as operators
+
+    args = _forced_inline(monkeypatch)
+    args[3] = str(nightly["input"])
+    monkeypatch.setenv("MEMLIB__RAY__TENANT_WAIT_S", "600")
+
+    def boom(self, batch):
+        time.sleep(3)  # the tenant rows are waiting by now
+        raise RuntimeError("injected failure of the session pass")
+
+    monkeypatch.setattr(operators.SessionPassOp, "__call__", boom)
+    store = _copy(nightly, "stopped")
+    started = time.perf_counter()
+    res = run_cli([*args, str(store)])
+    assert res.exit_code != 0 and "injected failure of the session pass" in repr(res.exception), res.output
+    assert time.perf_counter() - started < 120
+    assert json.loads((store / "manifest.json").read_text(encoding="utf-8"))["version"] == "v000001"
