@@ -51,6 +51,7 @@ def prewarm(ctx: BuildContext) -> None:
     so the tenant stages' part loads while the session pass runs (the encoder releases the GIL:
     the second core does it). Best effort: a failure here is met again, and reported, where the
     operators are made."""
+    import gc
     import logging
 
     try:
@@ -68,6 +69,9 @@ def prewarm(ctx: BuildContext) -> None:
 
         prepare_tenant_steps(ctx.cfg, ctx.recipe)
         import_lancedb()
+        # what was loaded lives as long as the process: the collector's full passes, which stop
+        # every thread, need not walk it again (about a million objects: spaCy, pydantic, lancedb)
+        gc.freeze()
     except Exception as exc:  # noqa: BLE001 - see the docstring
         logging.getLogger("memlib.build").debug("prewarm: %s", exc)
 

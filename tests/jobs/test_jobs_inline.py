@@ -298,3 +298,19 @@ def test_jobs_inline_a_session_pass_that_raises_stops_the_waiting_tenant_rows(ni
     assert res.exit_code != 0 and "injected failure of the session pass" in repr(res.exception), res.output
     assert time.perf_counter() - started < 120
     assert json.loads((store / "manifest.json").read_text(encoding="utf-8"))["version"] == "v000001"
+
+
+def test_jobs_inline_prewarm_freezes_what_it_loaded(tmp_path):
+    """The warm-up thread's loads (models, spaCy, lancedb) live as long as the process: frozen once
+    loaded, the collector's full passes (which stop every thread) no longer walk them."""
+    code = ("import gc, sys\n"
+            "from memlib.config import MemlibConfig\n"
+            "from pipelines.context import BuildContext\n"
+            "from pipelines.inline import prewarm\n"
+            "before = gc.get_freeze_count()\n"
+            f"prewarm(BuildContext(MemlibConfig(), store={str(tmp_path)!r}, reuse=True))\n"
+            "print('FROZEN', before, gc.get_freeze_count())\n")
+    res = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    before, after = (int(x) for x in res.stdout.split("FROZEN ")[1].split()[:2])
+    assert before == 0 and after > 100_000, res.stdout
