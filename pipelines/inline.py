@@ -5,9 +5,10 @@ Ray: the local instance's start (4 s here), the actors' processes (each imports 
 and memlib, 1.5-2 CPU-s; Ray Data adds three actors of its own) and its stop (1.3 s), against
 a second or two of work (docs/decisions/0032-inline-small-runs.md). :func:`run_inline` passes
 the same rows through the same operator classes (:data:`pipelines.operators.FEW_BLOCK_OPERATORS`)
-in this process: every block first, then the tenants, so a tenant never waits for a block. The
-outputs are the same functions of the same inputs; a tenant's or a block's failure is reported
-in its summary, as on Ray. :func:`inline_fits` says when a run is small enough.
+in this process: every block first, then the tenants (one tenant row per core at once:
+:func:`tenant_workers`), so a tenant never waits for a block. The outputs are the same functions
+of the same inputs; a tenant's or a block's failure is reported in its summary, as on Ray.
+:func:`inline_fits` says when a run is small enough.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
@@ -50,6 +51,7 @@ def prewarm(ctx: BuildContext) -> None:
     so the tenant stages' part loads while the session pass runs (the encoder releases the GIL:
     the second core does it). Best effort: a failure here is met again, and reported, where the
     operators are made."""
+    import gc
     import logging
 
     try:
@@ -67,6 +69,9 @@ def prewarm(ctx: BuildContext) -> None:
 
         prepare_tenant_steps(ctx.cfg, ctx.recipe)
         import_lancedb()
+        # what was loaded lives as long as the process: the collector's full passes, which stop
+        # every thread, need not walk it again (about a million objects: spaCy, pydantic, lancedb)
+        gc.freeze()
     except Exception as exc:  # noqa: BLE001 - see the docstring
         logging.getLogger("memlib.build").debug("prewarm: %s", exc)
 
@@ -84,32 +89,50 @@ def run_inline(shards: list[TenantShard], ctx: BuildContext, plan: Any, *, stats
     res = resources(ctx.cfg, cpus, len(plan.blocks), len(shards), sum(s.turns for s in shards), len(shards))
     res = replace(res, embed_workers=max(1, int(cpus)))  # the only embed actor: texts on every core
     # the tenant operator (its modules, the published build it starts from) is made on a thread
-    # while the blocks go through the session operators here
-    with ThreadPoolExecutor(1, thread_name_prefix="memlib-tenant-op") as making:
-        tenant_ops = {op: making.submit(_make, op, ctx, res) for op in FEW_BLOCK_OPERATORS
-                      if op.kind is RowKind.TENANT}
-        block_ops = [_make(op, ctx, res) for op in FEW_BLOCK_OPERATORS if op.kind is not RowKind.TENANT]
-        items = session_rows(ctx, plan, shards)
-        start = time.time()
-        blocks: list[dict[str, Any]] = []
-        tenant_rows = []
-        for item in items:  # blocks first: a tenant row waits for its blocks' index files
-            if item["kind"] == RowKind.TENANT.value:
-                tenant_rows.append(item)
-                continue
-            row = _through(block_ops, item)
-            summary = json.loads(row["summary"])
-            blocks.append(summary)
-            if on_block is not None:
-                on_block(summary)
-        ops = [made.result() for made in tenant_ops.values()]
-    with one_kernel_thread():
-        for item in tenant_rows:
-            yield from json.loads(_through(ops, item)["summary"])
+    # while the blocks go through the session operators here; the tenant rows start meanwhile, on
+    # every core (:func:`tenant_workers`), each reading its published build and kept sessions
+    # until it waits for this run's blocks, as a tenant actor does on Ray. Each tenant is built
+    # alone, so a row's output does not depend on which thread built it or when; the summaries
+    # are yielded in the rows' order
+    workers = ThreadPoolExecutor(tenant_workers(cpus, len(shards)), "memlib-tenant",
+                                 initializer=_one_kernel_thread_here)
+    finished, tenant_ops = False, []
+    try:
+        with ThreadPoolExecutor(1, thread_name_prefix="memlib-tenant-op") as making:
+            tenant_ops = [making.submit(_make, op, ctx, res) for op in FEW_BLOCK_OPERATORS
+                          if op.kind is RowKind.TENANT]
+            block_ops = [_make(op, ctx, res) for op in FEW_BLOCK_OPERATORS if op.kind is not RowKind.TENANT]
+            items = session_rows(ctx, plan, shards)
+            start = time.time()
+            built = [workers.submit(_through_made, tenant_ops, item) for item in items
+                     if item["kind"] == RowKind.TENANT.value]
+            blocks: list[dict[str, Any]] = []
+            for item in items:  # a tenant row waits for its blocks' index files
+                if item["kind"] == RowKind.TENANT.value:
+                    continue
+                row = _through(block_ops, item)
+                _blocks_kept(tenant_ops)
+                summary = json.loads(row["summary"])
+                blocks.append(summary)
+                if on_block is not None:
+                    on_block(summary)
+        for done in built:
+            yield from json.loads(done.result()["summary"])
+        finished = True
+    finally:
+        if not finished:  # a tenant waiting for a block never kept would wait for ray.tenant_wait_s
+            _blocks_kept(tenant_ops, stop=True)
+        workers.shutdown(wait=True, cancel_futures=True)
     shutil.rmtree(ctx.work_dir, ignore_errors=True)
     if stats is not None:
         kept = max([b.get("kept_at", start) for b in blocks] or [start])
         stats.update(session_stats(plan, blocks, kept - start), key=ctx.session_key, inline=True)
+
+
+def tenant_workers(cpus: float, rows: int) -> int:
+    """How many tenant rows a run in the driver builds at once: one per core, as many tenant actors
+    would share a node's cores on Ray (LME8's nightly: 8 rows, 3.7 -> 2.7 s on 2 cores)."""
+    return max(1, min(int(cpus), rows))
 
 
 @contextmanager
@@ -126,6 +149,27 @@ def one_kernel_thread() -> Iterator[None]:
         yield
     finally:
         openmp_threads(before)
+
+
+def _one_kernel_thread_here() -> None:
+    """graph-tool's OpenMP pool at one thread for the calling thread (a tenant worker's: an OpenMP
+    thread count set on one thread does not reach the others)."""
+    from memlib.graph.ppr import openmp_threads
+
+    openmp_threads(1)
+
+
+def _through_made(ops: list[Future], item: dict[str, Any]) -> dict[str, Any]:
+    """``item`` through the operators made on another thread, once they are."""
+    return _through([made.result() for made in ops], item)
+
+
+def _blocks_kept(ops: list[Future], stop: bool = False) -> None:
+    """Wake the tenant rows waiting for blocks (a block was just kept, or with ``stop`` none will
+    be: they fail instead of waiting)."""
+    for made in ops:
+        if made.done() and made.exception() is None and hasattr(made.result(), "blocks_kept"):
+            made.result().blocks_kept(stop)
 
 
 def _make(op: type, ctx: BuildContext, res: Any) -> Callable[[pa.Table], pa.Table]:

@@ -9,6 +9,7 @@ to one ``quarantine/input.parquet`` partition; a malformed record never fails th
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -189,17 +190,19 @@ class StagedFiles:
     def __init__(self, keep: int = 3):
         self.keep = keep
         self._files: OrderedDict[str, tuple[pa.Table, dict[str, tuple[int, int]]]] = OrderedDict()
+        self._lock = threading.Lock()  # a run in the driver builds tenant rows on several threads
 
     def rows(self, path: str | Path, tenant: str) -> pa.Table:
-        """The rows of ``tenant`` in the staged file ``path``."""
+        """The rows of ``tenant`` in the staged file ``path`` (safe to call from several threads)."""
         key = str(path)
-        if key not in self._files:
-            table = pq.read_table(key).sort_by([("tenant_id", "ascending")])  # stable: row order kept per tenant
-            self._files[key] = (table, tenant_runs(table))
-            while len(self._files) > self.keep:
-                self._files.popitem(last=False)
-        self._files.move_to_end(key)
-        table, runs = self._files[key]
+        with self._lock:
+            if key not in self._files:
+                table = pq.read_table(key).sort_by([("tenant_id", "ascending")])  # stable: row order kept per tenant
+                self._files[key] = (table, tenant_runs(table))
+                while len(self._files) > self.keep:
+                    self._files.popitem(last=False)
+            self._files.move_to_end(key)
+            table, runs = self._files[key]
         start, length = runs.get(tenant, (0, 0))
         return table.slice(start, length)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -146,6 +147,8 @@ class TenantOp(Operator):
         self.sessions = SessionStore(ctx.store, ctx.session_key, cfg.embed.dim, trust_unchanged=True)
         self.session_key = ctx.session_key
         self.staged = StagedFiles()
+        self._kept = threading.Condition()  # notified as a run in the driver keeps a block
+        self._stopped = False
         self._published: dict | None = None
         self._published_reader: Any = None  # a StoreReader of it
         self.nlp = None
@@ -211,8 +214,18 @@ class TenantOp(Operator):
                 return time.perf_counter() - start
             if time.perf_counter() - start > timeout:
                 raise SessionPassError(f"its sessions were not kept within ray.tenant_wait_s={timeout:g}")
-            time.sleep(delay)
+            if self._stopped:
+                raise SessionPassError("the session pass stopped before its blocks were kept")
+            with self._kept:
+                self._kept.wait(delay)
             delay = min(delay * 1.5, 0.5)
+
+    def blocks_kept(self, stop: bool = False) -> None:
+        """Wake the tenants waiting for blocks now (a run in the driver calls it as it keeps each
+        block; with ``stop``, no more will be kept: they fail). On Ray they poll."""
+        with self._kept:
+            self._stopped = self._stopped or stop
+            self._kept.notify_all()
 
     def _extras(self) -> dict[str, Any]:
         if self.extras is None:

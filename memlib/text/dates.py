@@ -8,6 +8,7 @@ itself is dateparser's, with ``RELATIVE_BASE`` = the session time and
 from __future__ import annotations
 
 import re
+import threading
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from enum import Enum
@@ -118,9 +119,15 @@ def _normalize(expr: str) -> str:
     return out.strip()
 
 
+# dateparser is not thread-safe (scrapinghub/dateparser#441, #813: its parsers keep per-call
+# state, its locale loader is global), and a run in the driver builds tenants on several threads
+_DATEPARSER = threading.Lock()
+
+
 @lru_cache(maxsize=65536)
 def _parse(expr: str, anchor_day: date, prefer: Prefer) -> tuple[date, Granularity] | None:
-    data = _parser(prefer, anchor_day).get_date_data(expr)
+    with _DATEPARSER:
+        data = _parser(prefer, anchor_day).get_date_data(expr)
     if data is None or data.date_obj is None:
         return None
     return data.date_obj.date(), _PERIODS.get(data.period or "day", Granularity.DAY)

@@ -180,3 +180,137 @@ def test_jobs_inline_tenant_stages_run_graph_tools_kernels_on_one_thread():
         assert openmp_threads() == 2
     finally:
         openmp_threads(before)
+
+
+def test_jobs_inline_builds_tenant_rows_at_once_and_the_store_equals_one_at_a_time(nightly, monkeypatch):
+    """With one tenant a row, the two touched tenants' rows are built on two threads at the same time
+    (each row waits at a barrier for the other: one after another, the first would time out there),
+    each thread running graph-tool's kernels on one thread, and the store equals the same run with
+    one row at a time."""
+    import threading
+
+    import jobs.builder.driver as driver
+    import pipelines.inline as inline
+    import pipelines.tenant_op as tenant_op
+    from jobs.cli.bench_nightly import compare_stores
+    from memlib.graph.ppr import openmp_threads
+
+    monkeypatch.setattr(driver, "_may_inline", lambda run, options: True)
+    monkeypatch.setenv("MEMLIB__RAY__INLINE_MAX_TURNS", "400")
+    monkeypatch.setenv("MEMLIB__RAY__TENANT_BATCH_TURNS", "1")
+    args = ["build", "--incremental", "--input", str(nightly["input"]), "--format", "jsonl", "--out"]
+    real, barrier, threads = tenant_op.TenantOp.build_row, threading.Barrier(2, timeout=60), set()
+
+    def meeting(self, items):
+        threads.add((threading.current_thread().name, openmp_threads()))
+        barrier.wait()  # BrokenBarrierError unless the other row is being built too
+        return real(self, items)
+
+    with monkeypatch.context() as m:
+        m.setattr(tenant_op.TenantOp, "build_row", meeting)
+        together = _copy(nightly, "together")
+        res = run_cli([*args, str(together)])
+        assert res.exit_code == 0 and "small run: 2 tenant(s)" in res.output, res.output
+    # two worker threads, each with graph-tool's kernels on one thread (as a tenant actor on Ray)
+    assert len(threads) == 2 and {n for _, n in threads} == {1} and ("MainThread", 1) not in threads, threads
+    monkeypatch.setattr(inline, "tenant_workers", lambda cpus, rows: 1)
+    alone = _copy(nightly, "alone")
+    res = run_cli([*args, str(alone)])
+    assert res.exit_code == 0, res.output
+    same = compare_stores(together, alone)
+    assert same["equal_to_full_build"] and same["max_vector_diff"] == 0.0, same
+
+
+def test_jobs_cli_process_freezes_its_objects_before_it_exits():
+    """``memlib`` (jobs.cli.main) freezes the garbage collector's objects once its command is done,
+    so the interpreter's exit does not collect them (0.6-0.7 s of a nightly run's process)."""
+    code = ("import atexit, gc, sys\n"
+            "atexit.register(lambda: print('FROZEN', gc.get_freeze_count()))\n"
+            "sys.argv = ['memlib', '--version']\n"
+            "from jobs.cli import main\n"
+            "main()\n")
+    res = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0 and "memlib" in res.stdout, res.stdout + res.stderr
+    frozen = int(res.stdout.split("FROZEN ")[1].split()[0])
+    assert frozen > 10_000, res.stdout
+
+
+def _forced_inline(monkeypatch) -> list[str]:
+    """The arguments of a forced in-process nightly run of one tenant a row (less the store)."""
+    import jobs.builder.driver as driver
+
+    monkeypatch.setattr(driver, "_may_inline", lambda run, options: True)
+    monkeypatch.setenv("MEMLIB__RAY__INLINE_MAX_TURNS", "400")
+    monkeypatch.setenv("MEMLIB__RAY__TENANT_BATCH_TURNS", "1")
+    return ["build", "--incremental", "--input", "", "--format", "jsonl", "--out"]
+
+
+def test_jobs_inline_tenant_rows_start_while_the_session_pass_runs(nightly, monkeypatch):
+    """A tenant row reads its published build and kept sessions while this run's block is still in
+    the session pass, then waits for it, as a tenant actor does on Ray: the block's pass holds
+    until a tenant row waits for it (a row started only after the pass would never come)."""
+    import threading
+
+    import pipelines.operators as operators
+    import pipelines.tenant_op as tenant_op
+
+    args = _forced_inline(monkeypatch)
+    args[3] = str(nightly["input"])
+    waiting, saw = threading.Event(), []
+    real_wait, real_block = tenant_op.TenantOp.wait_for_blocks, operators.SessionLocalOp.run_block
+
+    def wait_for_blocks(self, blocks, work):
+        waiting.set()
+        return real_wait(self, blocks, work)
+
+    def run_block(self, *a, **k):
+        saw.append(waiting.wait(60))
+        return real_block(self, *a, **k)
+
+    monkeypatch.setattr(tenant_op.TenantOp, "wait_for_blocks", wait_for_blocks)
+    monkeypatch.setattr(operators.SessionLocalOp, "run_block", run_block)
+    store = _copy(nightly, "early")
+    res = run_cli([*args, str(store)])
+    assert res.exit_code == 0 and "2 tenant(s)" in res.output, res.output
+    assert saw == [True], saw
+
+
+def test_jobs_inline_a_session_pass_that_raises_stops_the_waiting_tenant_rows(nightly, monkeypatch):
+    """The session pass raising (not one block's failure, which its tenants read from the block's
+    marker) ends the run at once: the tenant rows waiting for its blocks are stopped, not left to
+    wait ray.tenant_wait_s."""
+    import time
+
+    import pipelines.operators as operators
+
+    args = _forced_inline(monkeypatch)
+    args[3] = str(nightly["input"])
+    monkeypatch.setenv("MEMLIB__RAY__TENANT_WAIT_S", "600")
+
+    def boom(self, batch):
+        time.sleep(3)  # the tenant rows are waiting by now
+        raise RuntimeError("injected failure of the session pass")
+
+    monkeypatch.setattr(operators.SessionPassOp, "__call__", boom)
+    store = _copy(nightly, "stopped")
+    started = time.perf_counter()
+    res = run_cli([*args, str(store)])
+    assert res.exit_code != 0 and "injected failure of the session pass" in repr(res.exception), res.output
+    assert time.perf_counter() - started < 120
+    assert json.loads((store / "manifest.json").read_text(encoding="utf-8"))["version"] == "v000001"
+
+
+def test_jobs_inline_prewarm_freezes_what_it_loaded(tmp_path):
+    """The warm-up thread's loads (models, spaCy, lancedb) live as long as the process: frozen once
+    loaded, the collector's full passes (which stop every thread) no longer walk them."""
+    code = ("import gc, sys\n"
+            "from memlib.config import MemlibConfig\n"
+            "from pipelines.context import BuildContext\n"
+            "from pipelines.inline import prewarm\n"
+            "before = gc.get_freeze_count()\n"
+            f"prewarm(BuildContext(MemlibConfig(), store={str(tmp_path)!r}, reuse=True))\n"
+            "print('FROZEN', before, gc.get_freeze_count())\n")
+    res = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    before, after = (int(x) for x in res.stdout.split("FROZEN ")[1].split()[:2])
+    assert before == 0 and after > 100_000, res.stdout

@@ -52,3 +52,38 @@ def test_a_weekday_said_of_a_habit_is_not_one_day():
     assert _one("it rained all Saturday").resolved.date().isoformat() == "2023-05-06"
     assert rewrite_relative("On Saturday morning we went out.", A) == "On 6 May 2023 morning we went out."
     assert _one("every week, and last Saturday too").resolved.date().isoformat() == "2023-05-06"
+
+
+def test_dateparser_is_called_by_one_thread_at_a_time_and_resolves_as_alone():
+    """dateparser is not thread-safe, and a run in the driver builds tenants on threads: its parser
+    runs under a lock (a spy on the real parser, widened by a pause, never sees two calls at once),
+    and each thread's dates are those a lone call resolves."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from dateparser.date import DateDataParser
+
+    texts = [f"{n} days ago we met" for n in range(2, 14)]
+    alone = {t: _one(t).resolved for t in texts[::2]}
+    real, busy, most, guard = DateDataParser.get_date_data, [0], [0], threading.Lock()
+
+    def spy(self, *args, **kwargs):
+        with guard:
+            busy[0] += 1
+            most[0] = max(most[0], busy[0])
+        time.sleep(0.02)
+        try:
+            return real(self, *args, **kwargs)
+        finally:
+            with guard:
+                busy[0] -= 1
+
+    DateDataParser.get_date_data = spy
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            got = dict(zip(texts, pool.map(lambda t: _one(t).resolved, texts)))
+    finally:
+        DateDataParser.get_date_data = real
+    assert most[0] == 1, most
+    assert {t: got[t] for t in alone} == alone
