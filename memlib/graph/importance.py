@@ -23,7 +23,6 @@ import pyarrow as pa
 from graph_tool import GraphView
 from graph_tool.centrality import pagerank
 from graph_tool.topology import kcore_decomposition
-from scipy.stats import rankdata
 
 from memlib.config import GraphConfig
 from memlib.graph.build import to_graph_tool
@@ -42,10 +41,19 @@ PAGERANK_DAMPING = 0.85
 
 
 def percentile_rank(values: np.ndarray) -> np.ndarray:
-    """Average rank / n, in (0, 1]; equal values share a rank."""
+    """Average rank / n, in (0, 1]; equal values share a rank (``scipy.stats.rankdata``'s "average",
+    in numpy: importing scipy.stats costs a run 0.2-0.3 s)."""
     if values.size == 0:
         return values.astype(np.float64)
-    return rankdata(values, method="average") / values.size
+    order = np.argsort(values, kind="mergesort")
+    ordered = values[order]
+    starts = np.r_[True, ordered[1:] != ordered[:-1]]
+    group = np.cumsum(starts) - 1
+    first = np.flatnonzero(starts)                      # 0-based first position of each run of ties
+    last = np.r_[first[1:], values.size] - 1
+    ranks = np.empty(values.size, dtype=np.float64)
+    ranks[order] = (first[group] + last[group]) / 2.0 + 1.0
+    return ranks / values.size
 
 
 def global_importance(graph: MemoryGraph, cfg: GraphConfig | None = None) -> pa.Table:

@@ -27,3 +27,16 @@ def test_kcore_ignores_star_hubs():
     degree = t.column("degree").to_numpy()
     assert kcore.max() < degree.max()
     assert (kcore <= degree).all()
+
+
+def test_percentile_rank_is_scipys_average_rank_over_n():
+    from scipy.stats import rankdata
+
+    from memlib.graph.importance import percentile_rank
+
+    rng = np.random.default_rng(7)
+    for n in (1, 2, 5, 100, 1000):
+        for values in (rng.random(n), rng.integers(0, 4, n).astype(np.float64), np.zeros(n),
+                       np.round(rng.random(n), 2), -rng.integers(0, 3, n).astype(np.int64)):
+            np.testing.assert_array_equal(percentile_rank(values), rankdata(values, method="average") / n)
+    assert percentile_rank(np.zeros(0)).size == 0
