@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import weakref
 from datetime import datetime, timezone
 from typing import Any
 
@@ -29,13 +30,27 @@ import numpy as np
 log = logging.getLogger("memlib.serve")
 DAY_S = 86400.0
 SPAN_DAYS = {"day": 1.0, "week": 7.0, "month": 31.0, "year": 366.0}
+# per memory frame (memoized on its tenant view, so it lives as long as the view): its memories' times,
+# which of them are dated events, and the spans looked up so far; made once, not on every question
+_FRAME_TIMES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def frame_times(index, mem) -> tuple[np.ndarray, np.ndarray, dict[int, float]]:
+    """(per memory of ``mem``: its time as epoch seconds (NaN: none); whether it is a dated event;
+    the spans in days found so far, by memory position), made once per memory frame."""
+    got = _FRAME_TIMES.get(mem)
+    if got is None:
+        times = index.time_epochs[mem.rows] if mem.rows.size else np.zeros(0)
+        dated = (mem.kind == "event") & np.isfinite(times) if times.size else np.zeros(0, dtype=bool)
+        got = _FRAME_TIMES[mem] = (times, np.asarray(dated, dtype=bool), {})
+    return got
 
 
 def memory_times(index, mem) -> np.ndarray | None:
     """Per memory of ``mem`` (a :class:`~memlib.retrieve.memory.MemoryFrame`): its time as epoch
     seconds (NaN: none). None when no memory has a time (a store built before the build dated them):
     logged once per tenant view, and the windows read session times only."""
-    times = index.time_epochs[mem.rows] if mem.rows.size else np.zeros(0)
+    times = frame_times(index, mem)[0]
     if mem.rows.size and not np.isfinite(times).any():
         def note() -> bool:
             log.info("tenant %s: its events and facts carry no times (a store built before them); the "
@@ -101,7 +116,7 @@ def event_dates(index, mem, positions: np.ndarray, qvec: np.ndarray | None) -> d
     times = memory_times(index, mem)
     if times is None or not positions.size:
         return {}
-    dated = (mem.kind == "event") & np.isfinite(times)
+    _, dated, spans = frame_times(index, mem)
     out = {}
     for p in positions.tolist():
         cands = mem.cite_row[mem.cite_ptr[p]:mem.cite_ptr[p + 1]]
@@ -112,7 +127,9 @@ def event_dates(index, mem, positions: np.ndarray, qvec: np.ndarray | None) -> d
         if qvec is not None and mem.vectors.size and cands.size > 1:
             best = int(cands[int(np.argmax(mem.vectors[cands] @ qvec))])
         day = float(np.floor((times[best] + DAY_S / 2) / DAY_S) * DAY_S)
-        out[p] = (day, span_days(index.attribute(int(mem.rows[best]))))
+        if best not in spans:
+            spans[best] = span_days(index.attribute(int(mem.rows[best])))
+        out[p] = (day, spans[best])
     return out
 
 
@@ -132,15 +149,15 @@ def format_event(signals: dict[str, Any], session_time: datetime | None) -> str:
 
 
 
-def mention_votes(mem, scored: tuple[np.ndarray | None, np.ndarray], vectors: list[np.ndarray | None]
-                  ) -> list[tuple[str, np.ndarray]]:
+def mention_votes(mem, scored: tuple[np.ndarray | None, np.ndarray], mvecs: np.ndarray,
+                  vectors: list[np.ndarray | None]) -> list[tuple[str, np.ndarray]]:
     """(``mention_vote_<i>``, per scored turn: the best cosine of a fact or event citing it with the
     i-th mention's vector) for each mention with a vector (None: its tokens were not found among the
     question's, :func:`mention_masks`); ``scored``: (the scored positions, None: all; the memories
-    ``rows`` of ``mem`` citing their sessions). A mention's vector is pooled from its tokens' vectors
-    as the question's is (memlib/retrieve/memory.py ``query_vector``)."""
+    ``rows`` of ``mem`` citing their sessions); ``mvecs``: the vectors of those memories. A mention's
+    vector is pooled from its tokens' vectors as the question's is (memlib/retrieve/memory.py
+    ``query_vector``)."""
     pool, rows = scored
-    mvecs = mem.vectors if pool is None or not mem.vectors.size else mem.vectors[rows]
     out = []
     for i, vec in enumerate(vectors, start=1):
         if vec is None or not mvecs.size:

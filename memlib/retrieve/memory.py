@@ -371,8 +371,8 @@ def fuse_memory(index, frame, pool: np.ndarray | None, score: np.ndarray, q_vecs
         if seed_kinds:
             add("ppr", ppr_term(index, frame, mem, sims, int(p["ppr_seeds"]), seed_kinds, int(p["ppr_max_nodes"]),
                                 rows=None if pool is None else rows))
-        mvecs = [query_vector(index, q_vecs[mask], text) if mask.any() else None for text, mask in mentions]
-        for name, votes in mention_votes(mem, (pool, rows), mvecs):
+        mention_vecs = [query_vector(index, q_vecs[mask], text) if mask.any() else None for text, mask in mentions]
+        for name, votes in mention_votes(mem, (pool, rows), vectors, mention_vecs):
             add(name, votes, scored=True)
     windows = question_windows(frame, query, p.get("question_time")) if "time" in wanted and w_time > 0 else []
     if windows:
