@@ -42,7 +42,7 @@ import pyarrow.compute as pc
 from memlib import schema
 from memlib.compose.span_pool import Fallback, IdSums, SpanPooler, fill_sums, is_clue, normalize_into
 from memlib.compose.vectors import TurnVectors, binary_views, list_views, pooled_vectors
-from memlib.io.take import take_column
+from memlib.io.take import BLOCK_ROWS, VectorRows, take_column
 
 NODE_COLUMNS = ["node_id", "kind", "text", "provenance", "embedding"]
 
@@ -148,6 +148,18 @@ def _vector_bits(table: pa.Table) -> np.ndarray:
     return np.ascontiguousarray(flat).view(np.uint32).reshape(len(emb), -1)
 
 
+def _same_bits(vectors: np.ndarray, col: pa.ChunkedArray, rows: np.ndarray) -> bool:
+    """Whether ``vectors`` are ``col``'s rows ``rows`` to the bit; read where they lie, a block at a
+    time (the column is not combined or copied whole) when ``col`` is float32 without nulls."""
+    view = VectorRows.of(col)
+    if view is None or view.valid.size != len(col) or not view.valid.all() or view.dim != vectors.shape[1]:
+        old = _vector_bits(pa.table({"embedding": col}))[rows]
+        return np.array_equal(np.ascontiguousarray(vectors).view(np.uint32), old)
+    bits = np.ascontiguousarray(vectors, dtype=np.float32).view(np.uint32)
+    return all(np.array_equal(bits[s:s + BLOCK_ROWS], view.rows(rows[s:s + BLOCK_ROWS]))
+               for s in range(0, rows.size, BLOCK_ROWS))
+
+
 @dataclass(frozen=True)
 class TurnChanges:
     """What a run changed in a tenant's turns since its published build, when it only added and
@@ -174,8 +186,7 @@ def turn_changes(nodes: pa.Table, tv: TurnVectors, previous: PreviousTenant) -> 
     if new_rows.size and not pc.all(same_text).as_py():
         return None
     vectors = pooled_vectors(turns.take(pa.array(new_rows, pa.int64())), tv.node_ids, tv.vectors)
-    if new_rows.size and not np.array_equal(np.ascontiguousarray(vectors).view(np.uint32),
-                                            _vector_bits(before)[old_rows]):
+    if new_rows.size and not _same_bits(vectors, before.column("embedding"), old_rows):
         return None
     added = pc.filter(ids, pc.invert(pc.is_in(ids, value_set=old_ids))).to_pylist()
     return TurnChanges(list(dict.fromkeys(added)), pc.filter(old_ids, pc.invert(both)).to_pylist())

@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memlib import schema
+from memlib.io.take import BLOCK_ROWS
 
 TOKEN_DIM = 384
 
@@ -318,8 +319,9 @@ def add_in_order(out: np.ndarray, node: np.ndarray, src: np.ndarray, rows: np.nd
     order = np.argsort(rank, kind="stable")
     bounds = np.searchsorted(rank[order], np.arange(int(rank.max()) + 2))
     for k in range(int(rank.max()) + 1):
-        sel = order[bounds[k]:bounds[k + 1]]
-        out[node[sel]] += rows[src[sel]]
+        for s in range(bounds[k], bounds[k + 1], BLOCK_ROWS):  # no tenant-wide temporaries
+            sel = order[s:min(s + BLOCK_ROWS, bounds[k + 1])]
+            out[node[sel]] += rows[src[sel]]
 
 
 def pooled_vectors(nodes: pa.Table, turn_ids: Sequence[str], turn_vectors: np.ndarray) -> np.ndarray:
@@ -335,8 +337,16 @@ def pooled_vectors(nodes: pa.Table, turn_ids: Sequence[str], turn_vectors: np.nd
     if pc.any(found).as_py():
         add_in_order(out, node.filter(found).to_numpy().astype(np.int64),
                      turn.filter(found).to_numpy().astype(np.int64), turn_vectors)
-    norms = np.linalg.norm(out, axis=1, keepdims=True)
-    return out / np.maximum(norms, 1e-12)
+    return normalized_rows(out)
+
+
+def normalized_rows(out: np.ndarray) -> np.ndarray:
+    """``out / max(norm of its row, 1e-12)``, in place, :data:`BLOCK_ROWS` rows at a time (each row's
+    norm and quotients are the same bits as over the whole matrix at once); returns ``out``."""
+    for s in range(0, len(out), BLOCK_ROWS):
+        block = out[s:s + BLOCK_ROWS]
+        block /= np.maximum(np.linalg.norm(block, axis=1, keepdims=True), 1e-12)
+    return out
 
 
 def with_embeddings(nodes: pa.Table, vectors: np.ndarray, dim: int) -> pa.Table:

@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memlib import schema
+from memlib.io.take import VectorRows, rows_equal
 
 # above this share of a tenant's rows changed, a whole-tenant delete is cheaper than a delete of
 # each id (and the delete's predicate stays short)
@@ -79,7 +80,15 @@ def _vector_bits(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarra
 
 
 def _same_vectors(new: pa.ChunkedArray, rows: np.ndarray, old: pa.ChunkedArray, prev: np.ndarray) -> np.ndarray:
-    """Per pair (``new[rows[i]]``, ``old[prev[i]]``): the same vector to the bit, or both null."""
+    """Per pair (``new[rows[i]]``, ``old[prev[i]]``): the same vector to the bit, or both null.
+    Float32 vectors are compared where they lie, a block of pairs at a time (no tenant-wide copy)."""
+    nr, orows = VectorRows.of(new), VectorRows.of(old)
+    if nr is not None and orows is not None and nr.dim == orows.dim:
+        nv, ov = nr.valid[rows], orows.valid[prev]
+        both = nv & ov
+        same = ~nv & ~ov
+        same[both] = rows_equal(nr, rows[both], orows, prev[both])
+        return same
     nv, nb = _vector_bits(new)
     ov, ob = _vector_bits(old)
     if nb.shape[1:] != ob.shape[1:]:

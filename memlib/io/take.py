@@ -44,3 +44,55 @@ def take(table: pa.Table, indices: np.ndarray | pa.Array | pa.ChunkedArray) -> p
     idx = np.asarray(indices, dtype=np.int64)
     return pa.Table.from_arrays([take_column(table.column(i), idx) for i in range(table.num_columns)],
                                 schema=table.schema)
+
+
+# rows compared or normalized per step: a block's temporaries (a few MB) are reused by the allocator,
+# where a tenant-wide one (108k x 384 float32 = 166 MB) is fresh pages the kernel zeroes each time
+# and unmaps when freed (docs/decisions/0045-tenant-temporaries.md)
+BLOCK_ROWS = 4096
+
+
+class VectorRows:
+    """A vector column (fixed-size lists of float32 without nulls inside a vector) read as rows of
+    float32 bits where they lie, chunk by chunk: no chunk is combined or copied whole."""
+
+    def __init__(self, col: pa.ChunkedArray | pa.Array) -> None:
+        chunks = col.chunks if isinstance(col, pa.ChunkedArray) else [col]
+        self.dim = col.type.list_size
+        self.valid = np.concatenate([c.is_valid().to_numpy(zero_copy_only=False) for c in chunks]) \
+            if chunks else np.zeros(0, bool)
+        self.views = [c.values.slice(c.offset * self.dim, len(c) * self.dim).to_numpy(zero_copy_only=True)
+                      .view(np.uint32).reshape(len(c), self.dim) for c in chunks]
+        self.starts = np.cumsum([0] + [len(c) for c in chunks])[:-1].astype(np.int64)
+
+    @staticmethod
+    def of(col: pa.ChunkedArray | pa.Array) -> VectorRows | None:
+        """None when ``col`` is not a fixed-size list of float32, or a vector holds a null value."""
+        chunks = col.chunks if isinstance(col, pa.ChunkedArray) else [col]
+        if not (pa.types.is_fixed_size_list(col.type) and pa.types.is_float32(col.type.value_type)):
+            return None
+        if any(c.values.slice(c.offset * col.type.list_size, len(c) * col.type.list_size).null_count for c in chunks):
+            return None
+        return VectorRows(col)
+
+    def rows(self, idx: np.ndarray) -> np.ndarray:
+        """The (len(idx), dim) uint32 bits of rows ``idx`` (a null row's are whatever it stores)."""
+        out = np.empty((idx.size, self.dim), np.uint32)
+        if len(self.views) == 1:
+            np.take(self.views[0], idx, axis=0, out=out)
+            return out
+        chunk = np.searchsorted(self.starts, idx, side="right") - 1
+        for c in np.unique(chunk):
+            at = chunk == c
+            out[at] = self.views[c][idx[at] - self.starts[c]]
+        return out
+
+
+def rows_equal(a: VectorRows, a_idx: np.ndarray, b: VectorRows, b_idx: np.ndarray) -> np.ndarray:
+    """Per pair (``a[a_idx[i]]``, ``b[b_idx[i]]``): the same bits, computed :data:`BLOCK_ROWS` pairs
+    at a time."""
+    same = np.zeros(a_idx.size, dtype=bool)
+    for s in range(0, a_idx.size, BLOCK_ROWS):
+        e = min(s + BLOCK_ROWS, a_idx.size)
+        same[s:e] = (a.rows(a_idx[s:e]) == b.rows(b_idx[s:e])).all(axis=1)
+    return same
