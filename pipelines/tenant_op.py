@@ -15,6 +15,7 @@ import logging
 import os
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -40,22 +41,39 @@ def write_part(version_dir: str | Path, built: list[dict[str, Any]], dim: int) -
     """Write the tables of the tenants of one row (each a dict of table -> Arrow table, see
     :meth:`TenantOp.build_one`) as one part of the version; returns the part's name and its
     staged nodes file."""
-    from memlib.graph.memory_arrays import memory_table_from_nodes
-    from memlib.io.files import PLAIN, replace_parquet
-    from memlib.io.memory_view import VIEW_MEMORY
     from memlib.io.store import TENANT_TABLES, StoreWriter, part_id
-    from memlib.io.views import VIEW_NODES, VIEW_TURNS, ordered, view_path, write_view
-    from pipelines.shard import staged_path
 
     version_dir = Path(version_dir)
     writer = StoreWriter.into(version_dir)
     tenants = [next(iter(t["graphs"])) for t in built]
     part = part_id(tenants, version_dir.name)
-    for name in TENANT_TABLES:
-        tables = [schema.conform(t[name], schema.TABLES[name], name=name) for t in built
-                  if t.get(name) is not None and t[name].num_rows]
-        if tables:
-            writer.write_table(name, part, pa.concat_tables(tables))
+
+    def write_tables() -> None:
+        for name in TENANT_TABLES:
+            tables = [schema.conform(t[name], schema.TABLES[name], name=name) for t in built
+                      if t.get(name) is not None and t[name].num_rows]
+            if tables:
+                writer.write_table(name, part, pa.concat_tables(tables))
+
+    # its Parquet tables on another thread (Arrow encodes and compresses without the GIL) while this
+    # one writes the graphs, the views and the staged Lance rows
+    with ThreadPoolExecutor(1, thread_name_prefix="memlib-part") as pool:
+        tables_written = pool.submit(write_tables)
+        nodes_path = _write_views(version_dir, writer, part, tenants, built, dim)
+        tables_written.result()
+    return part, nodes_path
+
+
+def _write_views(version_dir: Path, writer: Any, part: str, tenants: list[str], built: list[dict[str, Any]],
+                 dim: int) -> str:
+    """The graphs, the views and the staged Lance rows of a part (:func:`write_part`); returns the
+    staged nodes file."""
+    from memlib.graph.memory_arrays import memory_table_from_nodes
+    from memlib.io.files import PLAIN, replace_parquet
+    from memlib.io.memory_view import VIEW_MEMORY
+    from memlib.io.views import VIEW_NODES, VIEW_TURNS, ordered, view_path, write_view
+    from pipelines.shard import staged_path
+
     writer.write_graphs(part, {k: v for t in built for k, v in t["graphs"].items() if v is not None})
     # what a server maps to open a tenant; its token-matrix reference kept with its turns
     refs = {tenant: {"matrix_ref": {k: v for k, v in t["matrix_refs"].to_pylist()[0].items() if k != "tenant_id"}}
@@ -76,7 +94,7 @@ def write_part(version_dir: str | Path, built: list[dict[str, Any]], dim: int) -
     # the rows the driver writes to Lance: a tenant's changed rows, or all of them (lance_delta);
     # read once by the driver, then removed: written plain (zstd was a third of the part's writing)
     nodes = pa.concat_tables([t["lance_rows"] for t in built], promote_options="permissive")
-    return part, str(replace_parquet(nodes, staged_path(version_dir, "nodes", part), **PLAIN))
+    return str(replace_parquet(nodes, staged_path(version_dir, "nodes", part), **PLAIN))
 
 
 def _node_id() -> str | None:
@@ -285,18 +303,23 @@ class TenantOp(Operator):
         extras = self._extras()
         out = tenant_steps(TenantSessions(turns, parts, vectors, order, previous), self.cfg, self.recipe,
                            StepTools(self.nlp, extras, self.own_pass))
-        nodes, graph = self._graph(out)
-        delta = lance_delta(nodes, previous.rows if previous is not None else None)
+        # the graph (graph-tool's C++ parts release the GIL) on another thread, while this one compares
+        # the tenant's Lance rows with the published ones, hashes them and refers to its token matrix:
+        # none of these reads importance (the Lance rows clear it)
+        with ThreadPoolExecutor(1, thread_name_prefix="memlib-graph") as pool:
+            graphed = pool.submit(self._graph, out)
+            delta = lance_delta(out.nodes, previous.rows if previous is not None else None)
+            digest = tenant_digest(out.nodes)
+            matrix_ref = self._timed_matrix_ref(shard, out, order)
+            nodes, graph = graphed.result()
         tables = {"nodes": nodes, "lance_rows": delta.rows,
                   "node_importance": nodes.select(["tenant_id", "node_id", "importance"]), "edges": out.edges,
                   "segments": out.segments, "turns": turns,
                   "node_fallbacks": out.fallbacks, "token_sums": out.token_sums, "graphs": {shard.tenant_id: graph},
                   "questions": (self.staged.rows(shard.questions_path, shard.tenant_id) if shard.questions_path
                                 else None)}
-        if out.matrix_turns is not None:
-            t0 = time.perf_counter()
-            tables["matrix_refs"] = self._matrix_ref(shard, out, order)
-            out.timings["token_matrix"] = round(time.perf_counter() - t0, 3)
+        if matrix_ref is not None:
+            tables["matrix_refs"] = matrix_ref
         calls = drain_llm_calls(extras)
         tables["llm_calls"] = calls
         llm = call_summary(calls)
@@ -309,7 +332,7 @@ class TenantOp(Operator):
                 "waited_s": round(waited, 3), "timings": out.timings, "seconds": round(time.perf_counter() - start, 3),
                 "cpu_s": round(time.process_time() - cpu, 3), "pid": os.getpid(),
                 "node_id": _node_id(), **out.counts(),
-                LANCE_DIGEST_KEY: tenant_digest(nodes),  # its Lance rows as written, checked where read
+                LANCE_DIGEST_KEY: digest,  # its Lance rows as written, checked where read
                 **({"llm": llm} if llm else {}), **({"reused": reused} if reused else {}),
                 # the published Lance rows to delete before its rows are added; absent: all of them
                 **({"lance_delete": delta.delete} if delta.delete is not None else {})}, tables
@@ -351,6 +374,16 @@ class TenantOp(Operator):
         importance, graph = build_tenant_graph(out.nodes.select(cols), out.edges, self.cfg.graph)
         out.timings["graph"] = round(time.perf_counter() - t0, 3)
         return schema.conform(with_importance(out.nodes, importance), out.nodes.schema, name="nodes"), graph
+
+    def _timed_matrix_ref(self, shard: TenantShard, out: Any, sessions: list[str]) -> pa.Table | None:
+        """:meth:`_matrix_ref` when the tenant steps made a token matrix (None otherwise), its seconds in
+        ``out.timings``."""
+        if out.matrix_turns is None:
+            return None
+        t0 = time.perf_counter()
+        ref = self._matrix_ref(shard, out, sessions)
+        out.timings["token_matrix"] = round(time.perf_counter() - t0, 3)
+        return ref
 
     def _matrix_ref(self, shard: TenantShard, out: Any, sessions: list[str]) -> pa.Table:
         """``auto``'s token matrix of the tenant: its ``matrix_refs`` row, a reference to the token

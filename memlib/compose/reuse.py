@@ -30,6 +30,7 @@ build. Either way the store equals a full build of the new input (tests/pipeline
 from __future__ import annotations
 
 import hashlib
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -100,6 +101,9 @@ def _extracted(nodes: pa.Table) -> dict[str, pa.Table] | None:
     return {k.value: rows.filter(pc.equal(rows.column("kind"), k.value)) for k in _EXTRACTED}
 
 
+_EDGE_COLUMNS = ["src", "dst", "kind", "weight"]  # what PreviousTenant.of reads of its edges
+
+
 def load_previous(store: str | Path, tenant: str, session_key: str,
                   manifest: dict | None = None, reader: Any = None) -> PreviousTenant | None:
     """The published version of ``tenant`` in ``store``, when it was built under ``session_key``
@@ -115,14 +119,19 @@ def load_previous(store: str | Path, tenant: str, session_key: str,
             or tenant not in manifest.get("tenants", {})):
         return None
     reader = reader if reader is not None else StoreReader(store, manifest)
-    # every column of its Lance rows but importance: the run's Lance write compares them
-    # (memlib.io.lance_delta), and the reuse steps read NODE_COLUMNS of them; checked against the
-    # digest written with them (a damaged row is never reused: DamagedFileError, the tenant is built whole)
-    rows = reader.lance_rows(tenant).select([f.name for f in schema.NODES if f.name != "importance"])
+    # its part files are read on another thread while the Lance scan runs (lancedb's threads; the
+    # calling one waits without the GIL) and its rows are hashed
+    with ThreadPoolExecutor(1, thread_name_prefix="memlib-previous") as pool:
+        parts = pool.submit(lambda: (reader.table("edges", tenant, _EDGE_COLUMNS),
+                                     reader.table("node_fallbacks", tenant), reader.table("token_sums", tenant)))
+        # every column of its Lance rows but importance: the run's Lance write compares them
+        # (memlib.io.lance_delta), and the reuse steps read NODE_COLUMNS of them; checked against the
+        # digest written with them (a damaged row is never reused: DamagedFileError, the tenant is built whole)
+        rows = reader.lance_rows(tenant).select([f.name for f in schema.NODES if f.name != "importance"])
+        edges, fallbacks, sums = parts.result()
     if rows.num_rows == 0:
         return None
-    previous = PreviousTenant.of(rows, reader.edges(tenant), reader.table("node_fallbacks", tenant),
-                                 reader.table("token_sums", tenant))
+    previous = PreviousTenant.of(rows, edges, fallbacks, sums)
     previous.rows = rows
     return previous
 
