@@ -2,6 +2,7 @@
 never tenants, their indexes and compaction. :class:`memlib.io.store.StoreWriter` has these."""
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -110,33 +111,39 @@ class LanceTables:
                    for i in range(0, len(remove), tenants_per_delete)]
         clauses += [f"(tenant_id = {sql_str(t)} AND node_id IN ({', '.join(sql_str(n) for n in ids)}))"
                     for t, ids in sorted((remove_rows or {}).items()) if ids and t not in remove]
-        for i in range(0, len(clauses), DELETE_CLAUSES):
-            where = " OR ".join(clauses[i:i + DELETE_CLAUSES])
-            tbl.delete(where)
-            turn_tbl.delete(where)
         node_schema = schema.nodes_schema(self.dim)
         buf: list[pa.Table] = []
         rows = 0
+        # the two tables' commits are independent: the turn-text table's run on another thread (Lance
+        # writes without the GIL), each delete or add beside the nodes table's
+        with ThreadPoolExecutor(1, thread_name_prefix="memlib-lance") as pool:
+            for i in range(0, len(clauses), DELETE_CLAUSES):
+                where = " OR ".join(clauses[i:i + DELETE_CLAUSES])
+                turn_deleted = pool.submit(turn_tbl.delete, where)
+                tbl.delete(where)
+                turn_deleted.result()
 
-        def flush() -> None:
-            nonlocal buf, rows
-            if not rows:
-                return
-            nodes = pa.concat_tables(buf)
-            tbl.add(nodes)
-            turns = nodes.filter(pc.equal(nodes.column("kind"), "turn"))
-            if turns.num_rows:
-                turn_tbl.add(turns.select(TURN_TEXT_SCHEMA.names).cast(TURN_TEXT_SCHEMA))
-            buf, rows = [], 0
+            def flush() -> None:
+                nonlocal buf, rows
+                if not rows:
+                    return
+                nodes = pa.concat_tables(buf)
+                turns = nodes.filter(pc.equal(nodes.column("kind"), "turn"))
+                turns_added = pool.submit(turn_tbl.add, turns.select(TURN_TEXT_SCHEMA.names).cast(TURN_TEXT_SCHEMA)) \
+                    if turns.num_rows else None
+                tbl.add(nodes)
+                if turns_added is not None:
+                    turns_added.result()
+                buf, rows = [], 0
 
-        for part in parts:
-            if part is None or not part.num_rows:
-                continue
-            buf.append(schema.conform(part, node_schema, name="nodes"))
-            rows += part.num_rows
-            if rows >= rows_per_commit:
-                flush()
-        flush()
+            for part in parts:
+                if part is None or not part.num_rows:
+                    continue
+                buf.append(schema.conform(part, node_schema, name="nodes"))
+                rows += part.num_rows
+                if rows >= rows_per_commit:
+                    flush()
+            flush()
         return tbl.version
 
     def fragment_counts(self) -> dict[str, int]:
