@@ -15,6 +15,8 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -278,8 +280,9 @@ class TenantOp(Operator):
         turns = sort_turns(self.staged.rows(shard.turns_path, shard.tenant_id))
         if order is None:
             order = list(dict.fromkeys(session_keys(turns, self.session_key).to_pylist()))
-        previous, unreadable = self._previous(shard.tenant_id)  # read while this run's blocks are computed
+        previous_of = self._previous_soon(shard.tenant_id)  # read while this run's blocks are computed
         parts, vectors, waited = self.read_sessions(order, blocks, work, pending, kept)
+        previous, unreadable = previous_of()
         start += waited  # the tenant's own seconds: reading (its turns too) and its stages, not the wait
         read_s = time.perf_counter() - start
         extras = self._extras()
@@ -314,16 +317,29 @@ class TenantOp(Operator):
                 # the published Lance rows to delete before its rows are added; absent: all of them
                 **({"lance_delete": delta.delete} if delta.delete is not None else {})}, tables
 
-    def _previous(self, tenant: str) -> tuple[Any, str | None]:
+    def _previous_soon(self, tenant: str) -> Callable[[], tuple[Any, str | None]]:
+        """:meth:`_previous` read now, or, when the driver reads it on another thread (a run in the
+        driver: pipelines/prefetch.py), once the caller has read the tenant's kept sessions meanwhile."""
+        from pipelines.prefetch import take_previous
+
+        ahead = take_previous(self.store_dir, self.session_key, tenant) if self.reuse else None
+        if ahead is not None:
+            return lambda: self._previous(tenant, ahead)
+        now = self._previous(tenant)
+        return lambda: now
+
+    def _previous(self, tenant: str, ahead: Future | None = None) -> tuple[Any, str | None]:
         """The tenant's published build, when reuse is on and it was built under this run's key,
         and why it could not be read (then None: the tenant steps run in full, and the tenant is
-        still built; reuse only saves time)."""
+        still built; reuse only saves time). ``ahead``: the build being read on another thread."""
         if not self.reuse:
             return None, None
         from memlib.compose.reuse import load_previous
         from memlib.compose.state import reuse_failure
 
         try:
+            if ahead is not None:
+                return ahead.result(), None
             self._open_published()
             return load_previous(self.store_dir, tenant, self.session_key, self._published,
                                  reader=self._published_reader), None
@@ -334,12 +350,9 @@ class TenantOp(Operator):
         """Read the version published when this run started, once, and open its Lance table for all
         the actor's tenants (lancedb's import and the first open are 1-2 CPU-s)."""
         if self._published is None:
-            from memlib.io.store import StoreReader, read_manifest
+            from pipelines.prefetch import open_published
 
-            self._published = read_manifest(self.store_dir) or {}
-            self._published_reader = StoreReader(self.store_dir, self._published) if self._published else None
-            if self._published_reader is not None:
-                self._published_reader.nodes_table()
+            self._published, self._published_reader = open_published(self.store_dir)
 
     def _graph(self, out: Any) -> tuple[pa.Table, bytes]:
         """The tenant's nodes with the global importance of its graph-tool graph, and the graph."""
