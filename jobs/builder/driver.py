@@ -42,7 +42,7 @@ from memlib.io.remote import is_uri, staged_input
 from memlib.io.store import StoreError, read_manifest
 from pipelines.context import BuildContext
 from pipelines.inline import inline_fits, prewarm, tenant_workers
-from pipelines.prefetch import PublishedPrefetch, prefetch_order
+from pipelines.prefetch import PublishedPrefetch, prefetch_order, quick_handoff
 
 
 def run_config(cfg: MemlibConfig, base: dict[str, Any] | None, out: str, progress: Progress) -> MemlibConfig:
@@ -98,7 +98,8 @@ def plan_and_shard(run: Run, options: BuildOptions) -> Sharded:
             loading = warm.submit(prewarm, run.ctx)
             warm.shutdown(wait=False)  # its thread ends with its work; a run in the driver does not wait for it
             run.prefetch = _prefetch(run)  # the published builds its rows start from, read meanwhile
-            sharded = shard_and_prepare(run, sources, read.failed)
+            with quick_handoff():
+                sharded = shard_and_prepare(run, sources, read.failed)
             work = sharded.sessions.pending_turns if sharded.sessions else 0
             if inline_fits(run.ctx, len(sharded.to_build), work):
                 run.inline = True

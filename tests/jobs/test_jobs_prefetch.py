@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import sys
 import threading
 import time
 
@@ -22,19 +23,21 @@ def _night(base_store, tmp_path, name: str):
 
 
 def test_jobs_prefetch_reads_published_builds_while_the_input_is_sharded(base_store, tmp_path, monkeypatch):
-    """The sharding of the input waits until a published build is read: it is, on the prefetch
-    thread (before, a tenant row read it once the input was sharded: the wait timed out); every
-    rebuilt tenant's row takes its build from there and reuses it."""
+    """The sharding of the input waits until the published builds are read: they are, on the
+    prefetch thread (before, a tenant row read them once the input was sharded: the wait timed
+    out); every rebuilt tenant's row takes its build from there and reuses it."""
     import json
 
     import jobs.builder.driver as driver
     import jobs.builder.tenants as tenants
     import memlib.compose.reuse as reuse
+    from pipelines.prefetch import HANDOFF_S
 
     store, night = _night(base_store, tmp_path, "ahead")
+    before = sys.getswitchinterval()
     monkeypatch.setattr(driver, "_may_inline", lambda run, options: True)
     monkeypatch.setenv("MEMLIB__RAY__INLINE_MAX_TURNS", "400")
-    read, calls = threading.Event(), []
+    read, calls, switch = threading.Event(), [], []
     real_load, real_shard = reuse.load_previous, tenants.shard_all
 
     def load_previous(store_dir, tenant, *a, **k):
@@ -46,6 +49,7 @@ def test_jobs_prefetch_reads_published_builds_while_the_input_is_sharded(base_st
 
     def shard_all(*a, **k):  # both builds read (two ahead) before the input is sharded
         calls.append(("sharding", read.wait(30)))
+        switch.append(sys.getswitchinterval())
         return real_shard(*a, **k)
 
     monkeypatch.setattr(reuse, "load_previous", load_previous)
@@ -53,6 +57,8 @@ def test_jobs_prefetch_reads_published_builds_while_the_input_is_sharded(base_st
     res = run_cli(["build", "--incremental", "--input", str(night), "--format", "jsonl", "--out", str(store)])
     assert res.exit_code == 0 and "small run: 2 tenant(s)" in res.output, res.output
     assert ("sharding", True) in calls, calls
+    # the GIL handed over often while the input is sharded (the prefetch's short Python stretches)
+    assert switch == [HANDOFF_S] and sys.getswitchinterval() == before, (switch, before)
     assert sorted(calls) == [("emil", "memlib-prefetch"), ("fay", "memlib-prefetch"), ("sharding", True)], calls
     manifest = json.loads((store / "manifest.json").read_text(encoding="utf-8"))
     assert sorted(manifest["tenant_reused"]) == ["emil", "fay"], manifest["tenant_reused"]
