@@ -350,9 +350,14 @@ class TenantOp(Operator):
         """Read the version published when this run started, once, and open its Lance table for all
         the actor's tenants (lancedb's import and the first open are 1-2 CPU-s)."""
         if self._published is None:
+            from memlib.io.store import read_manifest
             from pipelines.prefetch import open_published
 
-            self._published, self._published_reader = open_published(self.store_dir)
+            try:
+                self._published, self._published_reader = open_published(self.store_dir)
+            except Exception:
+                self._published = read_manifest(self.store_dir) or {}  # a tenant it does not name needs no table
+                raise
 
     def _graph(self, out: Any) -> tuple[pa.Table, bytes]:
         """The tenant's nodes with the global importance of its graph-tool graph, and the graph."""
