@@ -15,7 +15,8 @@ import logging
 import os
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -29,72 +30,13 @@ from memlib.config import MemlibConfig
 from pipelines.context import BuildContext
 from pipelines.rows import FAILED_DIR, Operator, RowKind, batch_of, failure_reason, on_ray, rows
 from pipelines.shard import StagedFiles, TenantShard
+from pipelines.tenant_part import write_part
 
 log = logging.getLogger("memlib.build")
 
 
 class SessionPassError(RuntimeError):
     """A block holding some of the tenant's sessions failed in a session operator."""
-
-
-def write_part(version_dir: str | Path, built: list[dict[str, Any]], dim: int) -> tuple[str, str]:
-    """Write the tables of the tenants of one row (each a dict of table -> Arrow table, see
-    :meth:`TenantOp.build_one`) as one part of the version; returns the part's name and its
-    staged nodes file."""
-    from memlib.io.store import TENANT_TABLES, StoreWriter, part_id
-
-    version_dir = Path(version_dir)
-    writer = StoreWriter.into(version_dir)
-    tenants = [next(iter(t["graphs"])) for t in built]
-    part = part_id(tenants, version_dir.name)
-
-    def write_tables() -> None:
-        for name in TENANT_TABLES:
-            tables = [schema.conform(t[name], schema.TABLES[name], name=name) for t in built
-                      if t.get(name) is not None and t[name].num_rows]
-            if tables:
-                writer.write_table(name, part, pa.concat_tables(tables))
-
-    # its Parquet tables on another thread (Arrow encodes and compresses without the GIL) while this
-    # one writes the graphs, the views and the staged Lance rows
-    with ThreadPoolExecutor(1, thread_name_prefix="memlib-part") as pool:
-        tables_written = pool.submit(write_tables)
-        nodes_path = _write_views(version_dir, writer, part, tenants, built, dim)
-        tables_written.result()
-    return part, nodes_path
-
-
-def _write_views(version_dir: Path, writer: Any, part: str, tenants: list[str], built: list[dict[str, Any]],
-                 dim: int) -> str:
-    """The graphs, the views and the staged Lance rows of a part (:func:`write_part`); returns the
-    staged nodes file."""
-    from memlib.graph.memory_arrays import memory_table_from_nodes
-    from memlib.io.files import PLAIN, replace_parquet
-    from memlib.io.memory_view import VIEW_MEMORY
-    from memlib.io.views import VIEW_NODES, VIEW_TURNS, ordered, view_path, write_view
-    from pipelines.shard import staged_path
-
-    writer.write_graphs(part, {k: v for t in built for k, v in t["graphs"].items() if v is not None})
-    # what a server maps to open a tenant; its token-matrix reference kept with its turns
-    refs = {tenant: {"matrix_ref": {k: v for k, v in t["matrix_refs"].to_pylist()[0].items() if k != "tenant_id"}}
-            for tenant, t in zip(tenants, built) if t.get("matrix_refs") is not None and t["matrix_refs"].num_rows}
-    by_tenant = dict(zip(tenants, built))
-    write_view(view_path(version_dir, VIEW_NODES, part), VIEW_NODES, {k: t["nodes"] for k, t in by_tenant.items()})
-    write_view(view_path(version_dir, VIEW_TURNS, part), VIEW_TURNS, {k: t["turns"] for k, t in by_tenant.items()},
-               refs)
-    # what auto's memory signals read: fact and event vectors, their citations, the graph's arrays
-    # (without it, a part's tenants read Lance and the graph file: docs/decisions/0036-memory-view.md)
-    try:
-        memory = {k: memory_table_from_nodes(t["nodes"], ordered(VIEW_TURNS, t["turns"]), t["graphs"].get(k), dim)
-                  for k, t in by_tenant.items()}
-        write_view(view_path(version_dir, VIEW_MEMORY, part), VIEW_MEMORY, {k: m[0] for k, m in memory.items()},
-                   {k: m[1] for k, m in memory.items()})
-    except Exception as exc:  # noqa: BLE001 - an optimization never fails a part
-        log.warning("part %s: no memory view (%s: %s)", part, type(exc).__name__, str(exc)[:160])
-    # the rows the driver writes to Lance: a tenant's changed rows, or all of them (lance_delta);
-    # read once by the driver, then removed: written plain (zstd was a third of the part's writing)
-    nodes = pa.concat_tables([t["lance_rows"] for t in built], promote_options="permissive")
-    return str(replace_parquet(nodes, staged_path(version_dir, "nodes", part), **PLAIN))
 
 
 def _node_id() -> str | None:
@@ -296,8 +238,9 @@ class TenantOp(Operator):
         turns = sort_turns(self.staged.rows(shard.turns_path, shard.tenant_id))
         if order is None:
             order = list(dict.fromkeys(session_keys(turns, self.session_key).to_pylist()))
-        previous, unreadable = self._previous(shard.tenant_id)  # read while this run's blocks are computed
+        previous_of = self._previous_soon(shard.tenant_id)  # read while this run's blocks are computed
         parts, vectors, waited = self.read_sessions(order, blocks, work, pending, kept)
+        previous, unreadable = previous_of()
         start += waited  # the tenant's own seconds: reading (its turns too) and its stages, not the wait
         read_s = time.perf_counter() - start
         extras = self._extras()
@@ -337,16 +280,29 @@ class TenantOp(Operator):
                 # the published Lance rows to delete before its rows are added; absent: all of them
                 **({"lance_delete": delta.delete} if delta.delete is not None else {})}, tables
 
-    def _previous(self, tenant: str) -> tuple[Any, str | None]:
+    def _previous_soon(self, tenant: str) -> Callable[[], tuple[Any, str | None]]:
+        """:meth:`_previous` read now, or, when the driver reads it on another thread (a run in the
+        driver: pipelines/prefetch.py), once the caller has read the tenant's kept sessions meanwhile."""
+        from pipelines.prefetch import take_previous
+
+        ahead = take_previous(self.store_dir, self.session_key, tenant) if self.reuse else None
+        if ahead is not None:
+            return lambda: self._previous(tenant, ahead)
+        now = self._previous(tenant)
+        return lambda: now
+
+    def _previous(self, tenant: str, ahead: Future | None = None) -> tuple[Any, str | None]:
         """The tenant's published build, when reuse is on and it was built under this run's key,
         and why it could not be read (then None: the tenant steps run in full, and the tenant is
-        still built; reuse only saves time)."""
+        still built; reuse only saves time). ``ahead``: the build being read on another thread."""
         if not self.reuse:
             return None, None
         from memlib.compose.reuse import load_previous
         from memlib.compose.state import reuse_failure
 
         try:
+            if ahead is not None:
+                return ahead.result(), None
             self._open_published()
             return load_previous(self.store_dir, tenant, self.session_key, self._published,
                                  reader=self._published_reader), None
@@ -357,12 +313,14 @@ class TenantOp(Operator):
         """Read the version published when this run started, once, and open its Lance table for all
         the actor's tenants (lancedb's import and the first open are 1-2 CPU-s)."""
         if self._published is None:
-            from memlib.io.store import StoreReader, read_manifest
+            from memlib.io.store import read_manifest
+            from pipelines.prefetch import open_published
 
-            self._published = read_manifest(self.store_dir) or {}
-            self._published_reader = StoreReader(self.store_dir, self._published) if self._published else None
-            if self._published_reader is not None:
-                self._published_reader.nodes_table()
+            try:
+                self._published, self._published_reader = open_published(self.store_dir)
+            except Exception:
+                self._published = read_manifest(self.store_dir) or {}  # a tenant it does not name needs no table
+                raise
 
     def _graph(self, out: Any) -> tuple[pa.Table, bytes]:
         """The tenant's nodes with the global importance of its graph-tool graph, and the graph."""

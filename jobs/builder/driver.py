@@ -41,7 +41,8 @@ from memlib.io.readers import input_sources
 from memlib.io.remote import is_uri, staged_input
 from memlib.io.store import StoreError, read_manifest
 from pipelines.context import BuildContext
-from pipelines.inline import inline_fits, prewarm
+from pipelines.inline import inline_fits, prewarm, tenant_workers
+from pipelines.prefetch import PublishedPrefetch, prefetch_order, quick_handoff
 
 
 def run_config(cfg: MemlibConfig, base: dict[str, Any] | None, out: str, progress: Progress) -> MemlibConfig:
@@ -96,12 +97,15 @@ def plan_and_shard(run: Run, options: BuildOptions) -> Sharded:
             warm = ThreadPoolExecutor(1, thread_name_prefix="memlib-warm")
             loading = warm.submit(prewarm, run.ctx)
             warm.shutdown(wait=False)  # its thread ends with its work; a run in the driver does not wait for it
-            sharded = shard_and_prepare(run, sources, read.failed)
+            run.prefetch = _prefetch(run)  # the published builds its rows start from, read meanwhile
+            with quick_handoff():
+                sharded = shard_and_prepare(run, sources, read.failed)
             work = sharded.sessions.pending_turns if sharded.sessions else 0
             if inline_fits(run.ctx, len(sharded.to_build), work):
                 run.inline = True
                 run.progress("inline", {"tenants": len(sharded.to_build), "turns": work})
                 return sharded
+            run.close_prefetch()  # Ray's tenant actors read their own
             loading.result()  # before Ray's processes are started (lancedb warns about forks)
             target = _start_ray(run, options) if sharded.to_build else None
         else:
@@ -120,6 +124,16 @@ def _start_ray(run: Run, options: BuildOptions) -> Any:
     with run.timer.span(Phase.RAY_START):
         return init_ray(options.address, options.num_cpus, token_auth=run.ctx.cfg.ray.local_token_auth,
                         quiet=options.quiet_ray)
+
+
+def _prefetch(run: Run) -> PublishedPrefetch | None:
+    """Start reading the published builds of the tenants to rebuild (pipelines/prefetch.py): as many
+    at a time as the run in the driver builds rows at once."""
+    tenants = prefetch_order(run.plan.build, run.published, run.ctx.cfg.ray.tenant_batch_turns)
+    if not run.ctx.reuse or not run.ctx.cfg.ray.reuse_tenant_build or not tenants:
+        return None
+    ahead = tenant_workers(os.cpu_count() or 1, len(tenants))
+    return PublishedPrefetch(run.ctx.store, run.ctx.session_key, tenants, ahead).start()
 
 
 def _may_inline(run: Run, options: BuildOptions) -> bool:
@@ -147,6 +161,7 @@ def tenants_phase(run: Run, sharded: Sharded) -> Built:
 
         with run.timer.span(Phase.TENANTS):
             summaries = build_tenants(run, sharded, session_stats, tenant_done=restore_once)
+        run.close_prefetch()  # what no row took (a tenant that failed first)
         lance_restored[0].result()
     summaries += [{**m["summary"], "status": TenantStatus.RESUMED.value} for m in plan.resume.values()]
     done = {s["tenant_id"] for s in summaries}
@@ -174,14 +189,17 @@ def run_build(cfg: MemlibConfig, input_path: str | Path, fmt: str, out: str | Pa
     input_path, out = _absolute(input_path), _absolute(out)
     pl.thread_pool_size()  # polars sizes its pool now: Ray's start sets POLARS_MAX_THREADS=1 for a moment
     run = start_run(cfg, (input_path, str(fmt)), out, full, opts)
-    sharded = plan_and_shard(run, opts)
-    opts.progress("plan", run.plan.to_json())
-    if not full and run.plan.changes_nothing(run.base, run.forget):
-        # the input is the published one: no new version (a replica has nothing to reload)
-        shutil.rmtree(run.writer.version_dir, ignore_errors=True)
-        opts.progress("unchanged", {"version": run.base["version"], "store": run.out})
-        return run.base
-    return publish(run, tenants_phase(run, sharded))
+    try:
+        sharded = plan_and_shard(run, opts)
+        opts.progress("plan", run.plan.to_json())
+        if not full and run.plan.changes_nothing(run.base, run.forget):
+            # the input is the published one: no new version (a replica has nothing to reload)
+            shutil.rmtree(run.writer.version_dir, ignore_errors=True)
+            opts.progress("unchanged", {"version": run.base["version"], "store": run.out})
+            return run.base
+        return publish(run, tenants_phase(run, sharded))
+    finally:
+        run.close_prefetch()
 
 
 def _absolute(path: str | Path) -> str | Path:

@@ -68,6 +68,13 @@ class Run:
     timer: WallTimer = field(default_factory=WallTimer)
     started: float = field(default_factory=time.perf_counter)
     inline: bool = False              # built in this process, without Ray (pipelines/inline.py)
+    prefetch: Any = None              # its tenants' published builds read ahead (pipelines/prefetch.py)
+
+    def close_prefetch(self) -> None:
+        if self.prefetch is not None:
+            self.prefetch.close()
+            self.prefetch = None
+
     @property
     def published(self) -> dict[str, Any]:
         """The published manifest's tenants (empty for a new store)."""

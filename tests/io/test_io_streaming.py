@@ -113,3 +113,40 @@ def test_parquet_fingerprints_are_per_tenant_records(tmp_path):
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "x.parquet")
     after = input_fingerprints(tmp_path / "x.parquet", "parquet")
     assert before["a"] == after["a"] and before["b"] != after["b"] and set(before) == {"a", "b"}
+
+
+def test_a_file_fingerprinted_then_read_is_indexed_once(tmp_path, monkeypatch):
+    """The build's fingerprint pass indexes the file; its sharding reads it by that index: two
+    passes over the file, not three."""
+    from memlib.io import generic
+
+    opened, real = [], generic.open_checked
+    monkeypatch.setattr(generic, "open_checked", lambda p: opened.append(p) or real(p))
+    path = _write(tmp_path / "x.jsonl", _rows("a", 3) + _rows("b", 2))
+    fps = input_fingerprints(path, "jsonl")
+    batches = list(readers.iter_batches(path, "jsonl"))
+    assert set(fps) == {"a", "b"} and [b.tenant_ids for b in batches] == [["a", "b"]]
+    assert len(opened) == 2, opened
+
+
+def test_a_file_rewritten_after_its_fingerprints_is_read_anew_or_refused(tmp_path):
+    """A file written again since it was indexed is indexed again (its new records are read); one
+    changed in place with its size and mtime put back is refused by the runs' hashes, never read
+    by a stale index."""
+    import os
+
+    import pytest
+
+    from memlib.io.errors import InputError
+
+    path = _write(tmp_path / "x.jsonl", _rows("a", 3))
+    input_fingerprints(path, "jsonl")
+    _write(path, _rows("a", 4))
+    assert read_input(path, "jsonl").turns.num_rows == 4
+    input_fingerprints(path, "jsonl")
+    st = os.stat(path)
+    path.write_bytes(path.read_bytes().replace(b"a says 0", b"a said 0"))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert os.stat(path).st_size == st.st_size
+    with pytest.raises(InputError, match="file changed while it was read"):
+        list(readers.iter_batches(path, "jsonl"))

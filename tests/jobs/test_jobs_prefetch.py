@@ -1,0 +1,110 @@
+"""A nightly run in the driver reads its rebuilt tenants' published builds while it shards the input
+(pipelines/prefetch.py), a bounded number ahead of the tenant rows that take them."""
+from __future__ import annotations
+
+import shutil
+import sys
+import threading
+import time
+
+import pytest
+
+from tests.jobs.conftest import ALL, run_cli, write_jsonl
+
+pytestmark = pytest.mark.ray
+
+
+def _night(base_store, tmp_path, name: str):
+    """A copy of the base store, and an input in which emil and fay changed."""
+    store = tmp_path / name
+    shutil.copytree(base_store[1], store)
+    night = write_jsonl(tmp_path / "night.jsonl", ALL, {"emil": " Again.", "fay": " Again."})
+    return store, night
+
+
+def test_jobs_prefetch_reads_published_builds_while_the_input_is_sharded(base_store, tmp_path, monkeypatch):
+    """The sharding of the input waits until the published builds are read: they are, on the
+    prefetch thread (before, a tenant row read them once the input was sharded: the wait timed
+    out); every rebuilt tenant's row takes its build from there and reuses it."""
+    import json
+
+    import jobs.builder.driver as driver
+    import jobs.builder.tenants as tenants
+    import memlib.compose.reuse as reuse
+    from pipelines.prefetch import HANDOFF_S
+
+    store, night = _night(base_store, tmp_path, "ahead")
+    before = sys.getswitchinterval()
+    monkeypatch.setattr(driver, "_may_inline", lambda run, options: True)
+    monkeypatch.setenv("MEMLIB__RAY__INLINE_MAX_TURNS", "400")
+    read, calls, switch = threading.Event(), [], []
+    real_load, real_shard = reuse.load_previous, tenants.shard_all
+
+    def load_previous(store_dir, tenant, *a, **k):
+        out = real_load(store_dir, tenant, *a, **k)
+        calls.append((tenant, threading.current_thread().name))
+        if len(calls) == 2:
+            read.set()
+        return out
+
+    def shard_all(*a, **k):  # both builds read (two ahead) before the input is sharded
+        calls.append(("sharding", read.wait(30)))
+        switch.append(sys.getswitchinterval())
+        return real_shard(*a, **k)
+
+    monkeypatch.setattr(reuse, "load_previous", load_previous)
+    monkeypatch.setattr(tenants, "shard_all", shard_all)
+    res = run_cli(["build", "--incremental", "--input", str(night), "--format", "jsonl", "--out", str(store)])
+    assert res.exit_code == 0 and "small run: 2 tenant(s)" in res.output, res.output
+    assert ("sharding", True) in calls, calls
+    # the GIL handed over often while the input is sharded (the prefetch's short Python stretches)
+    assert switch == [HANDOFF_S] and sys.getswitchinterval() == before, (switch, before)
+    assert sorted(calls) == [("emil", "memlib-prefetch"), ("fay", "memlib-prefetch"), ("sharding", True)], calls
+    manifest = json.loads((store / "manifest.json").read_text(encoding="utf-8"))
+    assert sorted(manifest["tenant_reused"]) == ["emil", "fay"], manifest["tenant_reused"]
+    assert not any("error" in r for r in manifest["tenant_reused"].values()), manifest["tenant_reused"]
+
+
+def test_jobs_prefetch_holds_at_most_ahead_builds_and_skips_those_taken(base_store, monkeypatch):
+    """With ``ahead=1`` one build is read until it is taken; a tenant asked for before its turn is
+    not read ahead (its row reads it); what is read equals load_previous's own reading; closing
+    stops the thread and unregisters it."""
+    import memlib.compose.reuse as reuse
+    from memlib.io.store import read_manifest
+    from pipelines.prefetch import PublishedPrefetch, prefetch_order, take_previous
+
+    store = base_store[1]
+    manifest = read_manifest(store)
+    key = manifest["session_build_key"]
+    order = prefetch_order(["gus", "dora", "emil", "nobody"], manifest["tenants"], 512)
+    assert order == ["dora", "emil", "gus"]  # published tenants only; small ones by name
+    calls = []
+    real = reuse.load_previous
+    monkeypatch.setattr(reuse, "load_previous", lambda s, t, *a, **k: calls.append(t) or real(s, t, *a, **k))
+    prefetch = PublishedPrefetch(store, key, order, ahead=1).start()
+    try:
+        _until(lambda: calls)
+        time.sleep(0.5)
+        assert calls == ["dora"], calls  # one ahead: emil waits until dora is taken
+        assert take_previous(store, "another key", "dora") is None  # another run's key: not its build
+        first = take_previous(store, key, "dora")
+        assert first is not None and first.done()
+        _until(lambda: len(calls) == 2)
+        time.sleep(0.5)
+        assert calls == ["dora", "emil"], calls
+        assert take_previous(store, key, "gus") is None  # asked before its turn: never read ahead
+        emil = take_previous(store, key, "emil")
+        assert emil is not None and emil.result(60) is not None
+        own = real(store, "dora", key)
+        assert first.result(60).rows.equals(own.rows)
+    finally:
+        prefetch.close()
+    assert calls == ["dora", "emil"], calls
+    assert take_previous(store, key, "emil") is None  # closed: unregistered
+
+
+def _until(condition, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
