@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memlib import schema
-from memlib.io.take import take
+from memlib.compose.rows import taken
 
 
 @dataclass
@@ -31,13 +31,13 @@ def _first_rows(nodes: pa.Table) -> pa.Array | None:
 
 def sorted_unique_nodes(nodes: pa.Table) -> pa.Table:
     """One row per node id (its first occurrence), sorted by (kind, node_id): one take of the rows
-    (the embeddings are most of a tenant's bytes)."""
+    (the embeddings are most of a tenant's bytes: gathered from their chunks, not combined first)."""
     rows = _first_rows(nodes)
     keys = nodes.select(["kind", "node_id"])
     if rows is not None:
         keys = keys.take(rows)
     order = pc.sort_indices(keys, sort_keys=[("kind", "ascending"), ("node_id", "ascending")])
-    return take(nodes, order if rows is None else pc.take(rows, order))
+    return taken(nodes, order if rows is None else pc.take(rows, order))
 
 
 def dedup_edges(edges: pa.Table) -> pa.Table:
