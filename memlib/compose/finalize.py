@@ -49,7 +49,7 @@ def dedup_edges(edges: pa.Table) -> pa.Table:
     key_tbl = key_tbl.set_column(3, "relation", pc.fill_null(key_tbl.column("relation"), ""))
     first = key_tbl.group_by(keys, use_threads=False).aggregate([("_i", "min")])
     col = first.column("_i_min")
-    return edges.take(pc.take(col, pc.sort_indices(col)))
+    return taken(edges, pc.take(col, pc.sort_indices(col)))
 
 
 def drop_dangling(nodes: pa.Table, edges: pa.Table) -> tuple[pa.Table, pa.Table]:
@@ -71,6 +71,7 @@ def finalize(nodes: pa.Table, edges: pa.Table, dim: int) -> Finalized:
     nodes = sorted_unique_nodes(schema.conform(nodes, schema.nodes_schema(dim), name="nodes"))
     edges = dedup_edges(schema.conform(edges, schema.EDGES, name="edges"))
     kept, dropped = drop_dangling(nodes, edges)
-    kept = kept.sort_by([("kind", "ascending"), ("src", "ascending"), ("dst", "ascending")])
+    kept = taken(kept, pc.sort_indices(kept, sort_keys=[("kind", "ascending"), ("src", "ascending"),
+                                                        ("dst", "ascending")]))  # Table.sort_by, column by column
     return Finalized(nodes=nodes, edges=kept, dropped_edges=dropped.num_rows,
                      dropped_by_kind=kind_counts(dropped))

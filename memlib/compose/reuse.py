@@ -40,7 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memlib import schema
-from memlib.compose.rows import copy_vectors_into, provenance_of, turn_rows
+from memlib.compose.rows import copy_vectors_into, float32_blobs, int32_lists, provenance_of, turn_rows
 from memlib.compose.span_pool import Fallback, IdSums, SpanPooler, fill_sums, is_clue, normalize_into
 from memlib.compose.vectors import TurnVectors, binary_views, list_views, pooled_vectors
 from memlib.io.take import BLOCK_ROWS, VectorRows, take, take_column
@@ -368,13 +368,7 @@ def fallbacks_table(nodes: pa.Table, fallbacks: dict[int, Fallback]) -> pa.Table
     keys = iter(_clue_keys(nodes, np.asarray(rows, dtype=np.int64)[clue]))
     inputs = [next(keys) if c else None for c in clue.tolist()]
     table = pa.table({"tenant_id": nodes.column("tenant_id").take(take), "node_id": nodes.column("node_id").take(take),
-                      "ids": pa.array([np.asarray(f.ids, dtype=np.int32) for f in fb], pa.list_(pa.int32())),
-                      "counts": pa.array([np.asarray(f.counts, dtype=np.int32) for f in fb], pa.list_(pa.int32())),
-                      "local": pa.array([None if f.local is None else np.asarray(f.local, dtype=np.float32).tobytes()
-                                         for f in fb], pa.binary()),
-                      "inputs": pa.array(inputs, pa.string())})
-    first: dict[str, int] = {}
-    for i, node_id in enumerate(table.column("node_id").to_pylist()):
-        first.setdefault(node_id, i)
-    return schema.conform(table.take(pa.array(list(first.values()), pa.int64())), schema.NODE_FALLBACKS,
-                          name="node_fallbacks")
+                      "ids": int32_lists([f.ids for f in fb]), "counts": int32_lists([f.counts for f in fb]),
+                      "local": float32_blobs([f.local for f in fb]), "inputs": pa.array(inputs, pa.string())})
+    first = pl.from_arrow(table.column("node_id")).is_first_distinct().to_numpy()  # one row per node id: its first
+    return schema.conform(table.filter(pa.array(first)), schema.NODE_FALLBACKS, name="node_fallbacks")

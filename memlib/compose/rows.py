@@ -108,3 +108,25 @@ def copy_vectors_into(out: np.ndarray, rows: np.ndarray, col: pa.ChunkedArray, s
     bits = out.view(np.uint32)
     for s in range(0, rows.size, BLOCK_ROWS):
         bits[rows[s:s + BLOCK_ROWS]] = view.rows(src_rows[s:s + BLOCK_ROWS])
+
+
+def int32_lists(parts: list[np.ndarray]) -> pa.ListArray:
+    """``pa.array(parts, pa.list_(pa.int32()))`` (no nulls) from one concatenation, not row by row."""
+    offsets = np.zeros(len(parts) + 1, np.int32)
+    np.cumsum([p.size for p in parts], out=offsets[1:])
+    flat = np.concatenate(parts).astype(np.int32, copy=False) if parts else np.zeros(0, np.int32)
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat, pa.int32()))
+
+
+def float32_blobs(parts: list[np.ndarray | None]) -> pa.BinaryArray:
+    """``pa.array([None if p is None else p.astype(float32).tobytes() for p in parts], pa.binary())``
+    from one concatenation, not one bytes object per row."""
+    valid = np.fromiter((p is not None for p in parts), bool, len(parts))
+    sizes = np.fromiter((0 if p is None else p.size * 4 for p in parts), np.int64, len(parts))
+    offsets = np.zeros(len(parts) + 1, np.int32)
+    np.cumsum(sizes, out=offsets[1:])
+    kept = [np.asarray(p, dtype=np.float32).reshape(-1) for p in parts if p is not None]
+    data = np.concatenate(kept).view(np.uint8) if kept else np.zeros(0, np.uint8)
+    bitmap = pa.array(valid).buffers()[1] if not valid.all() else None
+    return pa.Array.from_buffers(pa.binary(), len(parts), [bitmap, pa.py_buffer(offsets), pa.py_buffer(data)],
+                                 null_count=int((~valid).sum()))
