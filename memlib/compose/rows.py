@@ -66,8 +66,15 @@ def gather_vectors(col: pa.ChunkedArray | pa.Array, idx: np.ndarray) -> pa.Fixed
     if view is None or col.null_count:
         return None
     out = np.empty((idx.size, view.dim), np.uint32)
-    for s in range(0, idx.size, BLOCK_ROWS):
-        out[s:s + BLOCK_ROWS] = view.rows(idx[s:s + BLOCK_ROWS])
+    if len(view.views) == 1:
+        np.take(view.views[0], idx, axis=0, out=out)
+    else:
+        chunk = np.searchsorted(view.starts, idx, side="right") - 1
+        for c in np.unique(chunk).tolist():
+            at = np.flatnonzero(chunk == c)
+            for s in range(0, at.size, BLOCK_ROWS):
+                b = at[s:s + BLOCK_ROWS]
+                out[b] = view.views[c][idx[b] - view.starts[c]]
     return pa.FixedSizeListArray.from_arrays(pa.array(out.view(np.float32).reshape(-1), pa.float32()), view.dim)
 
 
