@@ -30,6 +30,7 @@ from memlib import schema
 from memlib.compose import steps
 from memlib.compose.finalize import finalize, kind_counts
 from memlib.compose.recipe import DEFAULT_RECIPE, Step, get_recipe
+from memlib.compose.rows import take_runs
 from memlib.compose.sessions import (
     SessionOutput,
     own_encoder,
@@ -95,10 +96,8 @@ def _in_session_order(table: pa.Table, order: pa.Array) -> pa.Table:
     rank = rank.to_numpy(zero_copy_only=False)
     if rank.size < 2 or bool((np.diff(rank) >= 0).all()):
         return table
-    perm = np.argsort(rank, kind="stable")
-    moved = np.flatnonzero(perm != np.arange(perm.size))
-    a, b = int(moved[0]), int(moved[-1]) + 1  # only rows in [a, b) move (a new session in a kept block's range)
-    return pa.concat_tables([table.slice(0, a), table.take(pa.array(perm[a:b], pa.int64())), table.slice(b)])
+    # a new session in a kept block's range moves as one run of rows: zero-copy slices (rows.take_runs)
+    return take_runs(table, np.argsort(rank, kind="stable"))
 
 
 def _pooled_backend(cfg: MemlibConfig) -> bool:

@@ -41,9 +41,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memlib import schema
+from memlib.compose.rows import copy_vectors_into, float32_blobs, int32_lists, provenance_of, turn_rows
 from memlib.compose.span_pool import Fallback, IdSums, SpanPooler, fill_sums, is_clue, normalize_into
 from memlib.compose.vectors import TurnVectors, binary_views, list_views, pooled_vectors
-from memlib.io.take import BLOCK_ROWS, VectorRows, take_column
+from memlib.io.take import BLOCK_ROWS, VectorRows, take, take_column
 
 NODE_COLUMNS = ["node_id", "kind", "text", "provenance", "embedding"]
 
@@ -182,19 +183,18 @@ def turn_changes(nodes: pa.Table, tv: TurnVectors, previous: PreviousTenant) -> 
     has not, when every turn in both has the same text and vector; else None. In columns: the
     published turns are matched to this run's by id, their texts compared as arrays and their
     vectors as float32 bits (no Python object per turn)."""
-    turns = nodes.filter(pc.equal(nodes.column("kind"), schema.NodeKind.TURN.value))
-    before = previous.nodes.filter(pc.equal(previous.nodes.column("kind"), schema.NodeKind.TURN.value))
-    ids, old_ids = turns.column("node_id"), before.column("node_id")
+    now, before = nodes, previous.nodes
+    rows_now, rows_before = turn_rows(now), turn_rows(before)  # read where they lie: no copied table
+    ids, old_ids = take_column(now.column("node_id"), rows_now), take_column(before.column("node_id"), rows_before)
     at = pc.index_in(old_ids, value_set=ids)  # per published turn: its row among this run's turns
     both = at.is_valid()
-    old_rows = np.flatnonzero(both.to_numpy(zero_copy_only=False))
-    new_rows = pc.filter(at, both).to_numpy(zero_copy_only=False).astype(np.int64)
-    texts_now = turns.column("text").take(pa.array(new_rows, pa.int64()))
-    texts_before = before.column("text").take(pa.array(old_rows, pa.int64()))
+    old_rows = rows_before[np.flatnonzero(both.to_numpy(zero_copy_only=False))]
+    new_rows = rows_now[pc.filter(at, both).to_numpy(zero_copy_only=False).astype(np.int64)]
+    texts_now, texts_before = take_column(now.column("text"), new_rows), take_column(before.column("text"), old_rows)
     same_text = pc.equal(pc.fill_null(texts_now, "\x00"), pc.fill_null(texts_before, "\x00"))
     if new_rows.size and not pc.all(same_text).as_py():
         return None
-    vectors = pooled_vectors(turns.take(pa.array(new_rows, pa.int64())), tv.node_ids, tv.vectors)
+    vectors = pooled_vectors(provenance_of(nodes, new_rows), tv.node_ids, tv.vectors)
     if new_rows.size and not _same_bits(vectors, before.column("embedding"), old_rows):
         return None
     added = pc.filter(ids, pc.invert(pc.is_in(ids, value_set=old_ids))).to_pylist()
@@ -214,7 +214,7 @@ def _unchanged(nodes: pa.Table, rows: np.ndarray, previous: PreviousTenant) -> t
     keyed = lambda t: pl.from_arrow(t.select(cols)).with_columns(  # noqa: E731 - a list key as one string
         pl.col("provenance").list.join("\x1f").fill_null("\x00").alias("provenance"),
         pl.col("text").fill_null("\x00"))
-    new = keyed(nodes.take(pa.array(rows, pa.int64()))).with_columns(pl.Series("_row", rows, dtype=pl.Int64))
+    new = keyed(take(nodes.select(cols), rows)).with_columns(pl.Series("_row", rows, dtype=pl.Int64))
     old = keyed(previous.nodes).with_row_index("_prev")
     same = new.join(old, on=cols, how="inner").sort("_row")
     return same["_row"].to_numpy().astype(np.int64), same["_prev"].to_numpy().astype(np.int64)
@@ -252,12 +252,12 @@ def pooled_reusing(nodes: pa.Table, tv: TurnVectors, tokenizer: Any, previous: P
     assert tv.token_ids is not None and tv.token_vectors is not None
     n = nodes.num_rows
     out = np.zeros((n, tv.vectors.shape[1] if tv.vectors.ndim == 2 else 0), dtype=np.float32)
-    kinds = np.asarray(nodes.column("kind").to_pylist(), dtype=object)
-    turn_rows = np.flatnonzero(kinds == schema.NodeKind.TURN.value)
-    out[turn_rows] = pooled_vectors(nodes.take(pa.array(turn_rows, pa.int64())), tv.node_ids, tv.vectors)
-    derived = np.flatnonzero(kinds != schema.NodeKind.TURN.value)
+    turns = turn_rows(nodes)
+    out[turns] = pooled_vectors(provenance_of(nodes, turns), tv.node_ids, tv.vectors)
+    derived = np.setdiff1d(np.arange(n), turns)
     # a clue's published vector is its merged one (renormalized in the link step), not its pooled one
-    poolable = derived[kinds[derived] != schema.NodeKind.CLUE.value]
+    clue = is_clue(nodes, derived)
+    poolable = derived[~clue]
     rows, prev_rows = _unchanged(nodes, poolable, previous)
     position = {t: i for i, t in enumerate(tv.node_ids)}
     new = [position[t] for t in changes.added if t in position]
@@ -274,12 +274,10 @@ def pooled_reusing(nodes: pa.Table, tv: TurnVectors, tokenizer: Any, previous: P
     whole = np.array([f.ids.size == 0 or f.local is not None for f in kept], dtype=bool)
     copy = ~moved & whole
     copy_rows, copy_prev = rows[copy], prev_rows[copy]
-    if copy_rows.size:
-        emb = take_column(previous.nodes.column("embedding"), copy_prev)
-        out[copy_rows] = emb.flatten().to_numpy(zero_copy_only=False).reshape(copy_rows.size, -1)
+    copy_vectors_into(out, copy_rows, previous.nodes.column("embedding"), copy_prev)
     fallbacks = {int(r): kept[k] for k, r in enumerate(rows.tolist()) if copy[k]}
     refill = np.flatnonzero(moved & whole)
-    clue_rows, clue_fb = _kept_clues(nodes, derived[kinds[derived] == schema.NodeKind.CLUE.value], previous)
+    clue_rows, clue_fb = _kept_clues(nodes, derived[clue], previous)
     refill_rows = np.concatenate([rows[refill], clue_rows])
     refill_fb = [kept[k] for k in refill.tolist()] + clue_fb
     _refill(out, nodes, tv, refill_rows, refill_fb, sums)
@@ -287,7 +285,7 @@ def pooled_reusing(nodes: pa.Table, tv: TurnVectors, tokenizer: Any, previous: P
     redo = np.setdiff1d(derived, np.concatenate([copy_rows, refill_rows]))
     pooler = SpanPooler.of(nodes, provenance_turns(nodes, redo, tv), tokenizer, rows=redo, sums=sums)
     if pooler is not None:
-        out[redo] = pooled_vectors(nodes.take(pa.array(redo, pa.int64())), tv.node_ids, tv.vectors)
+        out[redo] = pooled_vectors(provenance_of(nodes, redo), tv.node_ids, tv.vectors)
         fallbacks.update(zip(redo.tolist(), pooler.pool_into(out, np.arange(redo.size), is_clue(nodes, redo))))
     return Reused(out, int(copy_rows.size), int(refill_rows.size), fallbacks, sums, copy_rows.astype(np.int64))
 
@@ -320,8 +318,12 @@ def _refill(out: np.ndarray, nodes: pa.Table, tv: TurnVectors, rows: np.ndarray,
     """Write into ``out[rows]`` each node's vector from its kept local sum plus its fallback ids'
     means (``sums``), normalized; the mean of its turns' vectors when that sum is zero, as in
     :meth:`memlib.compose.span_pool.SpanPooler.pool_into`. Reads no token row."""
-    if rows.size == 0:
-        return
+    for s in range(0, rows.size, BLOCK_ROWS):  # a node's row is the same in any block: no tenant-wide temporaries
+        _refill_block(out, nodes, tv, rows[s:s + BLOCK_ROWS], kept[s:s + BLOCK_ROWS], sums)
+
+
+def _refill_block(out: np.ndarray, nodes: pa.Table, tv: TurnVectors, rows: np.ndarray, kept: list[Fallback],
+                  sums: IdSums) -> None:
     lengths = np.fromiter((f.ids.size for f in kept), dtype=np.int64, count=len(kept))
     local = np.stack([f.local for f in kept]).astype(np.float32, copy=False)  # type: ignore[misc]
     fill = fill_sums(np.repeat(np.arange(len(kept), dtype=np.int64), lengths),
@@ -330,7 +332,7 @@ def _refill(out: np.ndarray, nodes: pa.Table, tv: TurnVectors, rows: np.ndarray,
     total = local + fill
     zero = np.linalg.norm(total, axis=1) <= 1e-12  # normalize_into leaves these rows: they get their turns' mean
     if zero.any():
-        out[rows[zero]] = pooled_vectors(nodes.take(pa.array(rows[zero], pa.int64())), tv.node_ids, tv.vectors)
+        out[rows[zero]] = pooled_vectors(provenance_of(nodes, rows[zero]), tv.node_ids, tv.vectors)
     normalize_into(out, rows, total)
 
 
@@ -375,13 +377,7 @@ def fallbacks_table(nodes: pa.Table, fallbacks: dict[int, Fallback]) -> pa.Table
     keys = iter(_clue_keys(nodes, np.asarray(rows, dtype=np.int64)[clue]))
     inputs = [next(keys) if c else None for c in clue.tolist()]
     table = pa.table({"tenant_id": nodes.column("tenant_id").take(take), "node_id": nodes.column("node_id").take(take),
-                      "ids": pa.array([np.asarray(f.ids, dtype=np.int32) for f in fb], pa.list_(pa.int32())),
-                      "counts": pa.array([np.asarray(f.counts, dtype=np.int32) for f in fb], pa.list_(pa.int32())),
-                      "local": pa.array([None if f.local is None else np.asarray(f.local, dtype=np.float32).tobytes()
-                                         for f in fb], pa.binary()),
-                      "inputs": pa.array(inputs, pa.string())})
-    first: dict[str, int] = {}
-    for i, node_id in enumerate(table.column("node_id").to_pylist()):
-        first.setdefault(node_id, i)
-    return schema.conform(table.take(pa.array(list(first.values()), pa.int64())), schema.NODE_FALLBACKS,
-                          name="node_fallbacks")
+                      "ids": int32_lists([f.ids for f in fb]), "counts": int32_lists([f.counts for f in fb]),
+                      "local": float32_blobs([f.local for f in fb]), "inputs": pa.array(inputs, pa.string())})
+    first = pl.from_arrow(table.column("node_id")).is_first_distinct().to_numpy()  # one row per node id: its first
+    return schema.conform(table.filter(pa.array(first)), schema.NODE_FALLBACKS, name="node_fallbacks")

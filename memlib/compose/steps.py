@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memlib import schema
+from memlib.compose.rows import filter_runs
 from memlib.compose.span_pool import span_pooled_with_fallbacks
 from memlib.compose.vectors import pooled_vectors, with_embeddings
 from memlib.config import Backend
@@ -210,11 +211,12 @@ def _vectors_of(nodes: pa.Table) -> np.ndarray:
 
 
 def _split_edges(state: BuildState, kind: schema.EdgeKind) -> pa.Table:
-    """Remove the edges of ``kind`` from the state and return them."""
+    """Remove the edges of ``kind`` from the state and return them (slices of the state's edges
+    when they are few runs of rows, as a step's edges are)."""
     edges = state.all_edges()
-    mask = pc.equal(edges.column("kind"), kind.value)
-    state.edges = [edges.filter(pc.invert(mask))]
-    return edges.filter(mask)
+    mask = pc.equal(edges.column("kind"), kind.value).to_numpy(zero_copy_only=False)
+    state.edges = [filter_runs(edges, ~mask)]
+    return filter_runs(edges, mask)
 
 
 def link(state: BuildState) -> None:
@@ -226,8 +228,8 @@ def link(state: BuildState) -> None:
     merge_threshold = backend_threshold(state.cfg.clues.merge_threshold, state.cfg.embed)
     similar_threshold = backend_threshold(state.cfg.clues.similar_threshold, state.cfg.embed)
     nodes = state.embedded_nodes
-    clue_mask = pc.equal(nodes.column("kind"), schema.NodeKind.CLUE.value)
-    clue_nodes = nodes.filter(clue_mask)
+    clue_mask = pc.equal(nodes.column("kind"), schema.NodeKind.CLUE.value).to_numpy(zero_copy_only=False)
+    clue_nodes = filter_runs(nodes, clue_mask)
     if clue_nodes.num_rows:
         vectors = _vectors_of(clue_nodes)
         merged, has_clue, id_map = merge_clues(clue_nodes.drop_columns(["embedding"]), vectors,
@@ -235,7 +237,7 @@ def link(state: BuildState) -> None:
         new_ids = merged.column("node_id").to_pylist()
         merged_vecs = merged_vectors(id_map, clue_nodes.column("node_id").to_pylist(), vectors, new_ids)
         merged = with_embeddings(merged, merged_vecs, state.dim)
-        state.embedded_nodes = pa.concat_tables([nodes.filter(pc.invert(clue_mask)),
+        state.embedded_nodes = pa.concat_tables([filter_runs(nodes, ~clue_mask),  # no copy of the vectors
                                                  schema.conform(merged, nodes.schema, name="clues")])
         state.add(edges=has_clue)
         state.add(edges=similar_edges(new_ids, merged.column("tenant_id"), merged_vecs, similar_threshold))
