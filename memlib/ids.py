@@ -43,6 +43,13 @@ def _part(p: object) -> bytes:
 
 def digest(*parts: object, length: int = HEX_LEN) -> str:
     """Hex digest of the parts (``None`` is encoded distinctly from the empty string)."""
+    raw = []
+    for p in parts:
+        if p is None:
+            break
+        raw.append(str(p).encode("utf-8", "surrogatepass"))
+    else:  # no None (every id of an input's turns): the parts joined and hashed at once
+        return hashlib.blake2b(join_escaped(raw), digest_size=16).hexdigest()[:length]
     h = hashlib.blake2b(digest_size=16)
     for i, p in enumerate(parts):
         if i:

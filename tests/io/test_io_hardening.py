@@ -213,6 +213,27 @@ def test_joined_escaped_parts_are_the_parts_escaped_one_by_one():
     assert ids.escape(b"plain") == b"plain" and ids.escape(b"a\x1eb") == b"a\x1b\x1eb"
 
 
+def test_digest_is_the_escaped_parts_hashed_one_after_another():
+    # digest hashes parts without None joined at once: the same bytes as part by part
+    import hashlib
+    import random
+
+    def by_parts(*parts: object) -> str:
+        h = hashlib.blake2b(digest_size=16)
+        for i, p in enumerate(parts):
+            raw = b"\x00" if p is None else ids.escape(str(p).encode("utf-8", "surrogatepass"))
+            h.update((b"\x1f" if i else b"") + raw)
+        return h.hexdigest()[:ids.HEX_LEN]
+
+    rng = random.Random(49)
+    alphabet = ["a", "\x00", "\x1b", "\x1e", "\x1f", "\u00e9", "\ud800"]
+    for _ in range(3000):
+        parts = [rng.choice([None, 7, "".join(rng.choices(alphabet, k=rng.randrange(3)))])
+                 for _ in range(rng.randrange(5))]
+        assert ids.digest(*parts) == by_parts(*parts), parts
+    assert ids.digest("a\x1f", "b") != ids.digest("a", "\x1fb") and ids.digest("a", None) != ids.digest("a", "\x00")
+
+
 def test_session_keys_tell_a_separator_inside_a_value_from_one_between_values():
     from memlib.compose.sessions import session_keys
 
