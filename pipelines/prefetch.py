@@ -9,7 +9,9 @@ builds on a thread of its own from the moment the plan is known, in the order th
 will ask for them, never more than ``ahead`` read and not yet taken (a many-tenant run does not
 hold every tenant's build in the driver). The tenant operator takes them
 (:func:`take_previous`) and opens the published version through :func:`open_published`; a tenant
-not read ahead is read by its row, as before. On Ray the tenant actors are other processes:
+not read ahead is read by its row, as before. Once the sessions are planned, it also reads the
+rows' sessions kept by earlier runs (:meth:`PublishedPrefetch.read_kept`, taken with
+:func:`take_kept`), bounded the same way. On Ray the tenant actors are other processes:
 nothing is read ahead for them (a run that turns out too large to build inline closes its prefetch
 before Ray starts).
 """
