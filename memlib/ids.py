@@ -11,19 +11,30 @@ Parts without those three characters (every ordinary id and text) encode as befo
 from __future__ import annotations
 
 import hashlib
+import re
 
 _SEP = "\x1f"
 HEX_LEN = 20
 _ESC = {0x1b: b"\x1b\x1b", 0x1f: b"\x1b\x1f", 0x1e: b"\x1b\x1e", 0x00: b"\x1b\x00"}
-_SPECIAL = bytes(_ESC)
+_SPECIAL = re.compile(b"[\x00\x1b\x1e\x1f]")
+_BUT_UNIT_SEP = re.compile(b"[\x00\x1b\x1e]")
 
 
 def escape(raw: bytes) -> bytes:
     """``raw`` with the separators (\\x1e, \\x1f), NUL and ESC escaped by ESC: joining escaped
     parts with a separator is unambiguous; bytes without them are returned unchanged."""
-    if not any(c in raw for c in _SPECIAL):
+    if _SPECIAL.search(raw) is None:  # one scan (a per-byte any() was 0.1-0.2 s of a 27k-turn read)
         return raw
     return b"".join(_ESC.get(c, bytes((c,))) for c in raw)
+
+
+def join_escaped(parts: list[bytes]) -> bytes:
+    """``b"\\x1f".join(escape(p) for p in parts)``: one scan of the joined bytes when no part holds
+    a byte to escape (every ordinary row: the session keys hash 12 values of every turn)."""
+    joined = _SEP.encode().join(parts)
+    if _BUT_UNIT_SEP.search(joined) is None and joined.count(b"\x1f") == len(parts) - 1:
+        return joined
+    return _SEP.encode().join(escape(p) for p in parts)
 
 
 def _part(p: object) -> bytes:
@@ -32,6 +43,13 @@ def _part(p: object) -> bytes:
 
 def digest(*parts: object, length: int = HEX_LEN) -> str:
     """Hex digest of the parts (``None`` is encoded distinctly from the empty string)."""
+    raw = []
+    for p in parts:
+        if p is None:
+            break
+        raw.append(str(p).encode("utf-8", "surrogatepass"))
+    else:  # no None (every id of an input's turns): the parts joined and hashed at once
+        return hashlib.blake2b(join_escaped(raw), digest_size=16).hexdigest()[:length]
     h = hashlib.blake2b(digest_size=16)
     for i, p in enumerate(parts):
         if i:

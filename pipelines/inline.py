@@ -50,10 +50,18 @@ def prewarm(ctx: BuildContext) -> None:
     the driver shards the input of a run that may build inline; the driver does not wait for it,
     so the tenant stages' part loads while the session pass runs (the encoder releases the GIL:
     the second core does it). Best effort: a failure here is met again, and reported, where the
-    operators are made."""
+    operators are made.
+
+    The cyclic collector makes no pass meanwhile, in any thread (its thresholds are the
+    process's): the loads allocate about a million objects that live as long as the process, and
+    each pass walked the young ones with every thread stopped: the sharding's and the read-ahead's
+    too (decision 0049). All of it is frozen at the end, as before, with the few cycles the other
+    threads dropped meanwhile (41,000 objects collected in a whole 2,500-session nightly)."""
     import gc
     import logging
 
+    thresholds = gc.get_threshold()
+    gc.set_threshold(0, *thresholds[1:])  # not gc.disable(): spaCy's model read (srsly) enables it again
     try:
         from memlib.compose.recipe import get_recipe
         from memlib.compose.reference import prepare_tenant_steps
@@ -74,6 +82,8 @@ def prewarm(ctx: BuildContext) -> None:
         gc.freeze()
     except Exception as exc:  # noqa: BLE001 - see the docstring
         logging.getLogger("memlib.build").debug("prewarm: %s", exc)
+    finally:
+        gc.set_threshold(*thresholds)
 
 
 def run_inline(shards: list[TenantShard], ctx: BuildContext, plan: Any, *, stats: dict[str, Any] | None = None,

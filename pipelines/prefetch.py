@@ -9,7 +9,9 @@ builds on a thread of its own from the moment the plan is known, in the order th
 will ask for them, never more than ``ahead`` read and not yet taken (a many-tenant run does not
 hold every tenant's build in the driver). The tenant operator takes them
 (:func:`take_previous`) and opens the published version through :func:`open_published`; a tenant
-not read ahead is read by its row, as before. On Ray the tenant actors are other processes:
+not read ahead is read by its row, as before. Once the sessions are planned, it also reads the
+rows' sessions kept by earlier runs (:meth:`PublishedPrefetch.read_kept`, taken with
+:func:`take_kept`), bounded the same way. On Ray the tenant actors are other processes:
 nothing is read ahead for them (a run that turns out too large to build inline closes its prefetch
 before Ray starts).
 """
@@ -58,6 +60,17 @@ def take_previous(store: str | Path, session_key: str, tenant: str) -> Future | 
     return prefetch.take(tenant)
 
 
+def take_kept(store: str | Path, session_key: str, keys: list[str], blocks: list[str]) -> Future | None:
+    """The future of :meth:`memlib.compose.session_store.SessionStore.read` of ``keys`` in ``blocks``
+    (the kept sessions of a tenant of this run: its result or exception) when it was read ahead
+    for a run of ``store`` under ``session_key``; None when it was not (then the caller reads)."""
+    with _ACTIVE_LOCK:
+        prefetch = _ACTIVE.get(str(store))
+    if prefetch is None or prefetch.session_key != session_key:
+        return None
+    return prefetch.take_kept(keys, blocks)
+
+
 class PublishedPrefetch:
     """Reads the published builds of ``tenants`` (in that order) of ``store``, at most ``ahead`` of
     them read and not taken; :meth:`start` registers it for the operators of this process,
@@ -69,10 +82,12 @@ class PublishedPrefetch:
         self.ahead = max(1, ahead)
         self.opened: Future = Future()
         self._ready: dict[str, Future] = {}   # read or being read, not taken yet
-        self._taken: set[str] = set()         # asked for: read by the prefetch or by the caller
+        self._taken: set = set()  # tenants and kept reads asked for: read by the prefetch or by the caller
         self._cond = threading.Condition()
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="memlib-prefetch", daemon=True)
+        self._kept: dict[tuple, Future] = {}  # (keys, blocks) -> their kept sessions, read or being read
+        self._kept_thread: threading.Thread | None = None
 
     def start(self) -> PublishedPrefetch:
         with _ACTIVE_LOCK:
@@ -91,18 +106,68 @@ class PublishedPrefetch:
             self._cond.notify_all()
         return future
 
+    def read_kept(self, wanted: list[tuple[list[str], list[str]]], dim: int) -> None:
+        """Read the kept sessions ``wanted`` ((session keys, blocks holding them) per tenant, in the
+        order the rows ask for them) on a second thread, as the rows would, at most ``ahead`` read
+        and not taken: once the sessions are planned, a row finds its tenant's kept sessions read
+        (or being read) and waits only for this run's blocks."""
+        if wanted and self._kept_thread is None and not self._closed:
+            first = threading.Event()  # the first tenant's read is registered before a row can ask for it
+            self._kept_thread = threading.Thread(target=self._run_kept, args=(wanted, dim, first),
+                                                 name="memlib-prefetch-kept", daemon=True)
+            self._kept_thread.start()
+            first.wait()
+
+    def take_kept(self, keys: list[str], blocks: list[str]) -> Future | None:
+        """The read of exactly ``keys`` in ``blocks`` when it was read (or is being read) ahead;
+        None otherwise, and it will not be."""
+        key = (tuple(keys), tuple(blocks))
+        with self._cond:
+            self._taken.add(key)
+            future = self._kept.pop(key, None)
+            self._cond.notify_all()
+        return future
+
     def close(self) -> None:
-        """Stop reading, wait for the read in progress, drop the builds not taken."""
+        """Stop reading, wait for the reads in progress, drop the builds and sessions not taken."""
         with self._cond:
             self._closed = True
             self._ready.clear()
+            self._kept.clear()
             self._cond.notify_all()
         with _ACTIVE_LOCK:
             if _ACTIVE.get(self.store) is self:
                 del _ACTIVE[self.store]
-        if self._thread.is_alive():
-            self._thread.join()
+        for thread in (self._thread, self._kept_thread):
+            if thread is not None and thread.is_alive():
+                thread.join()
         self._ready.clear()
+        self._kept.clear()
+
+    def _run_kept(self, wanted: list[tuple[list[str], list[str]]], dim: int, first: threading.Event) -> None:
+        try:
+            from memlib.compose.session_store import SessionStore
+
+            sessions = SessionStore(self.store, self.session_key, dim, trust_unchanged=True)
+            for keys, blocks in wanted:
+                key = (tuple(keys), tuple(blocks))
+                with self._cond:
+                    while not self._closed and len(self._kept) >= self.ahead:
+                        self._cond.wait()
+                    if self._closed:
+                        return
+                    if key in self._taken:
+                        continue
+                    future: Future = Future()
+                    future.set_running_or_notify_cancel()
+                    self._kept[key] = future
+                first.set()
+                try:
+                    future.set_result(sessions.read(keys, blocks))
+                except Exception as exc:  # noqa: BLE001 - raised again in the row that asks for it
+                    future.set_exception(exc)
+        finally:
+            first.set()
 
     def _run(self) -> None:
         from memlib.compose.reuse import load_previous

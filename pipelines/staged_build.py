@@ -124,6 +124,18 @@ def plan_sessions(shards: list[TenantShard], store: SessionStore, build_key: str
     return plan
 
 
+def kept_reads(plan: SessionPlan, tenants: list[str]) -> list[tuple[list[str], list[str]]]:
+    """What the rows of ``tenants`` read first (:meth:`pipelines.tenant_op.TenantOp.read_sessions`):
+    per tenant with sessions kept by earlier runs, their keys in session order and their blocks."""
+    out = []
+    for tenant in tenants:
+        pending = set(plan.tenant_pending.get(tenant, []))
+        keys = [k for k in plan.tenant_sessions.get(tenant, []) if k not in pending]
+        if keys and tenant in plan.tenant_kept:
+            out.append((keys, plan.tenant_kept[tenant]))
+    return out
+
+
 def trusted_blocks(store: SessionStore, keys: list[str], building: list[TenantShard],
                    damaged: dict[str, str]) -> dict[str, str]:
     """Kept session key -> its block, for those of ``keys`` kept in blocks whose files have the

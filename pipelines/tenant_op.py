@@ -205,11 +205,15 @@ class TenantOp(Operator):
         vectors, seconds waited for the blocks)."""
         from memlib.compose.sessions import SessionOutput
         from memlib.compose.vectors import TurnVectors
+        from pipelines.prefetch import take_kept
 
         earlier = [k for k in order if k not in pending]
         if kept_blocks is not None:
             kept = set(earlier)
-            parts = [self.sessions.read(earlier, kept_blocks)] if earlier else []
+            # read ahead by the driver once the sessions were planned (a run in the driver), or now
+            ahead = take_kept(self.store_dir, self.session_key, earlier, kept_blocks) if earlier else None
+            parts = [] if not earlier else [ahead.result()] if ahead is not None else \
+                [self.sessions.read(earlier, kept_blocks)]
         else:
             if earlier:
                 self.sessions.refresh()  # blocks written since this actor last read the index

@@ -43,6 +43,7 @@ from memlib.io.store import StoreError, read_manifest
 from pipelines.context import BuildContext
 from pipelines.inline import inline_fits, prewarm, tenant_workers
 from pipelines.prefetch import PublishedPrefetch, prefetch_order, quick_handoff
+from pipelines.staged_build import kept_reads
 
 
 def run_config(cfg: MemlibConfig, base: dict[str, Any] | None, out: str, progress: Progress) -> MemlibConfig:
@@ -102,6 +103,7 @@ def plan_and_shard(run: Run, options: BuildOptions) -> Sharded:
                 sharded = shard_and_prepare(run, sources, read.failed)
             work = sharded.sessions.pending_turns if sharded.sessions else 0
             if inline_fits(run.ctx, len(sharded.to_build), work):
+                _read_kept_ahead(run, sharded)
                 run.inline = True
                 run.progress("inline", {"tenants": len(sharded.to_build), "turns": work})
                 return sharded
@@ -134,6 +136,14 @@ def _prefetch(run: Run) -> PublishedPrefetch | None:
         return None
     ahead = tenant_workers(os.cpu_count() or 1, len(tenants))
     return PublishedPrefetch(run.ctx.store, run.ctx.session_key, tenants, ahead).start()
+
+
+def _read_kept_ahead(run: Run, sharded: Sharded) -> None:
+    """The rows' sessions kept by earlier runs, read by the prefetch too, once they are planned."""
+    if run.prefetch is not None and sharded.sessions is not None:
+        building = {s.tenant_id for s in sharded.to_build}
+        tenants = [t for t in run.prefetch.order if t in building]
+        run.prefetch.read_kept(kept_reads(sharded.sessions, tenants), run.ctx.cfg.embed.dim)
 
 
 def _may_inline(run: Run, options: BuildOptions) -> bool:

@@ -75,8 +75,8 @@ def session_keys(turns: pa.Table, build_key: str) -> pa.Array:
         h = hashes.get(row[:3])
         if h is None:
             h = hashes[row[:3]] = seed.copy()
-        h.update(b"\x1e" + b"\x1f".join(ids.escape(("" if v is None else str(v)).encode("utf-8", "surrogatepass"))
-                                        for v in row))
+        h.update(b"\x1e" + ids.join_escaped([("" if v is None else str(v)).encode("utf-8", "surrogatepass")
+                                              for v in row]))
     keyed = {k: h.hexdigest()[:32] for k, h in hashes.items()}
     rows = pl.from_arrow(turns.select(SESSION_COLUMNS)).iter_rows()
     return pa.array([keyed[r] for r in rows], pa.string())

@@ -199,6 +199,54 @@ def test_ids_with_the_separator_do_not_collide():
     assert ids.turn_node_id("maya", "c", "s1:1") == "turn:" + _plain_digest("turn", "maya", "c", "s1:1")
 
 
+def test_joined_escaped_parts_are_the_parts_escaped_one_by_one():
+    # join_escaped (the session keys' row hash) skips the per-part escaping only when the joined
+    # bytes hold no byte to escape but the separators it put there
+    import random
+
+    rng = random.Random(38)
+    alphabet = [b"a", b"b", b"\x00", b"\x1b", b"\x1e", b"\x1f", "\u00e9".encode()]
+    for _ in range(3000):
+        parts = [b"".join(rng.choices(alphabet, k=rng.randrange(4))) for _ in range(rng.randrange(1, 5))]
+        assert ids.join_escaped(parts) == b"\x1f".join(ids.escape(p) for p in parts), parts
+    assert ids.join_escaped([b"a\x1fb", b"c"]) != ids.join_escaped([b"a", b"b\x1fc"])
+    assert ids.escape(b"plain") == b"plain" and ids.escape(b"a\x1eb") == b"a\x1b\x1eb"
+
+
+def test_digest_is_the_escaped_parts_hashed_one_after_another():
+    # digest hashes parts without None joined at once: the same bytes as part by part
+    import hashlib
+    import random
+
+    def by_parts(*parts: object) -> str:
+        h = hashlib.blake2b(digest_size=16)
+        for i, p in enumerate(parts):
+            raw = b"\x00" if p is None else ids.escape(str(p).encode("utf-8", "surrogatepass"))
+            h.update((b"\x1f" if i else b"") + raw)
+        return h.hexdigest()[:ids.HEX_LEN]
+
+    rng = random.Random(49)
+    alphabet = ["a", "\x00", "\x1b", "\x1e", "\x1f", "\u00e9", "\ud800"]
+    for _ in range(3000):
+        parts = [rng.choice([None, 7, "".join(rng.choices(alphabet, k=rng.randrange(3)))])
+                 for _ in range(rng.randrange(5))]
+        assert ids.digest(*parts) == by_parts(*parts), parts
+    assert ids.digest("a\x1f", "b") != ids.digest("a", "\x1fb") and ids.digest("a", None) != ids.digest("a", "\x00")
+
+
+def test_session_keys_tell_a_separator_inside_a_value_from_one_between_values():
+    from memlib.compose.sessions import session_keys
+
+    def keys(speaker: str, role: str) -> str:
+        turns = pa.table({"tenant_id": ["t"], "conversation_id": ["c"], "session_id": ["s"], "session_index": [1],
+                          "session_time": [None], "turn_id": ["1"], "turn_index": [0], "node_id": ["n"],
+                          "speaker": [speaker], "role": [role], "text": ["hi"], "extras": [None]})
+        return session_keys(turns, "key").to_pylist()[0]
+
+    assert keys("a\x1fb", "c") != keys("a", "b\x1fc")
+    assert keys("a", "b") != keys("a\x00", "b")
+
+
 def _plain_digest(*parts: str) -> str:
     import hashlib
 

@@ -314,3 +314,23 @@ def test_jobs_inline_prewarm_freezes_what_it_loaded(tmp_path):
     assert res.returncode == 0, res.stdout + res.stderr
     before, after = (int(x) for x in res.stdout.split("FROZEN ")[1].split()[:2])
     assert before == 0 and after > 100_000, res.stdout
+
+
+def test_jobs_inline_prewarm_loads_without_collections(tmp_path):
+    """While the warm-up loads, the cyclic collector makes no pass (each stopped every thread: the
+    sharding and the read-ahead too); afterwards its thresholds are what they were."""
+    code = ("import gc\n"
+            "from memlib.config import MemlibConfig\n"
+            "from pipelines.context import BuildContext\n"
+            "from pipelines.inline import prewarm\n"
+            "passes = []\n"
+            "gc.callbacks.append(lambda phase, info: phase == 'start' and passes.append(info['generation']))\n"
+            f"ctx = BuildContext(MemlibConfig(), store={str(tmp_path)!r}, reuse=True)\n"
+            "prewarm(ctx)\n"
+            "print('PASSES', len(passes), gc.get_threshold() == (700, 10, 10))\n"
+            "gc.set_threshold(5000, 7, 9)\n"
+            "prewarm(ctx)\n"
+            "print('SET', gc.get_threshold())\n")
+    res = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "PASSES 0 True" in res.stdout and "SET (5000, 7, 9)" in res.stdout, res.stdout

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.jobs.conftest import ALL, run_cli, write_jsonl
+from tests.jobs.conftest import ALL, TOPICS, run_cli, tenant_lines, write_jsonl
 
 pytestmark = pytest.mark.ray
 
@@ -108,3 +108,52 @@ def _until(condition, timeout: float = 60.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.02)
+
+
+def test_jobs_prefetch_reads_the_rows_kept_sessions_once_planned(base_store, tmp_path, monkeypatch):
+    """Once the sessions are planned, the prefetch reads each rebuilt tenant's sessions kept by
+    earlier runs (before, its row read them); the row reads only this run's sessions, and the store
+    is the one a run reading them in the row publishes."""
+    import json
+
+    import jobs.builder.driver as driver
+    from jobs.cli.bench_nightly import store_snapshot
+    from memlib.compose.session_store import SessionStore
+
+    monkeypatch.setattr(driver, "_may_inline", lambda run, options: True)
+    monkeypatch.setenv("MEMLIB__RAY__INLINE_MAX_TURNS", "400")
+    reads = []
+    real_read = SessionStore.read
+
+    def read(self, keys, blocks=None):
+        keys = list(keys)
+        reads.append((threading.current_thread().name, len(keys)))
+        return real_read(self, keys, blocks)
+
+    monkeypatch.setattr(SessionStore, "read", read)
+    store, _ = _night(base_store, tmp_path, "kept")
+    night = tmp_path / "one_session.jsonl"  # one session of emil and one of fay changed
+    lines = [json.loads(line) for t in ALL for line in tenant_lines(t)]
+    first = {t: lines[[r["tenant_id"] for r in lines].index(t)]["conversation_id"] for t in ("emil", "fay")}
+    for r in lines:
+        if first.get(r["tenant_id"]) == r["conversation_id"] and r["turn_id"] == "s2:1":
+            r["text"] += " Again."
+    night.write_text("".join(json.dumps(r) + "\n" for r in lines), encoding="utf-8")
+    args = ["build", "--incremental", "--input", str(night), "--format", "jsonl", "--out"]
+    res = run_cli([*args, str(store)])
+    assert res.exit_code == 0 and "small run: 2 tenant(s)" in res.output, res.output
+    ahead = [n for t, n in reads if t == "memlib-prefetch-kept"]
+    in_rows = [n for t, n in reads if t.startswith("memlib-tenant")]
+    assert sorted(ahead) == sorted(2 * len(TOPICS[t]) - 1 for t in ("emil", "fay")), reads  # their kept sessions
+    assert len(in_rows) == 2 and max(in_rows) == 1, reads  # each row: its one changed session
+
+    reads.clear()
+    monkeypatch.setattr(driver, "_read_kept_ahead", lambda run, sharded: None)  # read in the rows
+    again = tmp_path / "in_rows"
+    shutil.copytree(base_store[1], again)
+    res = run_cli([*args, str(again)])
+    assert res.exit_code == 0, res.output
+    assert not [t for t, _ in reads if t == "memlib-prefetch-kept"], reads
+    (nodes, vectors, edges, np), (nodes2, vectors2, edges2, _) = store_snapshot(store), store_snapshot(again)
+    assert nodes.equals(nodes2) and edges.equals(edges2) and len(nodes) > 0
+    assert np.array_equal(vectors, vectors2)  # one process, one encoder: the same bits
