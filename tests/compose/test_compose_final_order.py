@@ -52,12 +52,17 @@ def test_nodes_in_final_order_finalize_to_the_same_table_without_copying_the_vec
     raw, vectors = _raw(rng, ("turn", "fact", "entity", "session"))
     order = in_final_order(raw)
     # the vector of a row follows it (as the embed step pools each row from its own columns)
-    pos = {(n, x): i for i, (n, x) in enumerate(zip(raw.column("node_id").to_pylist(), raw.column("text").to_pylist()))}
-    moved = np.stack([vectors[pos[k]] for k in zip(order.column("node_id").to_pylist(), order.column("text").to_pylist())])
+    moved = np.ascontiguousarray(vectors[_positions(raw, order)])
     want = sorted_unique_nodes(with_embeddings(raw, vectors, DIM))
     got = sorted_unique_nodes(with_embeddings(order, moved, DIM))
     assert got.equals(want)
     assert _inside(got, moved)  # the embed step's buffer itself: no sorted copy
+
+
+def _positions(raw: pa.Table, table: pa.Table) -> list[int]:
+    """Per row of ``table``: its row in ``raw`` (a row is its (node_id, text))."""
+    pos = {k: i for i, k in enumerate(zip(raw.column("node_id").to_pylist(), raw.column("text").to_pylist()))}
+    return [pos[k] for k in zip(table.column("node_id").to_pylist(), table.column("text").to_pylist())]
 
 
 def _linked(vectors: np.ndarray, table: pa.Table, in_place: bool) -> tuple[pa.Table, pa.Table]:
@@ -77,8 +82,7 @@ def test_merged_clues_take_the_end_of_the_clues_place_and_finalize_copies_no_vec
     clue_rows = np.flatnonzero(is_clue)
     vectors[clue_rows[:4]] = vectors[clue_rows[0]] + 1e-4 * rng.standard_normal((4, DIM))  # near-duplicates: merged
     table = in_final_order(raw)
-    pos = {(n, x): i for i, (n, x) in enumerate(zip(raw.column("node_id").to_pylist(), raw.column("text").to_pylist()))}
-    rows = [pos[k] for k in zip(table.column("node_id").to_pylist(), table.column("text").to_pylist())]
+    rows = _positions(raw, table)
     old_nodes, old_edges = _linked(vectors[rows], table, in_place=False)
     buf = np.ascontiguousarray(vectors[rows])
     new_nodes, new_edges = _linked(buf, table, in_place=True)
