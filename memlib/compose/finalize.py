@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memlib import schema
-from memlib.compose.rows import taken
+from memlib.compose.rows import take_runs, taken
 
 
 @dataclass
@@ -41,7 +41,33 @@ def sorted_unique_nodes(nodes: pa.Table) -> pa.Table:
     if rows is not None:
         keys = keys.take(rows)
     order = pc.sort_indices(keys, sort_keys=[("kind", "ascending"), ("node_id", "ascending")]).to_numpy()
-    return taken(nodes, order if rows is None else rows[order])
+    idx = order if rows is None else rows[order]
+    if np.array_equal(idx, np.arange(idx.size)):  # the leading rows, in order (:func:`in_final_order`)
+        return one_chunk(nodes.slice(0, idx.size))  # no copy of the embeddings
+    return taken(nodes, idx)
+
+
+def one_chunk(table: pa.Table) -> pa.Table:
+    """``table`` with every column one chunk (a column already one chunk is not copied)."""
+    cols = [c.chunk(0) if c.num_chunks == 1 else c.combine_chunks() for c in table.columns]
+    return pa.Table.from_arrays(cols, schema=table.schema)
+
+
+def in_final_order(nodes: pa.Table) -> pa.Table:
+    """``nodes`` with the clue rows first, in their order, then the first row of each other node id,
+    sorted by (kind, node_id), then the other rows of a repeated id, in their order. The embed step
+    pools the vectors in this order: after the clue merge (the merged clues, sorted, take the last
+    rows of the clues' place) finalize's sorted unique nodes are the leading rows, in order, and
+    their 166 MB of vectors need no sorted copy (docs/decisions/0050-vectors-in-final-order.md)."""
+    if nodes.num_rows == 0:
+        return nodes
+    clue = pc.fill_null(pc.equal(nodes.column("kind"), schema.NodeKind.CLUE.value), False).to_numpy(
+        zero_copy_only=False)
+    first = first_of(nodes, ["node_id"])
+    main = np.flatnonzero(~clue & first)
+    keys = take_runs(nodes.select(["kind", "node_id"]), main)
+    order = pc.sort_indices(keys, sort_keys=[("kind", "ascending"), ("node_id", "ascending")]).to_numpy()
+    return take_runs(nodes, np.concatenate([np.flatnonzero(clue), main[order], np.flatnonzero(~clue & ~first)]))
 
 
 def dedup_edges(edges: pa.Table) -> pa.Table:

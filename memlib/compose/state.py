@@ -30,6 +30,7 @@ class BuildState:
     drafts: dict[str, pa.Table] = field(default_factory=dict)
     facts: pa.Table | None = None
     embedded_nodes: pa.Table | None = None
+    node_vectors: np.ndarray | None = None    # the buffer of ``embedded_nodes``' embeddings (embed_nodes)
     extras: dict[str, Any] = field(default_factory=dict)  # backend handles (e.g. the LLM client), per worker
     token_vectors: TurnVectors | None = None  # the embed pass's output (token vectors, when kept)
     pooled_turns: bool = False                # turn vectors are the mean of those token vectors

@@ -113,7 +113,9 @@ def embed_nodes(state: BuildState) -> None:
     and the turn vectors are pooled from them), else the mean of their turns' vectors. After a
     run that only added or removed turns of a published tenant (``state.previous``), the vectors
     of unchanged nodes are copied from it (:mod:`memlib.compose.reuse`)."""
-    nodes = state.all_nodes()
+    from memlib.compose.finalize import in_final_order
+
+    nodes = in_final_order(state.all_nodes())
     tv = state.token_vectors
     prev = state.previous
     copied_rows = np.zeros(0, dtype=np.int64)  # rows whose whole published vector was copied
@@ -142,6 +144,7 @@ def embed_nodes(state: BuildState) -> None:
     elif state.own_pass is not None:
         state.own_encoded = own_vectors(nodes, vectors, state.own_pass, state.previous)
     state.embedded_nodes = with_embeddings(nodes, vectors, state.dim)
+    state.node_vectors = vectors
 
 
 def blend_own(nodes: pa.Table, vectors: np.ndarray, encode, copied: np.ndarray, kept: pa.Table | None) -> int:
@@ -219,6 +222,40 @@ def _split_edges(state: BuildState, kind: schema.EdgeKind) -> pa.Table:
     return filter_runs(edges, mask)
 
 
+def _owns_embeddings(state: BuildState, nodes: pa.Table) -> bool:
+    """Whether ``nodes``' embeddings are one chunk, ``state.node_vectors`` itself (embed_nodes)."""
+    vec, emb = state.node_vectors, nodes.column("embedding")
+    if vec is None or emb.num_chunks != 1 or len(vec) != nodes.num_rows or not vec.flags.c_contiguous:
+        return False
+    chunk = emb.chunk(0)
+    return chunk.offset == 0 and chunk.values.offset == 0 and chunk.values.buffers()[1].address == vec.ctypes.data
+
+
+def _merged_in_place(state: BuildState, nodes: pa.Table, clue_mask: np.ndarray, merged: pa.Table,
+                     merged_vecs: np.ndarray) -> pa.Table:
+    """``nodes`` with its clue rows replaced by the merged clues. When the clues are its first rows
+    and its embeddings are the embed step's buffer (:func:`memlib.compose.finalize.in_final_order`),
+    the merged clues, sorted by node id, take the last rows of the clues' place in that buffer: the
+    embeddings stay one chunk already in finalize's order (no sorted copy of them there). Else the
+    merged clues follow the other rows."""
+    c = int(clue_mask.sum())
+    if not (_owns_embeddings(state, nodes) and clue_mask[:c].all()):
+        return pa.concat_tables([filter_runs(nodes, ~clue_mask),  # no copy of the vectors
+                                 schema.conform(with_embeddings(merged, merged_vecs, state.dim), nodes.schema,
+                                                name="clues")])
+    order = pc.sort_indices(merged.column("node_id")).to_numpy()
+    start = c - merged.num_rows
+    buf = state.node_vectors
+    buf[start:c] = merged_vecs[order]
+    head = schema.conform(with_embeddings(merged.take(pa.array(order)), merged_vecs[order], state.dim),
+                          nodes.schema, name="clues")
+    table = pa.concat_tables([head, nodes.slice(c)])
+    at = table.schema.get_field_index("embedding")
+    emb = pa.FixedSizeListArray.from_arrays(pa.array(buf[start:].reshape(-1), pa.float32()), state.dim)
+    field = table.schema.field(at)
+    return table.set_column(at, field, pa.chunked_array([emb if emb.type == field.type else emb.cast(field.type)]))
+
+
 def link(state: BuildState) -> None:
     """Merge near-duplicate clues (AssoMem delta) and add SIMILAR edges (gamma) between clues
     and between turns, from the vectors already computed (no new embedding calls)."""
@@ -236,11 +273,11 @@ def link(state: BuildState) -> None:
                                                merge_threshold, edges=_split_edges(state, schema.EdgeKind.HAS_CLUE))
         new_ids = merged.column("node_id").to_pylist()
         merged_vecs = merged_vectors(id_map, clue_nodes.column("node_id").to_pylist(), vectors, new_ids)
-        merged = with_embeddings(merged, merged_vecs, state.dim)
-        state.embedded_nodes = pa.concat_tables([filter_runs(nodes, ~clue_mask),  # no copy of the vectors
-                                                 schema.conform(merged, nodes.schema, name="clues")])
+        merged_vecs = np.array(merged_vecs, dtype=np.float32)  # not a view of the rows replaced below
         state.add(edges=has_clue)
         state.add(edges=similar_edges(new_ids, merged.column("tenant_id"), merged_vecs, similar_threshold))
+        state.embedded_nodes = _merged_in_place(state, nodes, clue_mask, merged, merged_vecs)
+    state.node_vectors = None
     if state.turn_vectors is not None and state.turns.num_rows > 1:
         ids = state.turns.column("node_id")
         similar = None
