@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from memlib import schema
 from memlib.compose.session_store import SessionStore
@@ -350,8 +351,11 @@ class TenantOp(Operator):
         from memlib.embed import token_model
         from memlib.retrieve import matrix_cache
 
-        node_text = dict(zip(out.nodes.column("node_id").to_pylist(), out.nodes.column("text").to_pylist()))
-        texts = [node_text[t] for t in out.matrix_turns]
+        # the turns' texts looked up in Arrow (a dict of every node's id and text was 108k of each)
+        at = pc.index_in(pa.array(out.matrix_turns, pa.string()), value_set=out.nodes.column("node_id"))
+        if at.null_count:
+            raise KeyError(f"{at.null_count} token-matrix turns are not nodes of the tenant")
+        texts = out.nodes.column("text").take(at).to_pylist()
         if self._encoder_tag is None:  # the derived model's digest: hashed once per actor
             self._encoder_tag = token_model.model_file(auto_encoder_model(self.cfg), self.cfg.embed.model_cache)[1]
         return matrix_cache.reference_row(shard.tenant_id, out.matrix_turns, texts, self._encoder_tag, self.session_key,

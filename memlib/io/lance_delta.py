@@ -116,13 +116,16 @@ def lance_delta(new: pa.Table, old: pa.Table | None) -> LanceDelta:
         at = at[_same_vectors(new.column("embedding"), at, old.column("embedding"), prev)]
     unchanged = np.zeros(new.num_rows, dtype=bool)
     unchanged[at] = True
-    new_ids = set(new.column("node_id").to_pylist())
-    kept_ids = set(pc.filter(new.column("node_id"), pa.array(unchanged)).to_pylist())
-    delete = [n for n in old.column("node_id").to_pylist() if n not in kept_ids]
+    # the ids as Arrow sets, not Python ones (two sets and a list of 108k strings each, under the GIL
+    # the graph's thread also wants)
+    new_ids, old_ids = new.column("node_id"), old.column("node_id")
+    kept_ids = pc.filter(new_ids, pa.array(unchanged))
+    deleted = old_ids.filter(pc.invert(pc.is_in(old_ids, value_set=kept_ids)))
+    removed = int(pc.sum(pc.invert(pc.is_in(pc.unique(deleted), value_set=new_ids))).as_py() or 0)
     changed = int((~unchanged).sum())
-    if len(delete) > MAX_DELETE_IDS or changed + len(set(delete) - new_ids) > MAX_CHANGED_SHARE * max(1, old.num_rows):
+    if len(deleted) > MAX_DELETE_IDS or changed + removed > MAX_CHANGED_SHARE * max(1, old.num_rows):
         return LanceDelta(rows, None)
-    return LanceDelta(rows.filter(pa.array(~unchanged)), delete)
+    return LanceDelta(rows.filter(pa.array(~unchanged)), deleted.to_pylist())
 
 
 def with_importance(nodes: pa.Table, importance: pa.Table | None) -> pa.Table:
