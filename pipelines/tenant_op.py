@@ -252,7 +252,8 @@ class TenantOp(Operator):
         # none of these reads importance (the Lance rows clear it)
         with ThreadPoolExecutor(1, thread_name_prefix="memlib-graph") as pool:
             graphed = pool.submit(self._graph, out)
-            delta = lance_delta(out.nodes, previous.rows if previous is not None else None)
+            delta = lance_delta(out.nodes, previous.rows if previous is not None else None,
+                                previous.rows_keyed if previous is not None else None)
             digest = tenant_digest(out.nodes)
             matrix_ref = self._timed_matrix_ref(shard, out, order)
             nodes, graph = graphed.result()
