@@ -247,16 +247,18 @@ class TenantOp(Operator):
         extras = self._extras()
         out = tenant_steps(TenantSessions(turns, parts, vectors, order, previous), self.cfg, self.recipe,
                            StepTools(self.nlp, extras, self.own_pass))
-        # the graph (graph-tool's C++ parts release the GIL) on another thread, while this one compares
-        # the tenant's Lance rows with the published ones, hashes them and refers to its token matrix:
-        # none of these reads importance (the Lance rows clear it)
+        # the graph (graph-tool's C++ parts release the GIL), then the digest of the tenant's Lance rows
+        # (crc32 and numpy's gathers release it too), on another thread, while this one compares those
+        # rows with the published ones and refers to its token matrix: none of these reads importance
+        # (the Lance rows clear it)
         with ThreadPoolExecutor(1, thread_name_prefix="memlib-graph") as pool:
             graphed = pool.submit(self._graph, out)
+            digested = pool.submit(tenant_digest, out.nodes)
             delta = lance_delta(out.nodes, previous.rows if previous is not None else None,
                                 previous.rows_keyed if previous is not None else None)
-            digest = tenant_digest(out.nodes)
             matrix_ref = self._timed_matrix_ref(shard, out, order)
             nodes, graph = graphed.result()
+            digest = digested.result()
         tables = {"nodes": nodes, "lance_rows": delta.rows,
                   "node_importance": nodes.select(["tenant_id", "node_id", "importance"]), "edges": out.edges,
                   "segments": out.segments, "turns": turns,
