@@ -9,22 +9,25 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from memlib.io.store import StoreWriter
 from pipelines.shard import STAGED
 
 
 def with_importance(nodes: pa.Table, importance: pa.Table | None) -> pa.Table:
-    """``nodes`` with ``importance`` taken from an importance table (node_id, importance)."""
+    """``nodes`` with ``importance`` taken from an importance table (node_id, importance; one row
+    per node id), where it has the node. Only the importance column is new: a polars join made
+    every column again (for the 2,500-session tenant, 20k fresh pages of its 166 MB of vectors
+    and texts)."""
     if importance is None or importance.num_rows == 0:
         return nodes
-    imp = pl.from_arrow(importance.select(["node_id", "importance"])).with_columns(
-        pl.col("importance").cast(pl.Float32).alias("_imp")).select("node_id", "_imp")
-    df = pl.from_arrow(nodes).join(imp, on="node_id", how="left", maintain_order="left")
-    df = df.with_columns(pl.coalesce("_imp", "importance").alias("importance")).drop("_imp")
-    return df.to_arrow()
+    at = pc.index_in(nodes.column("node_id"), value_set=importance.column("node_id"))
+    found = pc.take(importance.column("importance").cast(pa.float32()), at)
+    i = nodes.column_names.index("importance")
+    merged = pc.coalesce(found, nodes.column("importance").cast(pa.float32()))
+    return nodes.set_column(i, pa.field("importance", pa.float32()), merged)
 
 
 def drop_staging(writer: StoreWriter) -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from memlib import schema
 from memlib.compose.session_store import SessionStore
@@ -250,15 +251,18 @@ class TenantOp(Operator):
         extras = self._extras()
         out = tenant_steps(TenantSessions(turns, parts, vectors, order, previous), self.cfg, self.recipe,
                            StepTools(self.nlp, extras, self.own_pass))
-        # the graph (graph-tool's C++ parts release the GIL) on another thread, while this one compares
-        # the tenant's Lance rows with the published ones, hashes them and refers to its token matrix:
-        # none of these reads importance (the Lance rows clear it)
+        # the graph (graph-tool's C++ parts release the GIL), then the digest of the tenant's Lance rows
+        # (crc32 and numpy's gathers release it too), on another thread, while this one compares those
+        # rows with the published ones and refers to its token matrix: none of these reads importance
+        # (the Lance rows clear it)
         with ThreadPoolExecutor(1, thread_name_prefix="memlib-graph") as pool:
             graphed = pool.submit(self._graph, out)
-            delta = lance_delta(out.nodes, previous.rows if previous is not None else None)
-            digest = tenant_digest(out.nodes)
+            digested = pool.submit(tenant_digest, out.nodes)
+            delta = lance_delta(out.nodes, previous.rows if previous is not None else None,
+                                previous.rows_keyed if previous is not None else None)
             matrix_ref = self._timed_matrix_ref(shard, out, order)
             nodes, graph = graphed.result()
+            digest = digested.result()
         tables = {"nodes": nodes, "lance_rows": delta.rows,
                   "node_importance": nodes.select(["tenant_id", "node_id", "importance"]), "edges": out.edges,
                   "segments": out.segments, "turns": turns,
@@ -354,8 +358,11 @@ class TenantOp(Operator):
         from memlib.embed import token_model
         from memlib.retrieve import matrix_cache
 
-        node_text = dict(zip(out.nodes.column("node_id").to_pylist(), out.nodes.column("text").to_pylist()))
-        texts = [node_text[t] for t in out.matrix_turns]
+        # the turns' texts looked up in Arrow (a dict of every node's id and text was 108k of each)
+        at = pc.index_in(pa.array(out.matrix_turns, pa.string()), value_set=out.nodes.column("node_id"))
+        if at.null_count:
+            raise KeyError(f"{at.null_count} token-matrix turns are not nodes of the tenant")
+        texts = out.nodes.column("text").take(at).to_pylist()
         if self._encoder_tag is None:  # the derived model's digest: hashed once per actor
             self._encoder_tag = token_model.model_file(auto_encoder_model(self.cfg), self.cfg.embed.model_cache)[1]
         return matrix_cache.reference_row(shard.tenant_id, out.matrix_turns, texts, self._encoder_tag, self.session_key,

@@ -44,6 +44,7 @@ from memlib import schema
 from memlib.compose.rows import copy_vectors_into, float32_blobs, int32_lists, provenance_of, turn_rows
 from memlib.compose.span_pool import Fallback, IdSums, SpanPooler, fill_sums, is_clue, normalize_into
 from memlib.compose.vectors import TurnVectors, binary_views, list_views, pooled_vectors
+from memlib.io.lance_delta import keyed_rows
 from memlib.io.take import BLOCK_ROWS, VectorRows, take, take_column
 
 NODE_COLUMNS = ["node_id", "kind", "text", "provenance", "embedding"]
@@ -58,6 +59,7 @@ class PreviousTenant:
     sums: IdSums | None = None  # the tenant's per-id sums (schema.TOKEN_SUMS)
     clue_inputs: dict[str, str] = field(default_factory=dict)  # clue id (before the merge) -> clue_key
     rows: pa.Table | None = None  # its published Lance rows, every column but importance
+    rows_keyed: Any = None  # memlib.io.lance_delta.keyed_rows of them, made as they are read
     # kind -> its turn, fact, concept, triplet and entity rows without embedding and importance, when
     # the nodes it was made of have every column (the extraction steps copy them: memlib.extract.prior)
     extracted: dict[str, pa.Table] | None = None
@@ -134,6 +136,7 @@ def load_previous(store: str | Path, tenant: str, session_key: str,
         return None
     previous = PreviousTenant.of(rows, edges, fallbacks, sums)
     previous.rows = rows
+    previous.rows_keyed = keyed_rows(rows)  # the run's Lance delta joins on it after the tenant steps
     return previous
 
 

@@ -75,16 +75,26 @@ class VectorRows:
             return None
         return VectorRows(col)
 
-    def rows(self, idx: np.ndarray) -> np.ndarray:
-        """The (len(idx), dim) uint32 bits of rows ``idx`` (a null row's are whatever it stores)."""
-        out = np.empty((idx.size, self.dim), np.uint32)
+    def rows(self, idx: np.ndarray, buffer: np.ndarray | None = None) -> np.ndarray:
+        """The (len(idx), dim) uint32 bits of rows ``idx`` (a null row's are whatever it stores),
+        written into the first rows of ``buffer`` when given (a uint32 array of ``dim`` columns and at
+        least ``len(idx)`` rows, reused from block to block: numpy's fresh 6 MB blocks came from the
+        kernel, zeroed, about every other block)."""
+        out = np.empty((idx.size, self.dim), np.uint32) if buffer is None else buffer[:idx.size]
+        if idx.size and (idx.min() < 0 or idx.max() >= self.valid.size):
+            raise IndexError(f"rows {idx.min()}..{idx.max()} of {self.valid.size}")
+        # checked above, so taken with mode="clip": numpy's default mode gathers into a temporary first
         if len(self.views) == 1:
-            np.take(self.views[0], idx, axis=0, out=out)
+            np.take(self.views[0], idx, axis=0, out=out, mode="clip")
             return out
         chunk = np.searchsorted(self.starts, idx, side="right") - 1
         for c in np.unique(chunk):
-            at = chunk == c
-            out[at] = self.views[c][idx[at] - self.starts[c]]
+            at = np.flatnonzero(chunk == c)
+            if at[-1] - at[0] + 1 == at.size:  # a run of the output: gathered in place
+                np.take(self.views[c], idx[at[0]:at[-1] + 1] - self.starts[c], axis=0, out=out[at[0]:at[-1] + 1],
+                        mode="clip")
+            else:
+                out[at] = self.views[c][idx[at] - self.starts[c]]
         return out
 
 
@@ -92,7 +102,9 @@ def rows_equal(a: VectorRows, a_idx: np.ndarray, b: VectorRows, b_idx: np.ndarra
     """Per pair (``a[a_idx[i]]``, ``b[b_idx[i]]``): the same bits, computed :data:`BLOCK_ROWS` pairs
     at a time."""
     same = np.zeros(a_idx.size, dtype=bool)
+    n = min(BLOCK_ROWS, a_idx.size)
+    a_rows, b_rows = np.empty((n, a.dim), np.uint32), np.empty((n, b.dim), np.uint32)  # reused per block
     for s in range(0, a_idx.size, BLOCK_ROWS):
         e = min(s + BLOCK_ROWS, a_idx.size)
-        same[s:e] = (a.rows(a_idx[s:e]) == b.rows(b_idx[s:e])).all(axis=1)
+        same[s:e] = (a.rows(a_idx[s:e], a_rows) == b.rows(b_idx[s:e], b_rows)).all(axis=1)
     return same

@@ -106,3 +106,20 @@ def test_an_old_two_element_entry_is_read_as_before(tmp_path):
     f.write_bytes(b"z" * 10)
     checksums.check(f, checksums.crc_of(f))
     checksums.check_size(f, checksums.crc_of(f))
+
+
+def test_the_turn_text_digest_copies_no_vectors():
+    n, dim = 8192, 384
+    t = nodes(n, dim)
+    turn_vectors = (n // 2) * dim * 4
+    pool = pa.proxy_memory_pool(pa.default_memory_pool())
+    before = pa.default_memory_pool()
+    pa.set_memory_pool(pool)
+    try:
+        digest = tenant_digest(t)
+    finally:
+        pa.set_memory_pool(before)
+    turns = t.filter(pa.array([i % 2 == 1 for i in range(n)]))
+    assert digest == {"nodes": rows_digest(t, "nodes"), "turn_text": rows_digest(turns, "turn_text")}
+    # the filter of every column copied the turns' vectors to hash none of them
+    assert pool.max_memory() < turn_vectors / 4, (pool.max_memory(), turn_vectors)

@@ -93,3 +93,20 @@ def test_a_null_vector_equals_only_a_null_one_and_a_sliced_column_is_read_at_its
     assert sorted(d.delete) == ["n2", "n3"]
     same = lance_delta(old.slice(1), old.drop_columns(["importance"]))
     assert same.delete == ["n0"] and same.rows.num_rows == 0
+
+
+def test_published_rows_keyed_ahead_give_the_same_delta_and_stale_keys_are_not_used():
+    from memlib.io.lance_delta import keyed_rows
+
+    old = _nodes(20).drop_columns(["importance"])
+    texts = old.column("text").to_pylist()
+    new = _replace(_nodes(20), "text", ["changed" if i == 4 else t for i, t in enumerate(texts)])
+    new = new.slice(0, 19)  # n19 removed
+    keyed = keyed_rows(old)
+    d = lance_delta(new, old, keyed)
+    assert d.delete == ["n4", "n19"] and d.rows.column("node_id").to_pylist() == ["n4"]
+    # keys of other rows (another tenant's, an older read) are made again from ``old``
+    other = keyed_rows(old.slice(0, 5))
+    again = lance_delta(new, old, other)
+    assert again.delete == d.delete and again.rows.equals(d.rows)
+    assert lance_delta(new, old, (["node_id"], keyed[1])).delete == d.delete

@@ -6,6 +6,7 @@ import tracemalloc
 
 import numpy as np
 import pyarrow as pa
+import pytest
 
 from memlib import schema
 from memlib.compose.vectors import normalized_rows, pooled_vectors
@@ -86,3 +87,27 @@ def test_the_lance_delta_compares_vectors_without_a_copy_of_the_column():
     assert got[0].delete == ["n10"] and got[0].rows.column("node_id").to_pylist() == ["n10"]
     # the two columns' gathered bits were 2 x n x DIM x 4 bytes of numpy arrays
     assert peak < 0.5 * n * DIM * 4, (peak, n * DIM * 4)
+
+
+def test_rows_go_into_a_given_buffer_and_a_digest_holds_one_block_of_them():
+    from memlib.io.lance_checks import rows_digest
+
+    rng = np.random.default_rng(4)
+    n = 6 * BLOCK_ROWS + 11
+    a = rng.standard_normal((n, DIM)).astype(np.float32)
+    col = _column(a, [5, BLOCK_ROWS + 1, 3 * BLOCK_ROWS])
+    view, idx = VectorRows.of(col), rng.permutation(n)[:BLOCK_ROWS]
+    buffer = np.empty((BLOCK_ROWS, DIM), np.uint32)
+    got = view.rows(idx[:100], buffer)
+    assert np.shares_memory(got, buffer) and np.array_equal(got, a.view(np.uint32)[idx[:100]])
+    assert np.array_equal(view.rows(idx), a.view(np.uint32)[idx])
+    with pytest.raises(IndexError):
+        view.rows(np.array([0, n]), buffer)
+    # one chunk, as the tenant steps leave a tenant's nodes
+    table = pa.table({"node_id": pa.array([f"n{i:06d}" for i in range(n)])[::-1], "embedding": col.combine_chunks()})
+    digest = []
+    peak = _peak(lambda: digest.append(rows_digest(table, "nodes")))
+    assert digest[0] == rows_digest(table.take(pa.array(np.argsort(np.arange(n)[::-1]))), "nodes")
+    # one block's rows reused (a new block per step held two of them while the next was gathered)
+    block = BLOCK_ROWS * DIM * 4
+    assert peak < 1.5 * block, (peak, block)
