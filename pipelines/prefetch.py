@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,6 +27,7 @@ from typing import Any
 
 _ACTIVE: dict[str, PublishedPrefetch] = {}  # store -> the prefetch of the run building it here
 _ACTIVE_LOCK = threading.Lock()
+_STOP = object()  # PublishedPrefetch._claim: the prefetch was closed
 
 
 def read_published(store: str | Path) -> tuple[dict, Any]:
@@ -150,24 +151,30 @@ class PublishedPrefetch:
 
             sessions = SessionStore(self.store, self.session_key, dim, trust_unchanged=True)
             for keys, blocks in wanted:
-                key = (tuple(keys), tuple(blocks))
-                with self._cond:
-                    while not self._closed and len(self._kept) >= self.ahead:
-                        self._cond.wait()
-                    if self._closed:
-                        return
-                    if key in self._taken:
-                        continue
-                    future: Future = Future()
-                    future.set_running_or_notify_cancel()
-                    self._kept[key] = future
+                future = self._claim((tuple(keys), tuple(blocks)), self._kept)
+                if future is _STOP:
+                    return
                 first.set()
-                try:
-                    future.set_result(sessions.read(keys, blocks))
-                except Exception as exc:  # noqa: BLE001 - raised again in the row that asks for it
-                    future.set_exception(exc)
+                if future is not None:  # raised again in the row that asks for it
+                    _settle(future, lambda k=keys, b=blocks: sessions.read(k, b))
         finally:
             first.set()
+
+    def _claim(self, key: Any, pending: dict) -> Any:
+        """Wait until fewer than ``ahead`` reads in ``pending`` are not taken, then register a read
+        of ``key`` there: its future; None when a row asked for ``key`` already (it reads it);
+        ``_STOP`` once closed."""
+        with self._cond:
+            while not self._closed and len(pending) >= self.ahead:
+                self._cond.wait()
+            if self._closed:
+                return _STOP
+            if key in self._taken:
+                return None
+            future: Future = Future()
+            future.set_running_or_notify_cancel()
+            pending[key] = future
+            return future
 
     def _run(self) -> None:
         from memlib.compose.reuse import load_previous
@@ -181,20 +188,20 @@ class PublishedPrefetch:
         if reader is None:
             return
         for tenant in self.order:
-            with self._cond:
-                while not self._closed and len(self._ready) >= self.ahead:
-                    self._cond.wait()
-                if self._closed:
-                    return
-                if tenant in self._taken:
-                    continue
-                future: Future = Future()
-                future.set_running_or_notify_cancel()
-                self._ready[tenant] = future
-            try:
-                future.set_result(load_previous(self.store, tenant, self.session_key, manifest, reader=reader))
-            except Exception as exc:  # noqa: BLE001 - the tenant's row reports it (reuse_failure)
-                future.set_exception(exc)
+            future = self._claim(tenant, self._ready)
+            if future is _STOP:
+                return
+            if future is not None:  # a failure: the tenant's row reports it (reuse_failure)
+                _settle(future, lambda t=tenant: load_previous(self.store, t, self.session_key, manifest,
+                                                               reader=reader))
+
+
+def _settle(future: Future, read: Callable[[], Any]) -> None:
+    """``future`` given what ``read`` returns, or the exception it raises."""
+    try:
+        future.set_result(read())
+    except Exception as exc:  # noqa: BLE001 - raised again where the future is taken
+        future.set_exception(exc)
 
 
 # the interpreter's switch interval while the driver shards the input of a run in the driver: the
