@@ -61,20 +61,11 @@ def filter_runs(table: pa.Table, mask: pa.Array | pa.ChunkedArray | np.ndarray) 
 
 def gather_vectors(col: pa.ChunkedArray | pa.Array, idx: np.ndarray) -> pa.FixedSizeListArray | None:
     """``col.take(idx)`` for a float32 vector column without nulls, gathered from the chunks where
-    they lie into one buffer, a block of rows at a time; None for any other column."""
+    they lie into one buffer (:meth:`memlib.io.take.VectorRows.rows`); None for any other column."""
     view = VectorRows.of(col)
     if view is None or col.null_count:
         return None
-    out = np.empty((idx.size, view.dim), np.uint32)
-    if len(view.views) == 1:
-        np.take(view.views[0], idx, axis=0, out=out)
-    else:
-        chunk = np.searchsorted(view.starts, idx, side="right") - 1
-        for c in np.unique(chunk).tolist():
-            at = np.flatnonzero(chunk == c)
-            for s in range(0, at.size, BLOCK_ROWS):
-                b = at[s:s + BLOCK_ROWS]
-                out[b] = view.views[c][idx[b] - view.starts[c]]
+    out = view.rows(idx)
     return pa.FixedSizeListArray.from_arrays(pa.array(out.view(np.float32).reshape(-1), pa.float32()), view.dim)
 
 

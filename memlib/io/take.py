@@ -93,8 +93,10 @@ class VectorRows:
             if at[-1] - at[0] + 1 == at.size:  # a run of the output: gathered in place
                 np.take(self.views[c], idx[at[0]:at[-1] + 1] - self.starts[c], axis=0, out=out[at[0]:at[-1] + 1],
                         mode="clip")
-            else:
-                out[at] = self.views[c][idx[at] - self.starts[c]]
+            else:  # a block at a time: no temporary of all the chunk's rows
+                for s in range(0, at.size, BLOCK_ROWS):
+                    b = at[s:s + BLOCK_ROWS]
+                    out[b] = self.views[c][idx[b] - self.starts[c]]
         return out
 
 
