@@ -373,14 +373,17 @@ def _moved(nodes: pa.Table, rows: np.ndarray, prev_rows: np.ndarray, previous: P
 def fallbacks_table(nodes: pa.Table, fallbacks: dict[int, Fallback]) -> pa.Table:
     """``schema.NODE_FALLBACKS`` rows of the derived nodes of ``nodes`` (one per node id), clues
     with their :func:`clue_key`."""
-    rows = sorted(fallbacks)
-    take = pa.array(rows, pa.int64())
-    fb = [fallbacks[r] for r in rows]
-    clue = is_clue(nodes, np.asarray(rows, dtype=np.int64))
-    keys = iter(_clue_keys(nodes, np.asarray(rows, dtype=np.int64)[clue]))
+    rows = np.fromiter(sorted(fallbacks), np.int64, len(fallbacks))
+    node_ids = take_column(nodes.column("node_id"), rows)
+    # one row per node id, its first: chosen before the columns are built (no filtered copy of them)
+    first = pl.from_arrow(node_ids).is_first_distinct().to_numpy()
+    if not first.all():
+        rows, node_ids = rows[first], node_ids.filter(pa.array(first))
+    fb = [fallbacks[r] for r in rows.tolist()]
+    clue = is_clue(nodes, rows)
+    keys = iter(_clue_keys(nodes, rows[clue]))
     inputs = [next(keys) if c else None for c in clue.tolist()]
-    table = pa.table({"tenant_id": nodes.column("tenant_id").take(take), "node_id": nodes.column("node_id").take(take),
+    table = pa.table({"tenant_id": take_column(nodes.column("tenant_id"), rows), "node_id": node_ids,
                       "ids": int32_lists([f.ids for f in fb]), "counts": int32_lists([f.counts for f in fb]),
                       "local": float32_blobs([f.local for f in fb]), "inputs": pa.array(inputs, pa.string())})
-    first = pl.from_arrow(table.column("node_id")).is_first_distinct().to_numpy()  # one row per node id: its first
-    return schema.conform(table.filter(pa.array(first)), schema.NODE_FALLBACKS, name="node_fallbacks")
+    return schema.conform(table, schema.NODE_FALLBACKS, name="node_fallbacks")
