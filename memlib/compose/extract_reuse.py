@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memlib import schema
+from memlib.compose.rows import filter_runs
 from memlib.config import Backend
 from memlib.extract.base import Extraction
 from memlib.extract.prior import Prior, session_key
@@ -42,15 +43,23 @@ def ensure_changes(state: BuildState) -> None:
 
 def prior_of(state: BuildState) -> Prior | None:
     """What the extraction steps reuse of ``state.previous``; None when it cannot be reused (no
-    published build, a turn's text changed, or it lacks the rows)."""
+    published build, a turn's text changed, or it lacks the rows). Found once per tenant (the facts
+    and triplets steps share it): it reads only the turn rows and ``state.turns``, which those steps
+    do not change."""
     ensure_changes(state)
     previous = state.previous
     if previous is None or state.changes is None or getattr(previous, "extracted", None) is None:
         return None
-    rows = previous.extracted
+    if state.prior is None:
+        state.prior = _prior(state, previous.extracted)
+    return state.prior
+
+
+def _prior(state: BuildState, rows: dict[str, pa.Table]) -> Prior:
     nodes = pa.concat_tables(state.nodes) if state.nodes else schema.empty(schema.NODES_NO_EMBEDDING)
     nodes = nodes.select(_TURN_COLUMNS + ["kind"])
-    now = pl.from_arrow(nodes.filter(pc.equal(nodes.column("kind"), schema.NodeKind.TURN.value)).select(_TURN_COLUMNS))
+    turns = filter_runs(nodes, pc.equal(nodes.column("kind"), schema.NodeKind.TURN.value))  # slices: no copy
+    now = pl.from_arrow(turns.select(_TURN_COLUMNS))
     was = pl.from_arrow(rows[schema.NodeKind.TURN.value].select(_TURN_COLUMNS))
     both = now.join(was, on="node_id", how="full", suffix="_was", coalesce=False)
     same = pl.all_horizontal([pl.col(c).eq_missing(pl.col(f"{c}_was")) for c in _TURN_COLUMNS])

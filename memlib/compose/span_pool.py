@@ -206,13 +206,17 @@ class IdSums:
         """The sums over both sets of rows (exact integers: the same whichever way they are added)."""
         at = np.searchsorted(self.ids, other.ids)  # an append's ids are nearly always the tenant's: no union
         inside = self.ids.size and np.array_equal(self.ids[np.minimum(at, self.ids.size - 1)], other.ids)
-        ids = self.ids if inside else np.union1d(self.ids, other.ids)
-        counts = np.zeros(ids.size, np.int64)
-        sums = np.zeros((ids.size, self.sums.shape[1]), np.int64)
-        for part in (self, other):
-            at = np.searchsorted(ids, part.ids)
-            counts[at] += part.counts
-            sums[at] += part.sums
+        if inside:  # one copy of the tenant's sums (a fancy-indexed ``+=`` of them gathered two temporaries)
+            ids, counts, sums = self.ids, self.counts.copy(), self.sums.copy()
+        else:
+            ids = np.union1d(self.ids, other.ids)
+            counts = np.zeros(ids.size, np.int64)
+            sums = np.zeros((ids.size, self.sums.shape[1]), np.int64)
+            at = np.searchsorted(ids, self.ids)
+            counts[at], sums[at] = self.counts, self.sums
+        at = np.searchsorted(ids, other.ids)  # distinct positions: ``+=`` adds each part row once
+        counts[at] += other.counts
+        sums[at] += other.sums
         return IdSums(ids, counts, sums)
 
     def changed_since(self, earlier: IdSums | None) -> np.ndarray:

@@ -38,6 +38,8 @@ class BuildState:
     changes: Any = None                       # turns added and removed since ``previous``, when that is all
                                               # that changed (memlib.compose.reuse.TurnChanges)
     changes_checked: bool = False             # ``changes`` was found (memlib.compose.extract_reuse.ensure_changes)
+    prior: Any = None                         # what the extraction steps reuse of ``previous``, found once
+                                              # (memlib.compose.extract_reuse.prior_of)
     extract_reuse: dict[str, int] = field(default_factory=dict)  # rows the extraction steps copied from ``previous``
     reused_vectors: int = 0                   # node vectors copied from ``previous``
     refilled_vectors: int = 0                 # node vectors given from their kept sums and the new means
