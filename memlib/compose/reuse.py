@@ -41,11 +41,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memlib import schema
-from memlib.compose.rows import copy_vectors_into, float32_blobs, int32_lists, provenance_of, turn_rows
+from memlib.compose.rows import (
+    copy_vectors_into,
+    equal_missing,
+    float32_blobs,
+    int32_lists,
+    provenance_of,
+    same_lists,
+    turn_rows,
+)
 from memlib.compose.span_pool import Fallback, IdSums, SpanPooler, fill_sums, is_clue, normalize_into
 from memlib.compose.vectors import TurnVectors, binary_views, list_views, pooled_vectors
 from memlib.io.lance_delta import keyed_rows
-from memlib.io.take import BLOCK_ROWS, VectorRows, take, take_column
+from memlib.io.take import BLOCK_ROWS, VectorRows, take_column
 
 NODE_COLUMNS = ["node_id", "kind", "text", "provenance", "embedding"]
 
@@ -212,15 +220,19 @@ def appended_turns(nodes: pa.Table, tv: TurnVectors, previous: PreviousTenant) -
 
 def _unchanged(nodes: pa.Table, rows: np.ndarray, previous: PreviousTenant) -> tuple[np.ndarray, np.ndarray]:
     """Of the node rows ``rows``: those whose id, kind, text and provenance are as in
-    ``previous``, and each one's row in ``previous.nodes``."""
-    cols = ["node_id", "kind", "text", "provenance"]
-    keyed = lambda t: pl.from_arrow(t.select(cols)).with_columns(  # noqa: E731 - a list key as one string
-        pl.col("provenance").list.join("\x1f").fill_null("\x00").alias("provenance"),
-        pl.col("text").fill_null("\x00"))
-    new = keyed(take(nodes.select(cols), rows)).with_columns(pl.Series("_row", rows, dtype=pl.Int64))
-    old = keyed(previous.nodes).with_row_index("_prev")
-    same = new.join(old, on=cols, how="inner").sort("_row")
-    return same["_row"].to_numpy().astype(np.int64), same["_prev"].to_numpy().astype(np.int64)
+    ``previous``, and each one's row in ``previous.nodes`` (the first with its id: finalize keeps one
+    row per id). In columns: each row's published row is found by id and the other three columns
+    are compared there (two nulls equal)."""
+    old = previous.nodes
+    at = pc.index_in(take_column(nodes.column("node_id"), rows), value_set=old.column("node_id"))
+    valid = at.is_valid()
+    here = rows[np.flatnonzero(valid.to_numpy(zero_copy_only=False))]
+    there = pc.filter(at, valid).to_numpy(zero_copy_only=False).astype(np.int64)
+    same = np.ones(here.size, dtype=bool)
+    for col in ("kind", "text", "provenance"):
+        new_col, old_col = take_column(nodes.column(col), here), take_column(old.column(col), there)
+        same &= same_lists(new_col, old_col) if col == "provenance" else equal_missing(new_col, old_col)
+    return here[same], there[same]
 
 
 @dataclass
@@ -365,9 +377,9 @@ def _moved(nodes: pa.Table, rows: np.ndarray, prev_rows: np.ndarray, previous: P
     fallbacks = [Fallback(none, none) if f is None else f for f in known]
     lengths = np.fromiter((f.ids.size for f in fallbacks), dtype=np.int64, count=len(fallbacks))
     flat = np.concatenate([f.ids for f in fallbacks]) if fallbacks else none
-    owner = np.repeat(np.arange(len(fallbacks)), lengths)
-    moved = np.bincount(owner[np.isin(flat, fresh)], minlength=len(fallbacks)) > 0
-    return moved, fallbacks
+    hits = np.concatenate([[0], np.cumsum(np.isin(flat, fresh))])  # fallback ids in ``fresh`` up to each position
+    ends = np.cumsum(lengths)
+    return hits[ends] > hits[ends - lengths], fallbacks
 
 
 def fallbacks_table(nodes: pa.Table, fallbacks: dict[int, Fallback]) -> pa.Table:
@@ -377,8 +389,7 @@ def fallbacks_table(nodes: pa.Table, fallbacks: dict[int, Fallback]) -> pa.Table
     node_ids = take_column(nodes.column("node_id"), rows)
     # one row per node id, its first: chosen before the columns are built (no filtered copy of them)
     first = pl.from_arrow(node_ids).is_first_distinct().to_numpy()
-    if not first.all():
-        rows, node_ids = rows[first], node_ids.filter(pa.array(first))
+    rows, node_ids = rows[first], node_ids.filter(pa.array(first))
     fb = [fallbacks[r] for r in rows.tolist()]
     clue = is_clue(nodes, rows)
     keys = iter(_clue_keys(nodes, rows[clue]))

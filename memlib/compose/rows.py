@@ -128,3 +128,29 @@ def float32_blobs(parts: list[np.ndarray | None]) -> pa.BinaryArray:
     bitmap = pa.array(valid).buffers()[1] if not valid.all() else None
     return pa.Array.from_buffers(pa.binary(), len(parts), [bitmap, pa.py_buffer(offsets), pa.py_buffer(data)],
                                  null_count=int((~valid).sum()))
+
+
+def equal_missing(a: pa.Array, b: pa.Array) -> np.ndarray:
+    """Per row: ``a == b``, two nulls equal (a null and a value not)."""
+    eq = pc.fill_null(pc.equal(a, b), False).to_numpy(zero_copy_only=False)
+    if a.null_count or b.null_count:
+        eq |= a.is_null().to_numpy(zero_copy_only=False) & b.is_null().to_numpy(zero_copy_only=False)
+    return eq
+
+
+def same_lists(a: pa.Array, b: pa.Array) -> np.ndarray:
+    """Per row of two list arrays: the same length and the same values in order (:func:`equal_missing`);
+    two null lists are equal, a null list and an empty one are not."""
+    la = pc.fill_null(pc.list_value_length(a), -1).to_numpy(zero_copy_only=False)
+    lb = pc.fill_null(pc.list_value_length(b), -1).to_numpy(zero_copy_only=False)
+    out = la == lb
+    idx = np.flatnonzero(out)
+    if idx.size == 0:
+        return out
+    take = pa.array(idx, pa.int64())
+    eq = equal_missing(pc.list_flatten(a.take(take)), pc.list_flatten(b.take(take)))  # aligned: same lengths
+    lengths = np.maximum(la[idx], 0)
+    bad = np.concatenate([[0], np.cumsum(~eq)])  # how many values differ before each position
+    ends = np.cumsum(lengths)
+    out[idx] = bad[ends] == bad[ends - lengths]
+    return out
