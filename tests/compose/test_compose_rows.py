@@ -13,10 +13,12 @@ from memlib.compose.finalize import dedup_edges, finalize, sorted_unique_nodes
 from memlib.compose.reference import _in_session_order
 from memlib.compose.rows import (
     copy_vectors_into,
+    equal_missing,
     filter_runs,
     float32_blobs,
     gather_vectors,
     int32_lists,
+    same_lists,
     take_runs,
     taken,
 )
@@ -137,3 +139,15 @@ def test_finalize_deduplicates_and_sorts_many_chunks_as_row_by_row():
                                                                          kept.column("dst").to_pylist())]))
     assert done.edges.equals(kept.sort_by([("kind", "ascending"), ("src", "ascending"), ("dst", "ascending")]))
     assert done.nodes.equals(want) and done.dropped_edges == _reference_dedup(edges).num_rows - kept.num_rows
+
+
+def test_lists_and_values_compared_in_columns_equal_the_row_by_row_comparison():
+    """What pooled_reusing compares of a node and its published row (reuse._unchanged): values with
+    two nulls equal, lists by length and values in order; a null list is not an empty one."""
+    a = [["t1", "t2"], ["t1"], None, [], ["t2", "t1"], ["x", None], None, ["a\x1fb"], ["t3"], []]
+    b = [["t1", "t2"], ["t1", "t2"], None, None, ["t1", "t2"], ["x", None], ["t1"], ["a", "b"], ["t4"], []]
+    want = [x == y for x, y in zip(a, b)]
+    got = same_lists(pa.array(a, pa.list_(pa.string())), pa.array(b, pa.list_(pa.string())))
+    assert got.tolist() == want
+    texts, others = ["a", None, "b", None, ""], ["a", None, "c", "d", None]
+    assert equal_missing(pa.array(texts), pa.array(others)).tolist() == [x == y for x, y in zip(texts, others)]

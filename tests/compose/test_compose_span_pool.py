@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from memlib.compose.span_pool import span_pooled_vectors
+from memlib.compose.span_pool import IdSums, span_pooled_vectors
 from memlib.compose.vectors import TurnVectors
 
 WORDS = {w: i for i, w in enumerate(["ana", "ran", "the", "race", "in", "porto", "rita", "lisbon", "kitten"], 1)}
@@ -249,3 +249,20 @@ def test_a_kept_node_whose_only_words_left_the_tenant_gets_its_turns_mean_as_in_
     np.testing.assert_array_equal(got.vectors, want)
     np.testing.assert_allclose(got.vectors[2], passage[0], atol=1e-6)  # f1: "kitten" is gone: its turn's mean
     assert got.refilled == 3 and got.copied == 0
+
+
+@pytest.mark.parametrize("new_ids", [[2, 5], [2, 9, 40]])
+def test_sums_plus_an_append_equal_the_sums_of_every_row(new_ids):
+    """IdSums.plus, with the append's ids all known to the tenant (one copy of its sums) or not (a
+    union): the same exact sums as summing every row at once, and the tenant's sums unchanged."""
+    rng = np.random.default_rng(3)
+    old_ids = [np.array([1, 2, 5, 7], np.int64), np.array([2, 7, 11], np.int64)]
+    old_rows = [rng.standard_normal((ids.size, DIM)).astype(np.float16) for ids in old_ids]
+    new = np.array(new_ids, np.int64)
+    new_rows = rng.standard_normal((new.size, DIM)).astype(np.float16)
+    before = IdSums.of(old_ids, old_rows, DIM)
+    kept = before.sums.copy()
+    got = before.plus(IdSums.of([new], [new_rows], DIM))
+    want = IdSums.of(old_ids + [new], old_rows + [new_rows], DIM)
+    assert np.array_equal(got.ids, want.ids) and np.array_equal(got.counts, want.counts)
+    assert np.array_equal(got.sums, want.sums) and np.array_equal(before.sums, kept)
