@@ -344,7 +344,7 @@ def _refill_block(out: np.ndarray, nodes: pa.Table, tv: TurnVectors, rows: np.nd
     fill = fill_sums(np.repeat(np.arange(len(kept), dtype=np.int64), lengths),
                      np.concatenate([f.ids for f in kept]).astype(np.int64),
                      np.concatenate([f.counts for f in kept]), sums, len(kept), local.shape[1])
-    total = local + fill
+    total = np.add(local, fill, out=local)  # ``local`` is the block's own stacked copy
     zero = np.linalg.norm(total, axis=1) <= 1e-12  # normalize_into leaves these rows: they get their turns' mean
     if zero.any():
         out[rows[zero]] = pooled_vectors(provenance_of(nodes, rows[zero]), tv.node_ids, tv.vectors)

@@ -113,7 +113,7 @@ def int32_lists(parts: list[np.ndarray]) -> pa.ListArray:
     """``pa.array(parts, pa.list_(pa.int32()))`` (no nulls) from one concatenation, not row by row."""
     offsets = np.zeros(len(parts) + 1, np.int32)
     np.cumsum([p.size for p in parts], out=offsets[1:])
-    flat = np.concatenate(parts).astype(np.int32, copy=False) if parts else np.zeros(0, np.int32)
+    flat = np.concatenate(parts, axis=None, dtype=np.int32) if parts else np.zeros(0, np.int32)
     return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat, pa.int32()))
 
 
@@ -124,8 +124,8 @@ def float32_blobs(parts: list[np.ndarray | None]) -> pa.BinaryArray:
     sizes = np.fromiter((0 if p is None else p.size * 4 for p in parts), np.int64, len(parts))
     offsets = np.zeros(len(parts) + 1, np.int32)
     np.cumsum(sizes, out=offsets[1:])
-    kept = [np.asarray(p, dtype=np.float32).reshape(-1) for p in parts if p is not None]
-    data = np.concatenate(kept).view(np.uint8) if kept else np.zeros(0, np.uint8)
+    kept = [p for p in parts if p is not None]  # flattened and cast as they are concatenated
+    data = np.concatenate(kept, axis=None, dtype=np.float32).view(np.uint8) if kept else np.zeros(0, np.uint8)
     bitmap = pa.array(valid).buffers()[1] if not valid.all() else None
     return pa.Array.from_buffers(pa.binary(), len(parts), [bitmap, pa.py_buffer(offsets), pa.py_buffer(data)],
                                  null_count=int((~valid).sum()))
