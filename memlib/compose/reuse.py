@@ -46,6 +46,7 @@ from memlib.compose.rows import (
     equal_missing,
     float32_blobs,
     int32_lists,
+    pooled_into,
     provenance_of,
     same_lists,
     turn_rows,
@@ -268,7 +269,7 @@ def pooled_reusing(nodes: pa.Table, tv: TurnVectors, tokenizer: Any, previous: P
     n = nodes.num_rows
     out = np.zeros((n, tv.vectors.shape[1] if tv.vectors.ndim == 2 else 0), dtype=np.float32)
     turns = turn_rows(nodes)
-    out[turns] = pooled_vectors(provenance_of(nodes, turns), tv.node_ids, tv.vectors)
+    pooled_into(out, turns, provenance_of(nodes, turns), tv)
     derived = np.setdiff1d(np.arange(n), turns)
     # a clue's published vector is its merged one (renormalized in the link step), not its pooled one
     clue = is_clue(nodes, derived)
@@ -284,8 +285,7 @@ def pooled_reusing(nodes: pa.Table, tv: TurnVectors, tokenizer: Any, previous: P
         if changes.removed:
             fresh = np.union1d(fresh, sums.changed_since(previous.sums))
     moved, kept = _moved(nodes, rows, prev_rows, previous, _Pooling(tv, tokenizer, sums), fresh)
-    # a node with fallback ids but no kept local sum (a published table that did not list it) is
-    # pooled again, so the table this run writes is complete
+    # a node with fallback ids but no kept local sum (not listed when published) is pooled again
     whole = np.array([f.ids.size == 0 or f.local is not None for f in kept], dtype=bool)
     copy = ~moved & whole
     copy_rows, copy_prev = rows[copy], prev_rows[copy]
@@ -300,7 +300,7 @@ def pooled_reusing(nodes: pa.Table, tv: TurnVectors, tokenizer: Any, previous: P
     redo = np.setdiff1d(derived, np.concatenate([copy_rows, refill_rows]))
     pooler = SpanPooler.of(nodes, provenance_turns(nodes, redo, tv), tokenizer, rows=redo, sums=sums)
     if pooler is not None:
-        out[redo] = pooled_vectors(provenance_of(nodes, redo), tv.node_ids, tv.vectors)
+        pooled_into(out, redo, provenance_of(nodes, redo), tv)
         fallbacks.update(zip(redo.tolist(), pooler.pool_into(out, np.arange(redo.size), is_clue(nodes, redo))))
     return Reused(out, int(copy_rows.size), int(refill_rows.size), fallbacks, sums, copy_rows.astype(np.int64))
 

@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memlib import schema
+from memlib.compose.vectors import TurnVectors, pooled_vectors
 from memlib.io.take import BLOCK_ROWS, VectorRows, take_column
 
 # a selection of at most this many runs is made of slices (each slice is one more chunk per column)
@@ -155,3 +156,14 @@ def same_lists(a: pa.Array, b: pa.Array) -> np.ndarray:
     ends = np.cumsum(lengths)
     out[idx] = bad[ends] == bad[ends - lengths]
     return out
+
+
+def pooled_into(out: np.ndarray, rows: np.ndarray, provenance: pa.Table, tv: TurnVectors) -> None:
+    """``out[rows] = pooled_vectors(provenance, tv.node_ids, tv.vectors)``, the same bits; pooled in
+    place when ``rows`` is one run of ``out`` (the turns, in finalize's order: no temporary of
+    their vectors)."""
+    start, length = runs(rows)
+    if start.size == 1:
+        pooled_vectors(provenance, tv.node_ids, tv.vectors, out=out[start[0]:start[0] + length[0]])
+    elif rows.size:
+        out[rows] = pooled_vectors(provenance, tv.node_ids, tv.vectors)

@@ -324,10 +324,15 @@ def add_in_order(out: np.ndarray, node: np.ndarray, src: np.ndarray, rows: np.nd
             out[node[sel]] += rows[src[sel]]
 
 
-def pooled_vectors(nodes: pa.Table, turn_ids: Sequence[str], turn_vectors: np.ndarray) -> np.ndarray:
-    """Vector of every node: normalized mean of its provenance turns' vectors (zeros if none)."""
+def pooled_vectors(nodes: pa.Table, turn_ids: Sequence[str], turn_vectors: np.ndarray,
+                   out: np.ndarray | None = None) -> np.ndarray:
+    """Vector of every node: normalized mean of its provenance turns' vectors (zeros if none).
+    Written into ``out`` (float32, a row per node) when given, not into a new matrix."""
     dim = turn_vectors.shape[1]
-    out = np.zeros((nodes.num_rows, dim), dtype=np.float32)
+    if out is None:
+        out = np.zeros((nodes.num_rows, dim), dtype=np.float32)
+    else:
+        out.fill(0)
     if nodes.num_rows == 0 or len(turn_ids) == 0:
         return out
     provenance = nodes.column("provenance").combine_chunks()
