@@ -18,10 +18,12 @@ from memlib.compose.rows import (
     float32_blobs,
     gather_vectors,
     int32_lists,
+    pooled_into,
     same_lists,
     take_runs,
     taken,
 )
+from memlib.compose.vectors import TurnVectors, pooled_vectors
 from tests.io.test_io_lance_checks import nodes
 
 
@@ -151,3 +153,18 @@ def test_lists_and_values_compared_in_columns_equal_the_row_by_row_comparison():
     assert got.tolist() == want
     texts, others = ["a", None, "b", None, ""], ["a", None, "c", "d", None]
     assert equal_missing(pa.array(texts), pa.array(others)).tolist() == [x == y for x, y in zip(texts, others)]
+
+
+@pytest.mark.parametrize("rows", [np.arange(3, 9), np.array([0, 2, 3, 7, 8, 11])])
+def test_vectors_pooled_in_place_are_the_bits_of_the_pooled_matrix(rows):
+    """pooled_into writes a run of rows (the turns, in finalize's order) in place, and any other rows
+    by assignment: either way the bits of pooled_vectors."""
+    rng = np.random.default_rng(9)
+    tv = TurnVectors([f"t{i}" for i in range(5)], rng.standard_normal((5, 7)).astype(np.float32))
+    cited = [[f"t{i % 5}", f"t{(i * 3) % 5}"] if i % 4 else [] for i in range(rows.size)]  # some cite none
+    prov = pa.table({"provenance": pa.array(cited, pa.list_(pa.string()))})
+    want = pooled_vectors(prov, tv.node_ids, tv.vectors)
+    out = np.full((12, 7), 5.0, np.float32)
+    pooled_into(out, rows, prov, tv)
+    assert np.array_equal(out[rows].view(np.uint32), want.view(np.uint32))
+    assert (np.delete(out, rows, axis=0) == 5.0).all()
