@@ -10,7 +10,6 @@ import pyarrow.compute as pc
 
 from memlib import schema
 from memlib.compose.rows import take_runs, taken
-from memlib.io.take import take
 
 
 @dataclass
@@ -81,6 +80,13 @@ def dedup_edges(edges: pa.Table) -> pa.Table:
     return edges.filter(pa.array(first_of(keyed, keys)))
 
 
+def drop_dangling(nodes: pa.Table, edges: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """(kept edges, dropped edges): an edge is kept when both endpoints are node ids."""
+    ids = nodes.column("node_id")
+    ok = pc.and_(pc.is_in(edges.column("src"), value_set=ids), pc.is_in(edges.column("dst"), value_set=ids))
+    return edges.filter(ok), edges.filter(pc.invert(ok))
+
+
 def kind_counts(table: pa.Table, column: str = "kind") -> dict[str, int]:
     if table.num_rows == 0:
         return {}
@@ -93,25 +99,9 @@ def finalize(nodes: pa.Table, edges: pa.Table, dim: int) -> Finalized:
     nodes = sorted_unique_nodes(schema.conform(nodes, schema.nodes_schema(dim), name="nodes"))
     # the edges come in a chunk per step and kept session (10k for a 2,500-session tenant): every
     # operation below is several times faster on one chunk, which costs one copy of the edges
-    kept, dropped = _final_edges(nodes, schema.conform(edges, schema.EDGES, name="edges").combine_chunks())
+    edges = dedup_edges(schema.conform(edges, schema.EDGES, name="edges").combine_chunks())
+    kept, dropped = drop_dangling(nodes, edges)
+    kept = taken(kept, pc.sort_indices(kept, sort_keys=[("kind", "ascending"), ("src", "ascending"),
+                                                        ("dst", "ascending")]))  # Table.sort_by, column by column
     return Finalized(nodes=nodes, edges=kept, dropped_edges=dropped.num_rows,
                      dropped_by_kind=kind_counts(dropped))
-
-
-def _final_edges(nodes: pa.Table, edges: pa.Table) -> tuple[pa.Table, pa.Table]:
-    """(kept, dropped) of :func:`dedup_edges`' edges: an edge is kept when both endpoints are node
-    ids, and the kept ones are sorted by (kind, src, dst). The edges are copied once, by one take of
-    the kept rows in their sorted order (not filtered twice and then taken)."""
-    if edges.num_rows == 0:
-        return edges, edges
-    keys = ["src", "dst", "kind", "relation"]
-    keyed = edges.select(keys)
-    keyed = keyed.set_column(3, "relation", pc.fill_null(keyed.column("relation"), ""))  # no relation == ""
-    first = first_of(keyed, keys)
-    ids = nodes.column("node_id")
-    ok = pc.fill_null(pc.and_(pc.is_in(edges.column("src"), value_set=ids),
-                              pc.is_in(edges.column("dst"), value_set=ids)), False).to_numpy(zero_copy_only=False)
-    rows = np.flatnonzero(first & ok)
-    order = pc.sort_indices(take(edges.select(["kind", "src", "dst"]), rows),
-                            sort_keys=[("kind", "ascending"), ("src", "ascending"), ("dst", "ascending")]).to_numpy()
-    return taken(edges, rows[order]), edges.filter(pa.array(first & ~ok))
