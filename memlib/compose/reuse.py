@@ -290,7 +290,7 @@ def pooled_reusing(nodes: pa.Table, tv: TurnVectors, tokenizer: Any, previous: P
     copy = ~moved & whole
     copy_rows, copy_prev = rows[copy], prev_rows[copy]
     copy_vectors_into(out, copy_rows, previous.nodes.column("embedding"), copy_prev)
-    fallbacks = {int(r): kept[k] for k, r in enumerate(rows.tolist()) if copy[k]}
+    fallbacks = {r: f for r, f, c in zip(rows.tolist(), kept, copy.tolist()) if c}
     refill = np.flatnonzero(moved & whole)
     clue_rows, clue_fb = _kept_clues(nodes, derived[clue], previous)
     refill_rows = np.concatenate([rows[refill], clue_rows])
