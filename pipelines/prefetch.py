@@ -20,7 +20,7 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -33,13 +33,18 @@ _STOP = object()  # PublishedPrefetch._claim: the prefetch was closed
 def read_published(store: str | Path) -> tuple[dict, Any]:
     """The store's published manifest ({} for none) and a StoreReader of it with its Lance table
     open (lancedb's import and the first open are 1-2 CPU-s), or None without a published version."""
-    from memlib.io.store import StoreReader, read_manifest
-
-    manifest = read_manifest(store) or {}
-    reader = StoreReader(store, manifest) if manifest else None
+    manifest, reader = _unopened(store)
     if reader is not None:
         reader.nodes_table()
     return manifest, reader
+
+
+def _unopened(store: str | Path) -> tuple[dict, Any]:
+    """:func:`read_published` before its Lance table is opened (lancedb is not imported)."""
+    from memlib.io.store import StoreReader, read_manifest
+
+    manifest = read_manifest(store) or {}
+    return manifest, StoreReader(store, manifest) if manifest else None
 
 
 def open_published(store: str | Path) -> tuple[dict, Any]:
@@ -177,23 +182,38 @@ class PublishedPrefetch:
             return future
 
     def _run(self) -> None:
-        from memlib.compose.reuse import load_previous
+        from memlib.compose.reuse import load_previous, read_parts
 
-        try:
-            manifest, reader = read_published(self.store)
-        except BaseException as exc:  # noqa: BLE001 - met again, and reported, by the tenant operator
-            self.opened.set_exception(exc)
-            return
-        self.opened.set_result((manifest, reader))
-        if reader is None:
-            return
-        for tenant in self.order:
-            future = self._claim(tenant, self._ready)
-            if future is _STOP:
+        # the first tenant's part files are read (pyarrow, mostly without the GIL) while lancedb is
+        # imported and its table opened: its row waits for both
+        with ThreadPoolExecutor(1, thread_name_prefix="memlib-prefetch-parts") as pool:
+            try:
+                manifest, reader = _unopened(self.store)
+                first = self._first(manifest)
+                early = pool.submit(read_parts, reader, first) if reader is not None and first else None
+                if reader is not None:
+                    reader.nodes_table()
+            except BaseException as exc:  # noqa: BLE001 - met again, and reported, by the tenant operator
+                self.opened.set_exception(exc)
                 return
-            if future is not None:  # a failure: the tenant's row reports it (reuse_failure)
-                _settle(future, lambda t=tenant: load_previous(self.store, t, self.session_key, manifest,
-                                                               reader=reader))
+            self.opened.set_result((manifest, reader))
+            if reader is None:
+                return
+            for tenant in self.order:
+                future = self._claim(tenant, self._ready)
+                if future is _STOP:
+                    return
+                parts = early if tenant == first else None
+                if future is not None:  # a failure: the tenant's row reports it (reuse_failure)
+                    _settle(future, lambda t=tenant, p=parts: load_previous(self.store, t, self.session_key, manifest,
+                                                                            reader=reader, parts=p))
+
+    def _first(self, manifest: dict) -> str | None:
+        """The first tenant to read when the published build is one it can reuse (else None)."""
+        first = self.order[0] if self.order else None
+        if manifest.get("session_build_key") != self.session_key or first not in manifest.get("tenants", {}):
+            return None
+        return first
 
 
 def _settle(future: Future, read: Callable[[], Any]) -> None:

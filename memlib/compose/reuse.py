@@ -30,7 +30,7 @@ build. Either way the store equals a full build of the new input (tests/pipeline
 from __future__ import annotations
 
 import hashlib
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memlib import schema
+from memlib.compose.published_parts import PublishedParts, read_parts
 from memlib.compose.rows import (
     copy_vectors_into,
     equal_missing,
@@ -52,7 +53,7 @@ from memlib.compose.rows import (
     turn_rows,
 )
 from memlib.compose.span_pool import Fallback, IdSums, SpanPooler, fill_sums, is_clue, normalize_into
-from memlib.compose.vectors import TurnVectors, binary_views, list_views, pooled_vectors
+from memlib.compose.vectors import TurnVectors, pooled_vectors
 from memlib.io.lance_delta import keyed_rows
 from memlib.io.take import BLOCK_ROWS, VectorRows, take_column
 
@@ -74,25 +75,15 @@ class PreviousTenant:
     extracted: dict[str, pa.Table] | None = None
 
     @classmethod
-    def of(cls, nodes: pa.Table, edges: pa.Table, fallbacks: pa.Table | None = None,
-           sums: pa.Table | None = None) -> PreviousTenant:
+    def of(cls, nodes: pa.Table, parts: PublishedParts) -> PreviousTenant:
+        """The tenant whose published Lance rows are ``nodes`` and part files ``parts``."""
         extracted = _extracted(nodes)
         nodes = nodes.select(NODE_COLUMNS)
         turns = nodes.filter(pc.equal(nodes.column("kind"), schema.NodeKind.TURN.value)).column("node_id")
-        similar = edges.filter(pc.and_(pc.equal(edges.column("kind"), schema.EdgeKind.SIMILAR.value),
-                                       pc.and_(pc.is_in(edges.column("src"), turns),
-                                               pc.is_in(edges.column("dst"), turns))))
-        known, clues = None, {}
-        if fallbacks is not None and fallbacks.num_rows:
-            if "inputs" in fallbacks.column_names:
-                hashed = fallbacks.filter(pc.is_valid(fallbacks.column("inputs")))
-                clues = dict(zip(hashed.column("node_id").to_pylist(), hashed.column("inputs").to_pylist()))
-            local = binary_views(fallbacks.column("local"), np.float32)
-            known = {n: Fallback(i, c, v) for n, i, c, v in zip(fallbacks.column("node_id").to_pylist(),
-                                                                list_views(fallbacks.column("ids")),
-                                                                list_views(fallbacks.column("counts")), local)}
-        kept = IdSums.from_table(sums) if sums is not None and sums.num_rows else None
-        return cls(nodes, similar.select(["src", "dst", "weight"]), known, kept, clues, extracted=extracted)
+        similar = parts.similar
+        similar = similar.filter(pc.and_(pc.is_in(similar.column("src"), turns),
+                                         pc.is_in(similar.column("dst"), turns)))
+        return cls(nodes, similar, parts.fallbacks, parts.sums, parts.clue_inputs, extracted=extracted)
 
     def fallbacks_of(self, node_ids: list[str]) -> list[Fallback | None]:
         """Per node id: its published :class:`Fallback`, or None when the published build did not list it."""
@@ -113,17 +104,15 @@ def _extracted(nodes: pa.Table) -> dict[str, pa.Table] | None:
     return {k.value: rows.filter(pc.equal(rows.column("kind"), k.value)) for k in _EXTRACTED}
 
 
-_EDGE_COLUMNS = ["src", "dst", "kind", "weight"]  # what PreviousTenant.of reads of its edges
-
-
-def load_previous(store: str | Path, tenant: str, session_key: str,
-                  manifest: dict | None = None, reader: Any = None) -> PreviousTenant | None:
+def load_previous(store: str | Path, tenant: str, session_key: str, manifest: dict | None = None,
+                  reader: Any = None, parts: Future | None = None) -> PreviousTenant | None:
     """The published version of ``tenant`` in ``store``, when it was built under ``session_key``
     (the same code format, config and encoder as this run); None otherwise. ``manifest``: the
     store's published manifest, when the caller has read it (a build's tenant actor reads it once,
     not once per tenant: it names every tenant); ``reader``: a
     :class:`~memlib.io.store.StoreReader` of that manifest, kept by the caller (its Lance table
-    is opened once, not once per tenant)."""
+    is opened once, not once per tenant); ``parts``: the future of :func:`read_parts` of the
+    tenant in that reader, when the caller read them already."""
     from memlib.io.store import StoreReader, read_manifest
 
     manifest = reader.manifest if reader is not None else manifest if manifest is not None else read_manifest(store)
@@ -132,18 +121,29 @@ def load_previous(store: str | Path, tenant: str, session_key: str,
         return None
     reader = reader if reader is not None else StoreReader(store, manifest)
     # its part files are read on another thread while the Lance scan runs (lancedb's threads; the
-    # calling one waits without the GIL) and its rows are hashed
-    with ThreadPoolExecutor(1, thread_name_prefix="memlib-previous") as pool:
-        parts = pool.submit(lambda: (reader.table("edges", tenant, _EDGE_COLUMNS),
-                                     reader.table("node_fallbacks", tenant), reader.table("token_sums", tenant)))
+    # calling one waits without the GIL), and its rows hashed on another while this one makes the
+    # PreviousTenant of them: a damaged row is never reused (DamagedFileError, the tenant is built
+    # whole): what was made of them is dropped before the caller sees it
+    with ThreadPoolExecutor(2, thread_name_prefix="memlib-previous") as pool:
+        parts = parts if parts is not None else pool.submit(read_parts, reader, tenant)
         # every column of its Lance rows but importance: the run's Lance write compares them
-        # (memlib.io.lance_delta), and the reuse steps read NODE_COLUMNS of them; checked against the
-        # digest written with them (a damaged row is never reused: DamagedFileError, the tenant is built whole)
-        rows = reader.lance_rows(tenant).select([f.name for f in schema.NODES if f.name != "importance"])
-        edges, fallbacks, sums = parts.result()
+        # (memlib.io.lance_delta), and the reuse steps read NODE_COLUMNS of them
+        rows = reader.unchecked_rows(tenant)
+        checked = pool.submit(reader.check_rows, tenant, "nodes", rows)
+        try:
+            previous = _previous_of(rows.select([f.name for f in schema.NODES if f.name != "importance"]),
+                                    parts.result())
+        except Exception:
+            checked.result()  # a damaged row's error first
+            raise
+        checked.result()
+    return previous
+
+
+def _previous_of(rows: pa.Table, parts: PublishedParts) -> PreviousTenant | None:
     if rows.num_rows == 0:
         return None
-    previous = PreviousTenant.of(rows, edges, fallbacks, sums)
+    previous = PreviousTenant.of(rows, parts)
     previous.rows = rows
     previous.rows_keyed = keyed_rows(rows)  # the run's Lance delta joins on it after the tenant steps
     return previous

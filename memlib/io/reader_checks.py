@@ -93,16 +93,30 @@ class ReaderChecks:
         """``tenant``'s rows of Lance table ``name`` at the pinned version, every column, checked
         against the digest the manifest records for them (and with ``files`` the table's index and
         manifest files); :class:`DamagedFileError` (part LANCE) when they differ or cannot be read."""
+        rows = self.unchecked_rows(tenant, name)
+        self.check_rows(tenant, name, rows, files=files)
+        return rows
+
+    def unchecked_rows(self, tenant: str, name: str = "nodes") -> pa.Table:
+        """``tenant``'s rows of Lance table ``name`` at the pinned version, every column, NOT checked:
+        nothing is made of them for a caller before :meth:`check_rows` of them returned
+        (:func:`memlib.compose.reuse.load_previous` checks them while it reads them);
+        :class:`DamagedFileError` (part LANCE) when they cannot be read."""
         tbl = self.lance_table(name)
         if tbl is None:
             return pa.table({})
         try:
-            rows = tbl.search().where(f"tenant_id = {_sql(tenant)}").limit(None).to_arrow()
+            return tbl.search().where(f"tenant_id = {_sql(tenant)}").limit(None).to_arrow()
         except Exception as exc:  # noqa: BLE001 - Lance raises errors of many kinds for a damaged file
             raise DamagedFileError(f"lance {name} rows of tenant {tenant!r} unreadable: "
                                    f"{' '.join(str(exc).split())[:160]}", part=LANCE) from None
-        self._check_digest(tenant, name, rows, files)
-        return rows
+
+    def check_rows(self, tenant: str, name: str, rows: pa.Table, *, files: bool = True) -> None:
+        """Raise :class:`DamagedFileError` (part LANCE) unless ``rows`` (:meth:`unchecked_rows`) have the
+        digest the manifest records for ``tenant``'s rows of table ``name`` (with ``files``: and the
+        table's index and manifest files their checksums; then they are known good in this process)."""
+        if self.lance_table(name) is not None:
+            self._check_digest(tenant, name, rows, files)
 
     def check_lance_rows(self, tenant: str, name: str = "nodes") -> None:
         """:meth:`lance_rows` once per process, store, table version and tenant (a failure is

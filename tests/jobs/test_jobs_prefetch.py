@@ -157,3 +157,41 @@ def test_jobs_prefetch_reads_the_rows_kept_sessions_once_planned(base_store, tmp
     (nodes, vectors, edges, np), (nodes2, vectors2, edges2, _) = store_snapshot(store), store_snapshot(again)
     assert nodes.equals(nodes2) and edges.equals(edges2) and len(nodes) > 0
     assert np.array_equal(vectors, vectors2)  # one process, one encoder: the same bits
+
+
+def test_jobs_prefetch_reads_part_files_apart_and_never_reuses_rows_whose_digest_differs(base_store):
+    """A tenant's part files read on another thread (as the prefetch reads the first tenant's while
+    lancedb is imported) give the build load_previous reads alone; its Lance rows are hashed while
+    the build is made of them, and rows whose digest is not the one published raise, whichever
+    finishes first (nothing made of them is returned)."""
+    import copy
+    from concurrent.futures import ThreadPoolExecutor
+
+    from memlib.compose.reuse import load_previous, read_parts
+    from memlib.io.checksums import DamagedFileError
+    from memlib.io.reader_checks import forget_rows
+    from memlib.io.store import StoreReader, read_manifest
+
+    store = base_store[1]
+    manifest = read_manifest(store)
+    key, tenant = manifest["session_build_key"], sorted(manifest["tenants"])[0]
+    forget_rows()
+    reader = StoreReader(store, manifest)
+    with ThreadPoolExecutor(1) as pool:
+        ahead = load_previous(store, tenant, key, reader=reader, parts=pool.submit(read_parts, reader, tenant))
+    alone = load_previous(store, tenant, key, manifest)
+    assert ahead.rows.num_rows > 0 and ahead.rows.equals(alone.rows) and ahead.nodes.equals(alone.nodes)
+    assert ahead.similar.equals(alone.similar) and ahead.clue_inputs == alone.clue_inputs
+    assert sorted(ahead.fallbacks) == sorted(alone.fallbacks) and len(ahead.fallbacks) > 0
+    assert (ahead.sums is None) == (alone.sums is None)
+    assert alone.sums is None or ahead.sums.ids.tolist() == alone.sums.ids.tolist()
+    for damaged in range(2):  # a digest of another row count, then another checksum
+        bad = copy.deepcopy(manifest)
+        bad["tenants"][tenant]["lance_digest"]["nodes"][damaged] += 1
+        forget_rows()
+        wrong = StoreReader(store, bad)
+        with ThreadPoolExecutor(1) as pool, pytest.raises(DamagedFileError, match="not the ones written"):
+            load_previous(store, tenant, key, reader=wrong, parts=pool.submit(read_parts, wrong, tenant))
+        with pytest.raises(DamagedFileError, match="not the ones written"):
+            load_previous(store, tenant, key, reader=StoreReader(store, bad))
+    forget_rows()
