@@ -13,6 +13,7 @@ import pyarrow.compute as pc
 import pytest
 
 from memlib import ids, schema
+from memlib.compose.published_parts import PublishedParts
 from memlib.compose.reuse import PreviousTenant
 
 
@@ -77,7 +78,7 @@ BASE = ["a0", "a1", "a2", "a3", "b0", "b1", "b2"]
 
 
 def _published(out) -> PreviousTenant:
-    return PreviousTenant.of(out.nodes, out.edges, out.fallbacks, out.token_sums)
+    return PreviousTenant.of(out.nodes, PublishedParts.of(out.edges, out.fallbacks, out.token_sums))
 
 
 def _same(got, full) -> None:

@@ -6,6 +6,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
+from memlib.compose.published_parts import PublishedParts
 from memlib.compose.reuse import PreviousTenant
 
 
@@ -53,7 +54,7 @@ def conversation(locomo_path):
 
 
 def _published(out) -> PreviousTenant:
-    return PreviousTenant.of(out.nodes, out.edges, out.fallbacks, out.token_sums)
+    return PreviousTenant.of(out.nodes, PublishedParts.of(out.edges, out.fallbacks, out.token_sums))
 
 
 def _assert_same(got, full) -> None:

@@ -221,6 +221,7 @@ def test_a_kept_node_whose_only_words_left_the_tenant_gets_its_turns_mean_as_in_
     has a zero sum: like a full build, the nightly gives it the mean of its turns' vectors
     (memlib.compose.reuse.pooled_reusing), and a node that still has words gets its pooled vector."""
     from memlib import schema
+    from memlib.compose.published_parts import PublishedParts
     from memlib.compose.reuse import PreviousTenant, TurnChanges, fallbacks_table, pooled_reusing
     from memlib.compose.span_pool import span_pooled_with_fallbacks
     from memlib.compose.vectors import with_embeddings
@@ -240,8 +241,8 @@ def test_a_kept_node_whose_only_words_left_the_tenant_gets_its_turns_mean_as_in_
     before_tv = TurnVectors(["t1", "t2", "t9"], passage, list(ids), list(vecs))
     before = table(["t1", "t2", "t9"], derived)
     vectors, fallbacks, sums = span_pooled_with_fallbacks(before, before_tv, WordTokenizer())
-    previous = PreviousTenant.of(with_embeddings(before, vectors, DIM), schema.empty(schema.EDGES),
-                                 fallbacks_table(before, fallbacks), sums.table("x"))
+    parts = PublishedParts.of(schema.empty(schema.EDGES), fallbacks_table(before, fallbacks), sums.table("x"))
+    previous = PreviousTenant.of(with_embeddings(before, vectors, DIM), parts)
     after_tv = TurnVectors(["t1", "t2"], passage[:2], list(ids[:2]), list(vecs[:2]))
     after = table(["t1", "t2"], derived)
     got = pooled_reusing(after, after_tv, WordTokenizer(), previous, TurnChanges([], ["t9"]))

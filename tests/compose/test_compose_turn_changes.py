@@ -7,6 +7,7 @@ import pyarrow as pa
 import pytest
 
 from memlib import schema
+from memlib.compose.published_parts import PublishedParts
 from memlib.compose.reuse import PreviousTenant, TurnChanges, turn_changes
 from memlib.compose.vectors import TurnVectors, pooled_vectors
 
@@ -67,5 +68,5 @@ def test_turn_changes_equal_the_per_turn_comparison(seed):
         old_vecs[k, 0] = np.nextafter(old_vecs[k, 0], np.float32(2))
     nodes = _nodes([ids[i] for i in now_rows], new_texts, unit[now_rows])
     previous = PreviousTenant.of(_nodes([ids[i] for i in old_rows], old_texts, old_vecs, facts=1),
-                                 schema.empty(schema.EDGES))
+                                 PublishedParts.of(schema.empty(schema.EDGES)))
     assert turn_changes(nodes, tv, previous) == _reference(nodes, tv, previous)

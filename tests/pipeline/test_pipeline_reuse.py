@@ -8,6 +8,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
+from memlib.compose.published_parts import PublishedParts
 from memlib.compose.reuse import PreviousTenant, appended_turns
 from memlib.compose.span_pool import SpanPooler, span_pooled_vectors
 from memlib.text.clues import EarlierEdges, exact_cosines, similar_edges, similar_edges_changed
@@ -143,8 +144,9 @@ def test_a_run_that_appended_a_session_reuses_and_equals_a_full_build(tenant_pas
     full = tenant_pass["full"]
     assert before.fallbacks is not None and before.fallbacks.num_rows > 0
     assert before.token_sums is not None and before.token_sums.num_rows > 1000
-    prev = PreviousTenant.of(before.nodes, before.edges, None if published == "no_fallbacks" else before.fallbacks,
-                             None if published == "no_sums" else before.token_sums)
+    parts = PublishedParts.of(before.edges, None if published == "no_fallbacks" else before.fallbacks,
+                              None if published == "no_sums" else before.token_sums)
+    prev = PreviousTenant.of(before.nodes, parts)
     got = build(turns, cfg, enc, previous=prev)
     _assert_same(got, full)
     assert got.fallbacks.equals(full.fallbacks)
@@ -163,7 +165,8 @@ def test_a_session_appended_in_the_middle_is_an_append(tenant_pass):
     cfg, turns, enc, build = tenant_pass["cfg"], tenant_pass["turns"], tenant_pass["encoder"], tenant_pass["process"]
     middle = tenant_pass["sessions"][len(tenant_pass["sessions"]) // 2]
     before = build(_without(turns, middle), cfg, enc)
-    got = build(turns, cfg, enc, previous=PreviousTenant.of(before.nodes, before.edges, before.fallbacks))
+    parts = PublishedParts.of(before.edges, before.fallbacks)
+    got = build(turns, cfg, enc, previous=PreviousTenant.of(before.nodes, parts))
     assert got.reused["appended_only"] == 1
     _assert_same(got, tenant_pass["full"])
     assert got.fallbacks.equals(tenant_pass["full"].fallbacks)
@@ -176,7 +179,8 @@ def test_a_deleted_session_reuses_and_equals_a_full_build(tenant_pass):
     cfg, turns, enc, build = tenant_pass["cfg"], tenant_pass["turns"], tenant_pass["encoder"], tenant_pass["process"]
     published = tenant_pass["full"]
     for gone in (tenant_pass["sessions"][0], tenant_pass["sessions"][len(tenant_pass["sessions"]) // 2]):
-        prev = PreviousTenant.of(published.nodes, published.edges, published.fallbacks, published.token_sums)
+        parts = PublishedParts.of(published.edges, published.fallbacks, published.token_sums)
+        prev = PreviousTenant.of(published.nodes, parts)
         deleted = _without(turns, gone)
         got = build(deleted, cfg, enc, previous=prev)
         full = build(deleted, cfg, enc)
@@ -193,7 +197,7 @@ def test_a_session_replaced_by_another_reuses_and_equals_a_full_build(tenant_pas
     cfg, turns, enc, build = tenant_pass["cfg"], tenant_pass["turns"], tenant_pass["encoder"], tenant_pass["process"]
     first, last = tenant_pass["sessions"][0], tenant_pass["sessions"][-1]
     before = build(_without(turns, last), cfg, enc)
-    prev = PreviousTenant.of(before.nodes, before.edges, before.fallbacks, before.token_sums)
+    prev = PreviousTenant.of(before.nodes, PublishedParts.of(before.edges, before.fallbacks, before.token_sums))
     now = _without(turns, first)
     got = build(now, cfg, enc, previous=prev)
     _assert_same(got, build(now, cfg, enc))
@@ -204,7 +208,7 @@ def test_an_edited_turn_is_not_reused(tenant_pass):
     """A published turn whose text changed: every step runs over the whole tenant; same output."""
     cfg, turns, enc, build = tenant_pass["cfg"], tenant_pass["turns"], tenant_pass["encoder"], tenant_pass["process"]
     published = tenant_pass["full"]
-    prev = PreviousTenant.of(published.nodes, published.edges, published.fallbacks)
+    prev = PreviousTenant.of(published.nodes, PublishedParts.of(published.edges, published.fallbacks))
     text = turns.column("text").to_pylist()
     text[0] = text[0] + " We moved to Porto."
     edited = turns.set_column(turns.column_names.index("text"), "text", pa.array(text, pa.string()))
@@ -248,7 +252,7 @@ def test_appended_turns_checks_text_and_vector(tenant_pass):
     cfg, turns, enc, build = tenant_pass["cfg"], tenant_pass["turns"], tenant_pass["encoder"], tenant_pass["process"]
     last = tenant_pass["sessions"][-1]
     before = build(_without(turns, last), cfg, enc)
-    prev = PreviousTenant.of(before.nodes, before.edges)
+    prev = PreviousTenant.of(before.nodes, PublishedParts.of(before.edges))
     added = appended_turns(nodes, tv, prev)
     want = turns.filter(pc.equal(turns.column("session_id"), last)).column("node_id").to_pylist()
     assert added is not None and sorted(added) == sorted(want)
@@ -259,7 +263,7 @@ def test_appended_turns_checks_text_and_vector(tenant_pass):
     flat[row, 0] += 1e-3
     changed = before.nodes.set_column(before.nodes.column_names.index("embedding"), "embedding",
                                       pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1)), flat.shape[1]))
-    assert appended_turns(nodes, tv, PreviousTenant.of(changed, before.edges)) is None
+    assert appended_turns(nodes, tv, PreviousTenant.of(changed, PublishedParts.of(before.edges))) is None
 
 
 @pytest.mark.parametrize("damage", ["similar", "fallbacks"])
@@ -269,7 +273,7 @@ def test_a_published_build_that_cannot_be_reused_is_not_reused(tenant_pass, dama
     the whole tenant, the output equals a full build and the reason is reported."""
     cfg, turns, enc, build = tenant_pass["cfg"], tenant_pass["turns"], tenant_pass["encoder"], tenant_pass["process"]
     before = build(_without(turns, tenant_pass["sessions"][-1]), cfg, enc)
-    prev = PreviousTenant.of(before.nodes, before.edges, before.fallbacks)
+    prev = PreviousTenant.of(before.nodes, PublishedParts.of(before.edges, before.fallbacks))
     if damage == "similar":
         bogus = pa.table({"src": ["turn:nowhere"], "dst": [prev.similar.column("dst")[0].as_py()],
                           "weight": pa.array([0.9], pa.float32())})
