@@ -440,6 +440,17 @@ def test_a_field_every_record_lacks_is_named_with_its_likely_name(tmp_path, rena
         input_fingerprints(table, "parquet")
 
 
+def test_a_field_no_record_fills_counts_the_records_holding_its_key(tmp_path):
+    # records of three key layouts (the tally counts each layout once per record)
+    recs = [_turn("s1:1", text=""), {**_turn("s1:2"), "text": "  ", "extra": 1},
+            {"content": "hi", **{k: v for k, v in _turn("s1:3").items() if k != "text"}}, _turn("s1:4", text="")]
+    path = tmp_path / "in.jsonl"
+    _jsonl(path, recs)
+    with pytest.raises(InputError, match=r"no record has a non-empty string `text` \(3 of 4 have the key\); "
+                                         r"the file has `content`"):
+        input_fingerprints(path, "jsonl")
+
+
 def test_roles_memlib_does_not_know_are_named(tmp_path):
     path = tmp_path / "in.jsonl"
     _jsonl(path, [_turn("s1:1", role="human"), _turn("s1:2", role="ai"), {"kind": "question", "tenant_id": "maya",
