@@ -83,6 +83,22 @@ def test_ids_are_deterministic_distinct_and_pinned():
     assert ids.digest("memlib") == "5c2ed2fb9e17c4702649"
 
 
+@pytest.mark.parametrize("call, args, expected", [
+    ("content_hash", ("plain text \xe9",), "4a5a3d34dfeac384b0a3dc492f156eb2"),
+    ("content_hash", ("a\x1fb",), "40cfa07e0c3371ba3354243717215019"),
+    ("content_hash", ("x\x00y\x1b\x1ez",), "3090c71296e96cb0a995992aa90d072a"),
+    ("content_hash", (7,), "9e287f590d2dcbbf387bfb70928e621d"),
+    ("turn_node_id", ("t", "c\x1fx", "s"), "turn:aff1d03e4ba40d0f7aed"),
+    ("turn_node_id", ("t", "c", "x\x1es"), "turn:8b449e01079bde23384b"),
+    ("make_id", ("fact", "a\x1b", None), "fact:3de1b186fa2f796deeea"),
+    ("digest", ("a\x00", "b"), "0d4feb6e868e3bb9e2d7"),
+])
+def test_ids_of_escaped_bytes_are_pinned(call, args, expected):
+    # the fast paths (content_hash hashed directly, memchr checks for the escaped bytes) give the
+    # ids stored stores hold, also for parts holding the separators, NUL or ESC
+    assert getattr(ids, call)(*args) == expected
+
+
 def test_config_precedence_defaults_file_env_overrides(tmp_path):
     assert load_config(environ={}).retrieve.k == MemlibConfig().retrieve.k
     toml = tmp_path / "c.toml"

@@ -247,6 +247,31 @@ def test_session_keys_tell_a_separator_inside_a_value_from_one_between_values():
     assert keys("a", "b") != keys("a\x00", "b")
 
 
+@pytest.mark.parametrize("texts, expected", [
+    (["hello", "hi \xe9", "x", "y"], ["ca0ff9d503f12502343573831f6cb9a7", "e3f46809cb1d670d368d3131473bf9a0",
+                                       "6d6584e36c617aabd67838284091127e"]),
+    (["a\x1fb", "hi", "x\x00\x1b", "y\x1e"], ["ef6e984feab67b000a79ba1fad21a6fd", "d5bb86fd053f6fcd67f5c9c346e9bdff",
+                                             "76499445e899a0414f6b129a028f73bb"]),
+])
+def test_session_keys_are_pinned(texts, expected):
+    # the keys kept sessions are stored under: rows joined by Arrow when no value needs escaping, value
+    # by value otherwise; out-of-order rows, a null speaker and time, a time with microseconds
+    from datetime import datetime, timezone
+
+    from memlib import schema
+    from memlib.compose.sessions import session_keys
+
+    times = [datetime(2024, 5, 1, 9, 30, tzinfo=timezone.utc)] * 2 + [None, datetime(2024, 5, 2, 1, 2, 3, 456,
+                                                                                       tzinfo=timezone.utc)]
+    turns = schema.conform(pa.table({
+        "tenant_id": ["t"] * 4, "conversation_id": ["c", "c", "d", "c"], "session_id": ["s", "s", "s", "u"],
+        "session_index": [1, 1, 1, 2], "session_time": pa.array(times, schema.TS), "turn_id": ["2", "1", "1", "9"],
+        "turn_index": [1, 0, 0, 0], "node_id": ["n2", "n1", "n3", "n4"], "speaker": ["A", None, "B", "A"],
+        "role": ["user"] * 4, "text": texts, "content_hash": ["h"] * 4, "extras": [None, '{"k": 1}', None, None]}),
+        schema.TURNS)
+    assert session_keys(turns, "bk").to_pylist() == [expected[0], *expected]
+
+
 def _plain_digest(*parts: str) -> str:
     import hashlib
 
@@ -413,6 +438,17 @@ def test_a_field_every_record_lacks_is_named_with_its_likely_name(tmp_path, rena
     pq.write_table(pa.Table.from_pylist(recs), table)
     with pytest.raises(InputError, match=f"no column `{old}`; the file has `{new}`"):
         input_fingerprints(table, "parquet")
+
+
+def test_a_field_no_record_fills_counts_the_records_holding_its_key(tmp_path):
+    # records of three key layouts (the tally counts each layout once per record)
+    recs = [_turn("s1:1", text=""), {**_turn("s1:2"), "text": "  ", "extra": 1},
+            {"content": "hi", **{k: v for k, v in _turn("s1:3").items() if k != "text"}}, _turn("s1:4", text="")]
+    path = tmp_path / "in.jsonl"
+    _jsonl(path, recs)
+    with pytest.raises(InputError, match=r"no record has a non-empty string `text` \(3 of 4 have the key\); "
+                                         r"the file has `content`"):
+        input_fingerprints(path, "jsonl")
 
 
 def test_roles_memlib_does_not_know_are_named(tmp_path):

@@ -36,6 +36,31 @@ def test_sessions_ordered_by_time_and_utc(bad_jsonl, io_cfg):
     assert [t["turn_index"] for t in s2] == [0, 1]
 
 
+def test_session_order_rules(tmp_path, io_cfg):
+    # sessions by their first dated turn's time (that time on all their turns), undated ones last in
+    # record order, each conversation numbered on its own; turns in record order within a session;
+    # rows sorted by tenant, conversation, session, turn whatever the record order
+    def turn(conv, sess, tid, when=None):
+        return {"tenant_id": "t", "conversation_id": conv, "session_id": sess, "turn_id": tid, "role": "user",
+                "text": f"{conv} {tid}", **({"session_time": when} if when else {})}
+    rows = [turn("c2", "late", "1", "2024-03-01"), turn("c1", "undated-a", "2"), turn("c1", "b", "3"),
+            turn("c1", "b", "4", "2024-02-01T10:00:00+02:00"), turn("c1", "undated-z", "5"),
+            turn("c1", "a", "6", "2024-02-01T09:00:00Z"), turn("c2", "early", "7", "2024-01-01"),
+            turn("c1", "b", "8", "2023-01-01"), turn("c1", "undated-a", "9")]
+    path = tmp_path / "o.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    got = [(t["conversation_id"], t["session_id"], t["session_index"], t["turn_index"], t["turn_id"],
+            t["session_time"] and t["session_time"].isoformat())
+           for t in read_input(path, "jsonl", io_cfg).turns.to_pylist()]
+    b_time = "2024-02-01T08:00:00+00:00"
+    assert got == [("c1", "b", 1, 0, "3", b_time), ("c1", "b", 1, 1, "4", b_time), ("c1", "b", 1, 2, "8", b_time),
+                   ("c1", "a", 2, 0, "6", "2024-02-01T09:00:00+00:00"),
+                   ("c1", "undated-a", 3, 0, "2", None), ("c1", "undated-a", 3, 1, "9", None),
+                   ("c1", "undated-z", 4, 0, "5", None),
+                   ("c2", "early", 1, 0, "7", "2024-01-01T00:00:00+00:00"),
+                   ("c2", "late", 2, 0, "1", "2024-03-01T00:00:00+00:00")]
+
+
 def test_bad_date_quarantines_only_its_row(tmp_path, io_cfg):
     rows = [{"tenant_id": "t", "conversation_id": "c", "session_id": "s", "turn_id": str(i), "role": "user",
              "text": f"turn {i}", "session_time": "2024-01-01" if i != 1 else "yesterday-ish"} for i in range(3)]
