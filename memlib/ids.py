@@ -11,19 +11,22 @@ Parts without those three characters (every ordinary id and text) encode as befo
 from __future__ import annotations
 
 import hashlib
-import re
 
 _SEP = "\x1f"
 HEX_LEN = 20
 _ESC = {0x1b: b"\x1b\x1b", 0x1f: b"\x1b\x1f", 0x1e: b"\x1b\x1e", 0x00: b"\x1b\x00"}
-_SPECIAL = re.compile(b"[\x00\x1b\x1e\x1f]")
-_BUT_UNIT_SEP = re.compile(b"[\x00\x1b\x1e]")
+
+
+def plain(raw: bytes) -> bool:
+    """``raw`` holds none of the bytes :func:`escape` escapes (four memchr scans: a regex class
+    search was 2.5 us per 1 kB text, half of a turn's content hash)."""
+    return b"\x1f" not in raw and b"\x1e" not in raw and b"\x1b" not in raw and b"\x00" not in raw
 
 
 def escape(raw: bytes) -> bytes:
     """``raw`` with the separators (\\x1e, \\x1f), NUL and ESC escaped by ESC: joining escaped
     parts with a separator is unambiguous; bytes without them are returned unchanged."""
-    if _SPECIAL.search(raw) is None:  # one scan (a per-byte any() was 0.1-0.2 s of a 27k-turn read)
+    if plain(raw):
         return raw
     return b"".join(_ESC.get(c, bytes((c,))) for c in raw)
 
@@ -32,7 +35,8 @@ def join_escaped(parts: list[bytes]) -> bytes:
     """``b"\\x1f".join(escape(p) for p in parts)``: one scan of the joined bytes when no part holds
     a byte to escape (every ordinary row: the session keys hash 12 values of every turn)."""
     joined = _SEP.encode().join(parts)
-    if _BUT_UNIT_SEP.search(joined) is None and joined.count(b"\x1f") == len(parts) - 1:
+    if (b"\x1e" not in joined and b"\x1b" not in joined and b"\x00" not in joined
+            and joined.count(b"\x1f") == len(parts) - 1):
         return joined
     return _SEP.encode().join(escape(p) for p in parts)
 
@@ -73,5 +77,8 @@ def session_node_id(tenant_id: str, conversation_id: str, session_id: str) -> st
 
 
 def content_hash(text: str) -> str:
+    """``digest(text, length=32)``, hashed here directly for a str (one per turn of every read)."""
+    if isinstance(text, str):
+        return hashlib.blake2b(escape(text.encode("utf-8", "surrogatepass")), digest_size=16).hexdigest()
     return digest(text, length=32)
 

@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from memlib.compose.session_store import SessionStore, block_id
 from memlib.compose.sessions import session_keys, sort_turns
@@ -33,7 +32,7 @@ from memlib.io.files import replace_parquet
 from pipelines.context import BuildContext
 from pipelines.operators import FEW_BLOCK_OPERATORS, OPERATORS, RUNTIME_ENV, SessionLocalOp, TenantOp, block_item
 from pipelines.rows import BATCH_FORMAT, KEY_COLUMN, ROW_SCHEMA, Operator, RowKind
-from pipelines.shard import TenantShard, tenant_runs
+from pipelines.shard import TenantShard, read_staged, tenant_runs
 from pipelines.tenant_op import pack_tenants, tenant_item
 
 if TYPE_CHECKING:  # Ray is imported where a build runs on it: an inline run never does
@@ -88,7 +87,7 @@ def plan_sessions(shards: list[TenantShard], store: SessionStore, build_key: str
         tenants = sorted(by_file[path], key=lambda s: (-s.turns, s.tenant_id))
         # the file's rows of these tenants (a tenant merged from a later input file has its rows
         # in that file's batch), their session keys computed once for the whole batch
-        table = pq.read_table(path)
+        table = read_staged(path)
         table = sort_turns(table.filter(pc.is_in(table.column("tenant_id"),
                                                  value_set=pa.array([s.tenant_id for s in tenants], pa.string()))))
         keys = session_keys(table, build_key)

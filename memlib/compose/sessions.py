@@ -69,17 +69,58 @@ def sort_turns(turns: pa.Table) -> pa.Table:
 def session_keys(turns: pa.Table, build_key: str) -> pa.Array:
     """Per turn row: the key of its session = sha256 of the build key and every hashed column of
     the session's turns in order (so any edit, insertion or deletion in it changes the key)."""
+    ordered = sort_turns(turns).select(_HASHED)
+    blobs = _session_blobs(ordered, _joined_rows(ordered))
+    if blobs is None:  # a value holding a byte to escape (or an unusual column type): value by value
+        rows = [ids.join_escaped([("" if v is None else str(v)).encode("utf-8", "surrogatepass") for v in row])
+                for row in pl.from_arrow(ordered).iter_rows()]
+        blobs = _session_blobs(ordered, rows, check=False)
     seed = hashlib.sha256(build_key.encode("utf-8"))
-    hashes: dict[tuple, Any] = {}  # session -> its hash, fed its rows in sorted order (one pass)
-    for row in pl.from_arrow(sort_turns(turns).select(_HASHED)).iter_rows():
-        h = hashes.get(row[:3])
-        if h is None:
-            h = hashes[row[:3]] = seed.copy()
-        h.update(b"\x1e" + ids.join_escaped([("" if v is None else str(v)).encode("utf-8", "surrogatepass")
-                                              for v in row]))
-    keyed = {k: h.hexdigest()[:32] for k, h in hashes.items()}
-    rows = pl.from_arrow(turns.select(SESSION_COLUMNS)).iter_rows()
-    return pa.array([keyed[r] for r in rows], pa.string())
+    keyed = {}
+    for session, blob in blobs.items():
+        h = seed.copy()
+        h.update(blob)
+        keyed[session] = h.hexdigest()[:32]
+    return pa.array([keyed[r] for r in zip(*(turns.column(c).to_pylist() for c in SESSION_COLUMNS))], pa.string())
+
+
+def _session_blobs(ordered: pa.Table, rows: list[bytes] | None, check: bool = True) -> dict[tuple, bytes] | None:
+    """Session -> what its key hashes: its ``rows`` (sorted order), each after a record separator.
+    With ``check``, None when a row's values hold a byte that :func:`memlib.ids.join_escaped` escapes
+    (the rows were joined unescaped): every row must then have exactly its separators."""
+    if rows is None:
+        return None
+    sessions: dict[tuple, list[bytes]] = {}
+    for session, row in zip(zip(*(ordered.column(c).to_pylist() for c in SESSION_COLUMNS)), rows):
+        sessions.setdefault(session, []).append(row)
+    seps = len(_HASHED) - 1
+    out = {}
+    for session, parts in sessions.items():
+        blob = out[session] = b"\x1e" + b"\x1e".join(parts)
+        if check and (blob.count(b"\x1f") != seps * len(parts) or blob.count(b"\x1e") != len(parts)
+                      or b"\x00" in blob or b"\x1b" in blob):
+            return None
+    return out
+
+
+def _joined_rows(table: pa.Table) -> list[bytes] | None:
+    """Each row's values as text (None as empty; a time as ``str(datetime)``) joined by the unit
+    separator, by Arrow (what ``ids.join_escaped`` gives when no value holds a byte to escape);
+    None when a column is of another type."""
+    texts = []
+    for col in table.columns:
+        if pa.types.is_string(col.type):
+            texts.append(col)
+        elif pa.types.is_integer(col.type):
+            texts.append(col.cast(pa.string()))
+        elif pa.types.is_timestamp(col.type):  # few distinct times (one a session): formatted by Python
+            distinct = pc.unique(col)
+            shown = pa.array(["" if v is None else str(v) for v in distinct.to_pylist()], pa.string())
+            texts.append(shown.take(pc.index_in(col, value_set=distinct)))
+        else:
+            return None
+    joined = pc.binary_join_element_wise(*texts, "\x1f", null_handling="replace", null_replacement="")
+    return joined.cast(pa.binary()).to_pylist()
 
 
 def split_sessions(turns: pa.Table) -> list[pa.Table]:

@@ -8,7 +8,6 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-import polars as pl
 import pyarrow as pa
 
 from memlib import ids, schema
@@ -28,8 +27,6 @@ from memlib.io.validate import (
 TimeParser = Callable[[Any], "datetime | None"]
 ID_FIELDS = ("tenant_id", "conversation_id", "session_id", "turn_id")
 ROLES = {r.value for r in schema.Role}
-_TURN_COLUMNS = ("tenant_id", "conversation_id", "session_id", "session_time", "turn_id",
-                 "speaker", "role", "text", "extras", "_seq")
 
 
 def _extras(value: Any) -> tuple[str | None, Issue | None]:
@@ -136,7 +133,6 @@ class TenantBuilder:
             "session_id": rec["session_id"], "session_time": time, "turn_id": rec["turn_id"],
             "speaker": speaker if isinstance(speaker, str) else None,
             "role": rec["role"].strip().lower(), "text": rec["text"], "extras": extras,
-            "_seq": len(self._turns),
         })
         return True
 
@@ -183,27 +179,51 @@ class TenantBuilder:
 
     @staticmethod
     def _turn_table(rows: list[dict[str, Any]]) -> pa.Table:
+        """The kept turns (``rows``, in record order) as a TURNS table: sessions ordered within their
+        conversation by their first dated turn's time (undated last), then by their first record;
+        turns by record order within their session; every turn takes its session's first time.
+        One pass of dicts and a gather (a polars group_by/join/window over three string keys built
+        row encodings of the keys in fresh pages: 0.3 s and ~40 MB for a 27k-turn tenant)."""
         if not rows:
             return schema.empty(schema.TURNS)
-        cols = {c: [r[c] for r in rows] for c in _TURN_COLUMNS}
-        df = pl.DataFrame(cols, schema_overrides={"session_time": pl.Datetime("us", "UTC")})
-        sessions = (df.group_by(["tenant_id", "conversation_id", "session_id"])
-                    .agg(pl.col("session_time").drop_nulls().first(), pl.col("_seq").min().alias("_first"))
-                    .sort(["tenant_id", "conversation_id", "session_time", "_first"], nulls_last=True)
-                    .with_columns((pl.int_range(pl.len()).over(["tenant_id", "conversation_id"]) + 1)
-                                  .cast(pl.Int32).alias("session_index")))
-        df = (df.drop("session_time")
-              .join(sessions, on=["tenant_id", "conversation_id", "session_id"], how="left")
-              .with_columns((pl.col("_seq").rank("ordinal").over(["tenant_id", "conversation_id", "session_id"]) - 1)
-                            .cast(pl.Int32).alias("turn_index"))
-              .sort(["tenant_id", "conversation_id", "session_index", "turn_index"]))
-        keys = df.select(["tenant_id", "conversation_id", "turn_id"]).rows()
-        df = df.with_columns(
-            pl.Series("node_id", [ids.turn_node_id(*k) for k in keys], dtype=pl.String),
-            pl.Series("content_hash", [ids.content_hash(t) for t in df.get_column("text").to_list()],
-                      dtype=pl.String),
-        )
-        return schema.conform(df.to_arrow(), schema.TURNS, name="turns")
+        micros = pa.array([r["session_time"] for r in rows], schema.TS).cast(pa.int64()).to_pylist()
+        sessions: dict[tuple[str, str, str], list[Any]] = {}  # -> [first record, first time, its rows]
+        for i, r in enumerate(rows):
+            key = (r["tenant_id"], r["conversation_id"], r["session_id"])
+            s = sessions.get(key)
+            if s is None:
+                sessions[key] = [i, micros[i], [i]]
+            else:
+                if s[1] is None:
+                    s[1] = micros[i]
+                s[2].append(i)
+        order = sorted(sessions, key=lambda k: (k[0], k[1], sessions[k][1] is None, sessions[k][1] or 0,
+                                                sessions[k][0]))
+        taken, time_of, session_index, turn_index = [], [], [], []
+        conv, n = None, 0
+        for key in order:
+            n = n + 1 if key[:2] == conv else 1
+            conv = key[:2]
+            _, first_time, members = sessions[key]
+            taken += members
+            time_of += [first_time] * len(members)
+            session_index += [n] * len(members)
+            turn_index += range(len(members))
+        ordered = [rows[i] for i in taken]
+        col = lambda c: pa.array([r[c] for r in ordered], pa.string())  # noqa: E731
+        arrays = {
+            "tenant_id": col("tenant_id"), "conversation_id": col("conversation_id"),
+            "session_id": col("session_id"), "session_index": pa.array(session_index, pa.int32()),
+            "session_time": pa.array(time_of, pa.int64()).cast(schema.TS), "turn_id": col("turn_id"),
+            "turn_index": pa.array(turn_index, pa.int32()),
+            "node_id": pa.array([ids.turn_node_id(r["tenant_id"], r["conversation_id"], r["turn_id"])
+                                 for r in ordered], pa.string()),
+            "speaker": col("speaker"), "role": col("role"), "text": col("text"),
+            "content_hash": pa.array([ids.content_hash(r["text"]) for r in ordered], pa.string()),
+            "extras": col("extras"),
+        }
+        table = pa.Table.from_arrays([arrays[f.name] for f in schema.TURNS], schema=schema.TURNS)
+        return schema.conform(table, schema.TURNS, name="turns")
 
     def _question_table(self, turns: pa.Table) -> pa.Table:
         if not self._questions:

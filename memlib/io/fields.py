@@ -43,15 +43,19 @@ class FieldTally:
 
     def __init__(self) -> None:
         self.turns = 0
-        self.holding: Counter[str] = Counter()
-        self.keys: Counter[str] = Counter()
+        self.holding: Counter[str] = Counter()  # only whether a count is 0 is read
         self.roles: dict[str, None] = {}  # the first few role values that are not memlib's
+        self._shapes: dict[tuple, int] = {}  # the records' key tuples (a file has a few) -> how many
+        self._held = False  # every required field and a valid role seen: the values need no more looks
 
     def add(self, obj: dict[str, Any]) -> None:
         if (obj.get("kind") or "turn") != "turn":
             return
         self.turns += 1
-        self.keys.update(k for k in obj if isinstance(k, str))
+        shape = tuple(obj)
+        self._shapes[shape] = self._shapes.get(shape, 0) + 1
+        if self._held:  # a turn record of an ordinary file: its key tuple counted alone (a tally of
+            return      # every value of every record was half of a 27k-line index pass)
         self.holding.update(k for k in REQUIRED if _usable(obj.get(k)))
         role = obj.get("role")
         if _usable(role):
@@ -59,6 +63,17 @@ class FieldTally:
                 self.holding[VALID_ROLE] += 1
             elif len(self.roles) < 5:
                 self.roles[role[:20]] = None
+        self._held = all(self.holding[k] for k in REQUIRED) and self.holding[VALID_ROLE] > 0
+
+    @property
+    def keys(self) -> Counter[str]:
+        """Every key seen -> the records holding it, in the order first seen."""
+        keys: Counter[str] = Counter()
+        for shape, n in self._shapes.items():  # in the order first seen, so the keys are too
+            for k in shape:
+                if isinstance(k, str):
+                    keys[k] += n
+        return keys
 
     def problem(self) -> str | None:
         """``None`` unless some required field is missing from every turn record."""

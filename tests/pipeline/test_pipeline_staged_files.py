@@ -38,3 +38,26 @@ def test_staged_files_read_by_one_thread_at_a_time_give_each_tenant_its_rows(tmp
         got = list(pool.map(lambda p: staged.rows(p, "a").column("text").to_pylist(), paths))
     assert not overlapped
     assert got == [["0-1", "0-3"], ["1-1", "1-3"]]
+
+
+def test_staged_tables_are_handed_over_until_their_file_is_replaced(tmp_path, monkeypatch):
+    """The table a driver staged is what it reads there (no read back); a file replaced since is read."""
+    from memlib import schema
+    from memlib.io.files import replace_parquet
+    from pipelines import shard
+
+    class Writer:
+        version_dir = tmp_path
+
+    table = schema.conform(pa.table({
+        "tenant_id": ["a"], "conversation_id": ["c"], "session_id": ["s"], "session_index": [1], "turn_id": ["1"],
+        "turn_index": [0], "node_id": ["n"], "role": ["user"], "text": ["hi"], "content_hash": ["h"]}), schema.TURNS)
+    path = shard._stage(Writer(), "turns", "batch", table, schema.TURNS)
+    reads = []
+    real = pq.read_table
+    monkeypatch.setattr(pq, "read_table", lambda *a, **k: reads.append(a) or real(*a, **k))
+    assert shard.read_staged(path) is table
+    assert shard.staged_rows(path, "a", ["text"]).column("text").to_pylist() == ["hi"]
+    assert StagedFiles().rows(path, "a").column("text").to_pylist() == ["hi"] and not reads
+    replace_parquet(table.set_column(table.schema.get_field_index("text"), "text", pa.array(["new"])), path)
+    assert shard.read_staged(path).column("text").to_pylist() == ["new"] and len(reads) == 1
