@@ -112,7 +112,9 @@ class TenantOp(Operator):
         self._stopped = False
         self._published: dict | None = None
         self._published_reader: Any = None  # a StoreReader of it
-        self._early: EarlyPart | None = None  # the part of the row being built, when started early
+        # per thread (a run in the driver builds rows on several threads with one operator): the
+        # part of the row it builds, when started early (``early``: an EarlyPart or None)
+        self._row = threading.local()
         self.nlp = None
         self.extras: dict[str, Any] | None = None
         self.llm_limiter = llm_limiter
@@ -142,14 +144,15 @@ class TenantOp(Operator):
         per table (memlib.io.store), its staged nodes one file for the driver's Lance write."""
         summaries, built = [], []
         # a row of one tenant (a large one: pack_tenants) starts its part before its graph is built
-        self._early = EarlyPart(TenantShard(**items[0]["shard"]).version_dir, items[0]["shard"]["tenant_id"]) \
+        early = EarlyPart(TenantShard(**items[0]["shard"]).version_dir, items[0]["shard"]["tenant_id"]) \
             if len(items) == 1 else None
+        self._row.early = early
         try:
             return self._build_and_write(items, summaries, built)
         finally:
-            if self._early is not None:
-                self._early.close()
-            self._early = None
+            self._row.early = None
+            if early is not None:
+                early.close()
 
     def _build_and_write(self, items: list[dict[str, Any]], summaries: list[dict[str, Any]],
                          built: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -166,7 +169,7 @@ class TenantOp(Operator):
             return summaries
         try:
             part, nodes_path = write_part(TenantShard(**items[0]["shard"]).version_dir, built, self.cfg.embed.dim,
-                                          self._early)
+                                          getattr(self._row, "early", None))
             written = {"part": part, "nodes_path": nodes_path}
         except Exception as exc:  # noqa: BLE001 - the row's tenants fail by name; other rows go on
             written = {"error": f"its part could not be written: {failure_reason(exc)}"}
@@ -265,7 +268,8 @@ class TenantOp(Operator):
         extras = self._extras()
         out = tenant_steps(TenantSessions(turns, parts, vectors, order, previous), self.cfg, self.recipe,
                            StepTools(self.nlp, extras, self.own_pass))
-        early = self._early if self._early is not None and self._early.tenant == shard.tenant_id else None
+        early = getattr(self._row, "early", None)
+        early = early if early is not None and early.tenant == shard.tenant_id else None
         if early is not None:  # the tables the graph does not change: written while it is built
             early.tables({"node_fallbacks": out.fallbacks, "token_sums": out.token_sums, "edges": out.edges,
                           "turns": turns, "segments": out.segments})

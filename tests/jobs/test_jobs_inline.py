@@ -334,3 +334,102 @@ def test_jobs_inline_prewarm_loads_without_collections(tmp_path):
     res = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "PASSES 0 True" in res.stdout and "SET (5000, 7, 9)" in res.stdout, res.stdout
+
+
+def _version_files(store: Path) -> dict[str, object]:
+    """Each table, graph and view file of the store's published version (relative path -> its rows)."""
+    import pyarrow.parquet as pq
+
+    from memlib.io.views import read_batches
+
+    version = store / "versions" / json.loads((store / "manifest.json").read_text(encoding="utf-8"))["version"]
+    out: dict[str, object] = {}
+    for f in sorted(version.rglob("*")):
+        rel = f.relative_to(version).as_posix()
+        if f.suffix == ".parquet":
+            out[rel] = pq.read_table(f)
+        elif f.is_file() and rel.startswith("view_"):
+            out[rel] = {t: (b.serialize().to_pybytes(), m) for t, (b, m) in read_batches(f).items()}  # NaN times
+    return out
+
+
+def test_jobs_inline_a_one_tenant_row_writes_its_part_early_and_the_files_equal_the_part_written_at_once(
+        nightly, monkeypatch):
+    """A row of one tenant writes the tables its graph does not change and its staged Lance rows while
+    its graph is built (pipelines/tenant_part.py ``EarlyPart``), and its memory view from the graph in
+    memory: every file of the version holds what the same run writes with the part written at once."""
+    import jobs.builder.driver as driver
+    import pipelines.tenant_op as tenant_op
+    import pipelines.tenant_part as tenant_part
+    from jobs.cli.bench_nightly import compare_stores
+
+    monkeypatch.setattr(driver, "_may_inline", lambda run, options: True)
+    monkeypatch.setenv("MEMLIB__RAY__INLINE_MAX_TURNS", "400")
+    monkeypatch.setenv("MEMLIB__RAY__TENANT_BATCH_TURNS", "1")
+    args = ["build", "--incremental", "--input", str(nightly["input"]), "--format", "jsonl", "--out"]
+    started, real = [], tenant_part.EarlyPart.tables
+
+    def tables(self, named):
+        started.append((self.tenant, sorted(k for k, v in named.items() if v is not None)))
+        return real(self, named)
+
+    with monkeypatch.context() as m:
+        m.setattr(tenant_part.EarlyPart, "tables", tables)
+        early = _copy(nightly, "early")
+        res = run_cli([*args, str(early)])
+        assert res.exit_code == 0, res.output
+    assert sorted(t for t, _ in started) == ["emil", "fay"], started
+    assert all(set(names) >= {"edges", "node_fallbacks", "token_sums", "turns"} for _, names in started), started
+    monkeypatch.setattr(tenant_op, "EarlyPart", lambda version_dir, tenant: None)
+    at_once = _copy(nightly, "at_once")
+    res = run_cli([*args, str(at_once)])
+    assert res.exit_code == 0, res.output
+    a, b = _version_files(early), _version_files(at_once)
+    assert sorted(a) == sorted(b) and any(k.startswith("view_memory/") for k in a), (sorted(a), sorted(b))
+    for name in a:
+        assert (a[name].equals(b[name]) if hasattr(a[name], "equals") else a[name] == b[name]), name
+    same = compare_stores(early, at_once)
+    assert same["equal_to_full_build"] and same["max_vector_diff"] == 0.0, same
+
+
+def test_jobs_inline_a_one_tenant_row_that_fails_after_its_early_writes_leaves_none_of_its_files(nightly, monkeypatch):
+    """A tenant whose graph raises once its part's early tables are written keeps its published data,
+    and the version holds no file of its part (nor its staged rows)."""
+    import jobs.builder.driver as driver
+    import pipelines.tenant_op as tenant_op
+    import pipelines.tenant_part as tenant_part
+    from memlib.io.store import StoreReader, part_id
+
+    monkeypatch.setattr(driver, "_may_inline", lambda run, options: True)
+    monkeypatch.setenv("MEMLIB__RAY__INLINE_MAX_TURNS", "400")
+    monkeypatch.setenv("MEMLIB__RAY__TENANT_BATCH_TURNS", "1")
+    real, real_tables, started = tenant_op.TenantOp._graph, tenant_part.EarlyPart.tables, {}
+
+    def tables(self, named):
+        started[self.tenant] = self
+        return real_tables(self, named)
+
+    def failing(self, out):
+        if out.nodes.column("tenant_id")[0].as_py() == "fay":
+            early = started["fay"]
+            early.wait()  # its early tables are written: the failure comes after them
+            assert early.writer.table_path("edges", early.part).exists()
+            raise RuntimeError("injected failure of fay's graph")
+        return real(self, out)
+
+    monkeypatch.setattr(tenant_part.EarlyPart, "tables", tables)
+    monkeypatch.setattr(tenant_op.TenantOp, "_graph", failing)
+    store = _copy(nightly, "early_failing")
+    before = StoreReader(store).nodes(columns=["node_id", "tenant_id"])
+    res = run_cli(["build", "--incremental", "--input", str(nightly["input"]), "--format", "jsonl",
+                   "--out", str(store)])
+    assert "tenant fay FAILED" in res.output and "injected failure of fay's graph" in res.output, res.output
+    manifest = json.loads((store / "manifest.json").read_text(encoding="utf-8"))
+    version = store / "versions" / manifest["version"]
+    lost = part_id(["fay"], manifest["version"])
+    assert not [f for f in version.rglob(f"{lost}*")], sorted(version.rglob(f"{lost}*"))
+    assert manifest["tenants"]["fay"]["part"] != lost
+    after = StoreReader(store).nodes(columns=["node_id", "tenant_id"])
+    ids = lambda t, who: sorted(n for n, x in zip(t.column("node_id").to_pylist(),  # noqa: E731
+                                                  t.column("tenant_id").to_pylist()) if x == who)
+    assert ids(after, "fay") == ids(before, "fay")
