@@ -90,21 +90,22 @@ def write_part(version_dir: str | Path, built: list[dict[str, Any]], dim: int,
     # one writes the graphs, the views and the staged Lance rows
     with ThreadPoolExecutor(1, thread_name_prefix="memlib-part") as pool:
         tables_written = pool.submit(write_tables)
-        nodes_path = _write_views(version_dir, writer, part, tenants, built, dim, early)
+        nodes_path = _write_views(writer, part, tenants, built, dim, early)
         tables_written.result()
     if early is not None:
         early.wait()
     return part, nodes_path
 
 
-def _write_views(version_dir: Path, writer: Any, part: str, tenants: list[str], built: list[dict[str, Any]],
-                 dim: int, early: EarlyPart | None) -> str:
+def _write_views(writer: Any, part: str, tenants: list[str], built: list[dict[str, Any]], dim: int,
+                 early: EarlyPart | None) -> str:
     """The graphs, the views and the staged Lance rows of a part (:func:`write_part`; the rows
-    unless ``early`` wrote them); returns the staged nodes file."""
+    unless ``early`` wrote them) into ``writer``'s version; returns the staged nodes file."""
     from memlib.graph.memory_arrays import memory_table_from_nodes
     from memlib.io.memory_view import VIEW_MEMORY
     from memlib.io.views import VIEW_NODES, VIEW_TURNS, ordered, view_path, write_view
 
+    version_dir = writer.version_dir
     writer.write_graphs(part, {k: v for t in built for k, v in t["graphs"].items() if v is not None})
     # what a server maps to open a tenant; its token-matrix reference kept with its turns
     refs = {tenant: {"matrix_ref": {k: v for k, v in t["matrix_refs"].to_pylist()[0].items() if k != "tenant_id"}}
