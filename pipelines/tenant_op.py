@@ -31,7 +31,7 @@ from memlib.config import MemlibConfig
 from pipelines.context import BuildContext
 from pipelines.rows import FAILED_DIR, Operator, RowKind, batch_of, failure_reason, on_ray, rows
 from pipelines.shard import StagedFiles, TenantShard
-from pipelines.tenant_part import EarlyPart, write_part
+from pipelines.tenant_part import write_part
 
 log = logging.getLogger("memlib.build")
 
@@ -112,9 +112,6 @@ class TenantOp(Operator):
         self._stopped = False
         self._published: dict | None = None
         self._published_reader: Any = None  # a StoreReader of it
-        # per thread (a run in the driver builds rows on several threads with one operator): the
-        # part of the row it builds, when started early (``early``: an EarlyPart or None)
-        self._row = threading.local()
         self.nlp = None
         self.extras: dict[str, Any] | None = None
         self.llm_limiter = llm_limiter
@@ -143,19 +140,6 @@ class TenantOp(Operator):
         """Build each tenant of a row, then write the row's tenants that built as one part: one file
         per table (memlib.io.store), its staged nodes one file for the driver's Lance write."""
         summaries, built = [], []
-        # a row of one tenant (a large one: pack_tenants) starts its part before its graph is built
-        early = EarlyPart(TenantShard(**items[0]["shard"]).version_dir, items[0]["shard"]["tenant_id"]) \
-            if len(items) == 1 else None
-        self._row.early = early
-        try:
-            return self._build_and_write(items, summaries, built)
-        finally:
-            self._row.early = None
-            if early is not None:
-                early.close()
-
-    def _build_and_write(self, items: list[dict[str, Any]], summaries: list[dict[str, Any]],
-                         built: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for item in items:
             shard = TenantShard(**item["shard"])
             try:
@@ -168,8 +152,7 @@ class TenantOp(Operator):
         if not built:
             return summaries
         try:
-            part, nodes_path = write_part(TenantShard(**items[0]["shard"]).version_dir, built, self.cfg.embed.dim,
-                                          getattr(self._row, "early", None))
+            part, nodes_path = write_part(TenantShard(**items[0]["shard"]).version_dir, built, self.cfg.embed.dim)
             written = {"part": part, "nodes_path": nodes_path}
         except Exception as exc:  # noqa: BLE001 - the row's tenants fail by name; other rows go on
             written = {"error": f"its part could not be written: {failure_reason(exc)}"}
@@ -268,11 +251,6 @@ class TenantOp(Operator):
         extras = self._extras()
         out = tenant_steps(TenantSessions(turns, parts, vectors, order, previous), self.cfg, self.recipe,
                            StepTools(self.nlp, extras, self.own_pass))
-        early = getattr(self._row, "early", None)
-        early = early if early is not None and early.tenant == shard.tenant_id else None
-        if early is not None:  # the tables the graph does not change: written while it is built
-            early.tables({"node_fallbacks": out.fallbacks, "token_sums": out.token_sums, "edges": out.edges,
-                          "turns": turns, "segments": out.segments})
         # the graph (graph-tool's C++ parts release the GIL), then the digest of the tenant's Lance rows
         # (crc32 and numpy's gathers release it too), on another thread, while this one compares those
         # rows with the published ones and refers to its token matrix: none of these reads importance
@@ -282,16 +260,13 @@ class TenantOp(Operator):
             digested = pool.submit(tenant_digest, out.nodes)
             delta = lance_delta(out.nodes, previous.rows if previous is not None else None,
                                 previous.rows_keyed if previous is not None else None)
-            if early is not None:
-                early.lance_rows(delta.rows)
             matrix_ref = self._timed_matrix_ref(shard, out, order)
-            nodes, graph, memory_graph = graphed.result()
+            nodes, graph = graphed.result()
             digest = digested.result()
         tables = {"nodes": nodes, "lance_rows": delta.rows,
                   "node_importance": nodes.select(["tenant_id", "node_id", "importance"]), "edges": out.edges,
                   "segments": out.segments, "turns": turns,
                   "node_fallbacks": out.fallbacks, "token_sums": out.token_sums, "graphs": {shard.tenant_id: graph},
-                  "memory_graphs": {shard.tenant_id: memory_graph},
                   "questions": (self.staged.rows(shard.questions_path, shard.tenant_id) if shard.questions_path
                                 else None)}
         if matrix_ref is not None:
@@ -355,17 +330,16 @@ class TenantOp(Operator):
                 self._published = read_manifest(self.store_dir) or {}  # a tenant it does not name needs no table
                 raise
 
-    def _graph(self, out: Any) -> tuple[pa.Table, bytes, Any]:
-        """The tenant's nodes with the global importance of its graph-tool graph, the graph's bytes
-        and the graph (memlib.graph.tenant.build_tenant_graph)."""
+    def _graph(self, out: Any) -> tuple[pa.Table, bytes]:
+        """The tenant's nodes with the global importance of its graph-tool graph, and the graph."""
         from memlib.graph.tenant import build_tenant_graph
         from pipelines.store_sink import with_importance
 
         t0 = time.perf_counter()
         cols = [c for c in out.nodes.column_names if c != "embedding"]
-        importance, data, graph = build_tenant_graph(out.nodes.select(cols), out.edges, self.cfg.graph)
+        importance, graph = build_tenant_graph(out.nodes.select(cols), out.edges, self.cfg.graph)
         out.timings["graph"] = round(time.perf_counter() - t0, 3)
-        return schema.conform(with_importance(out.nodes, importance), out.nodes.schema, name="nodes"), data, graph
+        return schema.conform(with_importance(out.nodes, importance), out.nodes.schema, name="nodes"), graph
 
     def _timed_matrix_ref(self, shard: TenantShard, out: Any, sessions: list[str]) -> pa.Table | None:
         """:meth:`_matrix_ref` when the tenant steps made a token matrix (None otherwise), its seconds in
