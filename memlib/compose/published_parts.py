@@ -21,28 +21,26 @@ EDGE_COLUMNS = ["src", "dst", "kind", "weight"]  # what is read of its edges
 class PublishedParts:
     """A tenant's SIMILAR edges, its nodes' fallbacks (node id -> :class:`Fallback`,
     ``schema.NODE_FALLBACKS``), its per-id sums (``schema.TOKEN_SUMS``) and its clues' inputs (clue
-    id before the merge -> :func:`memlib.compose.fallback_rows.clue_key`), as published."""
+    id before the merge -> :func:`memlib.compose.reuse.clue_key`), as published."""
     similar: pa.Table  # its SIMILAR edges: src, dst, weight (between turns, and others)
     fallbacks: dict[str, Fallback] | None
     sums: IdSums | None
     clue_inputs: dict[str, str]
-    fallback_rows: pa.Table | None = None  # the ids, counts and local columns the fallbacks are views of
 
     @classmethod
     def of(cls, edges: pa.Table, fallbacks: pa.Table | None = None, sums: pa.Table | None = None) -> PublishedParts:
         similar = edges.filter(pc.equal(edges.column("kind"), schema.EdgeKind.SIMILAR.value))
-        known, clues, rows = None, {}, None
+        known, clues = None, {}
         if fallbacks is not None and fallbacks.num_rows:
             if "inputs" in fallbacks.column_names:
                 hashed = fallbacks.filter(pc.is_valid(fallbacks.column("inputs")))
                 clues = dict(zip(hashed.column("node_id").to_pylist(), hashed.column("inputs").to_pylist()))
             local = binary_views(fallbacks.column("local"), np.float32)
-            known = {n: Fallback(i, c, v, k) for k, (n, i, c, v) in enumerate(zip(
-                fallbacks.column("node_id").to_pylist(), list_views(fallbacks.column("ids")),
-                list_views(fallbacks.column("counts")), local))}
-            rows = fallbacks.select(["ids", "counts", "local"])
+            known = {n: Fallback(i, c, v) for n, i, c, v in zip(fallbacks.column("node_id").to_pylist(),
+                                                                list_views(fallbacks.column("ids")),
+                                                                list_views(fallbacks.column("counts")), local)}
         kept = IdSums.from_table(sums) if sums is not None and sums.num_rows else None
-        return cls(similar.select(["src", "dst", "weight"]), known, kept, clues, rows)
+        return cls(similar.select(["src", "dst", "weight"]), known, kept, clues)
 
 
 def read_parts(reader: Any, tenant: str) -> PublishedParts:

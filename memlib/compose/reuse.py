@@ -29,21 +29,24 @@ build. Either way the store equals a full build of the new input (tests/pipeline
 """
 from __future__ import annotations
 
+import hashlib
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from memlib import schema
-from memlib.compose.fallback_rows import clue_key, clue_keys, fallbacks_table
 from memlib.compose.published_parts import PublishedParts, read_parts
 from memlib.compose.rows import (
     copy_vectors_into,
     equal_missing,
+    float32_blobs,
+    int32_lists,
     pooled_into,
     provenance_of,
     same_lists,
@@ -53,9 +56,6 @@ from memlib.compose.span_pool import Fallback, IdSums, SpanPooler, fill_sums, is
 from memlib.compose.vectors import TurnVectors, pooled_vectors
 from memlib.io.lance_delta import keyed_rows
 from memlib.io.take import BLOCK_ROWS, VectorRows, take_column
-
-__all__ = ["NODE_COLUMNS", "PreviousTenant", "TurnChanges", "clue_key", "fallbacks_table", "load_previous",
-           "pooled_reusing", "turn_changes"]
 
 NODE_COLUMNS = ["node_id", "kind", "text", "provenance", "embedding"]
 
@@ -73,7 +73,6 @@ class PreviousTenant:
     # kind -> its turn, fact, concept, triplet and entity rows without embedding and importance, when
     # the nodes it was made of have every column (the extraction steps copy them: memlib.extract.prior)
     extracted: dict[str, pa.Table] | None = None
-    fallback_rows: pa.Table | None = None  # PublishedParts.fallback_rows: what ``fallbacks`` are views of
 
     @classmethod
     def of(cls, nodes: pa.Table, parts: PublishedParts) -> PreviousTenant:
@@ -84,8 +83,7 @@ class PreviousTenant:
         similar = parts.similar
         similar = similar.filter(pc.and_(pc.is_in(similar.column("src"), turns),
                                          pc.is_in(similar.column("dst"), turns)))
-        return cls(nodes, similar, parts.fallbacks, parts.sums, parts.clue_inputs, extracted=extracted,
-                   fallback_rows=parts.fallback_rows)
+        return cls(nodes, similar, parts.fallbacks, parts.sums, parts.clue_inputs, extracted=extracted)
 
     def fallbacks_of(self, node_ids: list[str]) -> list[Fallback | None]:
         """Per node id: its published :class:`Fallback`, or None when the published build did not list it."""
@@ -149,6 +147,19 @@ def _previous_of(rows: pa.Table, parts: PublishedParts) -> PreviousTenant | None
     previous.rows = rows
     previous.rows_keyed = keyed_rows(rows)  # the run's Lance delta joins on it after the tenant steps
     return previous
+
+
+def clue_key(text: str | None, provenance: list[str] | None) -> str:
+    """What a clue's pooled vector depends on besides the tenant's token rows: its text and its
+    provenance turns, hashed (``node_fallbacks.inputs``)."""
+    blob = (text or "") + "\x1e" + "\x1f".join(provenance or [])
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:32]
+
+
+def _clue_keys(nodes: pa.Table, rows: np.ndarray) -> list[str]:
+    take = pa.array(np.asarray(rows, dtype=np.int64))
+    return [clue_key(t, p) for t, p in zip(nodes.column("text").take(take).to_pylist(),
+                                          nodes.column("provenance").take(take).to_pylist())]
 
 
 def _vector_bits(table: pa.Table) -> np.ndarray:
@@ -312,7 +323,7 @@ def _kept_clues(nodes: pa.Table, clue_rows: np.ndarray, previous: PreviousTenant
         return np.zeros(0, np.int64), []
     ids = nodes.column("node_id").take(pa.array(clue_rows, pa.int64())).to_pylist()
     known = previous.fallbacks_of(ids)
-    keep = [k for k, (n, key, f) in enumerate(zip(ids, clue_keys(nodes, clue_rows), known))
+    keep = [k for k, (n, key, f) in enumerate(zip(ids, _clue_keys(nodes, clue_rows), known))
             if f is not None and f.local is not None and previous.clue_inputs.get(n) == key]
     return clue_rows[keep], [known[k] for k in keep]  # type: ignore[misc]
 
@@ -369,3 +380,21 @@ def _moved(nodes: pa.Table, rows: np.ndarray, prev_rows: np.ndarray, previous: P
     hits = np.concatenate([[0], np.cumsum(np.isin(flat, fresh))])  # fallback ids in ``fresh`` up to each position
     ends = np.cumsum(lengths)
     return hits[ends] > hits[ends - lengths], fallbacks
+
+
+def fallbacks_table(nodes: pa.Table, fallbacks: dict[int, Fallback]) -> pa.Table:
+    """``schema.NODE_FALLBACKS`` rows of the derived nodes of ``nodes`` (one per node id), clues
+    with their :func:`clue_key`."""
+    rows = np.fromiter(sorted(fallbacks), np.int64, len(fallbacks))
+    node_ids = take_column(nodes.column("node_id"), rows)
+    # one row per node id, its first: chosen before the columns are built (no filtered copy of them)
+    first = pl.from_arrow(node_ids).is_first_distinct().to_numpy()
+    rows, node_ids = rows[first], node_ids.filter(pa.array(first))
+    fb = [fallbacks[r] for r in rows.tolist()]
+    clue = is_clue(nodes, rows)
+    keys = iter(_clue_keys(nodes, rows[clue]))
+    inputs = [next(keys) if c else None for c in clue.tolist()]
+    table = pa.table({"tenant_id": take_column(nodes.column("tenant_id"), rows), "node_id": node_ids,
+                      "ids": int32_lists([f.ids for f in fb]), "counts": int32_lists([f.counts for f in fb]),
+                      "local": float32_blobs([f.local for f in fb]), "inputs": pa.array(inputs, pa.string())})
+    return schema.conform(table, schema.NODE_FALLBACKS, name="node_fallbacks")

@@ -133,12 +133,10 @@ class Fallback:
     node's other positions (float32, what its own turns give; None when not computed). Its
     vector is ``local`` plus each count times the id's mean over the tenant's turns, normalized,
     so a run that adds turns gives it its new vector from ``local`` and the new means alone,
-    without reading its turns' token rows (:func:`memlib.compose.reuse.pooled_reusing`). ``row``:
-    its row in the published ``node_fallbacks`` columns its arrays are views of (-1: made here)."""
+    without reading its turns' token rows (:func:`memlib.compose.reuse.pooled_reusing`)."""
     ids: np.ndarray
     counts: np.ndarray
     local: np.ndarray | None = None
-    row: int = -1
 
 
 def normalize_into(out: np.ndarray, rows: np.ndarray, sums: np.ndarray) -> None:

@@ -135,7 +135,7 @@ def embed_nodes(state: BuildState) -> None:
             copied_rows = reused.copied_rows
         else:
             vectors, fallbacks, sums = span_pooled_with_fallbacks(nodes, tv, content_tokenizer())
-        state.fallbacks = fallbacks_table(nodes, fallbacks, prev.fallback_rows if reused is not None else None)
+        state.fallbacks = fallbacks_table(nodes, fallbacks)
         state.token_sums = sums.table(state.turns.column("tenant_id")[0].as_py()) if state.turns.num_rows else None
     else:
         vectors = pooled_vectors(nodes, state.turns.column("node_id").to_pylist(), state.turn_vectors)
