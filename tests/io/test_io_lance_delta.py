@@ -110,3 +110,40 @@ def test_published_rows_keyed_ahead_give_the_same_delta_and_stale_keys_are_not_u
     again = lance_delta(new, old, other)
     assert again.delete == d.delete and again.rows.equals(d.rows)
     assert lance_delta(new, old, (["node_id"], keyed[1])).delete == d.delete
+
+
+def test_changed_rows_upserted_and_only_removed_ids_deleted_give_the_rows_of_a_rewrite(tmp_path):
+    """A delta written as an upsert of its rows and a delete of its removed ids (decision 0058)
+    leaves both Lance tables holding the tenant's new rows, and another tenant's as they were."""
+    from memlib.io.lance_tables import TURN_TEXT_SCHEMA, LanceTables
+
+    class Tables(LanceTables):
+        def __init__(self, path):
+            self.path, self.dim = path, schema.DEFAULT_EMBED_DIM
+
+    def turns(t: pa.Table, n: int) -> pa.Table:
+        return _replace(t, "kind", ["turn" if i < n else "fact" for i in range(t.num_rows)])
+
+    old = turns(_nodes(20), 2)
+    other = _replace(_replace(_nodes(3, seed=1), "tenant_id", ["u"] * 3), "node_id", ["u0", "u1", "u2"])
+    tables = Tables(tmp_path)
+    tables.write_tenants(["t", "u"], [lance_rows(old), lance_rows(other)])
+    texts = old.column("text").to_pylist()
+    new = _replace(old, "text", ["turn changed", texts[1], "fact changed"] + texts[3:])
+    new = pa.concat_tables([new.slice(0, 19), turns(_nodes(21, seed=2).slice(20, 1), 1)])  # n19 removed, n20 new
+    d = lance_delta(new, lance_rows(old))
+    assert sorted(d.delete) == ["n0", "n19", "n2"] and d.removed == ["n19"]
+    tables.write_tenants([], [d.rows], remove_rows={"t": d.removed}, upsert={"t"})
+
+    def rows(tbl, tenant: str) -> pa.Table:
+        t = tbl.search().where(f"tenant_id = '{tenant}'").limit(None).to_arrow()
+        return t.select([c for c in t.column_names if not c.startswith("_")]).sort_by("node_id")
+
+    want = lance_rows(new).sort_by("node_id")
+    got = rows(tables.open_nodes(), "t")
+    assert got.select(want.column_names).equals(want.cast(got.select(want.column_names).schema))
+    assert rows(tables.open_nodes(), "u").column("text").equals(other.column("text"))
+    turn_rows = rows(tables.open_turn_text(), "t")
+    want_turns = want.filter(pa.compute.equal(want.column("kind"), "turn")).select(TURN_TEXT_SCHEMA.names)
+    assert turn_rows.to_pylist() == want_turns.to_pylist()
+    assert turn_rows.column("text").to_pylist() == ["turn changed", texts[1], "text 20"]
