@@ -285,10 +285,8 @@ class TenantOp(Operator):
                 "node_id": _node_id(), **out.counts(),
                 LANCE_DIGEST_KEY: digest,  # its Lance rows as written, checked where read
                 **({"llm": llm} if llm else {}), **({"reused": reused} if reused else {}),
-                # the published Lance rows to delete before its rows are added; absent: all of them.
-                # lance_removed: those its rows do not replace (its rows are then upserted)
-                **({"lance_delete": delta.delete, "lance_removed": delta.removed} if delta.delete is not None
-                   else {})}, tables
+                # the published Lance rows to delete before its rows are added; absent: all of them
+                **({"lance_delete": delta.delete} if delta.delete is not None else {})}, tables
 
     def _previous_soon(self, tenant: str) -> Callable[[], tuple[Any, str | None]]:
         """:meth:`_previous` read now, or, when the driver reads it on another thread (a run in the

@@ -37,8 +37,7 @@ def write_lance(writer: StoreWriter, summaries: list[dict[str, Any]], layout: La
     """Replace rebuilt tenants' nodes and delete removed tenants' in commits that follow rows (one
     delete, then batches of ``rows_per_commit`` rows); carried tenants stay untouched. A rebuilt
     tenant whose summary has ``lance_delete`` replaces only its changed rows: those ids are
-    deleted and its staged rows (the changed and new ones) added (memlib.io.lance_delta), or, with
-    ``lance_removed``, only the removed ids deleted and its staged rows upserted. Each staged
+    deleted and its staged rows (the changed and new ones) added (memlib.io.lance_delta). Each staged
     file holds one row's tenants (a part) and is read when its batch is written; only the tenants
     the version keeps in that part are taken (an interrupted run's part may hold a tenant rebuilt
     since)."""
@@ -53,13 +52,8 @@ def write_lance(writer: StoreWriter, summaries: list[dict[str, Any]], layout: La
             yield t.filter(pc.is_in(t.column("tenant_id"), value_set=pa.array(tenants, pa.string())))
 
     whole = [s["tenant_id"] for s in summaries if s.get("lance_delete") is None]
-    # a summary with lance_removed (the deleted ids its staged rows do not hold again): only those
-    # are deleted, and its staged rows are upserted; an older run's summary deletes them all first
-    upsert = {s["tenant_id"] for s in summaries if s.get("lance_delete") is not None and "lance_removed" in s}
-    rows = {s["tenant_id"]: s["lance_removed"] if s["tenant_id"] in upsert else s["lance_delete"]
-            for s in summaries if s.get("lance_delete") is not None}
-    writer.write_tenants(whole + list(remove), tables(), rows_per_commit=rows_per_commit, remove_rows=rows,
-                         upsert=upsert)
+    rows = {s["tenant_id"]: s["lance_delete"] for s in summaries if s.get("lance_delete") is not None}
+    writer.write_tenants(whole + list(remove), tables(), rows_per_commit=rows_per_commit, remove_rows=rows)
 
 
 def lance_indexes_whole(run: Run) -> bool:

@@ -95,7 +95,7 @@ class LanceTables:
 
     def write_tenants(self, remove: Iterable[str], parts: Iterable[pa.Table], *,
                       rows_per_commit: int = 250_000, tenants_per_delete: int = 20_000,
-                      remove_rows: Mapping[str, list[str]] | None = None, upsert: Iterable[str] = ()) -> int:
+                      remove_rows: Mapping[str, list[str]] | None = None) -> int:
         """Replace tenants' nodes in both Lance tables with a number of commits that follows rows,
         not tenants: one delete of every tenant in ``remove`` (the rebuilt and the removed ones, in
         chunks of ``tenants_per_delete``), then ``parts`` (each a tenant's nodes, or several
@@ -103,15 +103,10 @@ class LanceTables:
         per batch. Every commit rewrites a manifest listing every fragment, so commits per tenant
         made a run quadratic in tenants. ``remove_rows``: tenant -> node ids, rows of tenants
         not in ``remove`` deleted one by one (a tenant whose other rows stay as published; its
-        part then holds only its changed and new rows). ``upsert``: tenants whose rows replace their
-        published rows of the same id (a merge insert on tenant and node id, one commit per table
-        and batch) instead of being added; their ``remove_rows`` are then only the ids none of their
-        rows replaces. A delete's predicate of the 29k ids a 2,500-session tenant's nightly changes
-        took 0.3-0.7 s per table; the merge insert of those rows 0.1-0.2 s more than their add
-        (decision 0058). Readers pin the published version, so no partial state is visible.
-        Returns the nodes table version."""
+        part then holds only its changed and new rows). Readers pin the published version, so no
+        partial state is visible. Returns the nodes table version."""
         tbl, turn_tbl = self.open_nodes(), self.open_turn_text()
-        remove, upsert = sorted(set(remove)), sorted(set(upsert) - set(remove))
+        remove = sorted(set(remove))
         clauses = ["tenant_id IN (" + ", ".join(sql_str(t) for t in remove[i:i + tenants_per_delete]) + ")"
                    for i in range(0, len(remove), tenants_per_delete)]
         clauses += [f"(tenant_id = {sql_str(t)} AND node_id IN ({', '.join(sql_str(n) for n in ids)}))"
@@ -133,12 +128,10 @@ class LanceTables:
                 if not rows:
                     return
                 nodes = pa.concat_tables(buf)
-                ups, adds = _split(nodes, upsert)
-                turns = [None if t is None else t.filter(pc.equal(t.column("kind"), "turn")) for t in (ups, adds)]
-                turns = [t.select(TURN_TEXT_SCHEMA.names).cast(TURN_TEXT_SCHEMA) if t is not None and t.num_rows
-                         else None for t in turns]
-                turns_added = pool.submit(_write, turn_tbl, *turns) if any(t is not None for t in turns) else None
-                _write(tbl, ups, adds)
+                turns = nodes.filter(pc.equal(nodes.column("kind"), "turn"))
+                turns_added = pool.submit(turn_tbl.add, turns.select(TURN_TEXT_SCHEMA.names).cast(TURN_TEXT_SCHEMA)) \
+                    if turns.num_rows else None
+                tbl.add(nodes)
                 if turns_added is not None:
                     turns_added.result()
                 buf, rows = [], 0
@@ -287,29 +280,6 @@ class LanceTables:
             want = manifest.get(key)
             if want is not None and tbl.version != want:
                 tbl.restore(want)
-
-
-def _split(nodes: pa.Table, upsert: list[str]) -> tuple[pa.Table | None, pa.Table | None]:
-    """(the rows of ``nodes`` whose tenant is in ``upsert``, the others); None for no rows. A batch
-    of one kind is not filtered (no copy of its vectors)."""
-    if not upsert:
-        return None, nodes
-    mask = pc.is_in(nodes.column("tenant_id"), value_set=pa.array(upsert, pa.string()))
-    ups = int(pc.sum(mask).as_py() or 0)
-    if ups == nodes.num_rows:
-        return nodes, None
-    if ups == 0:
-        return None, nodes
-    return nodes.filter(mask), nodes.filter(pc.invert(mask))
-
-
-def _write(tbl, ups: pa.Table | None, adds: pa.Table | None) -> None:
-    """Upsert ``ups`` (on tenant and node id) into ``tbl``, then add ``adds``."""
-    if ups is not None and ups.num_rows:
-        tbl.merge_insert(["tenant_id", "node_id"]).when_matched_update_all().when_not_matched_insert_all() \
-            .execute(ups)
-    if adds is not None and adds.num_rows:
-        tbl.add(adds)
 
 
 def _fragments(tbl) -> int:
