@@ -1,8 +1,7 @@
 """Date mentions resolved against the session time (memlib.text.dates): relative, absolute, habitual."""
-from datetime import datetime, timezone
-
 import subprocess
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 
 from memlib.text.dates import Granularity, resolve_dates, rewrite_relative
