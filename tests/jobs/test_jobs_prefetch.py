@@ -195,3 +195,41 @@ def test_jobs_prefetch_reads_part_files_apart_and_never_reuses_rows_whose_digest
         with pytest.raises(DamagedFileError, match="not the ones written"):
             load_previous(store, tenant, key, reader=StoreReader(store, bad))
     forget_rows()
+
+
+def test_jobs_prefetch_reads_the_kept_index_ahead_and_the_plan_lists_it_again(fault_store, tmp_path):
+    """The kept sessions' index is read on the prefetch's own thread from its start; the plan gets
+    that store (not a new one), listed again when it asks: an index file removed since is no longer
+    listed, a block file damaged since is found and dropped by trusted_blocks (never trusted). A run
+    of another build key or dimension, or with no prefetch, gets a store of its own."""
+    from memlib.compose.session_store import SessionStore
+    from memlib.io.store import read_manifest
+    from pipelines.prefetch import PublishedPrefetch, kept_sessions
+    from pipelines.staged_build import trusted_blocks
+
+    store = tmp_path / "index_ahead"
+    shutil.copytree(fault_store, store)  # several kept blocks (small ones), 256-dimensional vectors
+    key, dim = read_manifest(store)["session_build_key"], 256
+    fresh = SessionStore(store, key, dim, trust_unchanged=True).index()
+    blocks = sorted(set(fresh.column("block").to_pylist()))
+    assert len(blocks) >= 2 and kept_sessions(store, key, dim) is not kept_sessions(store, key, dim)
+    prefetch = PublishedPrefetch(store, key, [], ahead=1, dim=dim).start()
+    try:
+        sessions = kept_sessions(store, key, dim)
+        assert sessions is prefetch.indexed(dim) and sessions.index().equals(fresh)
+        assert kept_sessions(store, "another key", dim) is not sessions
+        assert kept_sessions(store, key, dim + 1) is not sessions
+        gone, bad = blocks[0], blocks[1]
+        (sessions.root / "index" / f"{gone}.parquet").unlink()
+        nodes = sessions.root / "blocks" / bad / "nodes.arrow"
+        nodes.write_bytes(nodes.read_bytes()[:-16])
+        again = kept_sessions(store, key, dim)
+        assert again is sessions and gone not in set(again.index().column("block").to_pylist())
+        keys = fresh.column("session_key").to_pylist()
+        damaged: dict[str, str] = {}
+        kept = trusted_blocks(again, keys, [], damaged)
+        assert list(damaged) == [bad] and bad not in set(kept.values()) and gone not in set(kept.values())
+        assert kept and set(kept.values()) == set(blocks) - {gone, bad}
+    finally:
+        prefetch.close()
+    assert kept_sessions(store, key, dim) is not sessions  # closed: unregistered
