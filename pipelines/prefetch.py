@@ -11,10 +11,9 @@ hold every tenant's build in the driver). The tenant operator takes them
 (:func:`take_previous`) and opens the published version through :func:`open_published`; a tenant
 not read ahead is read by its row, as before. Once the sessions are planned, it also reads the
 rows' sessions kept by earlier runs (:meth:`PublishedPrefetch.read_kept`, taken with
-:func:`take_kept`), bounded the same way; the index of the kept sessions, which the plan looks
-them up in, is read on a thread of its own from the start (:func:`kept_sessions`). On Ray the
-tenant actors are other processes: nothing is read ahead for them (a run that turns out too large
-to build inline closes its prefetch before Ray starts).
+:func:`take_kept`), bounded the same way. On Ray the tenant actors are other processes:
+nothing is read ahead for them (a run that turns out too large to build inline closes its prefetch
+before Ray starts).
 """
 from __future__ import annotations
 
@@ -67,22 +66,6 @@ def take_previous(store: str | Path, session_key: str, tenant: str) -> Future | 
     return prefetch.take(tenant)
 
 
-def kept_sessions(store: str | Path, session_key: str, dim: int) -> Any:
-    """The kept sessions (a build's :class:`memlib.compose.session_store.SessionStore`) a run of
-    ``store`` under ``session_key`` plans with: the one whose index its prefetch read while the
-    input was sharded (108 index files of a 2,500-session tenant: 0.3-0.6 s of the plan, most of
-    it waiting for the GIL), listed again so that a file changed since is read again; a new one
-    when there is no such prefetch (or its read failed: the plan reads and reports)."""
-    with _ACTIVE_LOCK:
-        prefetch = _ACTIVE.get(str(store))
-    found = prefetch.indexed(dim) if prefetch is not None and prefetch.session_key == session_key else None
-    if found is not None:
-        return found
-    from memlib.compose.session_store import SessionStore
-
-    return SessionStore(store, session_key, dim, trust_unchanged=True)
-
-
 def take_kept(store: str | Path, session_key: str, keys: list[str], blocks: list[str]) -> Future | None:
     """The future of :meth:`memlib.compose.session_store.SessionStore.read` of ``keys`` in ``blocks``
     (the kept sessions of a tenant of this run: its result or exception) when it was read ahead
@@ -99,8 +82,8 @@ class PublishedPrefetch:
     them read and not taken; :meth:`start` registers it for the operators of this process,
     :meth:`close` stops it, drops what was not taken and unregisters it."""
 
-    def __init__(self, store: str | Path, session_key: str, tenants: list[str], ahead: int, dim: int | None = None):
-        self.store, self.session_key, self.dim = str(store), session_key, dim
+    def __init__(self, store: str | Path, session_key: str, tenants: list[str], ahead: int):
+        self.store, self.session_key = str(store), session_key
         self.order = list(dict.fromkeys(tenants))
         self.ahead = max(1, ahead)
         self.opened: Future = Future()
@@ -111,8 +94,6 @@ class PublishedPrefetch:
         self._thread = threading.Thread(target=self._run, name="memlib-prefetch", daemon=True)
         self._kept: dict[tuple, Future] = {}  # (keys, blocks) -> their kept sessions, read or being read
         self._kept_thread: threading.Thread | None = None
-        self._index: Future = Future()  # a SessionStore whose index is read (dim given), see kept_sessions
-        self._index_thread = threading.Thread(target=self._read_index, name="memlib-prefetch-index", daemon=True)
 
     def start(self) -> PublishedPrefetch:
         with _ACTIVE_LOCK:
@@ -120,31 +101,7 @@ class PublishedPrefetch:
                 raise RuntimeError(f"a prefetch of {self.store} is already running")
             _ACTIVE[self.store] = self
         self._thread.start()
-        if self.dim is not None:
-            self._index_thread.start()
         return self
-
-    def indexed(self, dim: int) -> Any:
-        """The SessionStore whose index this prefetch read (listed again now: index files written or
-        removed since count), waiting for the read; None when it read none for ``dim``, or failed."""
-        if self.dim != dim or self.dim is None:
-            return None
-        try:
-            sessions = self._index.result()
-        except Exception:  # noqa: BLE001 - the caller reads the index itself, and meets the error again
-            return None
-        sessions.refresh()
-        return sessions
-
-    def _read_index(self) -> None:
-        def read() -> Any:
-            from memlib.compose.session_store import SessionStore
-
-            sessions = SessionStore(self.store, self.session_key, self.dim, trust_unchanged=True)
-            sessions.index()
-            return sessions
-
-        _settle(self._index, read)
 
     def take(self, tenant: str) -> Future | None:
         """``tenant``'s build when it was read (or is being read) ahead; None otherwise, and it
@@ -187,7 +144,7 @@ class PublishedPrefetch:
         with _ACTIVE_LOCK:
             if _ACTIVE.get(self.store) is self:
                 del _ACTIVE[self.store]
-        for thread in (self._thread, self._kept_thread, self._index_thread):
+        for thread in (self._thread, self._kept_thread):
             if thread is not None and thread.is_alive():
                 thread.join()
         self._ready.clear()
@@ -197,7 +154,7 @@ class PublishedPrefetch:
         try:
             from memlib.compose.session_store import SessionStore
 
-            sessions = self.indexed(dim) or SessionStore(self.store, self.session_key, dim, trust_unchanged=True)
+            sessions = SessionStore(self.store, self.session_key, dim, trust_unchanged=True)
             for keys, blocks in wanted:
                 future = self._claim((tuple(keys), tuple(blocks)), self._kept)
                 if future is _STOP:

@@ -31,7 +31,6 @@ from memlib.config import MemlibConfig
 from memlib.io.files import replace_parquet
 from pipelines.context import BuildContext
 from pipelines.operators import FEW_BLOCK_OPERATORS, OPERATORS, RUNTIME_ENV, SessionLocalOp, TenantOp, block_item
-from pipelines.prefetch import kept_sessions
 from pipelines.rows import BATCH_FORMAT, KEY_COLUMN, ROW_SCHEMA, Operator, RowKind
 from pipelines.shard import TenantShard, read_staged, tenant_runs
 from pipelines.tenant_op import pack_tenants, tenant_item
@@ -289,7 +288,7 @@ def session_stats(plan: SessionPlan, blocks: list[dict[str, Any]], pass_s: float
 def prepare_staged(shards: list[TenantShard], ctx: BuildContext) -> SessionPlan:
     """What the driver does before the dataset starts (no Ray needed): the pending sessions of
     ``shards`` packed into block files. :func:`jobs.builder.driver.run_build` prepares while Ray starts."""
-    store = kept_sessions(ctx.store, ctx.session_key, ctx.cfg.embed.dim)  # its index read ahead, in a run in the driver
+    store = SessionStore(ctx.store, ctx.session_key, ctx.cfg.embed.dim, trust_unchanged=True)
     return plan_sessions(shards, store, ctx.session_key, ctx.work_dir / "blocks", ctx.cfg.ray.block_turns,
                          ctx.reuse)
 

@@ -135,7 +135,7 @@ def _prefetch(run: Run) -> PublishedPrefetch | None:
     if not run.ctx.reuse or not run.ctx.cfg.ray.reuse_tenant_build or not tenants:
         return None
     ahead = tenant_workers(os.cpu_count() or 1, len(tenants))
-    return PublishedPrefetch(run.ctx.store, run.ctx.session_key, tenants, ahead, run.ctx.cfg.embed.dim).start()
+    return PublishedPrefetch(run.ctx.store, run.ctx.session_key, tenants, ahead).start()
 
 
 def _read_kept_ahead(run: Run, sharded: Sharded) -> None:
