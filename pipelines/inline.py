@@ -68,13 +68,11 @@ def prewarm(ctx: BuildContext) -> None:
         from memlib.compose.sessions import prepare
         from memlib.compose.vectors import TurnEncoder
         from memlib.io.lance_tables import import_lancedb
-        from memlib.text.dates import warm as warm_dates
         from pipelines.staged_build import embed_threads
 
         encoder = TurnEncoder(ctx.cfg, threads=embed_threads(ctx.cfg))
         encoder.encode(["warm-up"], ["a first run sizes the model's buffers"])
         prepare(ctx.cfg, get_recipe(ctx.recipe))
-        warm_dates()  # dateparser's first parse: the new sessions' fact drafts resolve dates
         from memlib.graph import tenant  # noqa: F401 - graph-tool's import
 
         prepare_tenant_steps(ctx.cfg, ctx.recipe)

@@ -133,18 +133,6 @@ def _parse(expr: str, anchor_day: date, prefer: Prefer) -> tuple[date, Granulari
     return data.date_obj.date(), _PERIODS.get(data.period or "day", Granularity.DAY)
 
 
-def warm() -> None:
-    """Load what dateparser's first parse in a process loads (its English locale data, its
-    compiled patterns: 0.15 s alone, more while other threads hold the GIL), so that the first
-    session to resolve a date does not wait for it. Nothing is cached: later parses give what
-    they would have given."""
-    parser = DateDataParser(languages=["en"], settings={"PREFER_DATES_FROM": Prefer.PAST.value,
-                                                        "RETURN_TIME_AS_PERIOD": True,
-                                                        "RELATIVE_BASE": datetime(2000, 1, 1, 12, 0)})
-    with _DATEPARSER:
-        parser.get_date_data("last week")
-
-
 def _prefer_for(text: str, start: int, end: int) -> Prefer:
     window = text[max(0, start - _CONTEXT_CHARS): end + _CONTEXT_CHARS]
     return Prefer.FUTURE if _FUTURE_CUES.search(window) else Prefer.PAST

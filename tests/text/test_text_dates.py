@@ -1,8 +1,5 @@
 """Date mentions resolved against the session time (memlib.text.dates): relative, absolute, habitual."""
-import subprocess
-import sys
 from datetime import datetime, timezone
-from pathlib import Path
 
 from memlib.text.dates import Granularity, resolve_dates, rewrite_relative
 
@@ -90,18 +87,3 @@ def test_dateparser_is_called_by_one_thread_at_a_time_and_resolves_as_alone():
         DateDataParser.get_date_data = real
     assert most[0] == 1, most
     assert {t: got[t] for t in alone} == alone
-
-
-def test_warm_loads_the_locale_and_caches_no_parse():
-    """dates.warm (the build's warm-up calls it) loads what dateparser's first parse loads, in a
-    fresh process, and leaves no parse cached: what a session resolves afterwards is unchanged."""
-    code = ("from dateparser.languages.loader import LocaleDataLoader\n"
-            "from memlib.text import dates\n"
-            "before = sorted(LocaleDataLoader._loaded_locales)\n"
-            "dates.warm()\n"
-            "print('WARM', before, sorted(LocaleDataLoader._loaded_locales), dates._parse.cache_info().currsize)\n")
-    res = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2],
-                         capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0, res.stdout + res.stderr
-    assert "WARM [] ['en'] 0" in res.stdout, res.stdout
-    assert _one("I went there yesterday").resolved.date().isoformat() == "2023-05-07"
