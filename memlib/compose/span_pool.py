@@ -22,7 +22,7 @@ import pyarrow as pa
 from scipy import sparse
 
 from memlib import schema
-from memlib.compose.vectors import TOKEN_DIM, TurnVectors, binary_views, pooled_vectors
+from memlib.compose.vectors import TOKEN_DIM, TurnVectors, binary_views, by_node_id, pooled_vectors
 
 
 def span_pooled_vectors(nodes: pa.Table, tv: TurnVectors, tokenizer: Any) -> np.ndarray:
@@ -205,17 +205,15 @@ class IdSums:
     def plus(self, other: IdSums) -> IdSums:
         """The sums over both sets of rows (exact integers: the same whichever way they are added)."""
         at = np.searchsorted(self.ids, other.ids)  # an append's ids are nearly always the tenant's: no union
-        inside = self.ids.size and np.array_equal(self.ids[np.minimum(at, self.ids.size - 1)], other.ids)
-        if inside:  # one copy of the tenant's sums (a fancy-indexed ``+=`` of them gathered two temporaries)
-            ids, counts, sums = self.ids, self.counts.copy(), self.sums.copy()
+        if self.ids.size and np.array_equal(self.ids[np.minimum(at, self.ids.size - 1)], other.ids):
+            ids, counts, sums = self.ids, self.counts.copy(), self.sums.copy()  # one copy, no temporaries
         else:
             ids = np.union1d(self.ids, other.ids)
-            counts = np.zeros(ids.size, np.int64)
-            sums = np.zeros((ids.size, self.sums.shape[1]), np.int64)
-            at = np.searchsorted(ids, self.ids)
-            counts[at], sums[at] = self.counts, self.sums
-        at = np.searchsorted(ids, other.ids)  # distinct positions: ``+=`` adds each part row once
-        counts[at] += other.counts
+            counts, sums = np.zeros(ids.size, np.int64), np.zeros((ids.size, self.sums.shape[1]), np.int64)
+            mine = np.searchsorted(ids, self.ids)
+            counts[mine], sums[mine] = self.counts, self.sums
+            at = np.searchsorted(ids, other.ids)
+        counts[at] += other.counts  # distinct positions: each row of ``other`` is added once
         sums[at] += other.sums
         return IdSums(ids, counts, sums)
 
@@ -265,16 +263,6 @@ class IdSums:
             raise ValueError("token_sums: a row without its sum")
         return cls(table.column("id").to_numpy().astype(np.int64), table.column("count").to_numpy().astype(np.int64),
                    np.stack(rows))
-
-
-def by_node_id(tv: TurnVectors) -> TurnVectors:
-    """``tv`` with its turns in node id order: sums over several turns then add in one order,
-    whatever order the turns came in (a Ray build reads them back by session block), so a node's
-    vector is the same to the bit in every build."""
-    assert tv.token_ids is not None and tv.token_vectors is not None
-    order = sorted(range(len(tv.node_ids)), key=tv.node_ids.__getitem__)
-    return TurnVectors([tv.node_ids[i] for i in order], tv.vectors[order], [tv.token_ids[i] for i in order],
-                       [tv.token_vectors[i] for i in order])
 
 
 @dataclass

@@ -361,3 +361,13 @@ def with_embeddings(nodes: pa.Table, vectors: np.ndarray, dim: int) -> pa.Table:
     if "embedding" in nodes.column_names:
         nodes = nodes.drop_columns(["embedding"])
     return nodes.append_column("embedding", emb)
+
+
+def by_node_id(tv: TurnVectors) -> TurnVectors:
+    """``tv`` with its turns in node id order: sums over several turns then add in one order,
+    whatever order the turns came in (a Ray build reads them back by session block), so a node's
+    vector is the same to the bit in every build."""
+    assert tv.token_ids is not None and tv.token_vectors is not None
+    order = sorted(range(len(tv.node_ids)), key=tv.node_ids.__getitem__)
+    return TurnVectors([tv.node_ids[i] for i in order], tv.vectors[order], [tv.token_ids[i] for i in order],
+                       [tv.token_vectors[i] for i in order])
