@@ -182,7 +182,8 @@ class PublishedPrefetch:
             return future
 
     def _run(self) -> None:
-        from memlib.compose.reuse import load_previous, read_parts
+        from memlib.compose.published_parts import read_parts
+        from memlib.compose.reuse import load_previous
 
         # the first tenant's part files are read (pyarrow, mostly without the GIL) while lancedb is
         # imported and its table opened: its row waits for both
@@ -210,10 +211,10 @@ class PublishedPrefetch:
 
     def _first(self, manifest: dict) -> str | None:
         """The first tenant to read when the published build is one it can reuse (else None)."""
+        from memlib.compose.published_parts import reusable
+
         first = self.order[0] if self.order else None
-        if manifest.get("session_build_key") != self.session_key or first not in manifest.get("tenants", {}):
-            return None
-        return first
+        return first if reusable(manifest, first, self.session_key) else None
 
 
 def _settle(future: Future, read: Callable[[], Any]) -> None:

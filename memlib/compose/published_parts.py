@@ -43,6 +43,12 @@ class PublishedParts:
         return cls(similar.select(["src", "dst", "weight"]), known, kept, clues)
 
 
+def reusable(manifest: dict | None, tenant: str | None, session_key: str) -> bool:
+    """Whether ``tenant``'s build in the published ``manifest`` was made under ``session_key`` (the
+    same code format, config and encoder as this run), so a run can reuse it."""
+    return bool(manifest) and manifest.get("session_build_key") == session_key and tenant in manifest.get("tenants", {})
+
+
 def read_parts(reader: Any, tenant: str) -> PublishedParts:
     """``tenant``'s :class:`PublishedParts` in the version of ``reader`` (a :class:`~memlib.io.store.StoreReader`)."""
     return PublishedParts.of(reader.table("edges", tenant, EDGE_COLUMNS), reader.table("node_fallbacks", tenant),

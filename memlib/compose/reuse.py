@@ -41,8 +41,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memlib import schema
-from memlib.compose.published_parts import PublishedParts, read_parts
+from memlib.compose.published_parts import PublishedParts, read_parts, reusable
 from memlib.compose.rows import (
+    any_per_segment,
     copy_vectors_into,
     equal_missing,
     float32_blobs,
@@ -116,8 +117,7 @@ def load_previous(store: str | Path, tenant: str, session_key: str, manifest: di
     from memlib.io.store import StoreReader, read_manifest
 
     manifest = reader.manifest if reader is not None else manifest if manifest is not None else read_manifest(store)
-    if (manifest is None or manifest.get("session_build_key") != session_key
-            or tenant not in manifest.get("tenants", {})):
+    if not reusable(manifest, tenant, session_key):
         return None
     reader = reader if reader is not None else StoreReader(store, manifest)
     # its part files are read on another thread while the Lance scan runs (lancedb's threads; the
@@ -377,9 +377,7 @@ def _moved(nodes: pa.Table, rows: np.ndarray, prev_rows: np.ndarray, previous: P
     fallbacks = [Fallback(none, none) if f is None else f for f in known]
     lengths = np.fromiter((f.ids.size for f in fallbacks), dtype=np.int64, count=len(fallbacks))
     flat = np.concatenate([f.ids for f in fallbacks]) if fallbacks else none
-    hits = np.concatenate([[0], np.cumsum(np.isin(flat, fresh))])  # fallback ids in ``fresh`` up to each position
-    ends = np.cumsum(lengths)
-    return hits[ends] > hits[ends - lengths], fallbacks
+    return any_per_segment(np.isin(flat, fresh), lengths), fallbacks
 
 
 def fallbacks_table(nodes: pa.Table, fallbacks: dict[int, Fallback]) -> pa.Table:

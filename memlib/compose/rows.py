@@ -151,11 +151,15 @@ def same_lists(a: pa.Array, b: pa.Array) -> np.ndarray:
         return out
     take = pa.array(idx, pa.int64())
     eq = equal_missing(pc.list_flatten(a.take(take)), pc.list_flatten(b.take(take)))  # aligned: same lengths
-    lengths = np.maximum(la[idx], 0)
-    bad = np.concatenate([[0], np.cumsum(~eq)])  # how many values differ before each position
-    ends = np.cumsum(lengths)
-    out[idx] = bad[ends] == bad[ends - lengths]
+    out[idx] = ~any_per_segment(~eq, np.maximum(la[idx], 0))
     return out
+
+
+def any_per_segment(flags: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Per segment of ``flags`` (consecutive runs of ``lengths``, in order): whether any flag is set."""
+    hits = np.concatenate([[0], np.cumsum(flags)])  # flags set before each position
+    ends = np.cumsum(lengths)
+    return hits[ends] > hits[ends - lengths]
 
 
 def pooled_into(out: np.ndarray, rows: np.ndarray, provenance: pa.Table, tv: TurnVectors) -> None:
