@@ -82,3 +82,25 @@ def content_hash(text: str) -> str:
         return hashlib.blake2b(escape(text.encode("utf-8", "surrogatepass")), digest_size=16).hexdigest()
     return digest(text, length=32)
 
+
+
+def turn_node_ids(tenants: list[str], conversations: list[str], turn_ids: list[str]) -> list[str]:
+    """``[turn_node_id(t, c, u) for ...]`` over three columns of str: the escaped
+    ``turn\\x1f<tenant>\\x1f<conversation>\\x1f`` prefix is built once per pair (a tenant's turns share a few)."""
+    prefixes: dict[tuple[str, str], bytes] = {}
+    sep = _SEP.encode()
+    out = []
+    for tenant, conv, turn in zip(tenants, conversations, turn_ids):
+        prefix = prefixes.get((tenant, conv))
+        if prefix is None:
+            prefix = prefixes[(tenant, conv)] = sep.join(
+                [b"turn", _part(tenant), _part(conv)]) + sep
+        out.append("turn:" + hashlib.blake2b(prefix + _part(turn), digest_size=16).hexdigest()[:HEX_LEN])
+    return out
+
+
+def content_hashes(texts: list[str]) -> list[str]:
+    """``[content_hash(t) for t in texts]``."""
+    blake2b = hashlib.blake2b
+    return [blake2b(escape(t.encode("utf-8", "surrogatepass")), digest_size=16).hexdigest()
+            if isinstance(t, str) else content_hash(t) for t in texts]

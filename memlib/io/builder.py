@@ -50,6 +50,45 @@ def _extras(value: Any) -> tuple[str | None, Issue | None]:
         return None, (ReasonCode.TOO_DEEP, "extras nested too deep to encode")
 
 
+def _ids_given(rec: dict[str, Any]) -> bool:
+    """The conversation, session and turn ids are non-blank strings (what ``is_id`` asks of each)."""
+    c, s, t = rec.get("conversation_id"), rec.get("session_id"), rec.get("turn_id")
+    return (type(c) is str and type(s) is str and type(t) is str and c != "" and s != "" and t != ""
+            and not (c.isspace() or s.isspace() or t.isspace()))
+
+
+_UNSEEN = object()
+
+
+class _TurnColumns:
+    """The kept turns of a builder, a list per column in record order (a dict per turn was 27k dicts
+    of a 27k-turn tenant, each filled and read back field by field)."""
+
+    def __init__(self) -> None:
+        self.tenant: list[str] = []
+        self.conv: list[str] = []
+        self.session: list[str] = []
+        self.time: list[datetime | None] = []
+        self.turn: list[str] = []
+        self.speaker: list[str | None] = []
+        self.role: list[str] = []
+        self.text: list[str] = []
+        self.extras: list[str | None] = []
+
+    def add(self, rec: dict[str, Any], time: datetime | None, role: str, extras: str | None) -> None:
+        """A turn record that passed every check, with its parsed time, role and extras."""
+        speaker = rec.get("speaker")
+        self.tenant.append(rec["tenant_id"])
+        self.conv.append(rec["conversation_id"])
+        self.session.append(rec["session_id"])
+        self.time.append(time)
+        self.turn.append(rec["turn_id"])
+        self.speaker.append(speaker if isinstance(speaker, str) else None)
+        self.role.append(role)
+        self.text.append(rec["text"])
+        self.extras.append(extras)
+
+
 class TenantBuilder:
     """Collects one tenant's records; ``result()`` returns the validated tables."""
 
@@ -58,9 +97,11 @@ class TenantBuilder:
         self.parse_time = parse_time
         self.require_time = require_time
         self.quarantine = Quarantine(source)
-        self._turns: list[dict[str, Any]] = []
+        self._turns = _TurnColumns()
         self._questions: list[dict[str, Any]] = []
         self._seen: set[tuple[str, str, str]] = set()
+        self._valid_tenants: set[str] = set()  # tenant ids validated once (a tenant's every turn names it)
+        self._times: dict[str, datetime | None] = {}  # session_time text -> parsed (a session's turns repeat it)
 
     # -- turns ---------------------------------------------------------------------------
 
@@ -72,16 +113,20 @@ class TenantBuilder:
                             conversation_id=rec.get("conversation_id"),
                             record_id=record_id if record_id is not None else rec.get("turn_id"))
 
-    def _check_turn(self, rec: dict[str, Any]) -> Issue | None:
-        bad_field = unstorable_field(rec)
+    def _check_turn(self, rec: dict[str, Any], surrogates: bool) -> Issue | None:
+        bad_field = unstorable_field(rec) if surrogates else None
         if bad_field is not None:
             return ReasonCode.BAD_UNICODE, f"field {bad_field!r} holds a lone surrogate (not storable as UTF-8)"
-        missing = [k for k in ID_FIELDS if not is_id(rec.get(k))]
-        if missing:
-            return ReasonCode.MISSING_FIELD, f"missing or empty id field(s): {', '.join(missing)}"
-        bad_tenant = validate_tenant_id(rec["tenant_id"])
-        if bad_tenant:
-            return ReasonCode.BAD_TENANT_ID, bad_tenant
+        tenant = rec.get("tenant_id")
+        if not (type(tenant) is str and tenant in self._valid_tenants and _ids_given(rec)):
+            missing = [k for k in ID_FIELDS if not is_id(rec.get(k))]
+            if missing:
+                return ReasonCode.MISSING_FIELD, f"missing or empty id field(s): {', '.join(missing)}"
+            bad_tenant = validate_tenant_id(tenant)
+            if bad_tenant:
+                return ReasonCode.BAD_TENANT_ID, bad_tenant
+            if type(tenant) is str:
+                self._valid_tenants.add(tenant)
         if "text" not in rec:
             return ReasonCode.MISSING_FIELD, "missing field: text"
         text = rec["text"]
@@ -93,6 +138,8 @@ class TenantBuilder:
             return (ReasonCode.OVERSIZE_TURN,
                     f"text has {len(text)} chars, more than io.max_turn_chars={self.cfg.max_turn_chars}")
         role = rec.get("role")
+        if type(role) is str and role in ROLES:  # the common case: a role as memlib spells it
+            return None
         if role is None or (isinstance(role, str) and not role.strip()):
             return ReasonCode.MISSING_FIELD, f"missing field: role (one of {sorted(ROLES)})"
         if not isinstance(role, str) or role.strip().lower() not in ROLES:
@@ -105,7 +152,12 @@ class TenantBuilder:
             if self.require_time:
                 return None, (ReasonCode.BAD_DATE, "session has no date")
             return None, None
-        parsed = self.parse_time(value)
+        if type(value) is str:
+            parsed = self._times.get(value, _UNSEEN)
+            if parsed is _UNSEEN:
+                parsed = self._times[value] = self.parse_time(value)
+        else:
+            parsed = self.parse_time(value)
         if parsed is None:
             return None, (ReasonCode.BAD_DATE, f"unparseable session_time {str(value)[:80]!r} (ISO 8601, years "
                                                f"{YEARS[0]}-{YEARS[1]})")
@@ -113,28 +165,34 @@ class TenantBuilder:
 
     def add_turn(self, rec: dict[str, Any], location: str, raw: Any) -> bool:
         """Validate one turn record; keep it or quarantine it. Returns True when kept."""
-        issue = self._check_turn(rec)
+        issue = self.keep_turn(rec)
+        if issue is not None:
+            self.reject(issue, location, raw, rec)
+            return False
+        return True
+
+    def keep_turn(self, rec: dict[str, Any], surrogates: bool = True) -> Issue | None:
+        """Keep one turn record, or return why it cannot be kept (the caller quarantines it).
+        ``surrogates=False``: the caller knows no string of ``rec`` holds a lone surrogate (a record
+        decoded from UTF-8 text without a ``\\u`` escape), so the fields are not scanned for one."""
+        issue = self._check_turn(rec, surrogates)
         time, extras = None, None
         if issue is None:
             time, issue = self._session_time(rec)
         if issue is None:
-            extras, issue = _extras(rec.get("extras"))
+            value = rec.get("extras")
+            if value is not None:
+                extras, issue = _extras(value)
         key = (rec.get("tenant_id"), rec.get("conversation_id"), rec.get("turn_id"))
         if issue is None and key in self._seen:
             issue = (ReasonCode.DUPLICATE_TURN_ID,
                      f"turn_id {rec['turn_id']!r} already used in conversation {rec['conversation_id']!r}")
         if issue is not None:
-            self.reject(issue, location, raw, rec)
-            return False
+            return issue
         self._seen.add(key)
-        speaker = rec.get("speaker")
-        self._turns.append({
-            "tenant_id": rec["tenant_id"], "conversation_id": rec["conversation_id"],
-            "session_id": rec["session_id"], "session_time": time, "turn_id": rec["turn_id"],
-            "speaker": speaker if isinstance(speaker, str) else None,
-            "role": rec["role"].strip().lower(), "text": rec["text"], "extras": extras,
-        })
-        return True
+        role = rec["role"]
+        self._turns.add(rec, time, role if type(role) is str and role in ROLES else role.strip().lower(), extras)
+        return None
 
     # -- questions -----------------------------------------------------------------------
 
@@ -178,18 +236,18 @@ class TenantBuilder:
                           quarantine=self.quarantine.table())
 
     @staticmethod
-    def _turn_table(rows: list[dict[str, Any]]) -> pa.Table:
+    def _turn_table(rows: _TurnColumns) -> pa.Table:
         """The kept turns (``rows``, in record order) as a TURNS table: sessions ordered within their
         conversation by their first dated turn's time (undated last), then by their first record;
         turns by record order within their session; every turn takes its session's first time.
-        One pass of dicts and a gather (a polars group_by/join/window over three string keys built
-        row encodings of the keys in fresh pages: 0.3 s and ~40 MB for a 27k-turn tenant)."""
-        if not rows:
+        One pass over the keys and a gather (a polars group_by/join/window over three string keys built
+        row encodings of the keys in fresh pages: 0.3 s and ~40 MB for a 27k-turn tenant); none when
+        the records are in that order already (a file written session after session)."""
+        if not rows.text:
             return schema.empty(schema.TURNS)
-        micros = pa.array([r["session_time"] for r in rows], schema.TS).cast(pa.int64()).to_pylist()
+        micros = pa.array(rows.time, schema.TS).cast(pa.int64()).to_pylist()
         sessions: dict[tuple[str, str, str], list[Any]] = {}  # -> [first record, first time, its rows]
-        for i, r in enumerate(rows):
-            key = (r["tenant_id"], r["conversation_id"], r["session_id"])
+        for i, key in enumerate(zip(rows.tenant, rows.conv, rows.session)):
             s = sessions.get(key)
             if s is None:
                 sessions[key] = [i, micros[i], [i]]
@@ -209,19 +267,20 @@ class TenantBuilder:
             time_of += [first_time] * len(members)
             session_index += [n] * len(members)
             turn_index += range(len(members))
-        ordered = [rows[i] for i in taken]
-        col = lambda c: pa.array([r[c] for r in ordered], pa.string())  # noqa: E731
-        arrays = {
-            "tenant_id": col("tenant_id"), "conversation_id": col("conversation_id"),
-            "session_id": col("session_id"), "session_index": pa.array(session_index, pa.int32()),
-            "session_time": pa.array(time_of, pa.int64()).cast(schema.TS), "turn_id": col("turn_id"),
+        in_order = taken == list(range(len(taken)))
+        cols = {name: values if in_order else [values[i] for i in taken] for name, values in
+                (("tenant_id", rows.tenant), ("conversation_id", rows.conv), ("session_id", rows.session),
+                 ("turn_id", rows.turn), ("speaker", rows.speaker), ("role", rows.role), ("text", rows.text),
+                 ("extras", rows.extras))}
+        arrays = {name: pa.array(values, pa.string()) for name, values in cols.items()}
+        arrays.update({
+            "session_index": pa.array(session_index, pa.int32()),
+            "session_time": pa.array(time_of, pa.int64()).cast(schema.TS),
             "turn_index": pa.array(turn_index, pa.int32()),
-            "node_id": pa.array([ids.turn_node_id(r["tenant_id"], r["conversation_id"], r["turn_id"])
-                                 for r in ordered], pa.string()),
-            "speaker": col("speaker"), "role": col("role"), "text": col("text"),
-            "content_hash": pa.array([ids.content_hash(r["text"]) for r in ordered], pa.string()),
-            "extras": col("extras"),
-        }
+            "node_id": pa.array(ids.turn_node_ids(cols["tenant_id"], cols["conversation_id"], cols["turn_id"]),
+                                pa.string()),
+            "content_hash": pa.array(ids.content_hashes(cols["text"]), pa.string()),
+        })
         table = pa.Table.from_arrays([arrays[f.name] for f in schema.TURNS], schema=schema.TURNS)
         return schema.conform(table, schema.TURNS, name="turns")
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -23,7 +24,7 @@ from typing import Any
 from memlib.config import IOConfig
 from memlib.io.builder import TenantBuilder
 from memlib.io.errors import InputError
-from memlib.io.fields import FieldTally
+from memlib.io.fields import REQUIRED, VALID_ROLE, FieldTally
 from memlib.io.jsonarray import UTF8_BOM, check_head, open_checked
 from memlib.io.result import ReadResult
 from memlib.io.scan import MAX_DEPTH, too_deep, top_level_string
@@ -64,6 +65,28 @@ def _line_tenant(line: bytes, tally: FieldTally | None = None) -> tuple[bool, st
     if tally is not None:
         tally.add(obj)
     return True, _valid(obj.get("tenant_id"))
+
+
+# a line that opens with a valid tenant_id as its first key. When the line names no other
+# "tenant_id" and holds no \u escape of an ASCII letter or "_" (which could spell a second one),
+# that is the tenant _line_tenant finds: the record's key when it decodes (json keeps a duplicate
+# key's last value, and there is none), the first top-level one of raw_tenant when it does not
+_FIRST_TENANT = re.compile(rb'\{[ \t\r\n]*"tenant_id"[ \t\r\n]*:[ \t\r\n]*"([A-Za-z0-9][A-Za-z0-9._-]{0,127})"')
+_ASCII_ESCAPE = re.compile(rb"\\u00[4-7]")
+
+
+def _first_tenant(line: bytes) -> str | None:
+    """The tenant of ``line`` read off its first key, or None when only decoding can tell."""
+    m = _FIRST_TENANT.match(line)
+    if m is None or line.count(b'"tenant_id"') != 1 or _ASCII_ESCAPE.search(line):
+        return None
+    return m.group(1).decode("ascii")
+
+
+def _tallied(tally: FieldTally) -> bool:
+    """Every required field and a valid role seen: :meth:`FieldTally.problem` is None whatever
+    records follow, so the rest need not be decoded for it."""
+    return tally.turns > 0 and tally.holding[VALID_ROLE] > 0 and all(tally.holding[k] for k in REQUIRED)
 
 
 def _check_start(fh, path: str | Path) -> None:
@@ -133,7 +156,7 @@ def index_runs(path: str | Path) -> dict[str | None, list[_Run]]:
 def _index_runs(path: str | Path) -> dict[str | None, list[_Run]]:
     runs: dict[str | None, list[_Run]] = {}
     run, owner, offset, any_object = None, None, 0, False
-    tally = FieldTally()
+    tally, tallied = FieldTally(), False
     with open_checked(path) as fh:
         _check_start(fh, path)
         lineno = 0
@@ -145,8 +168,11 @@ def _index_runs(path: str | Path) -> dict[str | None, list[_Run]]:
             content = _no_bom(line, offset)
             if size > len(line):
                 is_object, tenant = False, raw_tenant(content)
+            elif tallied and (tenant := _first_tenant(content)) is not None:
+                is_object = True  # (if it does not decode, it still names a tenant: any_object is moot)
             else:
                 is_object, tenant = _line_tenant(content, tally) if content.strip() else (False, None)
+                tallied = tallied or (is_object and _tallied(tally))
             any_object = any_object or is_object
             if run is None or (tenant is not None and owner is not None and tenant != owner):
                 run, owner = _Run(start=offset, first_line=lineno), tenant
@@ -190,32 +216,38 @@ def add_object(b: TenantBuilder, obj: Any, where: str, raw: Any) -> None:
                  where, raw, obj)
 
 
-def _add_line(b: TenantBuilder, line: bytes, where: str) -> None:
+def _add_line(b: TenantBuilder, line: bytes, lineno: int) -> None:
     try:
         text = line.decode("utf-8")
     except UnicodeDecodeError as exc:
-        b.reject((ReasonCode.BAD_UTF8, f"invalid UTF-8 byte at position {exc.start}"), where, line,
+        b.reject((ReasonCode.BAD_UTF8, f"invalid UTF-8 byte at position {exc.start}"), f"line {lineno}", line,
                  {"tenant_id": raw_tenant(line)})
         return
     if not text.strip():
         return
     try:
-        if too_deep(text):
+        if too_deep(line):  # the same brackets as in text
             raise RecursionError
         obj = json.loads(text)
     except json.JSONDecodeError as exc:
-        b.reject((ReasonCode.BAD_JSON, f"not JSON: {exc.msg} (column {exc.colno})"), where, text,
+        b.reject((ReasonCode.BAD_JSON, f"not JSON: {exc.msg} (column {exc.colno})"), f"line {lineno}", text,
                  {"tenant_id": raw_tenant(text)})
         return
     except ValueError as exc:  # e.g. an integer of more than 4300 digits
-        b.reject((ReasonCode.BAD_JSON, f"not decodable: {str(exc)[:120]}"), where, text,
+        b.reject((ReasonCode.BAD_JSON, f"not decodable: {str(exc)[:120]}"), f"line {lineno}", text,
                  {"tenant_id": raw_tenant(text)})
         return
     except RecursionError:
-        b.reject((ReasonCode.TOO_DEEP, f"record nested deeper than {MAX_DEPTH} levels"), where, text,
+        b.reject((ReasonCode.TOO_DEEP, f"record nested deeper than {MAX_DEPTH} levels"), f"line {lineno}", text,
                  {"tenant_id": raw_tenant(text)})
         return
-    add_object(b, obj, where, text.rstrip("\n"))
+    if type(obj) is dict and (obj.get("kind") or TURN_KIND) == TURN_KIND:
+        # a lone surrogate comes from a \ud800-\udfff escape only (UTF-8 text cannot hold one)
+        issue = b.keep_turn(obj, surrogates="\\ud" in text or "\\uD" in text)
+        if issue is not None:
+            b.reject(issue, f"line {lineno}", text.rstrip("\n"), obj)
+        return
+    add_object(b, obj, f"line {lineno}", text.rstrip("\n"))
 
 
 def _changed(path: str, offset: int, run: _Run, detail: str) -> InputError:
@@ -237,7 +269,7 @@ def _tenant_result(fh, runs: list[_Run], source: str, cfg: IOConfig) -> ReadResu
                 b.reject((ReasonCode.OVERSIZE_RECORD, f"line of {size} bytes, more than {MAX_RECORD_BYTES}"),
                          f"line {lineno}", line[:4096], {"tenant_id": raw_tenant(line)})
             else:
-                _add_line(b, _no_bom(line, offset), f"line {lineno}")
+                _add_line(b, line[len(UTF8_BOM):] if offset == 0 and line.startswith(UTF8_BOM) else line, lineno)
             offset += size
             lineno += 1
         if offset != run.end or sha.digest() != run.sha.digest():
