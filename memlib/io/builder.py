@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pyarrow as pa
@@ -58,6 +58,16 @@ def _ids_given(rec: dict[str, Any]) -> bool:
 
 
 _UNSEEN = object()
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_MICRO = timedelta(microseconds=1)
+
+
+def _micros(when: datetime | None) -> int | None:
+    """``when`` as a TURNS session_time value, computed as Arrow converts a datetime to timestamp("us")
+    (its UTC instant; a naive one read as UTC), without Arrow's conversion (which imports pandas)."""
+    if when is None:
+        return None
+    return (when - (_EPOCH if when.tzinfo is not None else _EPOCH.replace(tzinfo=None))) // _MICRO
 
 
 class _TurnColumns:
@@ -68,14 +78,14 @@ class _TurnColumns:
         self.tenant: list[str] = []
         self.conv: list[str] = []
         self.session: list[str] = []
-        self.time: list[datetime | None] = []
+        self.time: list[int | None] = []  # microseconds since the epoch
         self.turn: list[str] = []
         self.speaker: list[str | None] = []
         self.role: list[str] = []
         self.text: list[str] = []
         self.extras: list[str | None] = []
 
-    def add(self, rec: dict[str, Any], time: datetime | None, role: str, extras: str | None) -> None:
+    def add(self, rec: dict[str, Any], time: int | None, role: str, extras: str | None) -> None:
         """A turn record that passed every check, with its parsed time, role and extras."""
         speaker = rec.get("speaker")
         self.tenant.append(rec["tenant_id"])
@@ -101,7 +111,7 @@ class TenantBuilder:
         self._questions: list[dict[str, Any]] = []
         self._seen: set[tuple[str, str, str]] = set()
         self._valid_tenants: set[str] = set()  # tenant ids validated once (a tenant's every turn names it)
-        self._times: dict[str, datetime | None] = {}  # session_time text -> parsed (a session's turns repeat it)
+        self._times: dict[str, int | None] = {}  # session_time text -> its microseconds, None if unparseable
 
     # -- turns ---------------------------------------------------------------------------
 
@@ -146,22 +156,24 @@ class TenantBuilder:
             return ReasonCode.UNKNOWN_ROLE, f"role {role!r} is not one of {sorted(ROLES)}"
         return None
 
-    def _session_time(self, rec: dict[str, Any]) -> tuple[datetime | None, Issue | None]:
+    def _session_time(self, rec: dict[str, Any]) -> tuple[int | None, Issue | None]:
+        """The session time as microseconds since the epoch (what the TURNS column stores), or why
+        it is refused. A text seen before is not parsed again (a session's turns all repeat it)."""
         value = rec.get("session_time")
         if value is None or value == "":
             if self.require_time:
                 return None, (ReasonCode.BAD_DATE, "session has no date")
             return None, None
         if type(value) is str:
-            parsed = self._times.get(value, _UNSEEN)
-            if parsed is _UNSEEN:
-                parsed = self._times[value] = self.parse_time(value)
+            micros = self._times.get(value, _UNSEEN)
+            if micros is _UNSEEN:
+                micros = self._times[value] = _micros(self.parse_time(value))
         else:
-            parsed = self.parse_time(value)
-        if parsed is None:
+            micros = _micros(self.parse_time(value))
+        if micros is None:
             return None, (ReasonCode.BAD_DATE, f"unparseable session_time {str(value)[:80]!r} (ISO 8601, years "
                                                f"{YEARS[0]}-{YEARS[1]})")
-        return parsed, None
+        return micros, None
 
     def add_turn(self, rec: dict[str, Any], location: str, raw: Any) -> bool:
         """Validate one turn record; keep it or quarantine it. Returns True when kept."""
@@ -245,7 +257,7 @@ class TenantBuilder:
         the records are in that order already (a file written session after session)."""
         if not rows.text:
             return schema.empty(schema.TURNS)
-        micros = pa.array(rows.time, schema.TS).cast(pa.int64()).to_pylist()
+        micros = rows.time
         sessions: dict[tuple[str, str, str], list[Any]] = {}  # -> [first record, first time, its rows]
         for i, key in enumerate(zip(rows.tenant, rows.conv, rows.session)):
             s = sessions.get(key)

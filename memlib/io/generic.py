@@ -243,7 +243,7 @@ def _add_line(b: TenantBuilder, line: bytes, lineno: int) -> None:
         return
     if type(obj) is dict and (obj.get("kind") or TURN_KIND) == TURN_KIND:
         # a lone surrogate comes from a \ud800-\udfff escape only (UTF-8 text cannot hold one)
-        issue = b.keep_turn(obj, surrogates="\\ud" in text or "\\uD" in text)
+        issue = b.keep_turn(obj, surrogates=b"\\u" in line and ("\\ud" in text or "\\uD" in text))
         if issue is not None:
             b.reject(issue, f"line {lineno}", text.rstrip("\n"), obj)
         return

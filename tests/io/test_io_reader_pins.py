@@ -146,3 +146,25 @@ def test_tricky_input_gives_the_pinned_tables(tmp_path, small_records):
 def test_tricky_input_read_without_its_index_cached_is_the_same(small_records, monkeypatch):
     monkeypatch.setattr(generic, "INDEX_CACHE_RUNS", 0)  # every read indexes the file anew
     assert _outputs(_write(tricky_lines())) == PINNED
+
+
+ODD = ["plain", "", "a\x1fb", "\x1b", "nul\x00", "rs\x1e", "caf\u00e9", "lone \ud800", "x" * 3000, "\x1f\x1f"]
+
+
+def test_column_ids_are_the_ids_of_each_row():
+    triples = [(t, c, u) for t in ODD[:4] for c in ODD[2:6] for u in ODD]
+    tenants, convs, turns = (list(col) for col in zip(*triples))
+    assert ids.turn_node_ids(tenants, convs, turns) == [ids.turn_node_id(*t) for t in triples]
+    assert ids.turn_node_ids(["t"], ["c"], [None]) == [ids.make_id("turn", "t", "c", None)]
+    texts = [*ODD, None, 7]
+    assert ids.content_hashes(texts) == [ids.content_hash(t) for t in texts]
+
+
+@pytest.mark.parametrize("when", ["2024-03-01T10:00:00Z", "2024-03-01T10:00:00.123456+05:45", "1000-01-01",
+                                  "8999-12-31T23:59:59.999999-01:00", "1969-12-31T23:59:59.5"])
+def test_session_times_are_the_microseconds_arrow_stores(when):
+    b = TenantBuilder("x", CFG, parse_iso_time, require_time=False)
+    assert b.add_turn(_turn("a", "t1", time=when), "here", "raw")
+    got = b.result().turns.column("session_time")
+    assert got.cast(pa.int64()).to_pylist() == \
+        pa.array([parse_iso_time(when)], got.type).cast(pa.int64()).to_pylist()
