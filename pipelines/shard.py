@@ -126,6 +126,8 @@ def shard_input(path: str | Path, fmt: str, cfg: MemlibConfig, writer: StoreWrit
 
 def _of(table: pa.Table, tenants: list[str], keep: bool = True) -> pa.Table:
     mask = pc.is_in(table.column("tenant_id"), value_set=pa.array(tenants, pa.string()))
+    if keep and mask.null_count == 0 and pc.all(mask).as_py():
+        return table  # every row kept (a batch whose tenants are all rebuilt): no copy of its columns
     return table.filter(mask if keep else pc.invert(mask))
 
 
