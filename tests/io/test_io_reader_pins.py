@@ -48,6 +48,13 @@ def tricky_lines() -> list[bytes]:
         _j(_turn("a", "t7", "nested 60 deep, kept", extras={"x": json.loads("[" * 60 + "]" * 60)})),
         _j(_turn("a", "t1", "duplicate of a's t1")),
         _j(_turn("a", "t8", "two tenant keys: the last wins", tenant_id="b")),
+        b'{"tenant_id": "a", "conversation_id": "c1", "session_id": "s1", "turn_id": "t8b", "role": "user", '
+        b'"text": "a duplicate tenant_id key: json keeps the last", "tenant_id": "b"}',
+        _j({"tenant_id": "a", "conversation_id": "c1", "session_id": "s1", "turn_id": "t8c", "role": "user",
+            "text": "only square brackets, 150 deep", "n": json.loads("[" * 150 + "]" * 150)}),
+        _j({"tenant_id": "a", "session_id": "s1", "turn_id": "t8d", "role": "user", "text": "no conversation"}),
+        _j(_turn("a", " ", "a blank turn id")),
+        _j(_turn("a", "t8e", "a blank session id", session="\t")),
         _j(_turn("zz", "t9", "escaped duplicate key")).rstrip(b"}") + b', "tenant\\u005fid": "a"}',
         b'{"tenant_id": "\\u0061", "conversation_id": "c1", "session_id": "s1", "turn_id": "t10", '
         b'"role": "user", "text": "escaped tenant value"}',
@@ -117,11 +124,11 @@ def small_records(monkeypatch, tmp_path):
 
 CFG = IOConfig(max_turn_chars=200)
 PINNED = {
-    "index": "d78b74e88c8943e2e6cd7ca56536705e2919c5004c9b26d2aca65815731aa22f",
-    "fingerprints": "41a7693709d193d4ae8f24cb428717e90316aa94d965e78164af2daac2a7e4ea",
-    "tenants": "786245191a9fbe759cd1ff324a04792559abc23f4cfdce6960f25452bc7105c2",
-    "batches": "b1dd960005c9392b514c945bc3afed45dea1fdf4f6b63c75c69efcd660835b8e",
-    "batches_small": "786245191a9fbe759cd1ff324a04792559abc23f4cfdce6960f25452bc7105c2",
+    "index": "d0cbbacbc94c3737489126a86bec84e3ad92e9d98d0d0b5154d2e479ab440539",
+    "fingerprints": "1c4de72d5fd9b42b2f380026e78cae5a1140b2f4a56d2b3d2f90ae55e9491eb5",
+    "tenants": "c1897cad017cb75c874373c36064efab022293373c59430d11a6332e4def1950",
+    "batches": "95c07f7502ff5167e68a243fc54fda752b2089ed53c67f8c31fcddb3d4e47624",
+    "batches_small": "c1897cad017cb75c874373c36064efab022293373c59430d11a6332e4def1950",
 }
 
 
