@@ -55,6 +55,8 @@ def tricky_lines() -> list[bytes]:
         _j({"tenant_id": "a", "session_id": "s1", "turn_id": "t8d", "role": "user", "text": "no conversation"}),
         _j(_turn("a", " ", "a blank turn id")),
         _j(_turn("a", "t8e", "a blank session id", session="\t")),
+        _j(_turn("a", "t8f", "blanks after the record")) + b" \t ",
+        _j(_turn("a", "t8g", "a value after the record")) + b" 1",
         _j(_turn("zz", "t9", "escaped duplicate key")).rstrip(b"}") + b', "tenant\\u005fid": "a"}',
         b'{"tenant_id": "\\u0061", "conversation_id": "c1", "session_id": "s1", "turn_id": "t10", '
         b'"role": "user", "text": "escaped tenant value"}',
@@ -124,11 +126,11 @@ def small_records(monkeypatch, tmp_path):
 
 CFG = IOConfig(max_turn_chars=200)
 PINNED = {
-    "index": "d0cbbacbc94c3737489126a86bec84e3ad92e9d98d0d0b5154d2e479ab440539",
-    "fingerprints": "1c4de72d5fd9b42b2f380026e78cae5a1140b2f4a56d2b3d2f90ae55e9491eb5",
-    "tenants": "c1897cad017cb75c874373c36064efab022293373c59430d11a6332e4def1950",
-    "batches": "95c07f7502ff5167e68a243fc54fda752b2089ed53c67f8c31fcddb3d4e47624",
-    "batches_small": "c1897cad017cb75c874373c36064efab022293373c59430d11a6332e4def1950",
+    "index": "98c806c208b9ee8597ef24735b94f03fc17973c9a2291099a9c62bb24fd38ca9",
+    "fingerprints": "82b6a36856e53397159c962ccafd679989de35ea72d385b5dbf837a0d16ee795",
+    "tenants": "67492d779e821abd28fc95a6ebbd3d820b9013ae9dad3b50aeec55583291ff67",
+    "batches": "3fc3d61839f171509e5cb0d45c274798af704f5eaf79bd3211bb549ae362bfc2",
+    "batches_small": "67492d779e821abd28fc95a6ebbd3d820b9013ae9dad3b50aeec55583291ff67",
 }
 
 
