@@ -7,6 +7,10 @@ holds one tenant's records plus the run index (one entry per tenant when the fil
 grouped by tenant, the recommended layout; at worst one entry per line). Lines whose
 tenant cannot be read (bad JSON, bad UTF-8, a missing or invalid tenant_id) belong to the
 run they appear in, so they are quarantined with that tenant's records.
+
+Each line is decoded once: the first pass decodes lines only until the field tally is settled
+(every required field seen), then reads a line's tenant off its first key when that is exact
+(``_first_tenant``); the second pass decodes and validates every record.
 """
 from __future__ import annotations
 
