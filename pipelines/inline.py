@@ -75,7 +75,9 @@ def prewarm(ctx: BuildContext) -> None:
         prepare(ctx.cfg, get_recipe(ctx.recipe))
         from memlib.graph import tenant  # noqa: F401 - graph-tool's import
 
-        prepare_tenant_steps(ctx.cfg, ctx.recipe)
+        # numba's pooling loops only if tenants are pooled whole: a run whose tenants keep their
+        # sessions pools what it added in numpy (run_inline loads them for a tenant built whole)
+        prepare_tenant_steps(ctx.cfg, ctx.recipe, kernels=not (ctx.reuse and ctx.cfg.ray.reuse_tenant_build))
         import_lancedb()
         # what was loaded lives as long as the process: the collector's full passes, which stop
         # every thread, need not walk it again (about a million objects: spaCy, pydantic, lancedb)
@@ -90,6 +92,7 @@ def run_inline(shards: list[TenantShard], ctx: BuildContext, plan: Any, *, stats
                on_block: Callable[[dict[str, Any]], None] | None = None) -> Iterator[dict[str, Any]]:
     """:func:`pipelines.staged_build.run_staged` in this process: the same rows through the same
     operators, blocks first; yields one summary per tenant as it finishes."""
+    from memlib.compose import pool_kernels
     from pipelines.operators import FEW_BLOCK_OPERATORS
     from pipelines.staged_build import resources, session_rows, session_stats
 
@@ -111,6 +114,8 @@ def run_inline(shards: list[TenantShard], ctx: BuildContext, plan: Any, *, stats
         with ThreadPoolExecutor(1, thread_name_prefix="memlib-tenant-op") as making:
             tenant_ops = [making.submit(_make, op, ctx, res) for op in FEW_BLOCK_OPERATORS
                           if op.kind is RowKind.TENANT]
+            if built_whole(shards, plan):
+                making.submit(pool_kernels.warm)  # its pooling takes numba's loops: loaded meanwhile
             block_ops = [_make(op, ctx, res) for op in FEW_BLOCK_OPERATORS if op.kind is not RowKind.TENANT]
             items = session_rows(ctx, plan, shards)
             start = time.time()
@@ -137,6 +142,13 @@ def run_inline(shards: list[TenantShard], ctx: BuildContext, plan: Any, *, stats
     if stats is not None:
         kept = max([b.get("kept_at", start) for b in blocks] or [start])
         stats.update(session_stats(plan, blocks, kept - start), key=ctx.session_key, inline=True)
+
+
+def built_whole(shards: list[TenantShard], plan: Any) -> bool:
+    """Whether a tenant of the run keeps no session of an earlier run (``plan``: the session
+    plan): its steps pool every derived node of it, the input numba's loops are for; the others
+    pool only what their added sessions changed (memlib/compose/pool_kernels.py)."""
+    return any(not plan.tenant_kept.get(s.tenant_id) for s in shards)
 
 
 def tenant_workers(cpus: float, rows: int) -> int:
