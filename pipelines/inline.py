@@ -114,7 +114,7 @@ def run_inline(shards: list[TenantShard], ctx: BuildContext, plan: Any, *, stats
         with ThreadPoolExecutor(1, thread_name_prefix="memlib-tenant-op") as making:
             tenant_ops = [making.submit(_make, op, ctx, res) for op in FEW_BLOCK_OPERATORS
                           if op.kind is RowKind.TENANT]
-            if built_whole(shards, plan):
+            if built_whole(shards, plan, ctx.cfg.embed.dim):
                 making.submit(pool_kernels.warm)  # its pooling takes numba's loops: loaded meanwhile
             block_ops = [_make(op, ctx, res) for op in FEW_BLOCK_OPERATORS if op.kind is not RowKind.TENANT]
             items = session_rows(ctx, plan, shards)
@@ -144,11 +144,13 @@ def run_inline(shards: list[TenantShard], ctx: BuildContext, plan: Any, *, stats
         stats.update(session_stats(plan, blocks, kept - start), key=ctx.session_key, inline=True)
 
 
-def built_whole(shards: list[TenantShard], plan: Any) -> bool:
-    """Whether a tenant of the run keeps no session of an earlier run (``plan``: the session
-    plan): its steps pool every derived node of it, the input numba's loops are for; the others
-    pool only what their added sessions changed (memlib/compose/pool_kernels.py)."""
-    return any(not plan.tenant_kept.get(s.tenant_id) for s in shards)
+def built_whole(shards: list[TenantShard], plan: Any, dim: int) -> bool:
+    """Whether a big tenant of the run keeps no session of an earlier run (``plan``: the session
+    plan): its steps pool every token row of it, what numba's loops are for; the others pool only
+    what their added sessions changed (:func:`memlib.compose.pool_kernels.pools_big`)."""
+    from memlib.compose.pool_kernels import pools_big
+
+    return any(not plan.tenant_kept.get(s.tenant_id) and pools_big(s.turns, dim) for s in shards)
 
 
 def tenant_workers(cpus: float, rows: int) -> int:

@@ -30,6 +30,14 @@ SUM_SCALE = float(1 << 24)
 
 # products (CSR entries x dim) or summed values (rows x dim) from which the compiled loops run
 JIT_FROM = 1 << 23
+# token rows of a turn, about (the nightlies measured: LoCoMo 132, LongMemEval 96-117)
+ROWS_PER_TURN = 128
+
+
+def pools_big(turns: int, dim: int) -> bool:
+    """Whether pooling a whole tenant of ``turns`` turns likely takes the compiled loops: its
+    per-id sums read every token row (a prediction, to load them ahead; the loops decide)."""
+    return turns * ROWS_PER_TURN * dim >= JIT_FROM
 
 
 class TurnRows:
