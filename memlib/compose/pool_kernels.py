@@ -15,9 +15,9 @@ order of their terms (:class:`memlib.compose.span_pool.IdSums`).
 The compiled loops run once numba is loaded (a full build warms it: :func:`warm`) or for an input
 of at least :data:`JIT_FROM` values (products, or summed values), which loads it: importing numba
 and loading the cached kernels costs ~0.7 CPU-s, almost all of it holding the GIL, against
-milliseconds of numpy for what a nightly that appends a session pools (a few thousand rows). The
-crossover is where numpy takes ~0.05 s, a tenth of that load (measured:
-docs/decisions/0060-numba-only-for-big-pooling.md).
+milliseconds of numpy for what a nightly that appends a session pools (a few thousand rows). At
+the crossover numpy takes 0.04 s (product) and 0.08 s (sums), about a tenth of that load
+(measured: docs/decisions/0060-numba-only-for-big-pooling.md).
 """
 from __future__ import annotations
 
