@@ -46,7 +46,8 @@ def inline_fits(ctx: BuildContext, tenants: int, pending_turns: int | None) -> b
 def prewarm(ctx: BuildContext) -> None:
     """Load what making the operators loads, in the order the run needs it: the encoder (the
     embed pass's, cached per process), spaCy and the drafted extractors, then what only the tenant
-    stages use (their modules and compiled kernels, graph-tool, lancedb). Called on a thread while
+    stages use (their modules, graph-tool, lancedb; numba's pooling loops only when tenants are
+    pooled whole: decision 0060). Called on a thread while
     the driver shards the input of a run that may build inline; the driver does not wait for it,
     so the tenant stages' part loads while the session pass runs (the encoder releases the GIL:
     the second core does it). Best effort: a failure here is met again, and reported, where the

@@ -325,7 +325,7 @@ class TokenRows:
     vocab: int
     order: np.ndarray
     sorted_keys: np.ndarray
-    _typed: Any = None
+    _kernel: Any = None  # pool_kernels.TurnRows of per_turn, made on first use
 
     @property
     def dim(self) -> int:
@@ -354,11 +354,11 @@ class TokenRows:
 
     def kernel_rows(self) -> Any:
         """The turns' arrays as the kernels read them (:class:`memlib.compose.pool_kernels.TurnRows`), made once."""
-        if self._typed is None:
+        if self._kernel is None:
             from memlib.compose import pool_kernels
 
-            self._typed = pool_kernels.TurnRows(self.per_turn, self.dim)
-        return self._typed
+            self._kernel = pool_kernels.TurnRows(self.per_turn, self.dim)
+        return self._kernel
 
     def local_sums(self, pos: Positions, n_nodes: int) -> tuple[np.ndarray, np.ndarray]:
         """(n_nodes, dim): per node, the sum over its positions whose id its provenance turns hold
