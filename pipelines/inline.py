@@ -46,7 +46,8 @@ def inline_fits(ctx: BuildContext, tenants: int, pending_turns: int | None) -> b
 def prewarm(ctx: BuildContext) -> None:
     """Load what making the operators loads, in the order the run needs it: the encoder (the
     embed pass's, cached per process), spaCy and the drafted extractors, then what only the tenant
-    stages use (their modules and compiled kernels, graph-tool, lancedb). Called on a thread while
+    stages use (their modules, graph-tool, lancedb; numba's pooling loops only when tenants are
+    pooled whole: decision 0060). Called on a thread while
     the driver shards the input of a run that may build inline; the driver does not wait for it,
     so the tenant stages' part loads while the session pass runs (the encoder releases the GIL:
     the second core does it). Best effort: a failure here is met again, and reported, where the
@@ -75,7 +76,9 @@ def prewarm(ctx: BuildContext) -> None:
         prepare(ctx.cfg, get_recipe(ctx.recipe))
         from memlib.graph import tenant  # noqa: F401 - graph-tool's import
 
-        prepare_tenant_steps(ctx.cfg, ctx.recipe)
+        # numba's pooling loops only if tenants are pooled whole: a run whose tenants keep their
+        # sessions pools what it added in numpy (run_inline loads them for a tenant built whole)
+        prepare_tenant_steps(ctx.cfg, ctx.recipe, kernels=not (ctx.reuse and ctx.cfg.ray.reuse_tenant_build))
         import_lancedb()
         # what was loaded lives as long as the process: the collector's full passes, which stop
         # every thread, need not walk it again (about a million objects: spaCy, pydantic, lancedb)
@@ -90,6 +93,7 @@ def run_inline(shards: list[TenantShard], ctx: BuildContext, plan: Any, *, stats
                on_block: Callable[[dict[str, Any]], None] | None = None) -> Iterator[dict[str, Any]]:
     """:func:`pipelines.staged_build.run_staged` in this process: the same rows through the same
     operators, blocks first; yields one summary per tenant as it finishes."""
+    from memlib.compose import pool_kernels
     from pipelines.operators import FEW_BLOCK_OPERATORS
     from pipelines.staged_build import resources, session_rows, session_stats
 
@@ -111,6 +115,8 @@ def run_inline(shards: list[TenantShard], ctx: BuildContext, plan: Any, *, stats
         with ThreadPoolExecutor(1, thread_name_prefix="memlib-tenant-op") as making:
             tenant_ops = [making.submit(_make, op, ctx, res) for op in FEW_BLOCK_OPERATORS
                           if op.kind is RowKind.TENANT]
+            if built_whole(shards, plan, ctx.cfg.embed.dim):
+                making.submit(pool_kernels.warm)  # its pooling takes numba's loops: loaded meanwhile
             block_ops = [_make(op, ctx, res) for op in FEW_BLOCK_OPERATORS if op.kind is not RowKind.TENANT]
             items = session_rows(ctx, plan, shards)
             start = time.time()
@@ -137,6 +143,15 @@ def run_inline(shards: list[TenantShard], ctx: BuildContext, plan: Any, *, stats
     if stats is not None:
         kept = max([b.get("kept_at", start) for b in blocks] or [start])
         stats.update(session_stats(plan, blocks, kept - start), key=ctx.session_key, inline=True)
+
+
+def built_whole(shards: list[TenantShard], plan: Any, dim: int) -> bool:
+    """Whether a big tenant of the run keeps no session of an earlier run (``plan``: the session
+    plan): its steps pool every token row of it, what numba's loops are for; the others pool only
+    what their added sessions changed (:func:`memlib.compose.pool_kernels.pools_big`)."""
+    from memlib.compose.pool_kernels import pools_big
+
+    return any(not plan.tenant_kept.get(s.tenant_id) and pools_big(s.turns, dim) for s in shards)
 
 
 def tenant_workers(cpus: float, rows: int) -> int:

@@ -101,7 +101,9 @@ class TenantOp(Operator):
 
         ctx = BuildContext.of(ctx, *fields)
         cfg = ctx.cfg
-        prepare_tenant_steps(cfg, ctx.recipe)  # while the first tenant's sessions are still computed
+        # while the first tenant's sessions are still computed; numba's pooling loops only when
+        # the tenants are pooled whole (an incremental run loads them on a big input, if one comes)
+        prepare_tenant_steps(cfg, ctx.recipe, kernels=not (ctx.reuse and cfg.ray.reuse_tenant_build))
         self.cfg = cfg
         self.recipe = ctx.recipe
         self.store_dir = ctx.store

@@ -202,15 +202,19 @@ def _reused(state: BuildState) -> dict[str, Any]:
             **state.extract_reuse}
 
 
-def prepare_tenant_steps(cfg: MemlibConfig, recipe: str | Sequence[Step] = DEFAULT_RECIPE) -> None:
+def prepare_tenant_steps(cfg: MemlibConfig, recipe: str | Sequence[Step] = DEFAULT_RECIPE,
+                         kernels: bool = True) -> None:
     """Import now what :func:`tenant_steps` would import on its first tenant: the extractors of
     the configured backends and the modules of the tenant steps (a worker calls it when it starts,
-    while the sessions of its first tenant are still being computed)."""
+    while the sessions of its first tenant are still being computed). ``kernels``: also numba's
+    pooling loops (:func:`memlib.compose.pool_kernels.warm`), for a run that pools whole tenants
+    (a full build); a nightly that appends pools a few rows in numpy and never imports numba."""
     from memlib.compose import pool_kernels
     from memlib.extract.base import backend_of, configured, get_extractor
     from memlib.text import clues  # noqa: F401 - imported for its load time
 
-    pool_kernels.warm()
+    if kernels:
+        pool_kernels.warm()
 
     plan = get_recipe(recipe) if isinstance(recipe, str) else tuple(recipe)
     for extraction in configured(cfg):

@@ -182,20 +182,21 @@ class IdSums:
             return cls.empty(dim)
         dim = next((int(v.shape[1]) for v in token_vectors if np.ndim(v) == 2), dim)
         flat = np.concatenate([np.asarray(t, dtype=np.int64) for t in token_ids])
-        return cls._summed(flat, pool_kernels.typed_rows(list(token_vectors), dim), dim)
+        return cls._summed(flat, pool_kernels.TurnRows(list(token_vectors), dim))
 
     @classmethod
     def of_rows(cls, rows: TokenRows) -> IdSums:
         """The sums over every row of ``rows``, read through the kernel arrays it already built."""
-        return cls._summed(rows.ids, rows._kernel_rows(), rows.dim)
+        return cls._summed(rows.ids, rows.kernel_rows())
 
     @classmethod
-    def _summed(cls, flat_ids: np.ndarray, kernel_rows: tuple[Any, np.ndarray], dim: int) -> IdSums:
-        """``flat_ids``: the id of every token row of the turns of ``kernel_rows``, in their order."""
+    def _summed(cls, flat_ids: np.ndarray, rows: Any) -> IdSums:
+        """``flat_ids``: the id of every token row of the turns of ``rows`` (a
+        :class:`memlib.compose.pool_kernels.TurnRows`), in their order."""
         from memlib.compose import pool_kernels
 
         ids, slots = np.unique(flat_ids, return_inverse=True)
-        sums, counts = pool_kernels.id_sums(slots.astype(np.int64), kernel_rows[0], kernel_rows[1], dim, ids.size)
+        sums, counts = pool_kernels.id_sums(slots.astype(np.int64), rows, ids.size)
         return cls(ids, counts, sums)
 
     @classmethod
@@ -324,7 +325,7 @@ class TokenRows:
     vocab: int
     order: np.ndarray
     sorted_keys: np.ndarray
-    _typed: Any = None
+    _kernel: Any = None  # pool_kernels.TurnRows of per_turn, made on first use
 
     @property
     def dim(self) -> int:
@@ -348,17 +349,16 @@ class TokenRows:
         from memlib.compose import pool_kernels
 
         weights = weights.tocsr()
-        per_turn, table = self._kernel_rows()
         csr = (weights.indptr.astype(np.int64), weights.indices.astype(np.int64), weights.data.astype(np.float32))
-        return pool_kernels.csr_times_turn_rows(csr, self.owner, self.starts, per_turn, table, self.dim)
+        return pool_kernels.csr_times_turn_rows(csr, self.owner, self.starts, self.kernel_rows())
 
-    def _kernel_rows(self) -> tuple[Any, np.ndarray]:
-        """The turns' arrays as the kernel reads them (:func:`memlib.compose.pool_kernels.typed_rows`), built once."""
-        if self._typed is None:
+    def kernel_rows(self) -> Any:
+        """The turns' arrays as the kernels read them (:class:`memlib.compose.pool_kernels.TurnRows`), made once."""
+        if self._kernel is None:
             from memlib.compose import pool_kernels
 
-            self._typed = pool_kernels.typed_rows(self.per_turn, self.dim)
-        return self._typed
+            self._kernel = pool_kernels.TurnRows(self.per_turn, self.dim)
+        return self._kernel
 
     def local_sums(self, pos: Positions, n_nodes: int) -> tuple[np.ndarray, np.ndarray]:
         """(n_nodes, dim): per node, the sum over its positions whose id its provenance turns hold

@@ -334,3 +334,49 @@ def test_jobs_inline_prewarm_loads_without_collections(tmp_path):
     res = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "PASSES 0 True" in res.stdout and "SET (5000, 7, 9)" in res.stdout, res.stdout
+
+
+_NUMBA_AFTER = """
+import sys
+from jobs.cli import run
+code = run(sys.argv[1:])
+print("NUMBA", "numba" in sys.modules)
+sys.exit(code)
+"""
+
+
+def _big_new_tenant(sessions: int) -> list[str]:
+    """A tenant of ``sessions`` sessions of four turns each, none of them published."""
+    lines = []
+    for si in range(sessions):
+        for ti, text in enumerate([f"On day {si} I rowed {si + 3} kilometres on the Vltava before work.",
+                                   "How did your shoulders feel afterwards?",
+                                   f"Sore, but the coach says week {si % 7} always is.", "Keep it up!"], 1):
+            lines.append(json.dumps({"tenant_id": "hal", "conversation_id": "hal-a", "session_id": f"s{si}",
+                                     "session_time": f"2023-{1 + si // 28:02d}-{1 + si % 28:02d}T09:00:00+00:00",
+                                     "turn_id": f"s{si}:{ti}", "speaker": "Hal" if ti % 2 else "Bot",
+                                     "role": "user" if ti % 2 else "assistant", "text": text}))
+    return lines
+
+
+def test_jobs_inline_nightly_imports_numba_only_for_a_tenant_built_whole(nightly):
+    """A nightly whose tenants add a session pools their few new rows in numpy: numba is never
+    imported (neither by the warm-up thread nor by the tenant operator); one that brings a big new
+    tenant (pooled whole, memlib.compose.pool_kernels.pools_big) loads numba's loops
+    (docs/decisions/0060-numba-only-for-big-pooling.md)."""
+    from memlib.compose.pool_kernels import pools_big
+
+    assert pools_big(4 * 45, 384) and not pools_big(4 * 40, 384)
+    env = {k: v for k, v in os.environ.items() if k != "MEMLIB__RAY__INLINE_MAX_TURNS"}
+    new_tenant = nightly["dir"] / "new_tenant.jsonl"
+    new_tenant.write_text(nightly["input"].read_text(encoding="utf-8") + "\n".join(_big_new_tenant(45)) + "\n",
+                          encoding="utf-8")
+    loaded = {}
+    for name, night in (("appends", nightly["input"]), ("new_tenant", new_tenant)):
+        res = subprocess.run([sys.executable, "-c", _NUMBA_AFTER, "build", "--incremental", "--input", str(night),
+                              "--format", "jsonl", "--out", str(_copy(nightly, f"numba_{name}"))],
+                             cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert "built in this process" in res.stdout, res.stdout
+        loaded[name] = res.stdout.split("NUMBA ")[1].split()[0]
+    assert loaded == {"appends": "False", "new_tenant": "True"}, loaded
