@@ -8,7 +8,8 @@ store on a file system never calls. :func:`defer_body` registers such a package 
 no body; :func:`import_lancedb` (:mod:`memlib.io.lance_tables`) uses it.
 
 Deferring is only done when it cannot change what the package does: the body (read, not run) holds
-nothing but a docstring, imports from the package's own submodules and constants bound to names.
+nothing but a docstring, imports from the package's own submodules and constants bound to names
+(none of them named as a submodule).
 Any other body (a function, a call, an import from elsewhere), a module that is not a source
 package, or a package already imported: nothing is registered and the caller imports as usual.
 ``importlib.util.LazyLoader`` does not fit: any attribute, ``__path__`` too (asked by every
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import pkgutil
 import sys
 import threading
 import types
@@ -25,26 +27,30 @@ from importlib.machinery import ModuleSpec, SourceFileLoader
 from typing import Any
 
 
-def only_own_imports(source: str, package: str) -> bool:
+def only_own_imports(source: str, package: str, submodules: frozenset[str] = frozenset()) -> bool:
     """Whether a package body ``source`` is only a docstring, imports from ``package``'s own
-    submodules and constant assignments: running it later (or never) changes nothing but when
-    those submodules load."""
+    submodules and constant assignments, none of them binding the name of one of its
+    ``submodules`` (the package's attribute would then be that name, not the submodule): running
+    it later (or never) changes nothing but when those submodules load."""
     try:
         body = ast.parse(source).body
     except SyntaxError:
         return False
     own = package + "."
+    bound: set[str] = set()
     for stmt in body:
         if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
             continue
         if isinstance(stmt, ast.ImportFrom) and "*" not in (a.name for a in stmt.names) and (
                 (stmt.level == 0 and (stmt.module or "").startswith(own)) or (stmt.level == 1 and stmt.module)):
+            bound.update(a.asname or a.name for a in stmt.names)
             continue
         if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Constant) and all(
                 isinstance(t, ast.Name) for t in stmt.targets):
+            bound.update(t.id for t in stmt.targets if isinstance(t, ast.Name))
             continue
         return False
-    return True
+    return not bound & submodules
 
 
 def deferrable_spec(name: str) -> ModuleSpec | None:
@@ -59,7 +65,8 @@ def deferrable_spec(name: str) -> ModuleSpec | None:
         source = spec.loader.get_source(name)
     except (ImportError, OSError):
         return None
-    return spec if source is not None and only_own_imports(source, name) else None
+    submodules = frozenset(m.name for m in pkgutil.iter_modules(spec.submodule_search_locations))
+    return spec if source is not None and only_own_imports(source, name, submodules) else None
 
 
 class _Body:

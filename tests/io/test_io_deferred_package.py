@@ -109,9 +109,10 @@ def test_io_deferred_body_runs_once_for_threads_that_ask_at_once(tree):
     "import json\nfrom {pkg}.sub import x\n",                   # an import from elsewhere
     "from {pkg}.sub import *\n",                                # names not known until run
     "from {pkg}.sub import x\nY = x + 1\n",                     # a computed value
+    "from {pkg}.sub import x\nfrom {pkg}.sub import sub\n",     # a name that hides a submodule
 ])
 def test_io_deferred_body_any_other_layout_is_a_plain_import(tree, body):
-    pkg = tree({"__init__.py": body, "sub.py": "x = 1\n"})
+    pkg = tree({"__init__.py": body, "sub.py": "x = 1\n\ndef sub():\n    return 2\n"})
     assert not defer_body(pkg)
     assert pkg not in sys.modules
     module = __import__(pkg)
@@ -135,3 +136,5 @@ def test_io_only_own_imports_reads_relative_and_absolute_imports():
     assert not only_own_imports("from . import a\n", "p")  # a submodule or a name: not told apart unrun
     assert not only_own_imports("from pp.c import d\n", "p")
     assert not only_own_imports("from .a import (\n", "p")
+    assert not only_own_imports("from p.a import a\n", "p", frozenset({"a"}))
+    assert only_own_imports("from p.a import A\n", "p", frozenset({"a"}))
