@@ -25,7 +25,6 @@ from typing import Annotated, Optional
 
 import typer
 
-from jobs.bench.measure import RssSampler, floor_seconds
 from jobs.cli.common import ConfigOpt, SetOpt, get_config
 
 
@@ -46,6 +45,7 @@ def register(bench_app: typer.Typer) -> None:
 
         export_local_ray_env()
         cfg = get_config(config, set_)
+        from jobs.bench.measure import RssSampler, floor_seconds
         from jobs.builder import run_build
 
         with tempfile.TemporaryDirectory(prefix="memlib-bench-") as tmp:

@@ -10,9 +10,7 @@ import time
 from pathlib import Path
 from typing import Annotated
 
-import polars as pl
 import pyarrow as pa
-import pyarrow.compute as pc
 import typer
 
 from jobs.cli.common import ConfigOpt, SetOpt, get_config
@@ -28,6 +26,9 @@ def _kept(turns: pa.Table, cfg, gate: bool) -> frozenset[str] | None:
 
 
 def run_bench(path: Path, cfg, *, gate: bool = True, tenants: int | None = None) -> dict[str, object]:
+    import polars as pl
+    import pyarrow.compute as pc
+
     from memlib.compose.steps import run_extractions
     from memlib.config import Backend
     from memlib.extract.base import Extraction, ExtractionContext

@@ -32,13 +32,14 @@ import tempfile
 import time
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
-import polars as pl
 import typer
 
-from jobs.bench.measure import timed_build
 from jobs.cli.common import ConfigOpt, SetOpt, get_config
+
+if TYPE_CHECKING:  # polars is imported where it is used: not by every memlib process
+    import polars as pl
 
 
 class TenantSize(str, Enum):
@@ -51,12 +52,16 @@ FILLER_FILE = "longmemeval_s_dev24.json"
 
 
 def _recall(per_question: pl.DataFrame, tenant: str, strategy: str, k: int = 10) -> float | None:
+    import polars as pl
+
     rows = per_question.filter((pl.col("tenant_id") == tenant) & (pl.col("group") == "overall")
                                & (pl.col("strategy") == strategy))
     return round(float(rows.get_column(f"turn_recall@{k}").mean()), 4) if rows.height else None
 
 
 def _latency(per_question: pl.DataFrame, tenant: str, strategy: str) -> dict[str, float]:
+    import polars as pl
+
     lat = per_question.filter((pl.col("tenant_id") == tenant) & (pl.col("strategy") == strategy)).get_column(
         "latency_ms")
     if lat.len() == 0:
@@ -104,6 +109,8 @@ def http_latency(store: Path, cfg, tenant: str, queries: list[str], strategy: st
                  num_cpus: Optional[int]) -> dict[str, float]:
     """p50/p95 of ``POST /search`` through the real service (Ray Serve HTTP proxy, memlib.client),
     one request at a time, after one warm-up request (tenant load)."""
+    import polars as pl
+
     from jobs import serve as serve_job
     from jobs.local_ray import release_ray
     from memlib.client import MemlibClient
@@ -144,6 +151,7 @@ def tenant_speedup(corpus: Path, workdir: Path, num_cpus: Optional[int], config:
     on one core (affinity: every Ray process shares that core; ``--num-cpus 1``) and on every
     core of the run. ``tenant_speedup`` = one-core wall / all-core wall, same run: the staged
     build spreads one tenant's sessions over all embed and session-local actors."""
+    from jobs.bench.measure import timed_build
     from jobs.local_ray import release_ray
 
     release_ray()
@@ -175,6 +183,8 @@ def built_store(cfg, corpus: Path, store: Path, turns: int, num_cpus: Optional[i
 
 
 def _questions(per_question: pl.DataFrame, tenant: str) -> list[str]:
+    import polars as pl
+
     return per_question.filter(pl.col("tenant_id") == tenant).get_column("question").unique(
         maintain_order=True).to_list()
 
@@ -218,6 +228,8 @@ def paired_latency(hay_store: Path, alone_store: Path, hay_tenant: str, alone_te
 
 def _also(stores: list[Path], strategies: list[str], alone: pl.DataFrame, tenants: list[str], cfg) -> dict:
     """Further haystack stores of the same conversation (other sizes), evaluated in the same run."""
+    import polars as pl
+
     from memlib.io.store import StoreReader
 
     out = {}

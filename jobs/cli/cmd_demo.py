@@ -4,12 +4,14 @@ with provenance, and the recall table of the baselines next to that strategy."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import polars as pl
 import typer
 
 from jobs.cli.common import ConfigOpt, FormatOpt, SetOpt, fail, get_config, input_format
+
+if TYPE_CHECKING:  # polars is imported where it is used: not by every memlib process
+    import polars as pl
 
 BASELINES = ("bm25", "dense", "hybrid")
 
@@ -27,6 +29,8 @@ def top_turns(store: Path, cfg, embedder, tenant: str, question: str, evidence: 
 
 
 def sample_question(questions: pl.DataFrame) -> dict | None:
+    import polars as pl
+
     with_evidence = questions.filter(pl.col("evidence").list.len() > 0)
     return with_evidence.row(0, named=True) if with_evidence.height else None
 
@@ -65,6 +69,8 @@ def register(app: typer.Typer) -> None:
         fmt = input_format(str(input), format)
         typer.echo(f"store {store}, version {reader.manifest.get('version')}: {len(reader.tenants())} tenant(s)")
         embedder = default_embedder(cfg, store)
+        import polars as pl
+
         q = sample_question(pl.from_arrow(reader.table("questions")))
         if q is not None:
             typer.echo(f"\nsample question ({q['tenant_id']}): {q['question']}  [evidence {', '.join(q['evidence'])}]")

@@ -35,34 +35,23 @@ def connect(store: Path):
 
 
 # lance_namespace's REST client: lancedb's import runs its package body (nine API modules, each
-# method wrapped by pydantic at import: 0.4-0.5 CPU-s, about half of lancedb's import) and a
-# store on a file system never calls it
+# method wrapped by pydantic at import: about 0.5 CPU-s, half of lancedb's import) and a store on
+# a file system never calls it
 REST_CLIENT = "lance_namespace_urllib3_client"
 
 
 def import_lancedb() -> Any:
     """lancedb, imported lazily (its start-up is not free) and without running the REST client's
-    package body: the package is registered with its path, so its ``models`` subpackage (which
-    lance_namespace imports) loads alone, and its body runs when a name of it is first asked for."""
+    package body when that body is only its own imports (:mod:`memlib.io.deferred_package`): its
+    ``models`` subpackage, which lance_namespace imports, loads alone, and the body runs when a
+    name of it is first asked for. Any other layout: a plain import."""
     import importlib
-    import importlib.util
     import sys
-    import types
 
-    if "lancedb" not in sys.modules and REST_CLIENT not in sys.modules:
-        spec = importlib.util.find_spec(REST_CLIENT)
-        if spec is not None and spec.loader is not None and spec.submodule_search_locations is not None:
-            loader = spec.loader
+    if "lancedb" not in sys.modules:
+        from memlib.io.deferred_package import defer_body
 
-            class Deferred(types.ModuleType):
-                def __getattr__(self, name: str) -> Any:  # a name its body defines: the body runs now
-                    self.__class__ = types.ModuleType
-                    loader.exec_module(self)
-                    return getattr(self, name)
-
-            module = importlib.util.module_from_spec(spec)
-            module.__class__ = Deferred
-            sys.modules[REST_CLIENT] = module
+        defer_body(REST_CLIENT)
     return importlib.import_module("lancedb")
 
 
