@@ -83,38 +83,20 @@ def content_hash(text: str) -> str:
     return digest(text, length=32)
 
 
-
-
 def turn_node_ids(tenants: list[str], conversations: list[str], turn_ids: list[str]) -> list[str]:
-    """``[turn_node_id(t, c, u) for ...]`` over three columns of str: the escaped
-    ``turn\\x1f<tenant>\\x1f<conversation>\\x1f`` prefix is built once per pair (a tenant's turns share a few)."""
+    """``[turn_node_id(t, c, u) for ...]`` over three columns: the encoded
+    ``turn\x1f<tenant>\x1f<conversation>\x1f`` prefix is built once per pair (a tenant's turns share a few)."""
     prefixes: dict[tuple[str, str], bytes] = {}
-    sep, blake2b = _SEP.encode(), hashlib.blake2b
+    sep = _SEP.encode()
     out = []
     for tenant, conv, turn in zip(tenants, conversations, turn_ids):
         prefix = prefixes.get((tenant, conv))
         if prefix is None:
             prefix = prefixes[(tenant, conv)] = sep.join([b"turn", _part(tenant), _part(conv)]) + sep
-        if type(turn) is str:
-            raw = turn.encode("utf-8", "surrogatepass")
-            if not plain(raw):
-                raw = escape(raw)
-        else:
-            raw = _part(turn)
-        out.append("turn:" + blake2b(prefix + raw, digest_size=16).hexdigest()[:HEX_LEN])
+        out.append("turn:" + hashlib.blake2b(prefix + _part(turn), digest_size=16).hexdigest()[:HEX_LEN])
     return out
 
 
 def content_hashes(texts: list[str]) -> list[str]:
-    """``[content_hash(t) for t in texts]``, the escape scan inlined (a call per text was a third)."""
-    blake2b = hashlib.blake2b
-    out = []
-    for text in texts:
-        if type(text) is not str:
-            out.append(content_hash(text))
-            continue
-        raw = text.encode("utf-8", "surrogatepass")
-        if b"\x1f" in raw or b"\x1e" in raw or b"\x1b" in raw or b"\x00" in raw:
-            raw = escape(raw)
-        out.append(blake2b(raw, digest_size=16).hexdigest())
-    return out
+    """``[content_hash(t) for t in texts]``."""
+    return [content_hash(t) for t in texts]

@@ -39,6 +39,12 @@ class BuildContext:
         return ctx if isinstance(ctx, BuildContext) else cls(ctx, *fields)
 
     @property
+    def reuses_tenants(self) -> bool:
+        """Whether a tenant's steps may start from its published build (a run that only added or
+        removed turns): then they pool only what changed, and numba's loops are not warmed ahead."""
+        return self.reuse and self.cfg.ray.reuse_tenant_build
+
+    @property
     def work_dir(self) -> Path:
         """Where the session pass's block files and failure markers go while the dataset runs."""
         return Path(self.version_dir) / STAGED / "_work"

@@ -78,7 +78,7 @@ def prewarm(ctx: BuildContext) -> None:
 
         # numba's pooling loops only if tenants are pooled whole: a run whose tenants keep their
         # sessions pools what it added in numpy (run_inline loads them for a tenant built whole)
-        prepare_tenant_steps(ctx.cfg, ctx.recipe, kernels=not (ctx.reuse and ctx.cfg.ray.reuse_tenant_build))
+        prepare_tenant_steps(ctx.cfg, ctx.recipe, kernels=not ctx.reuses_tenants)
         import_lancedb()
         # what was loaded lives as long as the process: the collector's full passes, which stop
         # every thread, need not walk it again (about a million objects: spaCy, pydantic, lancedb)

@@ -103,7 +103,7 @@ class TenantOp(Operator):
         cfg = ctx.cfg
         # while the first tenant's sessions are still computed; numba's pooling loops only when
         # the tenants are pooled whole (an incremental run loads them on a big input, if one comes)
-        prepare_tenant_steps(cfg, ctx.recipe, kernels=not (ctx.reuse and cfg.ray.reuse_tenant_build))
+        prepare_tenant_steps(cfg, ctx.recipe, kernels=not ctx.reuses_tenants)
         self.cfg = cfg
         self.recipe = ctx.recipe
         self.store_dir = ctx.store
@@ -118,7 +118,7 @@ class TenantOp(Operator):
         self.extras: dict[str, Any] | None = None
         self.llm_limiter = llm_limiter
         # start from the tenant's published build when this run only added or removed turns
-        self.reuse = ctx.reuse and cfg.ray.reuse_tenant_build
+        self.reuse = ctx.reuses_tenants
         self._encoder_tag: str | None = None
         # derived kinds embedded by their own text: with another backend than minilm-tokens their
         # vectors, loaded at the first tenant that has such nodes; with minilm-tokens only facts

@@ -132,7 +132,7 @@ def _prefetch(run: Run) -> PublishedPrefetch | None:
     """Start reading the published builds of the tenants to rebuild (pipelines/prefetch.py): as many
     at a time as the run in the driver builds rows at once."""
     tenants = prefetch_order(run.plan.build, run.published, run.ctx.cfg.ray.tenant_batch_turns)
-    if not run.ctx.reuse or not run.ctx.cfg.ray.reuse_tenant_build or not tenants:
+    if not run.ctx.reuses_tenants or not tenants:
         return None
     ahead = tenant_workers(os.cpu_count() or 1, len(tenants))
     return PublishedPrefetch(run.ctx.store, run.ctx.session_key, tenants, ahead).start()

@@ -52,9 +52,7 @@ def _extras(value: Any) -> tuple[str | None, Issue | None]:
 
 def _ids_given(rec: dict[str, Any]) -> bool:
     """The conversation, session and turn ids are non-blank strings (what ``is_id`` asks of each)."""
-    c, s, t = rec.get("conversation_id"), rec.get("session_id"), rec.get("turn_id")
-    return (type(c) is str and type(s) is str and type(t) is str and c != "" and s != "" and t != ""
-            and not (c.isspace() or s.isspace() or t.isspace()))
+    return is_id(rec.get("conversation_id")) and is_id(rec.get("session_id")) and is_id(rec.get("turn_id"))
 
 
 _UNSEEN = object()

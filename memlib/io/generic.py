@@ -281,12 +281,7 @@ def _tenant_result(fh, runs: list[_Run], source: str, cfg: IOConfig) -> ReadResu
         fh.seek(run.start)
         offset, lineno, sha = run.start, run.first_line, hashlib.sha256()
         while offset < run.end:
-            line = fh.readline(MAX_RECORD_BYTES + 1)
-            if len(line) <= MAX_RECORD_BYTES or line.endswith(b"\n"):  # what _read_line gives for it
-                size, feed = len(line), line
-            else:
-                fh.seek(-len(line), os.SEEK_CUR)
-                line, size, feed = _read_line(fh)
+            line, size, feed = _read_line(fh)
             if not size:
                 raise _changed(source, offset, run, "file ended early")
             sha.update(feed)
@@ -294,7 +289,7 @@ def _tenant_result(fh, runs: list[_Run], source: str, cfg: IOConfig) -> ReadResu
                 b.reject((ReasonCode.OVERSIZE_RECORD, f"line of {size} bytes, more than {MAX_RECORD_BYTES}"),
                          f"line {lineno}", line[:4096], {"tenant_id": raw_tenant(line)})
             else:
-                _add_line(b, line[len(UTF8_BOM):] if offset == 0 and line.startswith(UTF8_BOM) else line, lineno)
+                _add_line(b, _no_bom(line, offset), lineno)
             offset += size
             lineno += 1
         if offset != run.end or sha.digest() != run.sha.digest():

@@ -60,14 +60,10 @@ MAX_DEPTH = 100  # records nested deeper are refused whatever Python's recursion
 def too_deep(raw: str | bytes, limit: int = MAX_DEPTH) -> bool:
     """True when ``raw`` (JSON text) nests objects/arrays deeper than ``limit``. Cheap for
     ordinary records: the exact walk runs only when the text holds more than ``limit`` brackets."""
-    if isinstance(raw, bytes):
-        if limit >= 1 and b"[" not in raw and raw.find(b"{", 1) < 0:  # one bracket at most: two memchr
-            return False  # scans, where counting the brackets was a pass per kind (a record's 2 us)
-        opening = raw.count(b"[") + raw.count(b"{")
-    else:
-        if limit >= 1 and "[" not in raw and raw.find("{", 1) < 0:
-            return False
-        opening = raw.count("[") + raw.count("{")
+    square, curly = (b"[", b"{") if isinstance(raw, bytes) else ("[", "{")
+    if limit >= 1 and square not in raw and raw.find(curly, 1) < 0:  # one bracket at most: two memchr
+        return False  # scans, where counting the brackets was a pass per kind (a record's 2 us)
+    opening = raw.count(square) + raw.count(curly)
     if opening <= limit:
         return False
     text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
