@@ -19,8 +19,9 @@ _RAW = frozenset({"token_vectors"})
 
 
 def write_file(table: pa.Table, path: Path) -> None:
+    """``table`` at ``path``; an Arrow IPC file holds it as one record batch (:func:`read_table`)."""
     if path.suffix == ".arrow":
-        replace_arrow(table, path)
+        replace_arrow(table.combine_chunks(), path)
     else:
         replace_parquet(table, path, {c: "none" if c in _RAW else "zstd" for c in table.column_names})
 
@@ -39,9 +40,22 @@ def table_path(bdir: Path, name: str) -> Path:
 
 
 def read_table(path: Path) -> pa.Table:
+    """A block's session table, each column one chunk. The session pass concatenates a block's
+    tables from its sessions' outputs, and blocks kept before decision 0062 hold one record batch
+    per session: a 2,500-session tenant's tables came back in 2,500-10,000 chunks, and each
+    compute call, take, slice and conversion to polars of its tenant steps went chunk by chunk
+    (docs/decisions/0062-kept-tables-one-batch.md). Such a file is combined here (a copy of its
+    values); one written now is one batch, mapped without a copy."""
     if path.suffix == ".arrow":
-        return pa.ipc.open_file(pa.memory_map(str(path))).read_all()
-    return pq.read_table(path)
+        reader = pa.ipc.open_file(pa.memory_map(str(path)))
+        table = reader.read_all()
+        return table.combine_chunks() if reader.num_record_batches > 1 else table
+    return pq.read_table(path).combine_chunks()
+
+
+def batches(path: Path) -> int:
+    """How many record batches an Arrow IPC file holds (more than one: written before 0062)."""
+    return pa.ipc.open_file(pa.memory_map(str(path))).num_record_batches
 
 
 def with_int8_rows(vectors: pa.Table) -> pa.Table:

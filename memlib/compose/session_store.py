@@ -39,6 +39,7 @@ import pyarrow.parquet as pq
 from memlib import schema
 from memlib.compose.block_checks import BlockChecks, DamagedFileError  # noqa: F401 - DamagedFileError re-exported
 from memlib.compose.block_files import VECTORS
+from memlib.compose.block_files import batches as _batches
 from memlib.compose.block_files import read_table as _read_table
 from memlib.compose.block_files import read_vectors as _read_vectors  # noqa: F401 - also the tests'
 from memlib.compose.block_files import table_path as _table_path
@@ -317,7 +318,8 @@ class SessionStore(BlockChecks):
     # ---- upgrading -------------------------------------------------------------------------------
     def upgrade(self) -> dict[str, int]:
         """Give every kept block written by an older version the layout a build writes now: its
-        session tables as Arrow IPC files (from its checked Parquet ones), and its transposed
+        session tables as Arrow IPC files of one record batch (from its checked Parquet ones, or
+        its files of one batch per session), and its transposed
         sessions (from its turns' int8 rows, or the kernel's quantization of their float16 vectors
         when it kept none: what the embed pass computes) without per-turn int8 rows. Blocks kept
         before checksums get them; a block that cannot be read, or is damaged, is left as it is
@@ -329,9 +331,11 @@ class SessionStore(BlockChecks):
             try:
                 changed = False
                 for name in SESSION_TABLES:
-                    if _table_path(bdir, name).suffix == ".parquet":
-                        _write(_read_table(self._checked(bdir, f"{name}.parquet")), bdir / f"{name}.arrow")
-                        (bdir / f"{name}.parquet").unlink()
+                    path = _table_path(bdir, name)
+                    if path.suffix == ".parquet" or _batches(path) > 1:  # one batch per session: before 0062
+                        _write(_read_table(self._checked(bdir, path.name)), bdir / f"{name}.arrow")
+                        if path.suffix == ".parquet":
+                            path.unlink()
                         changed = True
                 vectors = _read_vectors(_vectors_path(bdir))
                 if _read_int8t(bdir) is None and not vectors.column("token_ids").null_count:

@@ -298,6 +298,42 @@ def test_a_block_kept_with_parquet_session_tables_is_read_and_rewritten_as_it_is
     assert now.verify() == {} and now.read(["s2"], ["b2"])[0].table("nodes").column("node_id").to_pylist() == ["n2"]
 
 
+def test_kept_session_tables_are_one_batch_and_older_blocks_come_back_in_one_chunk(tmp_path):
+    """A block's session tables are written as one record batch whatever the chunks of the outputs
+    (one per session), and read back mapped, each column one chunk; a block kept before that (one
+    batch per session) reads back the same values in one chunk, and the upgrade rewrites it as one
+    batch (decision 0062)."""
+    from memlib.compose import session_store as ss
+    from memlib.compose.block_files import batches
+    from memlib.compose.sessions import SESSION_TABLES, SessionOutput
+    from memlib.io.files import replace_arrow
+
+    store = ss.SessionStore(tmp_path, "k", dim=8)
+    per_session = [pa.table({"session_key": [k, k], "node_id": [f"{k}a", f"{k}b"], "tenant_id": ["x", "x"],
+                             "kind": ["turn", "turn"], "text": ["a", "b"]}) for k in ("s1", "s2", "s3")]
+    nodes = ss.schema.conform(pa.concat_tables(per_session), ss.keyed_schema("nodes"), name="nodes")
+    assert nodes.column("node_id").num_chunks == 3
+    index = pa.table({"session_key": ["s1", "s2", "s3"], "tenant_id": ["x"] * 3, "turns": pa.array([2] * 3, pa.int32())})
+    store.write_block("b1", SessionOutput({"nodes": nodes}), _turn_vectors(["s1", "s2", "s3"]), index)
+    bdir = store.root / "blocks" / "b1"
+    assert batches(bdir / "nodes.arrow") == 1 and all(batches(bdir / f"{n}.arrow") <= 1 for n in SESSION_TABLES)
+    read = store.read(["s1", "s2", "s3"], ["b1"])[0].table("nodes")
+    assert read.equals(nodes) and {c.num_chunks for c in read.columns} == {1}
+    replace_arrow(nodes, bdir / "nodes.arrow")  # as a build before 0062 kept it: a batch per session
+    store._commit("b1", ss.schema.conform(index, ss.INDEX, name="session_index"))
+    assert batches(bdir / "nodes.arrow") == 3
+    old = ss.SessionStore(tmp_path, "k", dim=8)
+    for keys in (["s1", "s2", "s3"], ["s1", "s3"]):
+        got = old.read(keys, ["b1"])[0].table("nodes")
+        assert {c.num_chunks for c in got.columns} == {1}
+        assert got.column("node_id").to_pylist() == [f"{k}{x}" for k in keys for x in "ab"]
+    assert old.upgrade() == {"session_blocks_upgraded": 1, "session_blocks_not_upgraded": 0}
+    assert batches(bdir / "nodes.arrow") == 1
+    now = ss.SessionStore(tmp_path, "k", dim=8)
+    assert now.verify() == {} and now.read(["s1", "s2", "s3"], ["b1"])[0].table("nodes").equals(nodes)
+    assert now.upgrade()["session_blocks_upgraded"] == 0
+
+
 def test_rows_added_in_order_give_what_add_at_gives_to_the_bit():
     """Pooling adds each node's provenance rows with one vectorized step per rank: the sums are
     np.add.at's to the bit (negative zeros and long provenance lists included)."""
