@@ -313,7 +313,8 @@ def test_kept_session_tables_are_one_batch_and_older_blocks_come_back_in_one_chu
                              "kind": ["turn", "turn"], "text": ["a", "b"]}) for k in ("s1", "s2", "s3")]
     nodes = ss.schema.conform(pa.concat_tables(per_session), ss.keyed_schema("nodes"), name="nodes")
     assert nodes.column("node_id").num_chunks == 3
-    index = pa.table({"session_key": ["s1", "s2", "s3"], "tenant_id": ["x"] * 3, "turns": pa.array([2] * 3, pa.int32())})
+    index = pa.table({"session_key": ["s1", "s2", "s3"], "tenant_id": ["x"] * 3,
+                      "turns": pa.array([2] * 3, pa.int32())})
     store.write_block("b1", SessionOutput({"nodes": nodes}), _turn_vectors(["s1", "s2", "s3"]), index)
     bdir = store.root / "blocks" / "b1"
     assert batches(bdir / "nodes.arrow") == 1 and all(batches(bdir / f"{n}.arrow") <= 1 for n in SESSION_TABLES)
