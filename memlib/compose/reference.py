@@ -100,6 +100,18 @@ def _in_session_order(table: pa.Table, order: pa.Array) -> pa.Table:
     return take_runs(table, np.argsort(rank, kind="stable"))
 
 
+def _in_turn_order(vectors: TurnVectors, turn_ids: list[str]) -> np.ndarray:
+    """The turn vectors in the order of ``turn_ids``: ``vectors.vectors`` itself (not a copy) when
+    they are in that order already, as the pass gives them (read only by the steps)."""
+    if list(vectors.node_ids) == turn_ids:
+        return vectors.vectors
+    row = {n: i for i, n in enumerate(vectors.node_ids)}
+    missing = [n for n in turn_ids if n not in row]
+    if missing:
+        raise ValueError(f"no turn vector for {len(missing)} turn(s), e.g. {missing[0]}")
+    return vectors.vectors[[row[n] for n in turn_ids]]
+
+
 def _pooled_backend(cfg: MemlibConfig) -> bool:
     """Whether the turn vectors are the mean of the kept token vectors (same encoder)."""
     from memlib.compose.vectors import auto_encoder_model
@@ -155,13 +167,9 @@ def tenant_steps(tenant: TenantSessions, cfg: MemlibConfig, recipe: str | Sequen
     plan = get_recipe(recipe) if isinstance(recipe, str) else tuple(recipe)
     order = {k: i for i, k in enumerate(session_order)}
     timer = WallTimer()
-    row = {n: i for i, n in enumerate(vectors.node_ids)}
-    missing = [n for n in turns.column("node_id").to_pylist() if n not in row]
-    if missing:
-        raise ValueError(f"no turn vector for {len(missing)} turn(s), e.g. {missing[0]}")
     dim = int(vectors.vectors.shape[1]) if vectors.vectors.ndim == 2 else int(cfg.embed.dim)
     state = BuildState(turns=turns, cfg=cfg, dim=dim, nlp=nlp, extras=dict(extras) if extras is not None else {},
-                       turn_vectors=vectors.vectors[[row[n] for n in turns.column("node_id").to_pylist()]],
+                       turn_vectors=_in_turn_order(vectors, turns.column("node_id").to_pylist()),
                        token_vectors=vectors, pooled_turns=_pooled_backend(cfg), previous=previous,
                        own_pass=own_pass)
     keys = pa.array(list(order), pa.string())

@@ -162,24 +162,25 @@ def _clue_keys(nodes: pa.Table, rows: np.ndarray) -> list[str]:
                                           nodes.column("provenance").take(take).to_pylist())]
 
 
-def _vector_bits(table: pa.Table) -> np.ndarray:
-    """The ``embedding`` column of ``table`` as rows of float32 bits (uint32): equal rows are the same
-    vectors to the bit."""
-    emb = table.column("embedding").combine_chunks()
-    flat = emb.flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
-    return np.ascontiguousarray(flat).view(np.uint32).reshape(len(emb), -1)
-
-
-def _same_bits(vectors: np.ndarray, col: pa.ChunkedArray, rows: np.ndarray) -> bool:
-    """Whether ``vectors`` are ``col``'s rows ``rows`` to the bit; read where they lie, a block at a
-    time (the column is not combined or copied whole) when ``col`` is float32 without nulls."""
+def _same_pooled(provenance: pa.Table, tv: TurnVectors, col: pa.ChunkedArray, rows: np.ndarray) -> bool:
+    """Whether the vectors pooled from ``provenance`` (:func:`memlib.compose.vectors.pooled_vectors`)
+    are ``col``'s rows ``rows`` to the bit. A row's pooled vector depends on its provenance alone, so
+    they are pooled and compared a block at a time in one reused buffer (no tenant-wide temporary),
+    read where they lie when ``col`` is float32 without nulls."""
     view = VectorRows.of(col)
-    if view is None or view.valid.size != len(col) or not view.valid.all() or view.dim != vectors.shape[1]:
-        old = _vector_bits(pa.table({"embedding": col}))[rows]
-        return np.array_equal(np.ascontiguousarray(vectors).view(np.uint32), old)
-    bits = np.ascontiguousarray(vectors, dtype=np.float32).view(np.uint32)
-    return all(np.array_equal(bits[s:s + BLOCK_ROWS], view.rows(rows[s:s + BLOCK_ROWS]))
-               for s in range(0, rows.size, BLOCK_ROWS))
+    dim = tv.vectors.shape[1]
+    if view is None or view.valid.size != len(col) or not view.valid.all() or view.dim != dim:
+        emb = col.combine_chunks()  # compared whole, as float32 bits
+        old = np.ascontiguousarray(emb.flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False))
+        vectors = pooled_vectors(provenance, tv.node_ids, tv.vectors)
+        return np.array_equal(vectors.view(np.uint32), old.view(np.uint32).reshape(len(emb), -1)[rows])
+    buf = np.empty((min(BLOCK_ROWS, rows.size), dim), np.float32)
+    for s in range(0, rows.size, BLOCK_ROWS):
+        part = buf[:min(BLOCK_ROWS, rows.size - s)]
+        pooled_vectors(provenance.slice(s, BLOCK_ROWS), tv.node_ids, tv.vectors, out=part)
+        if not np.array_equal(part.view(np.uint32), view.rows(rows[s:s + BLOCK_ROWS])):
+            return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -206,8 +207,7 @@ def turn_changes(nodes: pa.Table, tv: TurnVectors, previous: PreviousTenant) -> 
     same_text = pc.equal(pc.fill_null(texts_now, "\x00"), pc.fill_null(texts_before, "\x00"))
     if new_rows.size and not pc.all(same_text).as_py():
         return None
-    vectors = pooled_vectors(provenance_of(nodes, new_rows), tv.node_ids, tv.vectors)
-    if new_rows.size and not _same_bits(vectors, before.column("embedding"), old_rows):
+    if new_rows.size and not _same_pooled(provenance_of(nodes, new_rows), tv, before.column("embedding"), old_rows):
         return None
     added = pc.filter(ids, pc.invert(pc.is_in(ids, value_set=old_ids))).to_pylist()
     return TurnChanges(list(dict.fromkeys(added)), pc.filter(old_ids, pc.invert(both)).to_pylist())
@@ -278,8 +278,9 @@ def pooled_reusing(nodes: pa.Table, tv: TurnVectors, tokenizer: Any, previous: P
     position = {t: i for i, t in enumerate(tv.node_ids)}
     new = [position[t] for t in changes.added if t in position]
     fresh = np.unique(np.concatenate([tv.token_ids[i] for i in new])) if new else np.zeros(0, np.int64)
-    if previous.sums is not None and not changes.removed:
-        sums = previous.sums.plus(IdSums.of([tv.token_ids[i] for i in new], [tv.token_vectors[i] for i in new]))
+    if previous.sums is not None and not changes.removed:  # moved here and added to in place (no 64 MB copy):
+        kept, previous.sums = previous.sums, None  # a later use of ``previous`` sums every row again
+        sums = kept.plus(IdSums.of([tv.token_ids[i] for i in new], [tv.token_vectors[i] for i in new]), in_place=True)
     else:  # a removal, or a published build without its sums: every row is read once
         sums = IdSums.of(tv.token_ids, tv.token_vectors)
         if changes.removed:

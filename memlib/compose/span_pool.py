@@ -203,11 +203,14 @@ class IdSums:
     def empty(cls, dim: int = TOKEN_DIM) -> IdSums:
         return cls(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, dim), np.int64))
 
-    def plus(self, other: IdSums) -> IdSums:
-        """The sums over both sets of rows (exact integers: the same whichever way they are added)."""
+    def plus(self, other: IdSums, in_place: bool = False) -> IdSums:
+        """The sums over both sets of rows (exact integers: the same whichever way they are added).
+        ``in_place``: when ``other``'s ids are all among these, they are added into these arrays
+        (no copy of the sums; this object then holds the result too)."""
         at = np.searchsorted(self.ids, other.ids)  # an append's ids are nearly always the tenant's: no union
         if self.ids.size and np.array_equal(self.ids[np.minimum(at, self.ids.size - 1)], other.ids):
-            ids, counts, sums = self.ids, self.counts.copy(), self.sums.copy()  # one copy, no temporaries
+            ids, counts, sums = (self.ids, self.counts, self.sums) if in_place else \
+                (self.ids, self.counts.copy(), self.sums.copy())  # one copy, no temporaries
         else:
             ids = np.union1d(self.ids, other.ids)
             counts, sums = np.zeros(ids.size, np.int64), np.zeros((ids.size, self.sums.shape[1]), np.int64)

@@ -10,10 +10,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from memlib import schema
 from memlib.config import Backend
 from memlib.extract.base import Extraction, ExtractionContext, ExtractResult, register
 from memlib.extract.rows import NodeRow, ReflectionAttributes, reflection_id
@@ -65,7 +67,7 @@ def themes(facts: Any, min_facts: int, min_sessions: int) -> pl.DataFrame:
             .filter((pl.col("facts").list.len() >= min_facts) & (pl.col("sessions") >= min_sessions)))
 
 
-def _rows(theme: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def _rows(theme: dict[str, Any]) -> dict[str, Any]:
     t, n = theme["tenant_id"], len(theme["facts"])
     rid = reflection_id(t, theme["speaker"], theme["concept_id"])
     when = span_label(theme["start"], theme["end"])
@@ -73,13 +75,49 @@ def _rows(theme: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     text = f"{theme['speaker']} repeatedly talks about {label} ({n} facts" + (f", {when})" if when else ")")
     attrs = ReflectionAttributes(facts=list(theme["facts"]), speaker=theme["speaker"], concept=theme["concept"],
                                  concept_id=theme["concept_id"], n_facts=n, sessions=theme["sessions"])
-    node = NodeRow(NodeKind.REFLECTION, rid, t, text, theme["turns"], attrs, time=theme["end"],
+    return NodeRow(NodeKind.REFLECTION, rid, t, text, theme["turns"], attrs, time=theme["end"],
                    valid_from=theme["start"]).row()
+
+
+def _edge_rows(theme: dict[str, Any], rid: str) -> list[dict[str, Any]]:
+    t = theme["tenant_id"]
     edges = [{"tenant_id": t, "src": rid, "dst": f, "kind": EdgeKind.DERIVED_FROM_FACT, "provenance": theme["turns"]}
              for f in theme["facts"]]
     edges.append({"tenant_id": t, "src": rid, "dst": theme["concept_id"], "kind": EdgeKind.ABOUT_CONCEPT,
                   "provenance": theme["turns"]})
-    return node, edges
+    return edges
+
+
+def _edges(themes: list[dict[str, Any]], rids: list[str]) -> pa.Table:
+    """DERIVED_FROM_FACT (reflection -> each of its facts) and ABOUT_CONCEPT (reflection -> its
+    concept) edges, as :func:`memlib.extract.tables.edge_table` makes them from :func:`_edge_rows`
+    (in that order, a repeated fact once, the theme's turns as provenance, sorted, without nulls),
+    built in columns: a reflection's edges share one provenance list (16k edges of 2.6k reflections
+    in a 2,500-session tenant were as many dicts). Reflection ids are distinct (one per theme);
+    were two the same, the rows are merged by ``edge_table``."""
+    if len(set(rids)) != len(rids):
+        return edge_table([e for theme, rid in zip(themes, rids) for e in _edge_rows(theme, rid)])
+    tenant, src, dst, kind, values, offsets = [], [], [], [], [], [0]
+    for theme, rid in zip(themes, rids):
+        dsts = [*dict.fromkeys(theme["facts"]), theme["concept_id"]]
+        turns = sorted({p for p in theme["turns"] or () if p is not None})
+        for _ in dsts:
+            values += turns
+            offsets.append(len(values))
+        tenant += [theme["tenant_id"]] * len(dsts)
+        src += [rid] * len(dsts)
+        dst += dsts
+        kind += [EdgeKind.DERIVED_FROM_FACT.value] * (len(dsts) - 1) + [EdgeKind.ABOUT_CONCEPT.value]
+    n = len(src)
+    if n == 0:
+        return schema.empty(schema.EDGES)
+    table = pa.table({"tenant_id": pa.array(tenant, pa.string()), "src": pa.array(src, pa.string()),
+                      "dst": pa.array(dst, pa.string()), "kind": pa.array(kind, pa.string()),
+                      "weight": pa.array(np.ones(n, np.float32), pa.float32()),
+                      "relation": pa.nulls(n, pa.string()),
+                      "provenance": pa.ListArray.from_arrays(pa.array(offsets, pa.int32()),
+                                                             pa.array(values, pa.string()))})
+    return schema.conform(table, schema.EDGES, name="edges")
 
 
 @register
@@ -91,9 +129,6 @@ class HeuristicReflections:
         cfg = ctx.config.reflections
         if not cfg.enabled or ctx.facts is None or _fact_sessions(ctx.facts) < cfg.min_sessions:
             return ExtractResult()
-        nodes, edges = [], []
-        for theme in themes(ctx.facts, cfg.min_facts, cfg.min_sessions).iter_rows(named=True):
-            node, es = _rows(theme)
-            nodes.append(node)
-            edges += es
-        return ExtractResult(node_table(nodes), edge_table(edges))
+        rows = list(themes(ctx.facts, cfg.min_facts, cfg.min_sessions).iter_rows(named=True))
+        nodes = [_rows(theme) for theme in rows]
+        return ExtractResult(node_table(nodes), _edges(rows, [node["node_id"] for node in nodes]))

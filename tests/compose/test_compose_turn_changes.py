@@ -45,8 +45,13 @@ def _reference(nodes: pa.Table, tv: TurnVectors, previous: PreviousTenant) -> Tu
     return TurnChanges([n for n in now if n not in old], [n for n in old_ids if n not in now])
 
 
+@pytest.mark.parametrize("block", [None, 2, 5])
 @pytest.mark.parametrize("seed", range(12))
-def test_turn_changes_equal_the_per_turn_comparison(seed):
+def test_turn_changes_equal_the_per_turn_comparison(seed, block, monkeypatch):
+    """``block``: the turns' vectors pooled and compared that many rows at a time (a big tenant's
+    blocks; a bit off in any block is found)."""
+    if block is not None:
+        monkeypatch.setattr("memlib.compose.reuse.BLOCK_ROWS", block)
     rng = np.random.default_rng(seed)
     n = int(rng.integers(3, 30))
     ids = [f"t{i}" for i in range(n)]
