@@ -100,3 +100,8 @@ def turn_node_ids(tenants: list[str], conversations: list[str], turn_ids: list[s
 def content_hashes(texts: list[str]) -> list[str]:
     """``[content_hash(t) for t in texts]``."""
     return [content_hash(t) for t in texts]
+
+
+def content_hashes_utf8(raws: list[bytes]) -> list[str]:
+    """``content_hashes`` of texts given as their UTF-8 bytes (a column's values, not decoded)."""
+    return [hashlib.blake2b(escape(raw), digest_size=16).hexdigest() for raw in raws]
