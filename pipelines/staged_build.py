@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -62,6 +63,9 @@ def plan_sessions(shards: list[TenantShard], store: SessionStore, build_key: str
     start earliest); the turns are read one staged file (a batch of tenants) at a time."""
     work_dir.mkdir(parents=True, exist_ok=True)
     plan = SessionPlan(blocks=[], sessions=0, pending=0, pending_turns=0)
+    # the kept sessions' index (a file per kept block) is read while the first file's session keys
+    # are computed: its Parquet reads wait on the GIL little, the keys' hashing holds it
+    ahead = _read_ahead(store.index) if reuse else None
     buf: list[pa.Table] = []
     buf_turns = 0
     waiting: set[str] = set()  # tenants with sessions in the current buffer
@@ -92,6 +96,9 @@ def plan_sessions(shards: list[TenantShard], store: SessionStore, build_key: str
                                                  value_set=pa.array([s.tenant_id for s in tenants], pa.string()))))
         keys = session_keys(table, build_key)
         table = table.append_column(KEY_COLUMN, keys)
+        if ahead is not None:
+            ahead.join()  # a failure there is raised by trusted_blocks' own reading
+            ahead = None
         kept = trusted_blocks(store, dict.fromkeys(keys.to_pylist()), shards, plan.damaged) if reuse else {}
         runs = tenant_runs(table)
         for shard in tenants:
@@ -121,6 +128,20 @@ def plan_sessions(shards: list[TenantShard], store: SessionStore, build_key: str
                 waiting.add(shard.tenant_id)
     flush()
     return plan
+
+
+def _read_ahead(read: Callable[[], Any]) -> threading.Thread:
+    """``read()`` started on a thread of its own (its error ignored: whoever needs what it reads
+    reads it again and meets the error then)."""
+    def run() -> None:
+        try:
+            read()
+        except Exception:  # noqa: BLE001 - see above
+            log.debug("reading ahead failed", exc_info=True)
+
+    thread = threading.Thread(target=run, name="memlib-index-ahead", daemon=True)
+    thread.start()
+    return thread
 
 
 def kept_reads(plan: SessionPlan, tenants: list[str]) -> list[tuple[list[str], list[str]]]:
