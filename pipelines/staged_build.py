@@ -91,9 +91,7 @@ def plan_sessions(shards: list[TenantShard], store: SessionStore, build_key: str
         tenants = sorted(by_file[path], key=lambda s: (-s.turns, s.tenant_id))
         # the file's rows of these tenants (a tenant merged from a later input file has its rows
         # in that file's batch), their session keys computed once for the whole batch
-        table = read_staged(path)
-        table = sort_turns(table.filter(pc.is_in(table.column("tenant_id"),
-                                                 value_set=pa.array([s.tenant_id for s in tenants], pa.string()))))
+        table = _in_session_order(_of_tenants(read_staged(path), [s.tenant_id for s in tenants]))
         keys = session_keys(table, build_key)
         table = table.append_column(KEY_COLUMN, keys)
         if ahead is not None:
@@ -128,6 +126,21 @@ def plan_sessions(shards: list[TenantShard], store: SessionStore, build_key: str
                 waiting.add(shard.tenant_id)
     flush()
     return plan
+
+
+def _of_tenants(table: pa.Table, tenants: list[str]) -> pa.Table:
+    """The rows of ``tenants``: ``table`` itself when they are all of them (no copy of its columns)."""
+    mask = pc.is_in(table.column("tenant_id"), value_set=pa.array(tenants, pa.string()))
+    return table if pc.all(mask).as_py() else table.filter(mask)
+
+
+def _in_session_order(turns: pa.Table) -> pa.Table:
+    """``sort_turns(turns)``; ``turns`` itself when in that order already (the reader writes a
+    tenant's turns session after session): a sort's take copied every column, its texts too."""
+    order = pc.sort_indices(turns, sort_keys=SESSION_ORDER)
+    if pc.all(pc.equal(order, pa.array(np.arange(len(order), dtype=np.uint64)))).as_py():
+        return turns
+    return sort_turns(turns)
 
 
 def _read_ahead(read: Callable[[], Any]) -> threading.Thread:
@@ -181,6 +194,8 @@ def trusted_blocks(store: SessionStore, keys: list[str], building: list[TenantSh
         store.drop(list(bad))
 
 
+SESSION_ORDER = [("tenant_id", "ascending"), ("conversation_id", "ascending"),  # sort_turns' order
+                 ("session_index", "ascending"), ("turn_index", "ascending")]
 FEW_BLOCKS_PER_ACTOR = 4  # Ray Data's default tasks in flight per actor
 
 
