@@ -56,12 +56,10 @@ def read_columnar(fh, runs: list, source: str, cfg: Any, add_line: Callable[[Ten
     if any(not c.endswith(b"\n") for c in chunks[:-1]):
         return None
     data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-    lines = data.split(b"\n")
-    if lines and not lines[-1]:
-        lines.pop()
-    if not lines or not _plain_lines(data, lines):
+    ends = _line_ends(data)
+    if not ends or not _plain_lines(data, ends):
         return None
-    table = _decoded(data, len(lines))
+    table = _decoded(data, len(ends))
     if table is None:
         return None
     kind = table.column("kind")
@@ -72,27 +70,47 @@ def read_columnar(fh, runs: list, source: str, cfg: Any, add_line: Callable[[Ten
         return None
     b = TenantBuilder(source, cfg, parse_iso_time, require_time=False)
     if turns.num_rows != table.num_rows:  # the other records, read by the builder in file order
-        numbers = np.concatenate([np.arange(c.count(b"\n") + (not c.endswith(b"\n"))) + first
-                                  for c, first in zip(chunks, first_lines)])
-        ended = data.endswith(b"\n")
+        numbers = _line_numbers(ends, [len(c) for c in chunks], first_lines)
         for i in np.flatnonzero(~is_turn.to_numpy(zero_copy_only=False)):
-            add_line(b, lines[i] + b"\n" if ended or i < len(lines) - 1 else lines[i], int(numbers[i]))
+            start = ends[i - 1] + 1 if i else 0
+            add_line(b, data[start:ends[i] + 1], int(numbers[i]))  # with its newline, as the record path reads it
     return b.result_with(turn_table(columns))
 
 
-def _plain_lines(data: bytes, lines: list[bytes]) -> bool:
+def _line_numbers(ends: list[int], sizes: list[int], first_lines: list[int]) -> np.ndarray:
+    """Each line's number in its file: the run it is in (runs of ``sizes`` bytes, one after the
+    other) starts at line ``first_lines[i]``."""
+    bounds = np.cumsum(sizes)
+    run = np.searchsorted(bounds, np.asarray(ends), side="right").clip(max=len(sizes) - 1)
+    first_of_run = np.searchsorted(np.asarray(ends), np.r_[0, bounds[:-1]])  # index of each run's first line
+    return np.asarray(first_lines)[run] + np.arange(len(ends)) - first_of_run[run]
+
+
+def _line_ends(data: bytes) -> list[int]:
+    """Where each line of ``data`` ends (its newline, or the end of the data for a last line without
+    one): positions, not a copy of each line."""
+    ends, find, at = [], data.find, -1
+    while (at := find(b"\n", at + 1)) >= 0:
+        ends.append(at)
+    if data and not data.endswith(b"\n"):
+        ends.append(len(data))
+    return ends
+
+
+def _plain_lines(data: bytes, ends: list[int]) -> bool:
     """Every line one JSON object (it opens with ``{``), valid UTF-8 (Arrow's reader does not check
     the bytes of fields it skips), nested no deeper than the record path reads, and holding no
     integer longer than Python converts (both decided by the record path's own tests)."""
-    if any(line[:1] != b"{" for line in lines) or not _utf8(data):
+    starts = [0, *(e + 1 for e in ends[:-1])]
+    if any(data[s] != 0x7B for s in starts) or not _utf8(data):  # 0x7B: "{"
         return False
-    if data.count(b"[") or data.count(b"{") != len(lines):
-        if any(too_deep(line) for line in lines):
-            return False
+    find = data.find
+    if any((find(b"[", s, e) >= 0 or find(b"{", s + 1, e) >= 0) and too_deep(data[s:e]) for s, e in zip(starts, ends)):
+        return False
     limit = sys.get_int_max_str_digits()
     if limit:
         digits = re.compile(rb"[0-9]{%d}" % limit)
-        if any(len(line) > limit and digits.search(line) for line in lines):
+        if any(e - s > limit and digits.search(data, s, e) for s, e in zip(starts, ends)):
             return False
     return True
 
@@ -148,13 +166,21 @@ def _checked(turns: pa.Table, cfg: Any) -> dict[str, Any] | None:
     role = turns.column("role")
     if role.null_count or not pc.all(pc.is_in(role, pa.array(sorted(ROLES)))).as_py():
         return None
-    keys = turns.select(["tenant_id", "conversation_id", "turn_id"])
-    if keys.group_by(keys.column_names).aggregate([]).num_rows != turns.num_rows:
+    if len(np.unique(_codes(turns, ["tenant_id", "conversation_id", "turn_id"]))) != turns.num_rows:
         return None  # a turn id used twice in a conversation
     times = _times(turns.column("session_time"))
     if times is None:
         return None
     return {**{c: turns.column(c) for c in TURN_FIELDS}, "session_time": times}
+
+
+def _codes(table: pa.Table, names: list[str]) -> np.ndarray:
+    """One int64 per row, equal for two rows exactly when their values of ``names`` are equal."""
+    code = np.zeros(table.num_rows, np.int64)
+    for name in names:
+        enc = pc.dictionary_encode(_one_chunk(table.column(name)))
+        _, code = np.unique(code * len(enc.dictionary) + enc.indices.to_numpy(), return_inverse=True)
+    return code
 
 
 def _times(col: pa.ChunkedArray) -> np.ndarray | None:
@@ -225,12 +251,37 @@ def turn_table(cols: dict[str, Any]) -> pa.Table:
         "session_time": pa.array(time_of, pa.int64(), mask=~time_given).cast(schema.TS),
         "turn_index": pa.array(turn_index, pa.int32()),
         "node_id": pa.array(ids.turn_node_ids(tenants, convs, turn_ids), pa.string()),
-        "content_hash": pa.array(ids.content_hashes_utf8(out["text"].cast(pa.binary()).to_pylist()), pa.string()),
+        "content_hash": pa.array(_content_hashes(_one_chunk(out["text"])), pa.string()),
         "extras": pa.nulls(n, pa.string()),
     }
     table = pa.Table.from_arrays([_one_chunk(arrays[f.name]) for f in schema.TURNS], schema=schema.TURNS)
     return schema.conform(table, schema.TURNS, name="turns")
 
 
+def _content_hashes(text: pa.Array) -> list[str]:
+    """``ids.content_hashes`` of a string column, hashed from its buffer (no str, no bytes object per
+    value: 30 MB of fresh memory for a 27k-turn tenant)."""
+    offsets = np.frombuffer(text.buffers()[1], np.int32)[text.offset:text.offset + len(text) + 1].tolist()
+    values = memoryview(text.buffers()[2] or b"")
+    if _holds_escaped(values, offsets[0], offsets[-1]):
+        plain = pc.invert(pc.match_substring_regex(text, "[\\x00\\x1b\\x1e\\x1f]")).to_pylist()
+    else:
+        plain = [True] * len(text)
+    return ids.content_hashes_utf8((values[a:b] for a, b in zip(offsets, offsets[1:])), plain)
+
+
+_ESCAPED = np.array([0x00, 0x1B, 0x1E, 0x1F], np.uint8)  # the bytes ids.escape escapes
+
+
+def _holds_escaped(values: memoryview, start: int, end: int, step: int = 1 << 16) -> bool:
+    """Whether ``values[start:end]`` holds a byte ``ids.escape`` escapes, 64 kB at a time: temporaries
+    below the allocator's mmap threshold reuse its pages (one the column's size, or of a megabyte,
+    took fresh pages, each a fault on this VM)."""
+    data = np.frombuffer(values, np.uint8)
+    return any(np.isin(data[at:min(at + step, end)], _ESCAPED).any() for at in range(start, end, step))
+
+
 def _one_chunk(col: Any) -> pa.Array:
-    return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if not isinstance(col, pa.ChunkedArray):
+        return col
+    return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
