@@ -102,6 +102,7 @@ def _j(**kw) -> bytes:
 REFUSED = {
     "role spelled otherwise": _j(role=" User "),
     "extras": _j(extras={"k": 1}),
+    "extras as a string": _j(extras='{"k": 1}'),
     "a turn id twice": _j(turn_id="t1"),
     "blank text": _j(text=" \t "),
     "blank id": _j(session_id="\u2003"),
