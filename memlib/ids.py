@@ -11,6 +11,8 @@ Parts without those three characters (every ordinary id and text) encode as befo
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
+from typing import Any
 
 _SEP = "\x1f"
 HEX_LEN = 20
@@ -100,3 +102,10 @@ def turn_node_ids(tenants: list[str], conversations: list[str], turn_ids: list[s
 def content_hashes(texts: list[str]) -> list[str]:
     """``[content_hash(t) for t in texts]``."""
     return [content_hash(t) for t in texts]
+
+
+def content_hashes_utf8(raws: Iterable[Any], plain_texts: Iterable[bool]) -> list[str]:
+    """``content_hashes`` of texts given as their UTF-8 bytes (any bytes-like value: a memoryview of a
+    column's buffer too); ``plain_texts`` says of each whether it is :func:`plain`."""
+    return [hashlib.blake2b(raw if ok else escape(bytes(raw)), digest_size=16).hexdigest()
+            for raw, ok in zip(raws, plain_texts)]

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -232,7 +233,7 @@ class StagedFiles:
         key = str(path)
         with self._lock:
             if key not in self._files:
-                table = read_staged(key).sort_by([("tenant_id", "ascending")])  # stable: row order kept per tenant
+                table = by_tenant(read_staged(key))
                 self._files[key] = (table, tenant_runs(table))
                 while len(self._files) > self.keep:
                     self._files.popitem(last=False)
@@ -242,13 +243,29 @@ class StagedFiles:
         return table.slice(start, length)
 
 
+def by_tenant(table: pa.Table) -> pa.Table:
+    """``table`` sorted by tenant_id, stable (row order kept per tenant); itself, not a copy of its
+    columns, when it is in that order already (a staged file of one tenant, of tenants read in order)."""
+    if _sorted(table.column("tenant_id")):
+        return table
+    return table.sort_by([("tenant_id", "ascending")])
+
+
+def _sorted(col: pa.ChunkedArray) -> bool:
+    if len(col) < 2:
+        return True
+    col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    return col.null_count == 0 and not pc.any(pc.less(col.slice(1), col.slice(0, len(col) - 1))).as_py()
+
+
 def tenant_runs(table: pa.Table) -> dict[str, tuple[int, int]]:
     """Tenant -> (offset, length) of its rows in ``table`` (sorted by tenant_id)."""
-    values = table.column("tenant_id").to_pylist()
-    out: dict[str, tuple[int, int]] = {}
-    start = 0
-    for i in range(1, len(values) + 1):
-        if i == len(values) or values[i] != values[start]:
-            out[values[start]] = (start, i - start)
-            start = i
-    return out
+    col = table.column("tenant_id")
+    if len(col) == 0:
+        return {}
+    col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    change = pc.not_equal(col.slice(1), col.slice(0, len(col) - 1)).to_numpy(zero_copy_only=False)
+    starts = np.r_[0, np.flatnonzero(change) + 1]
+    ends = np.r_[starts[1:], len(col)]
+    values = col.take(pa.array(starts)).to_pylist()
+    return {v: (int(a), int(b - a)) for v, a, b in zip(values, starts, ends)}

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -62,6 +63,9 @@ def plan_sessions(shards: list[TenantShard], store: SessionStore, build_key: str
     start earliest); the turns are read one staged file (a batch of tenants) at a time."""
     work_dir.mkdir(parents=True, exist_ok=True)
     plan = SessionPlan(blocks=[], sessions=0, pending=0, pending_turns=0)
+    # the kept sessions' index (a file per kept block) is read while the first file's session keys
+    # are computed: its Parquet reads wait on the GIL little, the keys' hashing holds it
+    ahead = _read_ahead(store.index) if reuse else None
     buf: list[pa.Table] = []
     buf_turns = 0
     waiting: set[str] = set()  # tenants with sessions in the current buffer
@@ -87,11 +91,12 @@ def plan_sessions(shards: list[TenantShard], store: SessionStore, build_key: str
         tenants = sorted(by_file[path], key=lambda s: (-s.turns, s.tenant_id))
         # the file's rows of these tenants (a tenant merged from a later input file has its rows
         # in that file's batch), their session keys computed once for the whole batch
-        table = read_staged(path)
-        table = sort_turns(table.filter(pc.is_in(table.column("tenant_id"),
-                                                 value_set=pa.array([s.tenant_id for s in tenants], pa.string()))))
+        table = _in_session_order(_of_tenants(read_staged(path), [s.tenant_id for s in tenants]))
         keys = session_keys(table, build_key)
         table = table.append_column(KEY_COLUMN, keys)
+        if ahead is not None:
+            ahead.join()  # a failure there is raised by trusted_blocks' own reading
+            ahead = None
         kept = trusted_blocks(store, dict.fromkeys(keys.to_pylist()), shards, plan.damaged) if reuse else {}
         runs = tenant_runs(table)
         for shard in tenants:
@@ -121,6 +126,35 @@ def plan_sessions(shards: list[TenantShard], store: SessionStore, build_key: str
                 waiting.add(shard.tenant_id)
     flush()
     return plan
+
+
+def _of_tenants(table: pa.Table, tenants: list[str]) -> pa.Table:
+    """The rows of ``tenants``: ``table`` itself when they are all of them (no copy of its columns)."""
+    mask = pc.is_in(table.column("tenant_id"), value_set=pa.array(tenants, pa.string()))
+    return table if pc.all(mask).as_py() else table.filter(mask)
+
+
+def _in_session_order(turns: pa.Table) -> pa.Table:
+    """``sort_turns(turns)``; ``turns`` itself when in that order already (the reader writes a
+    tenant's turns session after session): a sort's take copied every column, its texts too."""
+    order = pc.sort_indices(turns, sort_keys=SESSION_ORDER)
+    if pc.all(pc.equal(order, pa.array(np.arange(len(order), dtype=np.uint64)))).as_py():
+        return turns
+    return sort_turns(turns)
+
+
+def _read_ahead(read: Callable[[], Any]) -> threading.Thread:
+    """``read()`` started on a thread of its own (its error ignored: whoever needs what it reads
+    reads it again and meets the error then)."""
+    def run() -> None:
+        try:
+            read()
+        except Exception:  # noqa: BLE001 - see above
+            log.debug("reading ahead failed", exc_info=True)
+
+    thread = threading.Thread(target=run, name="memlib-index-ahead", daemon=True)
+    thread.start()
+    return thread
 
 
 def kept_reads(plan: SessionPlan, tenants: list[str]) -> list[tuple[list[str], list[str]]]:
@@ -160,6 +194,8 @@ def trusted_blocks(store: SessionStore, keys: list[str], building: list[TenantSh
         store.drop(list(bad))
 
 
+SESSION_ORDER = [("tenant_id", "ascending"), ("conversation_id", "ascending"),  # sort_turns' order
+                 ("session_index", "ascending"), ("turn_index", "ascending")]
 FEW_BLOCKS_PER_ACTOR = 4  # Ray Data's default tasks in flight per actor
 
 

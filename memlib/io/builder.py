@@ -60,7 +60,7 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _MICRO = timedelta(microseconds=1)
 
 
-def _micros(when: datetime | None) -> int | None:
+def micros(when: datetime | None) -> int | None:
     """``when`` as a TURNS session_time value, computed as Arrow converts a datetime to timestamp("us")
     (its UTC instant; a naive one read as UTC), without Arrow's conversion (which imports pandas)."""
     if when is None:
@@ -163,15 +163,15 @@ class TenantBuilder:
                 return None, (ReasonCode.BAD_DATE, "session has no date")
             return None, None
         if type(value) is str:
-            micros = self._times.get(value, _UNSEEN)
-            if micros is _UNSEEN:
-                micros = self._times[value] = _micros(self.parse_time(value))
+            when = self._times.get(value, _UNSEEN)
+            if when is _UNSEEN:
+                when = self._times[value] = micros(self.parse_time(value))
         else:
-            micros = _micros(self.parse_time(value))
-        if micros is None:
+            when = micros(self.parse_time(value))
+        if when is None:
             return None, (ReasonCode.BAD_DATE, f"unparseable session_time {str(value)[:80]!r} (ISO 8601, years "
                                                f"{YEARS[0]}-{YEARS[1]})")
-        return micros, None
+        return when, None
 
     def add_turn(self, rec: dict[str, Any], location: str, raw: Any) -> bool:
         """Validate one turn record; keep it or quarantine it. Returns True when kept."""
@@ -241,9 +241,12 @@ class TenantBuilder:
     # -- tables --------------------------------------------------------------------------
 
     def result(self) -> ReadResult:
-        turns = self._turn_table(self._turns)
-        return ReadResult(turns=turns, questions=self._question_table(turns),
-                          quarantine=self.quarantine.table())
+        return self.result_with(self._turn_table(self._turns))
+
+    def result_with(self, turns: pa.Table) -> ReadResult:
+        """The tables of ``turns`` (a TURNS table of this tenant's kept turns, built here or by
+        :mod:`memlib.io.columnar`) and of the questions and rejected records added."""
+        return ReadResult(turns=turns, questions=self._question_table(turns), quarantine=self.quarantine.table())
 
     @staticmethod
     def _turn_table(rows: _TurnColumns) -> pa.Table:
@@ -255,15 +258,15 @@ class TenantBuilder:
         the records are in that order already (a file written session after session)."""
         if not rows.text:
             return schema.empty(schema.TURNS)
-        micros = rows.time
+        times = rows.time
         sessions: dict[tuple[str, str, str], list[Any]] = {}  # -> [first record, first time, its rows]
         for i, key in enumerate(zip(rows.tenant, rows.conv, rows.session)):
             s = sessions.get(key)
             if s is None:
-                sessions[key] = [i, micros[i], [i]]
+                sessions[key] = [i, times[i], [i]]
             else:
                 if s[1] is None:
-                    s[1] = micros[i]
+                    s[1] = times[i]
                 s[2].append(i)
         order = sorted(sessions, key=lambda k: (k[0], k[1], sessions[k][1] is None, sessions[k][1] or 0,
                                                 sessions[k][0]))

@@ -27,6 +27,7 @@ from typing import Any
 
 from memlib.config import IOConfig
 from memlib.io.builder import TenantBuilder
+from memlib.io.columnar import read_columnar
 from memlib.io.errors import InputError
 from memlib.io.fields import REQUIRED, VALID_ROLE, FieldTally
 from memlib.io.jsonarray import UTF8_BOM, check_head, open_checked
@@ -276,6 +277,9 @@ def _changed(path: str, offset: int, run: _Run, detail: str) -> InputError:
 
 
 def _tenant_result(fh, runs: list[_Run], source: str, cfg: IOConfig) -> ReadResult:
+    read = read_columnar(fh, runs, source, cfg, _add_line)  # Arrow's decoding, when it reads them as here
+    if read is not None:
+        return read
     b = TenantBuilder(source, cfg, parse_iso_time, require_time=False)
     for run in runs:
         fh.seek(run.start)

@@ -6,6 +6,7 @@ from typing import Any
 
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from memlib import schema
 
@@ -28,9 +29,9 @@ class ReadResult:
 
     @property
     def tenant_ids(self) -> list[str]:
-        ids = pl.concat([pl.from_arrow(self.turns.select(["tenant_id"])),
-                         pl.from_arrow(self.questions.select(["tenant_id"]))])
-        return ids.get_column("tenant_id").unique(maintain_order=True).to_list()
+        """Every tenant with a turn or a question, in order of first appearance (turns first)."""
+        chunks = [*self.turns.column("tenant_id").chunks, *self.questions.column("tenant_id").chunks]
+        return pc.unique(pa.chunked_array(chunks, pa.string())).to_pylist()
 
     def summary(self) -> dict[str, Any]:
         """Counts for ``memlib inspect`` and build logs (JSON-able)."""

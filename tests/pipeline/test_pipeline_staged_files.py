@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipelines.shard import StagedFiles
+from pipelines.shard import StagedFiles, by_tenant, tenant_runs
 
 
 def test_staged_files_read_by_one_thread_at_a_time_give_each_tenant_its_rows(tmp_path, monkeypatch):
@@ -61,3 +61,15 @@ def test_staged_tables_are_handed_over_until_their_file_is_replaced(tmp_path, mo
     assert StagedFiles().rows(path, "a").column("text").to_pylist() == ["hi"] and not reads
     replace_parquet(table.set_column(table.schema.get_field_index("text"), "text", pa.array(["new"])), path)
     assert shard.read_staged(path).column("text").to_pylist() == ["new"] and len(reads) == 1
+
+
+def test_a_table_in_tenant_order_is_not_copied_and_its_runs_are_each_tenants_rows():
+    ordered = pa.table({"tenant_id": ["a", "a", "b", "c", "c", "c"], "x": list(range(6))})
+    assert by_tenant(ordered) is ordered
+    assert tenant_runs(ordered) == {"a": (0, 2), "b": (2, 1), "c": (3, 3)}
+    mixed = pa.table({"tenant_id": ["c", "a", "c", "b", "a"], "x": list(range(5))})
+    got = by_tenant(mixed)
+    assert got.equals(mixed.sort_by([("tenant_id", "ascending")]))
+    assert got.column("x").to_pylist() == [1, 4, 3, 0, 2]  # stable: each tenant's rows in their order
+    assert tenant_runs(got) == {"a": (0, 2), "b": (2, 1), "c": (3, 2)}
+    assert tenant_runs(mixed.slice(0, 0)) == {} and by_tenant(mixed.slice(0, 1)).num_rows == 1
