@@ -119,14 +119,7 @@ class TenantOp(Operator):
         self.llm_limiter = llm_limiter
         # start from the tenant's published build when this run only added or removed turns
         self.reuse = ctx.reuses_tenants
-        # the token encoder's tag (two model files hashed: 0.1-0.6 s, most of it reading them) now,
-        # while this run's sessions are computed, not beside the first tenant's graph
         self._encoder_tag: str | None = None
-        if cfg.retrieve.precompute_token_matrices:
-            try:
-                self._encoder_tag = self._tag()
-            except Exception:  # noqa: BLE001 - left to the first tenant with a token matrix, which reports it
-                self._encoder_tag = None
         # derived kinds embedded by their own text: with another backend than minilm-tokens their
         # vectors, loaded at the first tenant that has such nodes; with minilm-tokens only facts
         # their sessions did not keep a vector for (the LLM extractor's)
@@ -260,12 +253,11 @@ class TenantOp(Operator):
         extras = self._extras()
         out = tenant_steps(TenantSessions(turns, parts, vectors, order, previous), self.cfg, self.recipe,
                            StepTools(self.nlp, extras, self.own_pass))
-        # the graph (graph-tool's C++ parts release the GIL) and the digest of the tenant's Lance rows
-        # (crc32 and numpy's gathers release it too), each on a thread of its own (the digest after the
-        # graph made the graph's thread the longest), while this one compares those rows with the
-        # published ones and refers to its token matrix: none of these reads importance (the Lance
-        # rows clear it)
-        with ThreadPoolExecutor(2, thread_name_prefix="memlib-graph") as pool:
+        # the graph (graph-tool's C++ parts release the GIL), then the digest of the tenant's Lance rows
+        # (crc32 and numpy's gathers release it too), on another thread, while this one compares those
+        # rows with the published ones and refers to its token matrix: none of these reads importance
+        # (the Lance rows clear it)
+        with ThreadPoolExecutor(1, thread_name_prefix="memlib-graph") as pool:
             graphed = pool.submit(self._graph, out)
             digested = pool.submit(tenant_digest, out.nodes)
             delta = lance_delta(out.nodes, previous.rows if previous is not None else None,
@@ -362,16 +354,11 @@ class TenantOp(Operator):
         out.timings["token_matrix"] = round(time.perf_counter() - t0, 3)
         return ref
 
-    def _tag(self) -> str:
-        """The tag of ``auto``'s token encoder (its model file's digest when derived)."""
-        from memlib.compose.vectors import auto_encoder_model
-        from memlib.embed import token_model
-
-        return token_model.model_file(auto_encoder_model(self.cfg), self.cfg.embed.model_cache)[1]
-
     def _matrix_ref(self, shard: TenantShard, out: Any, sessions: list[str]) -> pa.Table:
         """``auto``'s token matrix of the tenant: its ``matrix_refs`` row, a reference to the token
         vectors its ``sessions`` kept (memlib.retrieve.matrix_cache), keyed by its turns' texts."""
+        from memlib.compose.vectors import auto_encoder_model
+        from memlib.embed import token_model
         from memlib.retrieve import matrix_cache
 
         # the turns' texts looked up in Arrow (a dict of every node's id and text was 108k of each)
@@ -380,6 +367,6 @@ class TenantOp(Operator):
             raise KeyError(f"{at.null_count} token-matrix turns are not nodes of the tenant")
         texts = out.nodes.column("text").take(at).to_pylist()
         if self._encoder_tag is None:  # the derived model's digest: hashed once per actor
-            self._encoder_tag = self._tag()
+            self._encoder_tag = token_model.model_file(auto_encoder_model(self.cfg), self.cfg.embed.model_cache)[1]
         return matrix_cache.reference_row(shard.tenant_id, out.matrix_turns, texts, self._encoder_tag, self.session_key,
                                           sessions)
