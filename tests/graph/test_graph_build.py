@@ -65,21 +65,3 @@ def test_tables_round_trip_synthetic(tmp_path):
     g = load(save(build_graph(nodes, edges), tmp_path / "s.gt"))
     assert g.num_nodes == syn.num_nodes and g.num_edges == syn.num_edges
     np.testing.assert_array_equal(g.degree, syn.degree)
-
-
-def test_memory_view_columns_of_the_built_graph_equal_those_of_its_bytes():
-    """The memory view is made from the graph a tenant's build holds (memlib.graph.tenant
-    ``build_tenant_graph``), not from its bytes read back: every column and vocabulary is the same."""
-    from memlib.graph.memory_arrays import graph_columns
-    from memlib.graph.tenant import build_tenant_graph
-
-    nodes, edges = to_tables(synthetic_memory_graph(3_000, seed=5))
-    _, data, graph = build_tenant_graph(nodes, edges, GraphConfig())
-    held, read = graph_columns(graph), graph_columns(data)
-    assert sorted(held) == sorted(read)
-    for name, value in read.items():
-        if isinstance(value, np.ndarray):
-            nan = value.dtype.kind == "f"
-            assert value.dtype == held[name].dtype and np.array_equal(value, held[name], equal_nan=nan), name
-        else:
-            assert value == held[name], name
