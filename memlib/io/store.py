@@ -70,11 +70,9 @@ TENANT_COUNTS_SCHEMA = pa.schema([pa.field("tenant_id", pa.string(), nullable=Fa
 _VERSION_RE = re.compile(r"^v(\d{6})$")
 
 
-# token_sums (float64 sums of token vectors by token id, the largest table) and node_fallbacks (each
-# pooled node's token ids, counts and local sum) are read by the next nightly run alone: LZ4 writes
-# them in 0.6x zstd's time and reads them in a third, for 1.2-1.35x their bytes (the 2,500-session
-# tenant's node_fallbacks: 0.143 -> 0.089 s to write, 0.071 -> 0.022 s to read, 62 -> 75 MB)
-PART_OPTIONS = {"token_sums": LZ4, "node_fallbacks": LZ4}
+# token_sums (float64 sums of token vectors by token id, the largest table) is read by the next
+# nightly run alone: LZ4 writes it in half of zstd's time and reads it in a third, for 1.35x its bytes
+PART_OPTIONS = {"token_sums": LZ4}
 
 
 def version_name(n: int) -> str:

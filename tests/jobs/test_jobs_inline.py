@@ -143,9 +143,8 @@ sys.exit(code)
 
 def test_jobs_inline_run_imports_no_ray_nor_lances_rest_client_and_writes_token_sums_lz4(nightly):
     """What a run in the driver leaves out (docs/decisions/0040-nightly-part-costs.md): Ray is
-    never imported, nor the REST client lancedb's import would run; token_sums and node_fallbacks
-    parts are LZ4 (the others zstd; decision 0066), and the store still equals the same run on Ray
-    (test above)."""
+    never imported, nor the REST client lancedb's import would run; token_sums parts are LZ4
+    (the others zstd), and the store still equals the same run on Ray (test above)."""
     import pyarrow.parquet as pq
 
     from memlib.io.store import StoreReader
@@ -161,11 +160,11 @@ def test_jobs_inline_run_imports_no_ray_nor_lances_rest_client_and_writes_token_
     assert loaded == {"ray": False, "lance_namespace_urllib3_client.api": False}, loaded
     version = StoreReader(store).version_dir
     codecs = {}
-    for name in ("token_sums", "node_fallbacks", "edges", "turns"):
+    for name in ("token_sums", "edges", "turns"):
         files = sorted((version / name).glob("*.parquet"))
         meta = pq.ParquetFile(files[-1]).metadata
         codecs[name] = {meta.row_group(0).column(i).compression for i in range(meta.num_columns)}
-    assert codecs == {"token_sums": {"LZ4"}, "node_fallbacks": {"LZ4"}, "edges": {"ZSTD"}, "turns": {"ZSTD"}}, codecs
+    assert codecs == {"token_sums": {"LZ4"}, "edges": {"ZSTD"}, "turns": {"ZSTD"}}, codecs
 
 
 def test_jobs_inline_tenant_stages_run_graph_tools_kernels_on_one_thread():
