@@ -263,9 +263,9 @@ class TenantOp(Operator):
             delta = lance_delta(out.nodes, previous.rows if previous is not None else None,
                                 previous.rows_keyed if previous is not None else None)
             matrix_ref = self._timed_matrix_ref(shard, out, order)
-            nodes, graph, held = graphed.result()
+            nodes, graph = graphed.result()
             digest = digested.result()
-        tables = {"nodes": nodes, "lance_rows": delta.rows, "memory_graphs": {shard.tenant_id: held},
+        tables = {"nodes": nodes, "lance_rows": delta.rows,
                   "node_importance": nodes.select(["tenant_id", "node_id", "importance"]), "edges": out.edges,
                   "segments": out.segments, "turns": turns,
                   "node_fallbacks": out.fallbacks, "token_sums": out.token_sums, "graphs": {shard.tenant_id: graph},
@@ -332,17 +332,16 @@ class TenantOp(Operator):
                 self._published = read_manifest(self.store_dir) or {}  # a tenant it does not name needs no table
                 raise
 
-    def _graph(self, out: Any) -> tuple[pa.Table, bytes, Any]:
-        """The tenant's nodes with the global importance of its graph-tool graph, the graph's bytes
-        and the graph (its memory view is made from it)."""
+    def _graph(self, out: Any) -> tuple[pa.Table, bytes]:
+        """The tenant's nodes with the global importance of its graph-tool graph, and the graph."""
         from memlib.graph.tenant import build_tenant_graph
         from pipelines.store_sink import with_importance
 
         t0 = time.perf_counter()
         cols = [c for c in out.nodes.column_names if c != "embedding"]
-        importance, data, graph = build_tenant_graph(out.nodes.select(cols), out.edges, self.cfg.graph)
+        importance, graph = build_tenant_graph(out.nodes.select(cols), out.edges, self.cfg.graph)
         out.timings["graph"] = round(time.perf_counter() - t0, 3)
-        return schema.conform(with_importance(out.nodes, importance), out.nodes.schema, name="nodes"), data, graph
+        return schema.conform(with_importance(out.nodes, importance), out.nodes.schema, name="nodes"), graph
 
     def _timed_matrix_ref(self, shard: TenantShard, out: Any, sessions: list[str]) -> pa.Table | None:
         """:meth:`_matrix_ref` when the tenant steps made a token matrix (None otherwise), its seconds in

@@ -63,9 +63,7 @@ def _write_views(version_dir: Path, writer: Any, part: str, tenants: list[str], 
     # what auto's memory signals read: fact and event vectors, their citations, the graph's arrays
     # (without it, a part's tenants read Lance and the graph file: docs/decisions/0036-memory-view.md)
     try:
-        # each from its graph in memory (its bytes loaded back were the same arrays, 0.17 s later)
-        memory = {k: memory_table_from_nodes(t["nodes"], ordered(VIEW_TURNS, t["turns"]),
-                                             (t.get("memory_graphs") or {}).get(k, t["graphs"].get(k)), dim)
+        memory = {k: memory_table_from_nodes(t["nodes"], ordered(VIEW_TURNS, t["turns"]), t["graphs"].get(k), dim)
                   for k, t in by_tenant.items()}
         write_view(view_path(version_dir, VIEW_MEMORY, part), VIEW_MEMORY, {k: m[0] for k, m in memory.items()},
                    {k: m[1] for k, m in memory.items()})

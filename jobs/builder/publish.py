@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections import deque
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -26,8 +23,6 @@ from memlib.io.lance_checks import LANCE_DIGEST_KEY
 from memlib.io.reader_checks import LANCE_TABLES
 from memlib.io.store import PART_KEY, PART_TENANTS_KEY, Carried, StoreError, StoreReader, StoreWriter
 from pipelines.store_sink import drop_staging
-
-T = TypeVar("T")
 
 
 @dataclass
@@ -50,37 +45,15 @@ def write_lance(writer: StoreWriter, summaries: list[dict[str, Any]], layout: La
     for s in summaries:
         if layout.parts.get(s["tenant_id"]) == s["part"]:
             staged.setdefault(s["nodes_path"], []).append(s["tenant_id"])
+
+    def tables():
+        for path, tenants in sorted(staged.items()):
+            t = pq.read_table(path)
+            yield t.filter(pc.is_in(t.column("tenant_id"), value_set=pa.array(tenants, pa.string())))
+
     whole = [s["tenant_id"] for s in summaries if s.get("lance_delete") is None]
     rows = {s["tenant_id"]: s["lance_delete"] for s in summaries if s.get("lance_delete") is not None}
-    # each staged file read on another thread one file ahead of the write: the first while the deletes
-    # run (lancedb waits without the GIL; the 2,500-session tenant's 29k rows took 0.3 s to read and
-    # filter after its delete)
-    with ThreadPoolExecutor(1, thread_name_prefix="memlib-staged") as pool:
-        writer.write_tenants(whole + list(remove), read_ahead(sorted(staged.items()), staged_rows, pool),
-                             rows_per_commit=rows_per_commit, remove_rows=rows)
-
-
-def staged_rows(path: str, tenants: list[str]) -> pa.Table:
-    """The rows of ``tenants`` in a staged nodes file: all of them when it holds no other tenant's
-    (the usual case; no copy of the rows)."""
-    t = pq.read_table(path)
-    wanted = pc.is_in(t.column("tenant_id"), value_set=pa.array(tenants, pa.string()))
-    return t if pc.all(wanted).as_py() in (True, None) else t.filter(wanted)
-
-
-def read_ahead(items: list[tuple[Any, ...]], read: Callable[..., T], pool: ThreadPoolExecutor) -> Iterator[T]:
-    """``read(*item)`` of each of ``items`` in order, each started on ``pool`` as the one before it is
-    taken, the first now (not at the first ``next``): at most two are held at once."""
-    pending: deque[Future] = deque([pool.submit(read, *items[0])] if items else [])
-
-    def results() -> Iterator[T]:
-        for i in range(len(items)):
-            done = pending.popleft()
-            if i + 1 < len(items):
-                pending.append(pool.submit(read, *items[i + 1]))
-            yield done.result()
-
-    return results()
+    writer.write_tenants(whole + list(remove), tables(), rows_per_commit=rows_per_commit, remove_rows=rows)
 
 
 def lance_indexes_whole(run: Run) -> bool:

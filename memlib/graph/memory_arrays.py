@@ -13,19 +13,17 @@ import pyarrow as pa
 
 from memlib.config import GraphConfig
 from memlib.graph.build import load
-from memlib.graph.model import MemoryGraph
 from memlib.graph.variants import gaama_transition, transition_key
-from memlib.io.memory_view import MEMORY_KINDS, VIEW_MEMORY, embedding_matrix, json_key, memory_rows, memory_table
+from memlib.io.memory_view import MEMORY_KINDS, VIEW_MEMORY, embedding_matrix, json_key, memory_table
 
 log = logging.getLogger("memlib.build")
 
 
-def graph_columns(graph: bytes | MemoryGraph | None) -> dict[str, Any] | None:
-    """The memory view's graph columns and vocabularies of a tenant's stored graph: its bytes, or the
-    graph they were made from with its importance set (the same arrays; None: no graph)."""
-    if graph is None:
+def graph_columns(graph_bytes: bytes | None) -> dict[str, Any] | None:
+    """The memory view's graph columns and vocabularies of a tenant's stored graph (None: no graph)."""
+    if graph_bytes is None:
         return None
-    graph = load(graph) if isinstance(graph, bytes) else graph
+    graph = load(graph_bytes)
     adj = graph.adjacency()
     cfg = GraphConfig()  # what auto's PPR term runs with (memlib/retrieve/memory.py ``ppr_term``)
     tr = gaama_transition(graph, cfg)
@@ -39,18 +37,17 @@ def graph_columns(graph: bytes | MemoryGraph | None) -> dict[str, Any] | None:
             "transition_key": json_key(transition_key(cfg))}
 
 
-def memory_table_from_nodes(nodes: pa.Table, turns: pa.Table, graph: bytes | MemoryGraph | None,
+def memory_table_from_nodes(nodes: pa.Table, turns: pa.Table, graph_bytes: bytes | None,
                             dim: int) -> tuple[pa.Table, dict[str, Any]]:
     """A tenant's memory view row and metadata from its built tables: its nodes with their
-    embeddings (in its node view's order), its turns in the turn view's order, its graph (its bytes
-    or the graph itself, :func:`graph_columns`). Columns stay Arrow: the 2,500-session tenant's
-    108k node ids, kinds and provenance lists as Python objects took 0.2 s under the GIL."""
+    embeddings (in its node view's order), its turns in the turn view's order, its graph's bytes."""
+    kinds = nodes.column("kind").to_pylist()
     typ = nodes.schema.field("embedding").type
     dim = typ.list_size if getattr(typ, "list_size", 0) > 0 else dim
-    kinds = nodes.column("kind")
-    vectors = embedding_matrix(nodes.column("embedding"), dim, memory_rows(kinds))
-    return memory_table(nodes.column("node_id"), kinds, nodes.column("provenance"), vectors,
-                        turns.column("node_id"), graph_columns(graph))
+    rows = np.flatnonzero(np.isin(np.asarray(kinds, dtype=object), MEMORY_KINDS))
+    vectors = embedding_matrix(nodes.column("embedding").take(pa.array(rows, pa.int64())), dim)
+    return memory_table(nodes.column("node_id").to_pylist(), kinds, nodes.column("provenance").to_pylist(),
+                        vectors, turns.column("node_id").to_pylist(), graph_columns(graph_bytes))
 
 
 def memory_views_from_tables(reader, version_dir: Path, parts: Mapping[str, list[str]]) -> int:

@@ -27,7 +27,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from memlib.io.views import VIEW_MEMORY
 
@@ -43,40 +42,22 @@ MEMORY_FIELDS = [
     ("t_sink", pa.list_(pa.int8())),
 ]
 MEMORY_COLUMNS = [name for name, _ in MEMORY_FIELDS]
-Ids = list[str] | pa.ChunkedArray | pa.Array  # a column of ids or kinds, as Arrow or as a list
 MEMORY_SCHEMA = pa.schema([pa.field(n, t) for n, t in MEMORY_FIELDS])
 
 
-def embedding_matrix(col: pa.ChunkedArray | pa.Array, dim: int, rows: np.ndarray | None = None) -> np.ndarray:
-    """FixedSizeList column (``rows`` of it, when given) -> (n, dim) float32, rows L2-normalized,
-    null rows zero. A column without nulls is read where it lies: one copy of the rows taken, divided
-    in place (a take, a zero matrix and a quotient were three fresh copies: 38 MB each for the
-    2,500-session tenant's facts and events)."""
-    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    n = len(arr) if rows is None else len(rows)
+def embedding_matrix(col: pa.ChunkedArray | pa.Array, dim: int) -> np.ndarray:
+    """FixedSizeList column -> (n, dim) float32, rows L2-normalized, null rows zero."""
+    n = len(col)
     if n == 0:
         return np.zeros((0, dim), dtype=np.float32)
-    if (pa.types.is_fixed_size_list(arr.type) and arr.type.list_size == dim and arr.null_count == 0
-            and arr.values.null_count == 0 and pa.types.is_float32(arr.type.value_type)):
-        whole = arr.values.slice(arr.offset * dim, len(arr) * dim).to_numpy(zero_copy_only=True).reshape(-1, dim)
-        mat = whole[rows] if rows is not None else whole.copy()
-    else:
-        if rows is not None:
-            arr = arr.take(pa.array(rows, pa.int64()))
-        valid = np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-        mat = np.zeros((n, dim), dtype=np.float32)
-        if valid.any():
-            dense = arr.filter(pa.array(valid))
-            mat[valid] = dense.flatten().to_numpy(zero_copy_only=False).reshape(-1, dim)
-    mat /= np.maximum(np.linalg.norm(mat, axis=1, keepdims=True), 1e-12)
-    return mat
-
-
-def memory_rows(kinds: pa.ChunkedArray | pa.Array | list[str]) -> np.ndarray:
-    """Positions (int32, ascending) of the nodes whose kind is one of :data:`MEMORY_KINDS`."""
-    hit = pc.is_in(kinds if not isinstance(kinds, list) else pa.array(kinds, pa.string()),
-                   value_set=pa.array(MEMORY_KINDS, pa.string()))
-    return np.flatnonzero(pc.fill_null(hit, False).to_numpy(zero_copy_only=False)).astype(np.int32)
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    valid = np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    mat = np.zeros((n, dim), dtype=np.float32)
+    if valid.any():
+        dense = arr.filter(pa.array(valid))
+        mat[valid] = dense.flatten().to_numpy(zero_copy_only=False).reshape(-1, dim)
+    norms = np.linalg.norm(mat, axis=1, keepdims=True)
+    return mat / np.maximum(norms, 1e-12)
 
 
 def ids_crc(ids: list[str]) -> int:
@@ -84,25 +65,32 @@ def ids_crc(ids: list[str]) -> int:
     return zlib.crc32("\n".join(ids).encode("utf-8"))
 
 
-def memory_table(node_ids: Ids, kinds: Ids, provenance: list[Any] | pa.ChunkedArray | pa.Array, vectors: np.ndarray,
-                 turn_ids: Ids, graph: Any) -> tuple[pa.Table, dict[str, Any]]:
+def memory_table(node_ids: list[str], kinds: list[str], provenance: list[Any], vectors: np.ndarray,
+                 turn_ids: list[str], graph: Any) -> tuple[pa.Table, dict[str, Any]]:
     """One tenant's memory view row and its metadata. ``node_ids``/``kinds``/``provenance``: the
-    node view's columns in its order (Arrow columns or lists); ``vectors``: the unit vectors of its
-    rows of :data:`MEMORY_KINDS` in that order; ``turn_ids``: the turn view's node ids in its order;
+    node view's columns in its order; ``vectors``: the unit vectors of its rows of
+    :data:`MEMORY_KINDS` in that order; ``turn_ids``: the turn view's node ids in its order;
     ``graph``: the tenant graph's columns and vocabularies (memlib/graph/memory_arrays.py
     ``graph_columns``; None: no graph)."""
-    node_ids, kinds, turn_ids = _strings(node_ids), _strings(kinds), _strings(turn_ids)
-    rows = memory_rows(kinds)
+    rows = np.flatnonzero(np.isin(np.asarray(kinds, dtype=object), MEMORY_KINDS)).astype(np.int32)
     if vectors.shape[0] != rows.size:
         raise ValueError(f"memory view: {vectors.shape[0]} vectors for {rows.size} nodes of kinds {MEMORY_KINDS}")
-    owner_a, turn_a = _citations(provenance, rows, turn_ids)
+    pos = {t: i for i, t in enumerate(turn_ids)}
+    owner, turn = [], []
+    for j, r in enumerate(rows.tolist()):
+        for t in provenance[r] or ():
+            p = pos.get(t)
+            if p is not None:
+                owner.append(j)
+                turn.append(p)
+    owner_a, turn_a = np.asarray(owner, dtype=np.int32), np.asarray(turn, dtype=np.int32)
     order = np.lexsort((owner_a, turn_a))
     cols: dict[str, np.ndarray] = {"mem_row": rows, "vector": np.ascontiguousarray(vectors, np.float32).ravel(),
                                    "cite_turn": turn_a[order], "cite_mem": owner_a[order]}
     meta: dict[str, Any] = {"kinds": list(MEMORY_KINDS), "nodes": len(node_ids), "mem": int(rows.size),
                             "dim": int(vectors.shape[1]) if vectors.ndim == 2 else 0, "turns": len(turn_ids),
-                            "mem_ids_crc": ids_crc(node_ids.take(pa.array(rows)).to_pylist()),
-                            "turn_ids_crc": ids_crc(turn_ids.to_pylist()), "graph": graph is not None}
+                            "mem_ids_crc": ids_crc([node_ids[r] for r in rows.tolist()]),
+                            "turn_ids_crc": ids_crc(list(turn_ids)), "graph": graph is not None}
     if graph is not None:
         cols.update({k: v for k, v in graph.items() if k in MEMORY_COLUMNS})
         meta.update({k: graph[k] for k in ("node_kinds", "edge_kinds", "relations", "transition_key")})
@@ -114,28 +102,6 @@ def memory_table(node_ids: Ids, kinds: Ids, provenance: list[Any] | pa.ChunkedAr
                       pa.ListArray.from_arrays(pa.array([0, len(values)], pa.int32()),
                                                pa.array(values, typ.value_type)))
     return pa.Table.from_arrays(arrays, schema=MEMORY_SCHEMA), meta
-
-
-def _strings(values: Ids) -> pa.Array:
-    """A string column (or list of strings) as one Arrow array."""
-    if isinstance(values, pa.ChunkedArray):
-        return values.combine_chunks()
-    return values if isinstance(values, pa.Array) else pa.array(values, pa.string())
-
-
-def _citations(provenance: list[Any] | pa.ChunkedArray | pa.Array, rows: np.ndarray,
-               turn_ids: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """(memory, turn position) of each turn id in the provenance of the memory ``rows`` that names a
-    turn of ``turn_ids`` (its first position there), in the order of the rows and of their lists."""
-    if isinstance(provenance, list):
-        provenance = pa.array(provenance, pa.list_(pa.string()))
-    cited = provenance.take(pa.array(rows, pa.int64()))
-    cited = cited.combine_chunks() if isinstance(cited, pa.ChunkedArray) else cited
-    owner = pc.list_parent_indices(cited).to_numpy(zero_copy_only=False)
-    at = pc.index_in(pc.list_flatten(cited), value_set=turn_ids)
-    found = at.is_valid().to_numpy(zero_copy_only=False)
-    turn = pc.fill_null(at, 0).to_numpy(zero_copy_only=False)
-    return owner[found].astype(np.int32), turn[found].astype(np.int32)
 
 
 def json_key(key: tuple) -> str:
