@@ -115,12 +115,12 @@ class PublishedPrefetch:
         return future
 
     def read_published_kept(self, dim: int) -> None:
-        """From now, before the sessions are planned (the driver calls it once the input is sharded),
-        read each tenant's sessions kept for its published build (those its ``matrix_refs`` row names
-        under this run's session key, from the blocks of the kept sessions' index that hold them) on
-        a second thread, at most ``ahead`` read and not taken. A row whose earlier sessions are
-        exactly those, in those blocks (one session appended: a nightly's usual change), takes them
-        (:meth:`take_kept`); another reads its own, or what :meth:`read_kept` reads once planned."""
+        """From now, before the input is parsed, read each tenant's sessions kept for its published
+        build (those its ``matrix_refs`` row names under this run's session key, from the blocks
+        of the kept sessions' index that hold them) on a second thread, at most ``ahead`` read and
+        not taken. A row whose earlier sessions are exactly those, in those blocks (one session
+        appended: a nightly's usual change), takes them (:meth:`take_kept`); another reads its own,
+        or what :meth:`read_kept` reads once the sessions are planned."""
         if self._kept_thread is None and not self._closed:
             self._start_kept(dim)
 

@@ -62,8 +62,6 @@ def shard_and_prepare(run: Run, sources: list[Path], skip: dict[str, str]) -> Sh
     needed: it runs while Ray starts)."""
     plan, forget = run.plan, run.forget
     shards, seen, quarantine = shard_all(run, sources, skip)
-    if run.prefetch is not None:  # a run in the driver: the kept sessions of its published tenants, read
-        run.prefetch.read_published_kept(run.ctx.cfg.embed.dim)  # while their sessions are planned
     for tenant in plan.build:
         if seen.get(tenant, 0) == 0 and tenant not in plan.failed:
             plan.fail(tenant, "no valid turns left in the input (every record forgotten or quarantined)"

@@ -200,10 +200,10 @@ def test_jobs_prefetch_reads_part_files_apart_and_never_reuses_rows_whose_digest
     forget_rows()
 
 
-def test_jobs_prefetch_reads_the_published_kept_sessions_before_they_are_planned(base_store, tmp_path, monkeypatch):
+def test_jobs_prefetch_reads_the_published_kept_sessions_before_the_input_is_parsed(base_store, tmp_path, monkeypatch):
     """With a session appended to emil and fay (a nightly's usual change), the prefetch reads the
-    sessions their published builds kept (named by their matrix_refs rows) once the input is sharded,
-    while the sessions are planned (before, only once they were); the rows take those reads (none is read
+    sessions their published builds kept (named by their matrix_refs rows) before the input is
+    sharded (before, only once the sessions were planned); the rows take those reads (none is read
     twice) and read only their new session; the store is the one a run reading them in the rows
     publishes. A read that names other blocks than the plan's is not taken."""
     import json
@@ -218,8 +218,8 @@ def test_jobs_prefetch_reads_the_published_kept_sessions_before_they_are_planned
 
     monkeypatch.setattr(driver, "_may_inline", lambda run, options: True)
     monkeypatch.setenv("MEMLIB__RAY__INLINE_MAX_TURNS", "400")
-    reads, both, planning = [], threading.Event(), []
-    real_read, real_plan = SessionStore.read, tenants.prepare_staged
+    reads, both, sharding = [], threading.Event(), []
+    real_read, real_shard = SessionStore.read, tenants.shard_all
 
     def read(self, keys, blocks=None):
         keys = list(keys)
@@ -229,12 +229,12 @@ def test_jobs_prefetch_reads_the_published_kept_sessions_before_they_are_planned
             both.set()
         return out
 
-    def prepare_staged(*a, **k):
-        planning.append(both.wait(30))
-        return real_plan(*a, **k)
+    def shard_all(*a, **k):
+        sharding.append(both.wait(30))
+        return real_shard(*a, **k)
 
     monkeypatch.setattr(SessionStore, "read", read)
-    monkeypatch.setattr(tenants, "prepare_staged", prepare_staged)
+    monkeypatch.setattr(tenants, "shard_all", shard_all)
     lines = [json.loads(line) for t in ALL for line in tenant_lines(t)]
     for t in ("emil", "fay"):
         last = [r for r in lines if r["tenant_id"] == t][-4:]
@@ -248,7 +248,7 @@ def test_jobs_prefetch_reads_the_published_kept_sessions_before_they_are_planned
     shutil.copytree(base_store[1], store)
     res = run_cli([*args, str(store)])
     assert res.exit_code == 0 and "small run: 2 tenant(s)" in res.output, res.output
-    assert planning == [True], reads  # both read before the sessions were planned
+    assert sharding == [True], reads  # both read before the input was sharded
     ahead = [n for t, n in reads if t == "memlib-prefetch-kept"]
     in_rows = [n for t, n in reads if t.startswith("memlib-tenant")]
     assert sorted(ahead) == sorted(2 * len(TOPICS[t]) for t in ("emil", "fay")), reads  # once each
@@ -272,7 +272,7 @@ def test_jobs_prefetch_reads_the_published_kept_sessions_before_they_are_planned
     reads.clear()
     monkeypatch.setattr(driver, "_read_kept_ahead", lambda run, sharded: None)  # read in the rows
     monkeypatch.setattr(PublishedPrefetch, "read_published_kept", lambda self, dim: None)
-    monkeypatch.setattr(tenants, "prepare_staged", real_plan)
+    monkeypatch.setattr(tenants, "shard_all", real_shard)
     again = tmp_path / "in_rows"
     shutil.copytree(base_store[1], again)
     res = run_cli([*args, str(again)])
