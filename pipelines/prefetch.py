@@ -69,8 +69,7 @@ def take_previous(store: str | Path, session_key: str, tenant: str) -> Future | 
 def take_kept(store: str | Path, session_key: str, keys: list[str], blocks: list[str]) -> Future | None:
     """The future of :meth:`memlib.compose.session_store.SessionStore.read` of ``keys`` in ``blocks``
     (the kept sessions of a tenant of this run: its result or exception) when it was read ahead
-    for a run of ``store`` under ``session_key``, or read before the plan from the same blocks; None
-    when it was not (then the caller reads)."""
+    for a run of ``store`` under ``session_key``; None when it was not (then the caller reads)."""
     with _ACTIVE_LOCK:
         prefetch = _ACTIVE.get(str(store))
     if prefetch is None or prefetch.session_key != session_key:
@@ -93,8 +92,7 @@ class PublishedPrefetch:
         self._cond = threading.Condition()
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="memlib-prefetch", daemon=True)
-        self._kept: dict[tuple, _KeptRead] = {}  # session keys -> their kept sessions, read or being read
-        self._wanted: list[tuple[tuple, tuple]] | None = None  # the rows' kept reads, once planned
+        self._kept: dict[tuple, Future] = {}  # (keys, blocks) -> their kept sessions, read or being read
         self._kept_thread: threading.Thread | None = None
 
     def start(self) -> PublishedPrefetch:
@@ -114,48 +112,27 @@ class PublishedPrefetch:
             self._cond.notify_all()
         return future
 
-    def read_published_kept(self, dim: int) -> None:
-        """From now, before the input is parsed, read each tenant's sessions kept for its published
-        build (those its ``matrix_refs`` row names under this run's session key, from the blocks
-        of the kept sessions' index that hold them) on a second thread, at most ``ahead`` read and
-        not taken. A row whose earlier sessions are exactly those, in those blocks (one session
-        appended: a nightly's usual change), takes them (:meth:`take_kept`); another reads its own,
-        or what :meth:`read_kept` reads once the sessions are planned."""
-        if self._kept_thread is None and not self._closed:
-            self._start_kept(dim)
-
     def read_kept(self, wanted: list[tuple[list[str], list[str]]], dim: int) -> None:
         """Read the kept sessions ``wanted`` ((session keys, blocks holding them) per tenant, in the
         order the rows ask for them) on a second thread, as the rows would, at most ``ahead`` read
         and not taken: once the sessions are planned, a row finds its tenant's kept sessions read
-        (or being read) and waits only for this run's blocks. Sessions read before the plan
-        (:meth:`read_published_kept`) that no row reads are dropped; those a row reads are not read
-        again."""
-        if not wanted or self._closed:
-            return
-        with self._cond:
-            self._wanted = [(tuple(keys), tuple(blocks)) for keys, blocks in wanted]
-            rows_read = {keys for keys, _ in self._wanted}
-            for key in [k for k in self._kept if k not in rows_read]:
-                del self._kept[key]
-            self._cond.notify_all()
-        if self._kept_thread is None:
-            self._start_kept(dim).wait()  # the first tenant's read is registered before a row can ask
+        (or being read) and waits only for this run's blocks."""
+        if wanted and self._kept_thread is None and not self._closed:
+            first = threading.Event()  # the first tenant's read is registered before a row can ask for it
+            self._kept_thread = threading.Thread(target=self._run_kept, args=(wanted, dim, first),
+                                                 name="memlib-prefetch-kept", daemon=True)
+            self._kept_thread.start()
+            first.wait()
 
     def take_kept(self, keys: list[str], blocks: list[str]) -> Future | None:
         """The read of exactly ``keys`` in ``blocks`` when it was read (or is being read) ahead;
-        None otherwise, and it will not be. A read made before the plan is taken once it names
-        the same blocks (a block dropped as damaged since: not) and did not raise."""
-        key = tuple(keys)
+        None otherwise, and it will not be."""
+        key = (tuple(keys), tuple(blocks))
         with self._cond:
             self._taken.add(key)
-            entry = self._kept.pop(key, None)
+            future = self._kept.pop(key, None)
             self._cond.notify_all()
-        if entry is None or set(entry.blocks.result() or ()) != set(blocks):
-            return None
-        if entry.before_plan and entry.read.exception() is not None:
-            return None  # the row reads them, as it would have
-        return entry.read
+        return future
 
     def close(self) -> None:
         """Stop reading, wait for the reads in progress, drop the builds and sessions not taken."""
@@ -173,89 +150,36 @@ class PublishedPrefetch:
         self._ready.clear()
         self._kept.clear()
 
-    def _start_kept(self, dim: int) -> threading.Event:
-        first = threading.Event()  # set once the first planned read is registered
-        self._kept_thread = threading.Thread(target=self._run_kept, args=(dim, first),
-                                             name="memlib-prefetch-kept", daemon=True)
-        self._kept_thread.start()
-        return first
-
-    def _run_kept(self, dim: int, first: threading.Event) -> None:
-        """The published builds' kept sessions until the plan is known, then the planned ones not
-        read yet, in order; each registered (:meth:`_claim`) before it is read."""
+    def _run_kept(self, wanted: list[tuple[list[str], list[str]]], dim: int, first: threading.Event) -> None:
         try:
             from memlib.compose.session_store import SessionStore
 
             sessions = SessionStore(self.store, self.session_key, dim, trust_unchanged=True)
-            published, done = self._published_sessions(), set()
-            while True:
-                with self._cond:
-                    planned = self._wanted
-                if planned is None:  # before the plan: the next published tenant's kept sessions
-                    keys, blocks = next(published, None), None
-                    if keys is None:
-                        with self._cond:
-                            while self._wanted is None and not self._closed:
-                                self._cond.wait()
-                            if self._closed:
-                                return
-                        continue
-                else:
-                    keys, blocks = next(((k, b) for k, b in planned if k not in done), (None, None))
-                    if keys is None:
-                        return
-                done.add(keys)
-                entry = self._claim(keys, self._kept, lambda p=planned is None: _KeptRead(p),
-                                    skip=lambda k=keys: self._unplanned(k))
-                if entry is _STOP:
+            for keys, blocks in wanted:
+                future = self._claim((tuple(keys), tuple(blocks)), self._kept)
+                if future is _STOP:
                     return
-                if planned is not None:
-                    first.set()
-                if entry is not None:
-                    _fill(entry, sessions, keys, blocks)
+                first.set()
+                if future is not None:  # raised again in the row that asks for it
+                    _settle(future, lambda k=keys, b=blocks: sessions.read(k, b))
         finally:
             first.set()
 
-    def _unplanned(self, keys: tuple[str, ...]) -> bool:
-        """Whether the rows are planned and none reads ``keys`` (called holding the condition)."""
-        return self._wanted is not None and all(keys != k for k, _ in self._wanted)
-
-    def _published_sessions(self) -> Iterator[tuple[str, ...]]:
-        """Per tenant (in order) whose published build this run reuses: the session keys its
-        ``matrix_refs`` row names under this run's session key, in session order."""
-        from memlib.compose.published_parts import reusable
-        from memlib.retrieve.matrix_cache import tenant_references
-
-        try:
-            manifest, reader = _unopened(self.store)
-        except Exception:  # noqa: BLE001 - nothing is read before the plan; the prefetch's own thread reports it
-            return
-        for tenant in self.order:
-            if reader is None or not reusable(manifest, tenant, self.session_key):
-                continue
-            try:
-                refs = [r for r in tenant_references(reader, tenant) if r.get("session_build_key") == self.session_key]
-            except Exception:  # noqa: BLE001 - its row reads its kept sessions, as planned
-                continue
-            if refs and refs[0].get("sessions"):
-                yield tuple(refs[0]["sessions"])
-
-    def _claim(self, key: Any, pending: dict, make: Callable[[], Any] = Future,
-               skip: Callable[[], bool] = lambda: False) -> Any:
+    def _claim(self, key: Any, pending: dict) -> Any:
         """Wait until fewer than ``ahead`` reads in ``pending`` are not taken, then register a read
-        of ``key`` there: ``make()``, its future; None when a row asked for ``key`` already (it
-        reads it) or ``skip()`` says no row will; ``_STOP`` once closed."""
+        of ``key`` there: its future; None when a row asked for ``key`` already (it reads it);
+        ``_STOP`` once closed."""
         with self._cond:
             while not self._closed and len(pending) >= self.ahead:
                 self._cond.wait()
             if self._closed:
                 return _STOP
-            if key in self._taken or skip():
+            if key in self._taken:
                 return None
-            entry = make()
-            (entry.read if isinstance(entry, _KeptRead) else entry).set_running_or_notify_cancel()
-            pending[key] = entry
-            return entry
+            future: Future = Future()
+            future.set_running_or_notify_cancel()
+            pending[key] = future
+            return future
 
     def _run(self) -> None:
         from memlib.compose.published_parts import read_parts
@@ -291,31 +215,6 @@ class PublishedPrefetch:
 
         first = self.order[0] if self.order else None
         return first if reusable(manifest, first, self.session_key) else None
-
-
-class _KeptRead:
-    """A read of kept sessions: the blocks it reads them from (None: they are not all kept) and
-    the read; ``before_plan``: read for the published build, before the rows were planned."""
-
-    def __init__(self, before_plan: bool):
-        self.before_plan = before_plan
-        self.blocks: Future = Future()
-        self.read: Future = Future()
-
-
-def _fill(entry: _KeptRead, sessions: Any, keys: tuple[str, ...], blocks: tuple[str, ...] | None) -> None:
-    """Read ``keys`` from ``blocks`` of ``sessions`` (a SessionStore) into ``entry``; with no
-    ``blocks``, from those of the kept sessions' index that hold them, as the plan names them (none
-    when one is not kept, or the index cannot be read: no row takes the entry then)."""
-    if blocks is None:
-        try:
-            where = sessions.blocks_holding(keys)
-        except Exception:  # noqa: BLE001 - the plan reads the index again, and reports it
-            where = {}
-        blocks = tuple(sorted(set(where.values()))) if keys and len(where) == len(set(keys)) else None
-    entry.blocks.set_result(blocks)
-    if blocks is not None:  # raised again in the row that asks for it
-        _settle(entry.read, lambda: sessions.read(list(keys), list(blocks)))
 
 
 def _settle(future: Future, read: Callable[[], Any]) -> None:

@@ -129,15 +129,13 @@ def _start_ray(run: Run, options: BuildOptions) -> Any:
 
 
 def _prefetch(run: Run) -> PublishedPrefetch | None:
-    """Start reading the published builds of the tenants to rebuild and the sessions they kept
-    (pipelines/prefetch.py): as many at a time as the run in the driver builds rows at once."""
+    """Start reading the published builds of the tenants to rebuild (pipelines/prefetch.py): as many
+    at a time as the run in the driver builds rows at once."""
     tenants = prefetch_order(run.plan.build, run.published, run.ctx.cfg.ray.tenant_batch_turns)
     if not run.ctx.reuses_tenants or not tenants:
         return None
     ahead = tenant_workers(os.cpu_count() or 1, len(tenants))
-    prefetch = PublishedPrefetch(run.ctx.store, run.ctx.session_key, tenants, ahead).start()
-    prefetch.read_published_kept(run.ctx.cfg.embed.dim)  # their kept sessions too, before the plan names them
-    return prefetch
+    return PublishedPrefetch(run.ctx.store, run.ctx.session_key, tenants, ahead).start()
 
 
 def _read_kept_ahead(run: Run, sharded: Sharded) -> None:

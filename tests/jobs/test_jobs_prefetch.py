@@ -119,7 +119,6 @@ def test_jobs_prefetch_reads_the_rows_kept_sessions_once_planned(base_store, tmp
     import jobs.builder.driver as driver
     from jobs.cli.bench_nightly import store_snapshot
     from memlib.compose.session_store import SessionStore
-    from pipelines.prefetch import PublishedPrefetch
 
     monkeypatch.setattr(driver, "_may_inline", lambda run, options: True)
     monkeypatch.setenv("MEMLIB__RAY__INLINE_MAX_TURNS", "400")
@@ -145,13 +144,11 @@ def test_jobs_prefetch_reads_the_rows_kept_sessions_once_planned(base_store, tmp
     assert res.exit_code == 0 and "small run: 2 tenant(s)" in res.output, res.output
     ahead = [n for t, n in reads if t == "memlib-prefetch-kept"]
     in_rows = [n for t, n in reads if t.startswith("memlib-tenant")]
-    # their published sessions, read before the plan and not taken (a session changed), then those kept
-    assert sorted(ahead) == sorted(2 * len(TOPICS[t]) - k for t in ("emil", "fay") for k in (0, 1)), reads
+    assert sorted(ahead) == sorted(2 * len(TOPICS[t]) - 1 for t in ("emil", "fay")), reads  # their kept sessions
     assert len(in_rows) == 2 and max(in_rows) == 1, reads  # each row: its one changed session
 
     reads.clear()
     monkeypatch.setattr(driver, "_read_kept_ahead", lambda run, sharded: None)  # read in the rows
-    monkeypatch.setattr(PublishedPrefetch, "read_published_kept", lambda self, dim: None)
     again = tmp_path / "in_rows"
     shutil.copytree(base_store[1], again)
     res = run_cli([*args, str(again)])
@@ -198,86 +195,3 @@ def test_jobs_prefetch_reads_part_files_apart_and_never_reuses_rows_whose_digest
         with pytest.raises(DamagedFileError, match="not the ones written"):
             load_previous(store, tenant, key, reader=StoreReader(store, bad))
     forget_rows()
-
-
-def test_jobs_prefetch_reads_the_published_kept_sessions_before_the_input_is_parsed(base_store, tmp_path, monkeypatch):
-    """With a session appended to emil and fay (a nightly's usual change), the prefetch reads the
-    sessions their published builds kept (named by their matrix_refs rows) before the input is
-    sharded (before, only once the sessions were planned); the rows take those reads (none is read
-    twice) and read only their new session; the store is the one a run reading them in the rows
-    publishes. A read that names other blocks than the plan's is not taken."""
-    import json
-
-    import jobs.builder.driver as driver
-    import jobs.builder.tenants as tenants
-    from jobs.cli.bench_nightly import store_snapshot
-    from memlib.compose.session_store import SessionStore
-    from memlib.io.store import read_manifest
-    from memlib.schema import DEFAULT_EMBED_DIM
-    from pipelines.prefetch import PublishedPrefetch, take_kept
-
-    monkeypatch.setattr(driver, "_may_inline", lambda run, options: True)
-    monkeypatch.setenv("MEMLIB__RAY__INLINE_MAX_TURNS", "400")
-    reads, both, sharding = [], threading.Event(), []
-    real_read, real_shard = SessionStore.read, tenants.shard_all
-
-    def read(self, keys, blocks=None):
-        keys = list(keys)
-        out = real_read(self, keys, blocks)
-        reads.append((threading.current_thread().name, len(keys)))
-        if len([t for t, _ in reads if t == "memlib-prefetch-kept"]) == 2:
-            both.set()
-        return out
-
-    def shard_all(*a, **k):
-        sharding.append(both.wait(30))
-        return real_shard(*a, **k)
-
-    monkeypatch.setattr(SessionStore, "read", read)
-    monkeypatch.setattr(tenants, "shard_all", shard_all)
-    lines = [json.loads(line) for t in ALL for line in tenant_lines(t)]
-    for t in ("emil", "fay"):
-        last = [r for r in lines if r["tenant_id"] == t][-4:]
-        lines += [{**r, "session_id": "s3", "turn_id": r["turn_id"].replace("s2", "s3"),
-                   "session_time": r["session_time"].replace("T10", "T18"), "text": r["text"] + " Later."}
-                  for r in last]
-    night = tmp_path / "appended.jsonl"
-    night.write_text("".join(json.dumps(r) + "\n" for r in lines), encoding="utf-8")
-    args = ["build", "--incremental", "--input", str(night), "--format", "jsonl", "--out"]
-    store = tmp_path / "ahead"
-    shutil.copytree(base_store[1], store)
-    res = run_cli([*args, str(store)])
-    assert res.exit_code == 0 and "small run: 2 tenant(s)" in res.output, res.output
-    assert sharding == [True], reads  # both read before the input was sharded
-    ahead = [n for t, n in reads if t == "memlib-prefetch-kept"]
-    in_rows = [n for t, n in reads if t.startswith("memlib-tenant")]
-    assert sorted(ahead) == sorted(2 * len(TOPICS[t]) for t in ("emil", "fay")), reads  # once each
-    assert in_rows == [1, 1], reads  # each row: its new session
-
-    manifest = read_manifest(base_store[1])
-    key = manifest["session_build_key"]
-    prefetch = PublishedPrefetch(base_store[1], key, ["emil"], ahead=1).start()
-    try:
-        prefetch.read_published_kept(DEFAULT_EMBED_DIM)
-        _until(lambda: prefetch._kept)
-        (keys, entry), = prefetch._kept.items()
-        blocks = list(entry.blocks.result(60))
-        assert len(keys) == 2 * len(TOPICS["emil"]) and blocks
-        assert take_kept(base_store[1], key, list(keys), [*blocks, "another-block"]) is None  # not the plan's
-        prefetch.read_kept([(list(keys), blocks)], DEFAULT_EMBED_DIM)  # planned: taken already, so not read again
-        assert take_kept(base_store[1], key, list(keys), blocks) is None
-    finally:
-        prefetch.close()
-
-    reads.clear()
-    monkeypatch.setattr(driver, "_read_kept_ahead", lambda run, sharded: None)  # read in the rows
-    monkeypatch.setattr(PublishedPrefetch, "read_published_kept", lambda self, dim: None)
-    monkeypatch.setattr(tenants, "shard_all", real_shard)
-    again = tmp_path / "in_rows"
-    shutil.copytree(base_store[1], again)
-    res = run_cli([*args, str(again)])
-    assert res.exit_code == 0, res.output
-    assert not [t for t, _ in reads if t == "memlib-prefetch-kept"], reads
-    (nodes, vectors, edges, np), (nodes2, vectors2, edges2, _) = store_snapshot(store), store_snapshot(again)
-    assert nodes.equals(nodes2) and edges.equals(edges2) and len(nodes) > 0
-    assert np.array_equal(vectors, vectors2)  # one process, one encoder: the same bits
