@@ -66,15 +66,14 @@ def prewarm(ctx: BuildContext) -> None:
     try:
         from memlib.compose.recipe import get_recipe
         from memlib.compose.reference import prepare_tenant_steps
-        from memlib.compose.sessions import prepare, warm
+        from memlib.compose.sessions import prepare
         from memlib.compose.vectors import TurnEncoder
         from memlib.io.lance_tables import import_lancedb
         from pipelines.staged_build import embed_threads
 
         encoder = TurnEncoder(ctx.cfg, threads=embed_threads(ctx.cfg))
         encoder.encode(["warm-up"], ["a first run sizes the model's buffers"])
-        nlp = prepare(ctx.cfg, get_recipe(ctx.recipe))
-        warm(ctx.cfg, get_recipe(ctx.recipe), nlp)  # a session's first pass: spaCy's first doc, dateparser's locale
+        prepare(ctx.cfg, get_recipe(ctx.recipe))
         from memlib.graph import tenant  # noqa: F401 - graph-tool's import
 
         # numba's pooling loops only if tenants are pooled whole: a run whose tenants keep their

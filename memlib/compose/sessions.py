@@ -29,7 +29,6 @@ import functools
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
@@ -293,25 +292,6 @@ def prepare(cfg: MemlibConfig, plan: Sequence[Step]) -> Any:
     for step in drafted:
         get_extractor(step.value, Backend.HEURISTIC)
     return load_nlp(cfg.triplets.spacy_model)
-
-
-_WARM_TEXTS = ("Yesterday I adopted a puppy named Biscuit in Lisbon, and next Friday my sister Ana visits us.",
-               "That sounds wonderful! How is Biscuit settling in after two weeks?")
-
-
-def warm(cfg: MemlibConfig, plan: Sequence[Step], nlp: Any = None) -> None:
-    """One made-up session through :func:`sessions_local`, its output dropped: what a process's
-    first session loads or compiles on first use (spaCy's first doc, dateparser's English locale
-    and patterns, the stages' modules) is done before a session of the run waits for it. Each
-    stage is a function of its session alone (what it caches, e.g. dateparser's parses by
-    expression, anchor day and preference, is what it would compute), so outputs are unchanged."""
-    rows = [{"tenant_id": "warm-up", "conversation_id": "warm-up", "session_id": "s1", "session_index": 0,
-             "session_time": datetime(2023, 5, 8, 10, 0, tzinfo=timezone.utc), "turn_id": f"s1:{i}",
-             "turn_index": i, "node_id": f"warm-up-{i}", "speaker": "Ana" if i % 2 else "Bot",
-             "role": "assistant" if i % 2 else "user", "text": text, "content_hash": str(i), "extras": None}
-            for i, text in enumerate(_WARM_TEXTS)]
-    vectors = np.full((len(rows), int(cfg.embed.dim)), 1.0 / max(1, int(cfg.embed.dim)) ** 0.5, np.float32)
-    sessions_local([(pa.Table.from_pylist(rows, schema=schema.TURNS), vectors, "warm-up")], cfg, plan, nlp)
 
 
 def turn_texts(turns: pa.Table, cfg: MemlibConfig) -> pa.Array:

@@ -316,51 +316,6 @@ def test_jobs_inline_prewarm_freezes_what_it_loaded(tmp_path):
     assert before == 0 and after > 100_000, res.stdout
 
 
-_FIRST_SESSION = """
-import datetime, sys
-import numpy as np, pyarrow as pa
-from memlib import schema
-from memlib.compose.recipe import get_recipe
-from memlib.compose.sessions import prepare, sessions_local
-from memlib.config import MemlibConfig
-from pipelines.context import BuildContext
-from pipelines.inline import prewarm
-
-cfg, plan = MemlibConfig(), get_recipe("full")
-texts = ["Last weekend we hiked near Sintra with my brother Tom, and in 3 days I fly to Oslo.",
-         "Sounds lovely, how was the weather up there?"]
-rows = [{"tenant_id": "t", "conversation_id": "c", "session_id": "s", "session_index": 0,
-         "session_time": datetime.datetime(2024, 2, 3, tzinfo=datetime.timezone.utc), "turn_id": f"s:{i}",
-         "turn_index": i, "node_id": f"n{i}", "speaker": "Ivo" if i % 2 == 0 else "Bot",
-         "role": "user" if i % 2 == 0 else "assistant", "text": t, "content_hash": str(i), "extras": None}
-        for i, t in enumerate(texts)]
-session = (pa.Table.from_pylist(rows, schema=schema.TURNS), np.full((2, cfg.embed.dim), 0.05, np.float32), "k")
-if sys.argv[1] == "prewarm":
-    prewarm(BuildContext(cfg, store=sys.argv[2], reuse=True))
-nlp = prepare(cfg, plan)
-before = set(sys.modules)
-out, _ = sessions_local([session], cfg, plan, nlp)
-print("NEW", len(set(sys.modules) - before), sorted(set(sys.modules) - before)[:5])
-print("ROWS", repr(sorted((k, v.to_pylist()) for k, v in out[0].tables.items())))
-"""
-
-
-def test_jobs_inline_prewarm_leaves_the_first_session_nothing_to_load(tmp_path):
-    """After the warm-up, a process's first session pass imports no module (dateparser's locale data,
-    spaCy's and the stages' lazy parts were loaded by a made-up session on the warm-up thread, off
-    the session pass); its outputs are the ones a process without the warm-up computes."""
-    runs = {}
-    for mode in ("prewarm", "cold"):
-        res = subprocess.run([sys.executable, "-c", _FIRST_SESSION, mode, str(tmp_path)], cwd=REPO,
-                             capture_output=True, text=True, timeout=300)
-        assert res.returncode == 0, res.stdout + res.stderr
-        runs[mode] = {line.split(" ", 1)[0]: line.split(" ", 1)[1] for line in res.stdout.splitlines()
-                      if line.split(" ", 1)[0] in ("NEW", "ROWS")}
-    assert runs["prewarm"]["NEW"].startswith("0 "), runs["prewarm"]["NEW"]
-    assert not runs["cold"]["NEW"].startswith("0 "), runs["cold"]["NEW"]  # what the warm-up spares it
-    assert runs["prewarm"]["ROWS"] == runs["cold"]["ROWS"] and "fact_drafts" in runs["cold"]["ROWS"]
-
-
 def test_jobs_inline_prewarm_loads_without_collections(tmp_path):
     """While the warm-up loads, the cyclic collector makes no pass (each stopped every thread: the
     sharding and the read-ahead too); afterwards its thresholds are what they were."""
