@@ -127,9 +127,9 @@ def _utf8(data: bytes) -> bool:
 
 
 def _decoded(data: bytes, n_lines: int) -> pa.Table | None:
-    """The lines' fields read by Arrow, one row per line; None when Arrow refuses a line (a value of
-    another type, a key given twice, a lone surrogate, a control character in a string ...) or
-    reads another number of rows than there are lines (two objects on one line)."""
+    """The lines' fields read by Arrow, one row per line; None when Arrow refuses a line (for one, a
+    value of another type, a key given twice, a lone surrogate or a control character in a string)
+    or reads another number of rows than there are lines (two objects on one line)."""
     try:
         table = pj.read_json(pa.BufferReader(data),
                              read_options=pj.ReadOptions(use_threads=False, block_size=max(len(data), 1 << 20)),
