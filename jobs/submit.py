@@ -7,6 +7,7 @@ they must name storage every node sees (NFS, or an object store URI for the stor
 """
 from __future__ import annotations
 
+import os
 import shlex
 import time
 import tomllib
@@ -132,5 +133,5 @@ def serve_application(args: dict[str, str]):
     from jobs.serve import application
     from memlib.config import load_config
 
-    cfg = load_config(Path(args["config"]) if args.get("config") else None)
+    cfg = load_config(Path(args["config"]) if args.get("config") else None, environ=os.environ)
     return application(args["store"], cfg)

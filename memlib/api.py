@@ -13,6 +13,7 @@ needs Ray and lives above the library: ``jobs.api.build``.
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -33,7 +34,7 @@ def load_settings(config: MemlibConfig | str | Path | None = None,
 
     lines = setting_lines(settings)
     if not isinstance(config, MemlibConfig):
-        return load_config(config, lines)
+        return load_config(config, lines, environ=os.environ)
     if not lines:
         return config
     from memlib.config_sources import ConfigError, parse_override, set_path

@@ -1,6 +1,7 @@
 """Options and helpers shared by CLI commands."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, NoReturn, Optional
 
@@ -64,6 +65,6 @@ def input_error(exc: BaseException, path: Optional[str], fmt: Optional[str]) -> 
 
 def get_config(path: Optional[Path], overrides: Optional[list[str]]) -> MemlibConfig:
     try:
-        return load_config(path, overrides or [])
+        return load_config(path, overrides or [], environ=os.environ)
     except ConfigError as exc:
         fail(str(exc))

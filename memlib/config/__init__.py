@@ -2,14 +2,13 @@
 
 Loaded once at the entrypoint and passed down; nothing below ``jobs/`` reads the
 environment. Precedence (lowest to highest): built-in defaults < config file (TOML or
-YAML) < ``MEMLIB__SECTION__KEY`` environment variables (read here, at load time only)
+YAML) < ``MEMLIB__SECTION__KEY`` environment variables (as given by the entrypoint, at load time only)
 < CLI overrides (``--set section.key=value``).
 
 The documented default file is ``memlib/defaults/memlib.toml``.
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -92,12 +91,13 @@ DEFAULT_FILE = Path(__file__).parent.parent / "defaults" / "memlib.toml"
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None,
                 environ: dict[str, str] | None = None) -> MemlibConfig:
-    """Build the config: defaults < file < environment < overrides."""
+    """Build the config: defaults < file < ``environ``'s ``MEMLIB__SECTION__KEY`` variables <
+    overrides. The entrypoints (the CLI, :func:`memlib.api.load_settings`, the Serve application
+    builder) pass ``os.environ``; without ``environ`` no environment is read."""
     data: dict[str, Any] = {}
     if path is not None:
         data = read_file(Path(path))
-    env = os.environ if environ is None else environ
-    for item in env_overrides(dict(env)) + list(overrides or []):
+    for item in env_overrides(dict(environ or {})) + list(overrides or []):
         key, value = parse_override(item)
         set_path(data, key, value)
     try:

@@ -114,6 +114,19 @@ def test_config_precedence_defaults_file_env_overrides(tmp_path):
     assert load_config(yml, environ={}).graph.damping == 0.5
 
 
+def test_config_reads_the_environment_only_where_an_entrypoint_passes_it(monkeypatch):
+    # nothing below the entrypoints reads the process environment: load_config without ``environ``
+    # ignores MEMLIB__ variables; the Python API and the CLI pass os.environ down
+    from jobs.cli.common import get_config
+    from memlib.api import load_settings
+
+    monkeypatch.setenv("MEMLIB__RETRIEVE__K", "11")
+    assert load_config().retrieve.k == MemlibConfig().retrieve.k != 11
+    assert load_settings().retrieve.k == 11
+    assert get_config(None, None).retrieve.k == 11
+    assert load_settings(None, {"retrieve.k": 12}).retrieve.k == 12
+
+
 def test_config_errors_are_clear_and_secrets_masked(tmp_path):
     with pytest.raises(ConfigError, match="not found"):
         load_config(tmp_path / "missing.toml", environ={})
