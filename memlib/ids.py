@@ -81,8 +81,16 @@ def session_node_id(tenant_id: str, conversation_id: str, session_id: str) -> st
 def content_hash(text: str) -> str:
     """``digest(text, length=32)``, hashed here directly for a str (one per turn of every read)."""
     if isinstance(text, str):
-        return hashlib.blake2b(escape(text.encode("utf-8", "surrogatepass")), digest_size=16).hexdigest()
+        return content_hash_utf8(text.encode("utf-8", "surrogatepass"))
     return digest(text, length=32)
+
+
+def content_hash_utf8(raw: Any, is_plain: bool | None = None) -> str:
+    """:func:`content_hash` of a text given as its UTF-8 bytes (any bytes-like value: a memoryview
+    of a column's buffer too); ``is_plain``: whether it is :func:`plain`, when the caller knows."""
+    if is_plain is None:
+        is_plain = plain(bytes(raw))
+    return hashlib.blake2b(raw if is_plain else escape(bytes(raw)), digest_size=16).hexdigest()
 
 
 def turn_node_ids(tenants: list[str], conversations: list[str], turn_ids: list[str]) -> list[str]:
@@ -107,5 +115,4 @@ def content_hashes(texts: list[str]) -> list[str]:
 def content_hashes_utf8(raws: Iterable[Any], plain_texts: Iterable[bool]) -> list[str]:
     """``content_hashes`` of texts given as their UTF-8 bytes (any bytes-like value: a memoryview of a
     column's buffer too); ``plain_texts`` says of each whether it is :func:`plain`."""
-    return [hashlib.blake2b(raw if ok else escape(bytes(raw)), digest_size=16).hexdigest()
-            for raw, ok in zip(raws, plain_texts)]
+    return [content_hash_utf8(raw, ok) for raw, ok in zip(raws, plain_texts)]
