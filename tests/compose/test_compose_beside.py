@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 import pytest
 
 from memlib.compose import beside, reference
-from memlib.compose.beside import THREAD_PREFIX, BesideSteps
+from memlib.compose.beside import THREAD_PREFIX, WAIT, BesideSteps
 from memlib.compose.published_parts import PublishedParts
 from memlib.compose.recipe import Step
 from memlib.compose.reuse import PreviousTenant
@@ -39,7 +39,7 @@ def test_results_are_applied_at_the_join_in_the_order_started_on_the_calling_thr
     here = threading.current_thread().name
     assert applied == [("a", here), ("b", here)]
     assert all(name.startswith(THREAD_PREFIX) for name in ran_on)
-    assert set(beside.seconds) == {"a", "b"}
+    assert set(beside.seconds) == {"a", "b", WAIT}
 
 
 def test_join_upto_a_name_leaves_the_steps_started_after_it():
@@ -130,16 +130,22 @@ class _InLine:
         pass
 
 
-def _finalize_inputs(monkeypatch) -> list:
-    seen = []
-    real = reference.finalize
+def _recorded(monkeypatch) -> tuple[list, list]:
+    """The state's nodes and edges as the embed step starts, and finalize's inputs, per build."""
+    before_embed, finalized = [], []
+    real_embed, real_finalize = reference.TENANT_STEPS[Step.EMBED_NODES], reference.finalize
 
-    def recording(nodes, edges, dim):
-        seen.append((nodes, edges))
-        return real(nodes, edges, dim)
+    def embed(state):
+        before_embed.append((state.all_nodes(), state.all_edges()))
+        return real_embed(state)
 
-    monkeypatch.setattr(reference, "finalize", recording)
-    return seen
+    def finalize(nodes, edges, dim):
+        finalized.append((nodes, edges))
+        return real_finalize(nodes, edges, dim)
+
+    monkeypatch.setitem(reference.TENANT_STEPS, Step.EMBED_NODES, embed)
+    monkeypatch.setattr(reference, "finalize", finalize)
+    return before_embed, finalized
 
 
 @pytest.mark.parametrize("reused", [False, True])
@@ -149,7 +155,7 @@ def test_the_side_thread_leaves_the_state_of_the_steps_in_sequence(tenant, monke
         published = tenant(4)
         previous = PreviousTenant.of(published.nodes, PublishedParts.of(published.edges, published.fallbacks,
                                                                         published.token_sums))
-    seen = _finalize_inputs(monkeypatch)
+    before_embed, finalized = _recorded(monkeypatch)
     threads = []
     real_clues = reference.steps.clue_tables
 
@@ -161,10 +167,11 @@ def test_the_side_thread_leaves_the_state_of_the_steps_in_sequence(tenant, monke
     got = tenant(5, previous)
     with monkeypatch.context() as m:
         m.setattr(beside, "ThreadPoolExecutor", _InLine)
+        m.setattr(reference, "BESIDE_CLUES", frozenset())  # its rows added before the next step starts
         want = tenant(5, previous)
     assert threads[0].startswith(THREAD_PREFIX) and not threads[1].startswith(THREAD_PREFIX)
-    (nodes, edges), (nodes_in_sequence, edges_in_sequence) = seen
-    assert nodes.equals(nodes_in_sequence) and edges.equals(edges_in_sequence)  # the same rows in the same order
+    for (nodes, edges), (nodes_in_sequence, edges_in_sequence) in (before_embed, finalized):
+        assert nodes.equals(nodes_in_sequence) and edges.equals(edges_in_sequence)  # the same rows, same order
     for name in ("nodes", "edges", "segments", "fallbacks", "token_sums"):
         assert getattr(got, name).equals(getattr(want, name)), name
     assert got.fallbacks is not None and got.fallbacks.num_rows > 0
