@@ -17,7 +17,6 @@ session's outputs, and must produce exactly what this produces.
 """
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -198,9 +197,9 @@ def tenant_steps(tenant: TenantSessions, cfg: MemlibConfig, recipe: str | Sequen
                         reused=_reused(state), fallbacks=state.fallbacks, token_sums=state.token_sums)
 
 
-# the steps that read no clue row, nor anything the clue step reads and they change: the clue step
-# runs beside them (the facts and triplets steps' reuse reads the turn rows of ``state.nodes``)
-_EXP_AFTER_FACTS = os.environ.get("H39A_AFTER_FACTS") == "1"
+# the steps that read no clue row and change nothing the clue step reads (the clue drafts, the
+# segments, the config): the clue step runs beside them. Of ``state.nodes`` they read only the turn
+# rows (the facts and triplets steps' reuse: memlib.compose.extract_reuse)
 BESIDE_CLUES = frozenset({Step.FACTS, Step.TRIPLETS, Step.EVENTS, Step.REFLECTIONS})
 
 
@@ -215,15 +214,12 @@ def _run_steps(state: BuildState, plan: Sequence[Step], timer: WallTimer) -> tup
             continue
         if stage is Step.CLUES:
             at = len(state.nodes), len(state.edges)
-            (beside.hold if _EXP_AFTER_FACTS else beside.start)(Step.CLUES.value, steps.clue_tables, state,
-                                                                  apply=partial(_insert, state, at))
+            beside.start(Step.CLUES.value, steps.clue_tables, state, apply=partial(_insert, state, at))
             continue
         if stage not in BESIDE_CLUES:
             beside.join(Step.CLUES.value)
         with timer.span(stage):
             TENANT_STEPS[stage](state)
-        if stage is Step.FACTS:
-            beside.release()
     beside.join(Step.CLUES.value)
     with timer.span(Step.FINALIZE):
         if state.embedded_nodes is None:
