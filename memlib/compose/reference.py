@@ -156,7 +156,9 @@ class StepTools:
 
 def tenant_steps(tenant: TenantSessions, cfg: MemlibConfig, recipe: str | Sequence[Step] = DEFAULT_RECIPE,
                  tools: StepTools | None = None) -> TenantOutput:
-    """The tenant-level half: every session's outputs and turn vectors of one tenant -> its memory."""
+    """The tenant-level half: every session's outputs and turn vectors of one tenant -> its memory.
+    The clue step and the embed step's ``node_fallbacks`` table run on a side thread beside the
+    other steps (:mod:`memlib.compose.beside`); the output is the same as in sequence."""
     tools = tools or StepTools()
     turns, parts, vectors, session_order, previous = (tenant.turns, tenant.parts, tenant.vectors, tenant.order,
                                                       tenant.previous)
