@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 
 from memlib import schema
 from memlib.compose import steps
+from memlib.compose.beside import BesideSteps
 from memlib.compose.finalize import finalize, kind_counts
 from memlib.compose.recipe import DEFAULT_RECIPE, Step, get_recipe
 from memlib.compose.rows import take_runs
@@ -155,7 +156,9 @@ class StepTools:
 
 def tenant_steps(tenant: TenantSessions, cfg: MemlibConfig, recipe: str | Sequence[Step] = DEFAULT_RECIPE,
                  tools: StepTools | None = None) -> TenantOutput:
-    """The tenant-level half: every session's outputs and turn vectors of one tenant -> its memory."""
+    """The tenant-level half: every session's outputs and turn vectors of one tenant -> its memory.
+    The clue step and the embed step's ``node_fallbacks`` table run on a side thread beside the
+    other steps (:mod:`memlib.compose.beside`); the output is the same as in sequence."""
     tools = tools or StepTools()
     turns, parts, vectors, session_order, previous = (tenant.turns, tenant.parts, tenant.vectors, tenant.order,
                                                       tenant.previous)
@@ -179,22 +182,66 @@ def tenant_steps(tenant: TenantSessions, cfg: MemlibConfig, recipe: str | Sequen
         state.segments = schema.conform(keyed["segments"], schema.SEGMENTS, name="segments")
     state.drafts = {k: keyed[k] for k in ("fact_drafts", "entity_mentions", "triplet_drafts", "clue_drafts")}
     state.fact_vectors = keyed["fact_vectors"]
-    for stage in plan:
-        if stage in TENANT_STEPS:
-            with timer.span(stage):
-                TENANT_STEPS[stage](state)
-    with timer.span(Step.FINALIZE):
-        if state.embedded_nodes is None:
-            steps.embed_nodes(state)
-        done = finalize(state.embedded_nodes, state.all_edges(), dim)
-        segments = schema.conform(state.segments if state.segments is not None else schema.empty(schema.SEGMENTS),
-                                  schema.SEGMENTS, name="segments")
+    state.beside = BesideSteps()
+    try:
+        done, segments = _run_steps(state, plan, timer)
+    except BaseException:
+        state.beside.raise_first()  # a side step's error first: the steps ran after it only beside it
+        raise
+    finally:
+        state.beside.close()
+    timer.merge(state.beside.seconds)
     return TenantOutput(tenant_id=tenants.pop(), nodes=done.nodes, edges=done.edges, segments=segments,
                         timings=timer.rounded(), dropped_edges=done.dropped_edges,
                         dropped_by_kind=done.dropped_by_kind, texts_embedded=len(vectors.node_ids) + state.own_encoded,
                         own_encoded=state.own_encoded if own_pass is not None else None,
                         matrix_turns=matrix_turns(turns, vectors) if cfg.retrieve.precompute_token_matrices else None,
                         reused=_reused(state), fallbacks=state.fallbacks, token_sums=state.token_sums)
+
+
+# the steps that read no clue row and change nothing the clue step reads (the clue drafts, the
+# segments, the config): the clue step runs beside them. Of ``state.nodes`` they read only the turn
+# rows (the facts and triplets steps' reuse: memlib.compose.extract_reuse)
+BESIDE_CLUES = frozenset({Step.FACTS, Step.TRIPLETS, Step.EVENTS, Step.REFLECTIONS})
+
+
+def _run_steps(state: BuildState, plan: Sequence[Step], timer: WallTimer) -> tuple[Any, pa.Table]:
+    """The tenant steps of ``plan`` in order, then finalize. The clue step runs on the side thread
+    (:class:`~memlib.compose.beside.BesideSteps`) beside the steps of :data:`BESIDE_CLUES` after it;
+    its rows take their place in ``state`` before the first other step, so the state holds the
+    same tables in the same order as when it runs in sequence."""
+    beside = state.beside
+    for stage in plan:
+        if stage not in TENANT_STEPS:
+            continue
+        if stage is Step.CLUES:
+            at = len(state.nodes), len(state.edges)
+            beside.start(Step.CLUES.value, steps.clue_tables, state, apply=partial(_insert, state, at))
+            continue
+        if stage not in BESIDE_CLUES:
+            beside.join(Step.CLUES.value)
+        with timer.span(stage):
+            TENANT_STEPS[stage](state)
+    beside.join(Step.CLUES.value)
+    with timer.span(Step.FINALIZE):
+        if state.embedded_nodes is None:
+            steps.embed_nodes(state)
+        # held till here: beside the link step it slows that step's BLAS and Python parts more
+        # than it saves; finalize holds the GIL for little of its time
+        beside.release()
+        done = finalize(state.embedded_nodes, state.all_edges(), dim=state.dim)
+        segments = schema.conform(state.segments if state.segments is not None else schema.empty(schema.SEGMENTS),
+                                  schema.SEGMENTS, name="segments")
+    beside.join()
+    return done, segments
+
+
+def _insert(state: BuildState, at: tuple[int, int], tables: tuple[pa.Table, pa.Table]) -> None:
+    """``state.add`` of a side step's nodes and edges, at the place they had when it started."""
+    grown = BuildState(turns=state.turns, cfg=state.cfg, dim=state.dim)
+    grown.add(*tables)
+    state.nodes[at[0]:at[0]] = grown.nodes
+    state.edges[at[1]:at[1]] = grown.edges
 
 
 def _reused(state: BuildState) -> dict[str, Any]:

@@ -49,6 +49,7 @@ class BuildState:
     own_pass: Any = None                      # memlib.compose.vectors.OwnPass: own vectors of some derived kinds
     own_encoded: int = 0                      # node texts it encoded (the others copied from ``previous``)
     fact_vectors: pa.Table | None = None      # schema.FACT_VECTORS kept by the sessions (default embedder)
+    beside: Any = None                        # memlib.compose.beside.BesideSteps: steps run on a side thread
 
     def add(self, nodes: pa.Table | None = None, edges: pa.Table | None = None) -> None:
         if nodes is not None and nodes.num_rows:

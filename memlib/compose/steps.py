@@ -5,6 +5,7 @@ loads its dependencies (spaCy, dateparser, ...).
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -26,9 +27,15 @@ if TYPE_CHECKING:
 def clues(state: BuildState) -> None:
     """One clue per session from the sessions' clue drafts (their scored keyphrase candidates,
     session-local); the keyphrases are ranked by IDF over the tenant's sessions, so tenant-level."""
+    state.add(*clue_tables(state))
+
+
+def clue_tables(state: BuildState) -> tuple[pa.Table, pa.Table]:
+    """The clue step's nodes and edges; it reads only the clue drafts, the segments and the config,
+    which no extraction step changes (:func:`memlib.compose.reference.tenant_steps` runs it beside them)."""
     from memlib.text.clues import clues_from_drafts
 
-    state.add(*clues_from_drafts(state.drafts["clue_drafts"], state.segments, state.cfg.clues))
+    return clues_from_drafts(state.drafts["clue_drafts"], state.segments, state.cfg.clues)
 
 
 def kept_turn_ids(state: BuildState) -> frozenset[str] | None:
@@ -135,7 +142,11 @@ def embed_nodes(state: BuildState) -> None:
             copied_rows = reused.copied_rows
         else:
             vectors, fallbacks, sums = span_pooled_with_fallbacks(nodes, tv, content_tokenizer())
-        state.fallbacks = fallbacks_table(nodes, fallbacks)
+        if state.beside is not None:  # read by no later step: made beside finalize
+            state.beside.hold("node_fallbacks", fallbacks_table, nodes, fallbacks,
+                              apply=partial(setattr, state, "fallbacks"))
+        else:
+            state.fallbacks = fallbacks_table(nodes, fallbacks)
         state.token_sums = sums.table(state.turns.column("tenant_id")[0].as_py()) if state.turns.num_rows else None
     else:
         vectors = pooled_vectors(nodes, state.turns.column("node_id").to_pylist(), state.turn_vectors)
