@@ -31,7 +31,7 @@ from memlib.config import MemlibConfig
 from pipelines.context import BuildContext
 from pipelines.rows import FAILED_DIR, Operator, RowKind, batch_of, failure_reason, on_ray, rows
 from pipelines.shard import StagedFiles, TenantShard
-from pipelines.tenant_part import PartAhead, with_digest, write_part
+from pipelines.tenant_part import PartAhead, write_part
 
 log = logging.getLogger("memlib.build")
 
@@ -76,6 +76,21 @@ def pack_tenants(shards: list[TenantShard], batch_turns: int) -> list[list[Tenan
     if batch:
         rows.append(batch)
     return rows
+
+
+def _with_digest(summary: dict[str, Any]) -> dict[str, Any]:
+    """``summary`` with its Lance digest computed (:meth:`TenantOp.build_one` leaves a Future), or its
+    tenant failed when it could not be (raises when ``summary`` is not a dict: build_one's contract)."""
+    from memlib.io.lance_checks import LANCE_DIGEST_KEY
+
+    digest = summary.get(LANCE_DIGEST_KEY)
+    if not isinstance(digest, Future):
+        return summary
+    try:
+        summary[LANCE_DIGEST_KEY] = digest.result()
+    except Exception as exc:  # noqa: BLE001 - one tenant's failure is reported, never another's
+        return {"tenant_id": summary["tenant_id"], "error": failure_reason(exc)}
+    return summary
 
 
 class TenantOp(Operator):
@@ -153,7 +168,7 @@ class TenantOp(Operator):
                 try:
                     summary, tables = self.build_one(shard, item["blocks"], Path(item["work"]), set(item["pending"]),
                                                      item.get("order"), item.get("kept"))
-                    summary = summary if ahead is not None else with_digest(summary)
+                    summary = summary if ahead is not None else _with_digest(summary)
                     if "error" not in summary:
                         built.append(tables)
                 except Exception as exc:  # noqa: BLE001 - one tenant's failure is reported, never another's
@@ -173,7 +188,7 @@ class TenantOp(Operator):
             self._row.ahead = None
             if ahead is not None:
                 ahead.close()
-        summaries = [with_digest(s) for s in summaries]  # a lone tenant's: its part is written meanwhile
+        summaries = [_with_digest(s) for s in summaries]  # a lone tenant's: its part is written meanwhile
         for summary in summaries:
             if "error" not in summary:
                 summary.update(written)

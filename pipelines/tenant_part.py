@@ -18,22 +18,6 @@ log = logging.getLogger("memlib.build")
 STEP_TABLES = ("turns", "segments", "edges", "questions", "node_fallbacks", "token_sums")
 
 
-def with_digest(summary: dict[str, Any]) -> dict[str, Any]:
-    """A tenant's ``summary`` with its Lance digest computed (:meth:`TenantOp.build_one` leaves a
-    Future), or the tenant failed when it could not be."""
-    from memlib.io.lance_checks import LANCE_DIGEST_KEY
-    from pipelines.rows import failure_reason
-
-    digest = summary.get(LANCE_DIGEST_KEY)
-    if not isinstance(digest, Future):
-        return summary
-    try:
-        summary[LANCE_DIGEST_KEY] = digest.result()
-    except Exception as exc:  # noqa: BLE001 - one tenant's failure is reported, never another's
-        return {"tenant_id": summary["tenant_id"], "error": failure_reason(exc)}
-    return summary
-
-
 def _write_named(writer: Any, part: str, name: str, built: list[dict[str, Any]]) -> None:
     """Table ``name`` of the tenants in ``built`` (those that have rows of it) as one file of ``part``."""
     tables = [schema.conform(t[name], schema.TABLES[name], name=name) for t in built
