@@ -78,21 +78,6 @@ def pack_tenants(shards: list[TenantShard], batch_turns: int) -> list[list[Tenan
     return rows
 
 
-def _with_digest(summary: dict[str, Any]) -> dict[str, Any]:
-    """``summary`` with its Lance digest computed (:meth:`TenantOp.build_one` leaves a Future), or its
-    tenant failed when it could not be (raises when ``summary`` is not a dict: build_one's contract)."""
-    from memlib.io.lance_checks import LANCE_DIGEST_KEY
-
-    digest = summary.get(LANCE_DIGEST_KEY)
-    if not isinstance(digest, Future):
-        return summary
-    try:
-        summary[LANCE_DIGEST_KEY] = digest.result()
-    except Exception as exc:  # noqa: BLE001 - one tenant's failure is reported, never another's
-        return {"tenant_id": summary["tenant_id"], "error": failure_reason(exc)}
-    return summary
-
-
 class TenantOp(Operator):
     """Tenant-level stages of one tenant from its kept session outputs; writes its staged tables."""
     kind = RowKind.TENANT
@@ -158,8 +143,7 @@ class TenantOp(Operator):
         """Build each tenant of a row, then write the row's tenants that built as one part: one file
         per table (memlib.io.store), its staged nodes one file for the driver's Lance write."""
         summaries, built = [], []
-        # a tenant alone in its row (a big one): its part's files written as its tables are made, and
-        # its Lance digest computed while the rest are written
+        # a tenant alone in its row (a big one): its part's files written as its tables are made
         ahead = self._row.ahead = PartAhead(TenantShard(**items[0]["shard"]).version_dir,
                                             items[0]["shard"]["tenant_id"]) if len(items) == 1 else None
         try:
@@ -168,9 +152,7 @@ class TenantOp(Operator):
                 try:
                     summary, tables = self.build_one(shard, item["blocks"], Path(item["work"]), set(item["pending"]),
                                                      item.get("order"), item.get("kept"))
-                    summary = summary if ahead is not None else _with_digest(summary)
-                    if "error" not in summary:
-                        built.append(tables)
+                    built.append(tables)
                 except Exception as exc:  # noqa: BLE001 - one tenant's failure is reported, never another's
                     summary = {"tenant_id": shard.tenant_id, "error": failure_reason(exc)}
                     if ahead is not None:
@@ -188,7 +170,6 @@ class TenantOp(Operator):
             self._row.ahead = None
             if ahead is not None:
                 ahead.close()
-        summaries = [_with_digest(s) for s in summaries]  # a lone tenant's: its part is written meanwhile
         for summary in summaries:
             if "error" not in summary:
                 summary.update(written)
@@ -290,24 +271,21 @@ class TenantOp(Operator):
         # (the Lance rows clear it)
         questions_of = self.staged.rows(shard.questions_path, shard.tenant_id) if shard.questions_path else None
         ahead = getattr(self._row, "ahead", None)
-        pool = ThreadPoolExecutor(1, thread_name_prefix="memlib-graph")
-        try:
+        if ahead is not None:  # beside the graph and the delta: what does not wait for them
+            ahead.tables({"turns": turns, "segments": out.segments, "edges": out.edges, "questions": questions_of,
+                          "node_fallbacks": out.fallbacks, "token_sums": out.token_sums})
+        with ThreadPoolExecutor(1, thread_name_prefix="memlib-graph") as pool:
             graphed = pool.submit(self._graph, out)
-            digested = pool.submit(tenant_digest, out.nodes)  # waited for once the part is written (build_row)
+            digested = pool.submit(tenant_digest, out.nodes)
             delta = lance_delta(out.nodes, previous.rows if previous is not None else None,
                                 previous.rows_keyed if previous is not None else None)
-            if ahead is not None:  # beside the token-matrix reference, the graph's end and the digest
+            if ahead is not None:
                 ahead.staged_nodes(delta.rows)
-                ahead.tables({"turns": turns, "segments": out.segments, "edges": out.edges, "questions": questions_of,
-                              "node_fallbacks": out.fallbacks, "token_sums": out.token_sums})
             matrix_ref = self._timed_matrix_ref(shard, out, order)
             if ahead is not None:
                 ahead.turn_view(turns, matrix_ref)
             nodes, graph, held = graphed.result()
-        except BaseException:
-            pool.shutdown(wait=True)  # nothing of a failed tenant runs on
-            raise
-        pool.shutdown(wait=False)
+            digest = digested.result()
         tables = {"nodes": nodes, "lance_rows": delta.rows, "memory_graphs": {shard.tenant_id: held},
                   "node_importance": nodes.select(["tenant_id", "node_id", "importance"]), "edges": out.edges,
                   "segments": out.segments, "turns": turns,
@@ -327,7 +305,7 @@ class TenantOp(Operator):
                 "waited_s": round(waited, 3), "timings": out.timings, "seconds": round(time.perf_counter() - start, 3),
                 "cpu_s": round(time.process_time() - cpu, 3), "pid": os.getpid(),
                 "node_id": _node_id(), **out.counts(),
-                LANCE_DIGEST_KEY: digested,  # its Lance rows as written, checked where read (a Future here)
+                LANCE_DIGEST_KEY: digest,  # its Lance rows as written, checked where read
                 **({"llm": llm} if llm else {}), **({"reused": reused} if reused else {}),
                 # the published Lance rows to delete before its rows are added; absent: all of them
                 **({"lance_delete": delta.delete} if delta.delete is not None else {})}, tables
