@@ -31,7 +31,7 @@ from memlib.config import MemlibConfig
 from pipelines.context import BuildContext
 from pipelines.rows import FAILED_DIR, Operator, RowKind, batch_of, failure_reason, on_ray, rows
 from pipelines.shard import StagedFiles, TenantShard
-from pipelines.tenant_part import PartAhead, write_part
+from pipelines.tenant_part import write_part
 
 log = logging.getLogger("memlib.build")
 
@@ -111,7 +111,6 @@ class TenantOp(Operator):
         self.session_key = ctx.session_key
         self.staged = StagedFiles()
         self._kept = threading.Condition()  # notified as a run in the driver keeps a block
-        self._row = threading.local()  # per row being built: ``ahead``, its one tenant's part written ahead
         self._stopped = False
         self._published: dict | None = None
         self._published_reader: Any = None  # a StoreReader of it
@@ -143,33 +142,22 @@ class TenantOp(Operator):
         """Build each tenant of a row, then write the row's tenants that built as one part: one file
         per table (memlib.io.store), its staged nodes one file for the driver's Lance write."""
         summaries, built = [], []
-        # a tenant alone in its row (a big one): its part's files written as its tables are made
-        ahead = self._row.ahead = PartAhead(TenantShard(**items[0]["shard"]).version_dir,
-                                            items[0]["shard"]["tenant_id"]) if len(items) == 1 else None
-        try:
-            for item in items:
-                shard = TenantShard(**item["shard"])
-                try:
-                    summary, tables = self.build_one(shard, item["blocks"], Path(item["work"]), set(item["pending"]),
-                                                     item.get("order"), item.get("kept"))
-                    built.append(tables)
-                except Exception as exc:  # noqa: BLE001 - one tenant's failure is reported, never another's
-                    summary = {"tenant_id": shard.tenant_id, "error": failure_reason(exc)}
-                    if ahead is not None:
-                        ahead.discard()
-                summaries.append(summary)
-            if not built:
-                return summaries
+        for item in items:
+            shard = TenantShard(**item["shard"])
             try:
-                part, nodes_path = write_part(TenantShard(**items[0]["shard"]).version_dir, built, self.cfg.embed.dim,
-                                              ahead)
-                written = {"part": part, "nodes_path": nodes_path}
-            except Exception as exc:  # noqa: BLE001 - the row's tenants fail by name; other rows go on
-                written = {"error": f"its part could not be written: {failure_reason(exc)}"}
-        finally:
-            self._row.ahead = None
-            if ahead is not None:
-                ahead.close()
+                summary, tables = self.build_one(shard, item["blocks"], Path(item["work"]), set(item["pending"]),
+                                                 item.get("order"), item.get("kept"))
+                built.append(tables)
+            except Exception as exc:  # noqa: BLE001 - one tenant's failure is reported, never another's
+                summary = {"tenant_id": shard.tenant_id, "error": failure_reason(exc)}
+            summaries.append(summary)
+        if not built:
+            return summaries
+        try:
+            part, nodes_path = write_part(TenantShard(**items[0]["shard"]).version_dir, built, self.cfg.embed.dim)
+            written = {"part": part, "nodes_path": nodes_path}
+        except Exception as exc:  # noqa: BLE001 - the row's tenants fail by name; other rows go on
+            written = {"error": f"its part could not be written: {failure_reason(exc)}"}
         for summary in summaries:
             if "error" not in summary:
                 summary.update(written)
@@ -269,28 +257,20 @@ class TenantOp(Operator):
         # (crc32 and numpy's gathers release it too), on another thread, while this one compares those
         # rows with the published ones and refers to its token matrix: none of these reads importance
         # (the Lance rows clear it)
-        questions_of = self.staged.rows(shard.questions_path, shard.tenant_id) if shard.questions_path else None
-        ahead = getattr(self._row, "ahead", None)
-        if ahead is not None:  # beside the graph and the delta: what does not wait for them
-            ahead.tables({"turns": turns, "segments": out.segments, "edges": out.edges, "questions": questions_of,
-                          "node_fallbacks": out.fallbacks, "token_sums": out.token_sums})
         with ThreadPoolExecutor(1, thread_name_prefix="memlib-graph") as pool:
             graphed = pool.submit(self._graph, out)
             digested = pool.submit(tenant_digest, out.nodes)
             delta = lance_delta(out.nodes, previous.rows if previous is not None else None,
                                 previous.rows_keyed if previous is not None else None)
-            if ahead is not None:
-                ahead.staged_nodes(delta.rows)
             matrix_ref = self._timed_matrix_ref(shard, out, order)
-            if ahead is not None:
-                ahead.turn_view(turns, matrix_ref)
             nodes, graph, held = graphed.result()
             digest = digested.result()
         tables = {"nodes": nodes, "lance_rows": delta.rows, "memory_graphs": {shard.tenant_id: held},
                   "node_importance": nodes.select(["tenant_id", "node_id", "importance"]), "edges": out.edges,
                   "segments": out.segments, "turns": turns,
                   "node_fallbacks": out.fallbacks, "token_sums": out.token_sums, "graphs": {shard.tenant_id: graph},
-                  "questions": questions_of}
+                  "questions": (self.staged.rows(shard.questions_path, shard.tenant_id) if shard.questions_path
+                                else None)}
         if matrix_ref is not None:
             tables["matrix_refs"] = matrix_ref
         calls = drain_llm_calls(extras)
