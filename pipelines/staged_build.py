@@ -17,7 +17,6 @@ import logging
 import shutil
 import threading
 import time
-import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,9 +64,8 @@ def plan_sessions(shards: list[TenantShard], store: SessionStore, build_key: str
     work_dir.mkdir(parents=True, exist_ok=True)
     plan = SessionPlan(blocks=[], sessions=0, pending=0, pending_turns=0)
     # the kept sessions' index (a file per kept block) is read while the first file's session keys
-    # are computed, if it was not started already (read_index_ahead): its Parquet reads wait on the
-    # GIL little, the keys' hashing holds it
-    ahead = read_index_ahead(store) if reuse else None
+    # are computed: its Parquet reads wait on the GIL little, the keys' hashing holds it
+    ahead = _read_ahead(store.index) if reuse else None
     buf: list[pa.Table] = []
     buf_turns = 0
     waiting: set[str] = set()  # tenants with sessions in the current buffer
@@ -143,22 +141,6 @@ def _in_session_order(turns: pa.Table) -> pa.Table:
     if pc.all(pc.equal(order, pa.array(np.arange(len(order), dtype=np.uint64)))).as_py():
         return turns
     return sort_turns(turns)
-
-
-def read_index_ahead(store: SessionStore) -> threading.Thread:
-    """``store.index()`` on a thread of its own, started once per store: the driver starts it with
-    the input's sharding (the index does not depend on the input: 108 files of the 2,500-session
-    nightly took 0.5-1.0 s of wall for 0.1 CPU-s, and the plan waited 0.15-0.35 s for them after
-    the session keys); :func:`plan_sessions` joins it, or starts it if nobody did."""
-    with _AHEAD_LOCK:
-        thread = _AHEAD.get(store)
-        if thread is None:
-            thread = _AHEAD[store] = _read_ahead(store.index)
-    return thread
-
-
-_AHEAD: weakref.WeakKeyDictionary[SessionStore, threading.Thread] = weakref.WeakKeyDictionary()
-_AHEAD_LOCK = threading.Lock()
 
 
 def _read_ahead(read: Callable[[], Any]) -> threading.Thread:
@@ -337,16 +319,10 @@ def session_stats(plan: SessionPlan, blocks: list[dict[str, Any]], pass_s: float
             "embed_gpus": sorted({g for b in done for g in b.get("embed_gpus", [])})}
 
 
-def session_store(ctx: BuildContext) -> SessionStore:
-    """The kept sessions of the run's store and session key, as the driver's plan reads them."""
-    return SessionStore(ctx.store, ctx.session_key, ctx.cfg.embed.dim, trust_unchanged=True)
-
-
-def prepare_staged(shards: list[TenantShard], ctx: BuildContext, store: SessionStore | None = None) -> SessionPlan:
+def prepare_staged(shards: list[TenantShard], ctx: BuildContext) -> SessionPlan:
     """What the driver does before the dataset starts (no Ray needed): the pending sessions of
-    ``shards`` packed into block files. :func:`jobs.builder.driver.run_build` prepares while Ray starts.
-    ``store``: :func:`session_store` of ``ctx``, made already (its index read ahead), or None."""
-    store = store if store is not None else session_store(ctx)
+    ``shards`` packed into block files. :func:`jobs.builder.driver.run_build` prepares while Ray starts."""
+    store = SessionStore(ctx.store, ctx.session_key, ctx.cfg.embed.dim, trust_unchanged=True)
     return plan_sessions(shards, store, ctx.session_key, ctx.work_dir / "blocks", ctx.cfg.ray.block_turns,
                          ctx.reuse)
 

@@ -16,7 +16,7 @@ from jobs.builder.run import Run, Sharded
 from memlib.io.errors import InputError
 from pipelines.inline import run_inline
 from pipelines.shard import QUARANTINE_PART, TenantShard, shard_input
-from pipelines.staged_build import prepare_staged, read_index_ahead, run_staged, session_store
+from pipelines.staged_build import prepare_staged, run_staged
 
 
 def allow_long_tenants() -> None:
@@ -61,9 +61,6 @@ def shard_and_prepare(run: Run, sources: list[Path], skip: dict[str, str]) -> Sh
     """Shard the input, then pack the pending sessions of the tenants to build into blocks (no Ray
     needed: it runs while Ray starts)."""
     plan, forget = run.plan, run.forget
-    store = session_store(run.ctx)
-    if run.ctx.reuse:  # the kept sessions' index does not depend on the input: read while it is sharded
-        read_index_ahead(store)
     shards, seen, quarantine = shard_all(run, sources, skip)
     for tenant in plan.build:
         if seen.get(tenant, 0) == 0 and tenant not in plan.failed:
@@ -72,7 +69,7 @@ def shard_and_prepare(run: Run, sources: list[Path], skip: dict[str, str]) -> Sh
                       "no valid turns in the input (every record quarantined)")
     keep_against_quarantine(run.writer, plan, forget, shards)
     to_build = [s for s in shards if s.tenant_id not in plan.resume and s.tenant_id not in plan.failed]
-    return Sharded(shards, to_build, quarantine, prepare_staged(to_build, run.ctx, store) if to_build else None)
+    return Sharded(shards, to_build, quarantine, prepare_staged(to_build, run.ctx) if to_build else None)
 
 
 def build_tenants(run: Run, sharded: Sharded, stats: dict[str, Any],
