@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memlib.compose.session_store import SessionStore, block_id
-from memlib.compose.sessions import SESSION_ORDER, session_keys, sort_turns
+from memlib.compose.sessions import session_keys, sort_turns
 from memlib.config import MemlibConfig
 from memlib.io.files import replace_parquet
 from pipelines.context import BuildContext
@@ -194,6 +194,8 @@ def trusted_blocks(store: SessionStore, keys: list[str], building: list[TenantSh
         store.drop(list(bad))
 
 
+SESSION_ORDER = [("tenant_id", "ascending"), ("conversation_id", "ascending"),  # sort_turns' order
+                 ("session_index", "ascending"), ("turn_index", "ascending")]
 FEW_BLOCKS_PER_ACTOR = 4  # Ray Data's default tasks in flight per actor
 
 

@@ -41,7 +41,6 @@ from memlib.compose.recipe import Step
 from memlib.config import Backend, MemlibConfig
 
 SESSION_COLUMNS = ["tenant_id", "conversation_id", "session_id"]
-_ESCAPED = np.array([0x00, 0x1B, 0x1E], np.uint8)  # bytes ids.join_escaped escapes, but for the separator
 # the columns of a turn that decide its session's outputs
 _HASHED = ["tenant_id", "conversation_id", "session_id", "session_index", "session_time", "turn_id",
            "turn_index", "node_id", "speaker", "role", "text", "extras"]
@@ -62,72 +61,49 @@ SESSION_TABLES: dict[str, pa.Schema] = {
 DRAFTED = (Step.FACTS, Step.TRIPLETS)
 
 
-SESSION_ORDER = [("tenant_id", "ascending"), ("conversation_id", "ascending"),
-                 ("session_index", "ascending"), ("turn_index", "ascending")]
-
-
 def sort_turns(turns: pa.Table) -> pa.Table:
-    return turns.sort_by(SESSION_ORDER)
+    return turns.sort_by([("tenant_id", "ascending"), ("conversation_id", "ascending"),
+                          ("session_index", "ascending"), ("turn_index", "ascending")])
 
 
 def session_keys(turns: pa.Table, build_key: str) -> pa.Array:
     """Per turn row: the key of its session = sha256 of the build key and every hashed column of
-    the session's turns in order (so any edit, insertion or deletion in it changes the key).
-
-    What holds the GIL is kept to one pass over the rows' sessions (a nightly's 27,000 turns are
-    hashed while spaCy loads and the kept index is read): rows already in session order (as a
-    build's staged files are) are not sorted again, and the rows are checked for bytes to escape
-    by Arrow, not by Python's ``bytes.count`` on each session's blob."""
-    order = pc.sort_indices(turns, sort_keys=SESSION_ORDER)
-    in_order = bool(pc.all(pc.equal(order, pa.array(np.arange(len(order), dtype=np.uint64))),
-                           min_count=0).as_py())
-    ordered = turns.select(_HASHED) if in_order else turns.select(_HASHED).take(order)
-    sessions = list(zip(*(ordered.column(c).to_pylist() for c in SESSION_COLUMNS)))
-    joined = _joined_rows(ordered)
-    if joined is not None and _unescaped(joined):
-        rows = joined.cast(pa.binary()).to_pylist()
-    else:  # a value holding a byte to escape (or an unusual column type): value by value
+    the session's turns in order (so any edit, insertion or deletion in it changes the key)."""
+    ordered = sort_turns(turns).select(_HASHED)
+    blobs = _session_blobs(ordered, _joined_rows(ordered))
+    if blobs is None:  # a value holding a byte to escape (or an unusual column type): value by value
         rows = [ids.join_escaped([("" if v is None else str(v)).encode("utf-8", "surrogatepass") for v in row])
                 for row in pl.from_arrow(ordered).iter_rows()]
+        blobs = _session_blobs(ordered, rows, check=False)
     seed = hashlib.sha256(build_key.encode("utf-8"))
     keyed = {}
-    for session, blob in _session_blobs(sessions, rows).items():
+    for session, blob in blobs.items():
         h = seed.copy()
         h.update(blob)
         keyed[session] = h.hexdigest()[:32]
-    of_rows = sessions if in_order else zip(*(turns.column(c).to_pylist() for c in SESSION_COLUMNS))
-    return pa.array([keyed[r] for r in of_rows], pa.string())
+    return pa.array([keyed[r] for r in zip(*(turns.column(c).to_pylist() for c in SESSION_COLUMNS))], pa.string())
 
 
-def _session_blobs(sessions: list[tuple], rows: list[bytes]) -> dict[tuple, bytes]:
-    """Session -> what its key hashes: its ``rows`` (sorted order; ``sessions``: each row's
-    session), each after a record separator."""
-    grouped: dict[tuple, list[bytes]] = {}
-    for session, row in zip(sessions, rows):
-        grouped.setdefault(session, []).append(row)
-    return {session: b"\x1e" + b"\x1e".join(parts) for session, parts in grouped.items()}
+def _session_blobs(ordered: pa.Table, rows: list[bytes] | None, check: bool = True) -> dict[tuple, bytes] | None:
+    """Session -> what its key hashes: its ``rows`` (sorted order), each after a record separator.
+    With ``check``, None when a row's values hold a byte that :func:`memlib.ids.join_escaped` escapes
+    (the rows were joined unescaped): every row must then have exactly its separators."""
+    if rows is None:
+        return None
+    sessions: dict[tuple, list[bytes]] = {}
+    for session, row in zip(zip(*(ordered.column(c).to_pylist() for c in SESSION_COLUMNS)), rows):
+        sessions.setdefault(session, []).append(row)
+    seps = len(_HASHED) - 1
+    out = {}
+    for session, parts in sessions.items():
+        blob = out[session] = b"\x1e" + b"\x1e".join(parts)
+        if check and (blob.count(b"\x1f") != seps * len(parts) or blob.count(b"\x1e") != len(parts)
+                      or b"\x00" in blob or b"\x1b" in blob):
+            return None
+    return out
 
 
-def _unescaped(joined: pa.ChunkedArray) -> bool:
-    """Whether every row joined unescaped (:func:`_joined_rows`) is what :func:`memlib.ids.join_escaped`
-    gives: exactly its separators, and no byte it escapes (the record separator, which parts a
-    session's rows, among them). The rows' bytes are scanned once by numpy, which lets go of the
-    GIL (Python's ``bytes.count`` on each session's blob held it for 0.05 s of a nightly's 27,000 turns)."""
-    seps = 0
-    for chunk in joined.chunks:
-        if len(chunk) == 0:
-            continue
-        width = np.int64 if pa.types.is_large_string(chunk.type) else np.int32
-        offsets = np.frombuffer(chunk.buffers()[1], width, len(chunk) + 1, chunk.offset * np.dtype(width).itemsize)
-        data = np.frombuffer(chunk.buffers()[2], np.uint8, int(offsets[-1] - offsets[0]), int(offsets[0]))
-        control = data[data < 0x20]  # few bytes: the separators, line breaks
-        if np.isin(control, _ESCAPED).any():
-            return False
-        seps += int(np.count_nonzero(control == 0x1F))
-    return seps == (len(_HASHED) - 1) * len(joined)
-
-
-def _joined_rows(table: pa.Table) -> pa.ChunkedArray | None:
+def _joined_rows(table: pa.Table) -> list[bytes] | None:
     """Each row's values as text (None as empty; a time as ``str(datetime)``) joined by the unit
     separator, by Arrow (what ``ids.join_escaped`` gives when no value holds a byte to escape);
     None when a column is of another type."""
@@ -143,7 +119,8 @@ def _joined_rows(table: pa.Table) -> pa.ChunkedArray | None:
             texts.append(shown.take(pc.index_in(col, value_set=distinct)))
         else:
             return None
-    return pc.binary_join_element_wise(*texts, "\x1f", null_handling="replace", null_replacement="")
+    joined = pc.binary_join_element_wise(*texts, "\x1f", null_handling="replace", null_replacement="")
+    return joined.cast(pa.binary()).to_pylist()
 
 
 def split_sessions(turns: pa.Table) -> list[pa.Table]:

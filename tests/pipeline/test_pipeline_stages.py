@@ -90,37 +90,6 @@ def test_operators_read_and_write_their_declared_columns(ray_local, tmp_path):
     _only_declared_changed(kept, TenantOp(cfg, "full", str(writer.path), "k")(kept), ops.TENANT_IO, mine=False)
 
 
-def test_session_pass_op_encodes_while_another_thread_loads_spacy(tmp_path):
-    """The few-block session pass (SessionPassOp) is made, and encodes a block, while another
-    thread loads spaCy (a run in the driver loads it on its warm-up thread, and load_nlp lets one
-    thread load at a time); its session-local half runs once the load is done, and keeps the
-    block's sessions."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from memlib.text import nlp
-    from pipelines import operators as ops
-    from pipelines.context import BuildContext
-    from pipelines.staged_build import plan_sessions
-
-    cfg = MemlibConfig()
-    writer, shards = _shards(tmp_path, cfg)
-    store = SessionStore(writer.path, "k", cfg.embed.dim)
-    plan = plan_sessions(shards, store, "k", tmp_path / "work" / "blocks", block_turns=1000)
-    block = ops.batch_of([{"kind": "block", "item": ops.block_item(plan.blocks[0]), "turns": None,
-                           "vectors": None, "summary": None}])
-    read = ops.turn_nodes_op(block, cfg)
-    ctx = BuildContext(cfg, "full", str(writer.path), "k")
-    with ThreadPoolExecutor(1) as pool, nlp._LOADING:  # the lock is let go first, then the pool joined
-        op = pool.submit(ops.SessionPassOp, ctx, 1).result(timeout=120)  # made without waiting for spaCy
-        embedded = op.embed(read)
-        assert embedded.column("vectors")[0].as_py() is not None
-        assert not op._local.done()  # its session-local half waits for the load
-    summary = json.loads(op(read).column("summary")[0].as_py())
-    assert "error" not in summary and summary["sessions"] == plan.pending
-    keys = set(ops.from_ipc(read.column("turns")[0].as_py()).column("session_key").to_pylist())
-    assert SessionStore(writer.path, "k", cfg.embed.dim).known(keys) == keys
-
-
 def test_embed_resources_come_from_config():
     from pipelines.staged_build import resources
 
