@@ -27,9 +27,7 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import time
-from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +40,6 @@ from memlib.compose.session_store import SessionStore
 from memlib.config import MemlibConfig
 from memlib.io.files import atomic_write_json
 from pipelines.context import BuildContext
-from pipelines.prefetch import settle
 from pipelines.rows import (
     BATCH_FORMAT,
     FAILED_DIR,
@@ -237,22 +234,11 @@ class SessionPassOp(Operator):
         return EmbedOp.arguments(ctx, res)
 
     def __init__(self, ctx: BuildContext | MemlibConfig, threads: int | None = None, workers: int = 1):
-        # the session-local half is made on a thread of its own while the first block is encoded:
-        # it waits for spaCy, which a run in the driver loads on its warm-up thread (load_nlp lets
-        # one thread load it), and 10 new turns took 0.5-0.9 s to encode. Its failure is raised
-        # where it is first used, before any block's session-local stages
-        self._local: Future = Future()
-        threading.Thread(target=settle, args=(self._local, lambda: SessionLocalOp(ctx)),
-                         name="memlib-session-local-make", daemon=True).start()
         self.embed = EmbedOp(ctx, threads, workers)
-
-    @property
-    def local(self) -> SessionLocalOp:
-        return self._local.result()
+        self.local = SessionLocalOp(ctx)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        embedded = self.embed(batch)
-        return self.local(embedded)
+        return self.local(self.embed(batch))
 
 
 # the operators in the order rows pass them

@@ -161,7 +161,7 @@ class PublishedPrefetch:
                     return
                 first.set()
                 if future is not None:  # raised again in the row that asks for it
-                    settle(future, lambda k=keys, b=blocks: sessions.read(k, b))
+                    _settle(future, lambda k=keys, b=blocks: sessions.read(k, b))
         finally:
             first.set()
 
@@ -206,7 +206,7 @@ class PublishedPrefetch:
                     return
                 parts = early if tenant == first else None
                 if future is not None:  # a failure: the tenant's row reports it (reuse_failure)
-                    settle(future, lambda t=tenant, p=parts: load_previous(self.store, t, self.session_key, manifest,
+                    _settle(future, lambda t=tenant, p=parts: load_previous(self.store, t, self.session_key, manifest,
                                                                             reader=reader, parts=p))
 
     def _first(self, manifest: dict) -> str | None:
@@ -217,7 +217,7 @@ class PublishedPrefetch:
         return first if reusable(manifest, first, self.session_key) else None
 
 
-def settle(future: Future, read: Callable[[], Any]) -> None:
+def _settle(future: Future, read: Callable[[], Any]) -> None:
     """``future`` given what ``read`` returns, or the exception it raises."""
     try:
         future.set_result(read())
