@@ -247,6 +247,34 @@ def test_session_keys_tell_a_separator_inside_a_value_from_one_between_values():
     assert keys("a", "b") != keys("a\x00", "b")
 
 
+@pytest.mark.parametrize("texts", [["hello", "hi \xe9", "x\ny", "z"], ["hello", "a\x1fb", "x", "y\x1e"],
+                                   ["hello", "hi", "\x1b", "z"], ["hello", "hi", "x\x00", "z"]])
+def test_session_keys_of_rows_in_session_order_equal_those_hashed_value_by_value(texts):
+    # rows already in session order (a build's staged files: not sorted again), in two chunks, one
+    # of them a slice, a long text column: the keys are those of every value joined by ids.join_escaped
+    import hashlib
+
+    from memlib.compose.sessions import session_keys
+
+    def table(rows: list[int], text_type: pa.DataType) -> pa.Table:
+        return pa.table({"tenant_id": ["t"] * len(rows), "conversation_id": ["c"] * len(rows),
+                         "session_id": [f"s{r // 2}" for r in rows], "session_index": [r // 2 for r in rows],
+                         "session_time": pa.array([None] * len(rows), pa.timestamp("us", tz="UTC")),
+                         "turn_id": [str(r) for r in rows], "turn_index": [r % 2 for r in rows],
+                         "node_id": [f"n{r}" for r in rows], "speaker": ["A"] * len(rows), "role": ["user"] * len(rows),
+                         "text": pa.array([texts[r % len(texts)] for r in rows], text_type),
+                         "extras": [None] * len(rows)})
+
+    for text_type in (pa.string(), pa.large_string()):
+        turns = pa.concat_tables([table([0, 1], text_type), table([9, 2, 3], text_type).slice(1)])
+        blobs: dict[str, bytes] = {}
+        for row in turns.to_pylist():
+            values = [("" if v is None else str(v)).encode("utf-8") for v in row.values()]
+            blobs[row["session_id"]] = blobs.get(row["session_id"], b"") + b"\x1e" + ids.join_escaped(values)
+        expected = {s: hashlib.sha256(b"bk" + b).hexdigest()[:32] for s, b in blobs.items()}
+        assert session_keys(turns, "bk").to_pylist() == [expected[s] for s in turns.column("session_id").to_pylist()]
+
+
 @pytest.mark.parametrize("texts, expected", [
     (["hello", "hi \xe9", "x", "y"], ["ca0ff9d503f12502343573831f6cb9a7", "e3f46809cb1d670d368d3131473bf9a0",
                                        "6d6584e36c617aabd67838284091127e"]),
