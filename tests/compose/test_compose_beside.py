@@ -1,5 +1,5 @@
 """The tenant steps that run on a side thread (memlib.compose.beside): the clue step beside the
-extraction steps, the node fallbacks table beside the link step and finalize. The state they
+extraction steps, the node fallbacks table beside finalize. The state they
 leave is the one of the steps run in sequence (the same tables in the same order), and the
 tenant fails with the error it would fail with in sequence."""
 from __future__ import annotations
