@@ -1,8 +1,9 @@
 """Typed configuration, one section per stage.
 
-Loaded once at the entrypoint and passed down; nothing below ``jobs/`` reads the
-environment. Precedence (lowest to highest): built-in defaults < config file (TOML or
-YAML) < ``MEMLIB__SECTION__KEY`` environment variables (as given by the entrypoint, at load time only)
+Loaded once at an entrypoint (the CLI in ``jobs/``, the Python API in :mod:`memlib.api`, the
+Serve application builder) and passed down; nothing else reads the environment. Precedence
+(lowest to highest): built-in defaults < config file (TOML or YAML) < ``MEMLIB__SECTION__KEY``
+environment variables (as given by the entrypoint, at load time only)
 < CLI overrides (``--set section.key=value``).
 
 The documented default file is ``memlib/defaults/memlib.toml``.
@@ -93,7 +94,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
                 environ: dict[str, str] | None = None) -> MemlibConfig:
     """Build the config: defaults < file < ``environ``'s ``MEMLIB__SECTION__KEY`` variables <
     overrides. The entrypoints (the CLI, :func:`memlib.api.load_settings`, the Serve application
-    builder) pass ``os.environ``; without ``environ`` no environment is read."""
+    builder) pass the process environment; without ``environ`` no environment is read."""
     data: dict[str, Any] = {}
     if path is not None:
         data = read_file(Path(path))
